@@ -1,0 +1,79 @@
+/* channel.c — the client side of the ring: post a request on a slot, ring
+ * the doorbell, spin briefly, then sleep on the slot's futex until the
+ * daemon answers. A daemon that disappeared is noticed by its socket. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+
+#include "client.h"
+#include "prim.h"
+#include "ring.h"
+
+#define SPIN_NS 20000ll          /* a served request takes about a microsecond */
+#define WAIT_SLICE_NS 100000000ll /* between checks that the daemon is alive */
+
+static bool daemon_gone(void)
+{
+    struct pollfd pfd = {.fd = tcm__proc.sock, .events = POLLIN | POLLRDHUP};
+    if (poll(&pfd, 1, 0) <= 0)
+        return false;
+    if (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))
+        return true;
+    char c;
+    return recv(tcm__proc.sock, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+int tcm__call(tcm_slot_t *slot, uint32_t slot_index)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    if (pr->daemon_lost)
+        return TCM_ST_NOMEM;
+    atomic_store_explicit(&slot->waiting, 0, memory_order_relaxed);
+    atomic_store_explicit(&slot->state, TCM_SLOT_POSTED, memory_order_relaxed);
+    while (!tcm__ring_push(pr->ring, pr->lay.ring_cap, slot_index))
+        sched_yield(); /* cannot happen: the ring has a cell for every slot */
+    tcm__bell_ring((_Atomic uint32_t *)&pr->meta->heap_sleeping, pr->bell);
+
+    uint64_t start = tcm__now_ns();
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(&slot->state, memory_order_acquire) == TCM_SLOT_DONE)
+            return slot->status;
+        tcm__cpu_relax();
+        if (i % 64 == 0 && tcm__now_ns() - start > SPIN_NS)
+            break;
+    }
+    atomic_store_explicit(&slot->waiting, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    while (atomic_load_explicit(&slot->state, memory_order_acquire) != TCM_SLOT_DONE) {
+        int r = tcm__wait(&slot->state, TCM_SLOT_POSTED, WAIT_SLICE_NS);
+        if (r == -ETIMEDOUT && daemon_gone()) {
+            pr->daemon_lost = true;
+            tcm__warn_once("lost the connection to tcmd: allocations now fail with ENOMEM");
+            return TCM_ST_NOMEM;
+        }
+    }
+    atomic_store_explicit(&slot->waiting, 0, memory_order_relaxed);
+    return slot->status;
+}
+
+/* The calling thread's own slot, or the shared spare one (locked). */
+tcm_slot_t *tcm__slot_acquire(uint32_t *index)
+{
+    tcm_thread_t *thr = tcm__tls_thread;
+    if (thr) {
+        *index = thr->index;
+        return &tcm__proc.slots[thr->index];
+    }
+    pthread_mutex_lock(&tcm__proc.spare_lock);
+    *index = tcm__proc.lay.max_threads;
+    return &tcm__proc.slots[*index];
+}
+
+void tcm__slot_release(tcm_slot_t *slot)
+{
+    atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
+    if (slot == &tcm__proc.slots[tcm__proc.lay.max_threads])
+        pthread_mutex_unlock(&tcm__proc.spare_lock);
+}

@@ -1,0 +1,101 @@
+/* client.h — libtcm's private state: the process's attachment to the daemon
+ * and each thread's cache. The hot path reads only the three hot globals and
+ * the thread's tcache pointer. */
+#ifndef TCM_CLIENT_H
+#define TCM_CLIENT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "tcm_layout.h"
+
+#define TCM_HIDDEN __attribute__((visibility("hidden")))
+#define TCM_TLS __thread __attribute__((tls_model("initial-exec")))
+#define tcm_likely(x) __builtin_expect(!!(x), 1)
+#define tcm_unlikely(x) __builtin_expect(!!(x), 0)
+
+/* Hot globals: written under the attach lock, read racily by the hot path
+ * (relaxed loads are plain moves). heap_size is 0 until attached, which
+ * sends every free to the slow path. */
+extern TCM_HIDDEN _Atomic uintptr_t tcm__heap_base;
+extern TCM_HIDDEN _Atomic uint64_t tcm__heap_bytes;
+extern TCM_HIDDEN const uint8_t *_Atomic tcm__page_class;
+
+/* The calling thread's cache; &tcm__empty_tcache (every bin count 0 and
+ * max 0) until the thread registers, so the hot path needs no NULL test. */
+extern TCM_HIDDEN TCM_TLS tcm_tcache_t *tcm__tls_tc;
+extern TCM_HIDDEN tcm_tcache_t tcm__empty_tcache;
+
+typedef struct tcm_thread {
+    tcm_tcache_t *tc;            /* in the channel */
+    uint32_t index;              /* tcache index == slot index */
+    uint64_t capacity;           /* sum over bins of max * size */
+    uint64_t budget;             /* bytes this thread may cache */
+    uint64_t config_gen;
+    uint32_t epoch;              /* tcm__proc.epoch when registered */
+    uint32_t refill[TCM_NCLASSES]; /* slow start: objects fetched per miss */
+} tcm_thread_t;
+
+typedef struct tcm_proc {
+    pthread_mutex_t attach_lock;
+    _Atomic bool attached;
+    uint32_t epoch;             /* bumped by tcm_shutdown and in a fork child */
+    bool daemon_lost;           /* the daemon went away: allocation fails */
+    pid_t pid;
+    int sock;                   /* control connection; its EOF tells the daemon we left */
+    uint32_t client_id;
+    char socket_path[108];
+
+    /* segments */
+    uint8_t *heap;
+    uint64_t heap_size;
+    char heap_name[96];
+    const tcm_meta_hdr_t *meta;
+    uint64_t meta_size;
+    const tcm_class_info_t *classes;
+    const uint32_t *page_span;
+    const tcm_span_t *spans;
+    const tcm_root_t *roots;
+    tcm_bell_t *bell;
+    uint8_t *chan;
+    tcm_chan_hdr_t *chan_hdr;
+    tcm_chan_layout_t lay;
+    tcm_ring_t *ring;
+    tcm_slot_t *slots;
+
+    /* thread caches and the transfer tier */
+    pthread_key_t thread_key;
+    pthread_mutex_t tcache_lock;
+    uint8_t *tcache_used;       /* [lay.max_threads] */
+    _Atomic uint32_t nthreads;
+    pthread_mutex_t spare_lock; /* the spare slot, for threads without a cache */
+    pthread_mutex_t xfer_lock[TCM_NCLASSES];
+    _Atomic uint64_t xfer_bytes;
+} tcm_proc_t;
+
+extern TCM_HIDDEN tcm_proc_t tcm__proc;
+
+/* lifecycle.c */
+TCM_HIDDEN int tcm__ensure_attached(void);
+TCM_HIDDEN void tcm__fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+TCM_HIDDEN void tcm__warn_once(const char *what);
+
+/* channel.c: one request on a slot; returns the slot's status or
+ * TCM_ST_NOMEM when the daemon is gone. */
+TCM_HIDDEN int tcm__call(tcm_slot_t *slot, uint32_t slot_index);
+TCM_HIDDEN tcm_slot_t *tcm__slot_acquire(uint32_t *index);
+TCM_HIDDEN void tcm__slot_release(tcm_slot_t *slot);
+
+/* tcache.c: slow paths */
+extern TCM_HIDDEN TCM_TLS tcm_thread_t *tcm__tls_thread;
+
+TCM_HIDDEN void *tcm__malloc_slow(size_t size);
+TCM_HIDDEN void tcm__free_slow(void *p);
+TCM_HIDDEN void *tcm__large_alloc(size_t size, size_t align);
+TCM_HIDDEN void tcm__flush_all(void);
+TCM_HIDDEN void tcm__thread_reset_after_fork(void);
+TCM_HIDDEN int tcm__return_objects(unsigned cls, void **objs, uint32_t n);
+
+#endif

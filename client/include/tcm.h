@@ -1,0 +1,66 @@
+/*
+ * tcm.h — a shared-memory heap for multi-process servers.
+ *
+ * Every process attached to the same tcmd allocates from and frees into one
+ * heap, mapped at the same address everywhere: a pointer from tcm_malloc in
+ * one process is valid, and may be freed, in every other attached process.
+ * Per-thread caches make the common malloc/free a few instructions; the
+ * daemon owns the shared tiers.
+ *
+ * The first call attaches to the daemon on $TCM_SOCKET, or the default
+ * socket ($XDG_RUNTIME_DIR/tcm/tcmd.sock, else /tmp/tcm-UID/tcmd.sock).
+ * Allocation calls return NULL with errno = ENOMEM when the heap limit is
+ * reached or no daemon can be reached. Freeing a pointer that is not from
+ * the heap is a fatal error, as in glibc.
+ */
+#ifndef TCM_H
+#define TCM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define TCM_API __attribute__((visibility("default")))
+#define TCM_MALLOC_ATTR __attribute__((malloc))
+#else
+#define TCM_API
+#define TCM_MALLOC_ATTR
+#endif
+
+/* Attach explicitly. socket_path NULL: $TCM_SOCKET, else the default.
+ * Returns 0 or -errno (-ENOENT/-ECONNREFUSED: no daemon; -EEXIST: the heap's
+ * address range is taken in this process). Idempotent. */
+TCM_API int tcm_init(const char *socket_path);
+
+/* Flush every cache of this process back to the daemon and detach. Call it
+ * when no other thread of the process uses tcm any more. */
+TCM_API void tcm_shutdown(void);
+
+TCM_API TCM_MALLOC_ATTR void *tcm_malloc(size_t size);
+TCM_API TCM_MALLOC_ATTR void *tcm_calloc(size_t n, size_t size);
+TCM_API void *tcm_realloc(void *p, size_t size);
+TCM_API TCM_MALLOC_ATTR void *tcm_aligned_alloc(size_t alignment, size_t size);
+TCM_API void tcm_free(void *p);
+TCM_API void tcm_free_sized(void *p, size_t size);
+TCM_API size_t tcm_usable_size(const void *p);
+
+/* Positions in the heap, for apps that store offsets rather than pointers.
+ * NULL <-> 0; a pointer outside the heap gives UINT64_MAX; an offset outside
+ * the heap gives NULL. */
+TCM_API uint64_t tcm_to_offset(const void *p);
+TCM_API void *tcm_from_offset(uint64_t off);
+
+/* Named shared pointers kept by the daemon (names of 1..47 bytes).
+ * tcm_root_set(name, NULL) removes the name. Returns 0 or -errno. */
+TCM_API int tcm_root_set(const char *name, void *p);
+TCM_API void *tcm_root_get(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

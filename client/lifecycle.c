@@ -1,0 +1,289 @@
+/* lifecycle.c — attaching to tcmd (handshake, mapping the segments at the
+ * address the daemon chose), detaching, and fork: a child discards the
+ * caches it inherited (they are the parent's) and attaches as a new client
+ * on first use. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "frame.h"
+#include "tcm.h"
+#include "prim.h"
+
+_Atomic uintptr_t tcm__heap_base;
+_Atomic uint64_t tcm__heap_bytes;
+const uint8_t *_Atomic tcm__page_class;
+tcm_proc_t tcm__proc = {
+    .attach_lock = PTHREAD_MUTEX_INITIALIZER,
+    .tcache_lock = PTHREAD_MUTEX_INITIALIZER,
+    .spare_lock = PTHREAD_MUTEX_INITIALIZER,
+    .sock = -1,
+};
+
+TCM_HIDDEN void tcm__thread_key_init(void);
+
+void tcm__fatal(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "tcm: %s\n", msg);
+    abort();
+}
+
+void tcm__warn_once(const char *what)
+{
+    fprintf(stderr, "tcm: %s\n", what);
+}
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&tcm__proc.attach_lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&tcm__proc.attach_lock);
+}
+
+static void fork_child(void)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    pthread_mutex_init(&pr->attach_lock, NULL);
+    pthread_mutex_init(&pr->tcache_lock, NULL);
+    pthread_mutex_init(&pr->spare_lock, NULL);
+    for (unsigned c = 0; c < TCM_NCLASSES; c++)
+        pthread_mutex_init(&pr->xfer_lock[c], NULL);
+    pr->epoch++;
+    tcm__thread_reset_after_fork();
+    if (!atomic_load(&pr->attached))
+        return;
+    /* the channel is the parent's: never touch it, and keep the heap and
+     * metadata mapped, they are the same in the new attachment */
+    tcm__unmap(pr->chan, pr->lay.size);
+    pr->chan = NULL;
+    tcm__close(pr->sock);
+    pr->sock = -1;
+    free(pr->tcache_used);
+    pr->tcache_used = NULL;
+    atomic_store(&pr->nthreads, 0);
+    atomic_store(&pr->xfer_bytes, 0);
+    pr->daemon_lost = false;
+    atomic_store(&pr->attached, false);
+}
+
+static void once_init(void)
+{
+    tcm__thread_key_init();
+    for (unsigned c = 0; c < TCM_NCLASSES; c++)
+        pthread_mutex_init(&tcm__proc.xfer_lock[c], NULL);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+static int map_segments(const Tcm__Welcome *w, char *err, size_t errlen)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    int fd;
+    if (pr->heap && (strcmp(pr->heap_name, w->heap_name) != 0 || (uintptr_t)pr->heap != w->base_address ||
+                     pr->heap_size != w->heap_size)) {
+        /* a different daemon than before a shutdown or fork */
+        tcm__unmap(pr->heap, pr->heap_size);
+        tcm__unmap((void *)pr->meta, pr->meta_size);
+        pr->heap = NULL;
+        pr->meta = NULL;
+        atomic_store(&tcm__heap_bytes, 0);
+    }
+    if (!pr->heap) {
+        if ((fd = tcm__shm_open(w->heap_name, true)) < 0) {
+            snprintf(err, errlen, "shm_open(%s) failed: %s", w->heap_name, strerror(-fd));
+            return fd;
+        }
+        pr->heap = tcm__map(fd, w->heap_size, (void *)(uintptr_t)w->base_address, true, err, errlen);
+        int e = errno;
+        tcm__close(fd);
+        if (!pr->heap)
+            return -e;
+        pr->heap_size = w->heap_size;
+        snprintf(pr->heap_name, sizeof pr->heap_name, "%s", w->heap_name);
+
+        if ((fd = tcm__shm_open(w->meta_name, false)) < 0) {
+            snprintf(err, errlen, "shm_open(%s) failed: %s", w->meta_name, strerror(-fd));
+            goto fail_heap;
+        }
+        const tcm_meta_hdr_t *m = tcm__map(fd, sizeof *m, NULL, false, err, errlen);
+        if (!m) {
+            tcm__close(fd);
+            goto fail_heap;
+        }
+        uint64_t msize = m->size;
+        bool ok = m->magic == TCM_META_MAGIC && m->version == TCM_LAYOUT_VERSION &&
+                  m->base == w->base_address && m->heap_size == w->heap_size && m->page_shift == TCM_PAGE_SHIFT;
+        tcm__unmap((void *)m, sizeof *m);
+        if (!ok) {
+            snprintf(err, errlen, "metadata segment %s does not match the daemon's welcome", w->meta_name);
+            tcm__close(fd);
+            goto fail_heap;
+        }
+        pr->meta = tcm__map(fd, msize, NULL, false, err, errlen);
+        tcm__close(fd);
+        if (!pr->meta)
+            goto fail_heap;
+        pr->meta_size = msize;
+        const uint8_t *mb = (const uint8_t *)pr->meta;
+        pr->classes = (const tcm_class_info_t *)(mb + pr->meta->off_classes);
+        pr->page_span = (const uint32_t *)(mb + pr->meta->off_page_span);
+        pr->spans = (const tcm_span_t *)(mb + pr->meta->off_spans);
+        pr->roots = (const tcm_root_t *)(mb + pr->meta->off_roots);
+        pr->bell = (tcm_bell_t *)pr->heap;
+    }
+    for (unsigned c = 0; c < TCM_NCLASSES; c++)
+        if (pr->classes[c].size != w->class_size[c] || tcm__class_size(c) != w->class_size[c]) {
+            snprintf(err, errlen, "size class %u differs between tcmd and libtcm (version mismatch)", c);
+            return -EPROTO;
+        }
+
+    if ((fd = tcm__shm_open(w->channel_name, true)) < 0) {
+        snprintf(err, errlen, "shm_open(%s) failed: %s", w->channel_name, strerror(-fd));
+        return fd;
+    }
+    tcm__chan_layout(&pr->lay, pr->classes, w->max_threads);
+    pr->chan = tcm__map(fd, pr->lay.size, NULL, true, err, errlen);
+    tcm__close(fd);
+    if (!pr->chan)
+        return -ENOMEM;
+    pr->chan_hdr = (tcm_chan_hdr_t *)pr->chan;
+    if (pr->chan_hdr->magic != TCM_CHAN_MAGIC || pr->chan_hdr->client_id != w->client_id ||
+        pr->chan_hdr->size != pr->lay.size || pr->chan_hdr->off_tcaches != pr->lay.off_tcaches) {
+        snprintf(err, errlen, "channel %s does not match libtcm's layout (version mismatch)", w->channel_name);
+        tcm__unmap(pr->chan, pr->lay.size);
+        pr->chan = NULL;
+        return -EPROTO;
+    }
+    pr->ring = (tcm_ring_t *)(pr->chan + pr->lay.off_ring);
+    pr->slots = (tcm_slot_t *)(pr->chan + pr->lay.off_slots);
+    return 0;
+
+fail_heap:
+    tcm__unmap(pr->heap, pr->heap_size);
+    pr->heap = NULL;
+    return -EIO;
+}
+
+static int attach_locked(const char *socket_path)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    tcm_proc_t *pr = &tcm__proc;
+    char path[108], err[320] = "";
+    pthread_once(&once, once_init);
+    if (!socket_path)
+        socket_path = tcm__default_socket(path, sizeof path);
+    int fd = tcm__connect(socket_path);
+    if (fd < 0)
+        return fd;
+
+    Tcm__Request req = TCM__REQUEST__INIT;
+    Tcm__Hello hello = TCM__HELLO__INIT;
+    hello.version = TCM_PROTO_VERSION;
+    hello.pid = (uint32_t)getpid();
+    req.version = TCM_PROTO_VERSION;
+    req.body_case = TCM__REQUEST__BODY_HELLO;
+    req.hello = &hello;
+    int rc = tcm__frame_send(fd, &req);
+    Tcm__Response *resp = rc ? NULL : tcm__frame_recv(fd, 10000);
+    if (!resp) {
+        rc = rc ? rc : -errno;
+        goto out_sock;
+    }
+    if (resp->body_case == TCM__RESPONSE__BODY_ERROR) {
+        fprintf(stderr, "tcm: tcmd refused to attach: %s\n", resp->error->message);
+        rc = -(int)(resp->error->code ? resp->error->code : EPROTO);
+        goto out_resp;
+    }
+    if (resp->body_case != TCM__RESPONSE__BODY_WELCOME || resp->welcome->n_class_size != TCM_NCLASSES ||
+        resp->welcome->page_shift != TCM_PAGE_SHIFT || resp->welcome->max_threads == 0 ||
+        resp->welcome->max_threads > 4096) {
+        fprintf(stderr, "tcm: unexpected answer from tcmd on %s\n", socket_path);
+        rc = -EPROTO;
+        goto out_resp;
+    }
+    rc = map_segments(resp->welcome, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "tcm: cannot attach to tcmd on %s: %s\n", socket_path, err);
+        goto out_resp;
+    }
+    pr->tcache_used = calloc(pr->lay.max_threads, 1);
+    if (!pr->tcache_used) {
+        tcm__unmap(pr->chan, pr->lay.size);
+        pr->chan = NULL;
+        rc = -ENOMEM;
+        goto out_resp;
+    }
+    pr->client_id = resp->welcome->client_id;
+    pr->sock = fd;
+    pr->pid = getpid();
+    pr->daemon_lost = false;
+    snprintf(pr->socket_path, sizeof pr->socket_path, "%s", socket_path);
+    atomic_store(&tcm__page_class, (const uint8_t *)pr->meta + pr->meta->off_page_class);
+    atomic_store(&tcm__heap_base, (uintptr_t)pr->heap);
+    atomic_store(&tcm__heap_bytes, pr->heap_size);
+    atomic_store(&pr->attached, true);
+    tcm__response__free_unpacked(resp, NULL);
+    return 0;
+
+out_resp:
+    tcm__response__free_unpacked(resp, NULL);
+out_sock:
+    tcm__close(fd);
+    return rc;
+}
+
+int tcm__ensure_attached(void)
+{
+    if (tcm_likely(atomic_load_explicit(&tcm__proc.attached, memory_order_acquire)))
+        return 0;
+    return tcm_init(NULL);
+}
+
+int tcm_init(const char *socket_path)
+{
+    static bool reported;
+    pthread_mutex_lock(&tcm__proc.attach_lock);
+    int rc = atomic_load(&tcm__proc.attached) ? 0 : attach_locked(socket_path);
+    pthread_mutex_unlock(&tcm__proc.attach_lock);
+    if (rc && !socket_path && !reported) {
+        char path[108];
+        reported = true;
+        fprintf(stderr, "tcm: cannot attach to tcmd on %s: %s\n",
+                tcm__default_socket(path, sizeof path), strerror(-rc));
+    }
+    return rc;
+}
+
+void tcm_shutdown(void)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    pthread_mutex_lock(&pr->attach_lock);
+    if (!atomic_load(&pr->attached)) {
+        pthread_mutex_unlock(&pr->attach_lock);
+        return;
+    }
+    tcm__flush_all();
+    pr->epoch++;
+    /* closing the socket is the detach: the daemon reclaims what is left.
+     * The channel stays mapped (the daemon unlinks it) so that a thread that
+     * still holds a stale cache pointer lands in the slow path, not a fault. */
+    tcm__close(pr->sock);
+    pr->sock = -1;
+    free(pr->tcache_used);
+    pr->tcache_used = NULL;
+    atomic_store(&pr->nthreads, 0);
+    atomic_store(&pr->attached, false);
+    pthread_mutex_unlock(&pr->attach_lock);
+}

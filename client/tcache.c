@@ -1,0 +1,441 @@
+/* tcache.c — the slow paths behind the thread cache: registering a thread,
+ * refilling a bin (transfer tier first, then the daemon), growing bins with
+ * use inside the thread's byte budget, releasing whole batches when a bin is
+ * full, and flushing on thread exit and shutdown. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+
+TCM_TLS tcm_tcache_t *tcm__tls_tc = &tcm__empty_tcache;
+TCM_TLS tcm_thread_t *tcm__tls_thread;
+tcm_tcache_t tcm__empty_tcache;
+
+#define MIN_THREAD_BUDGET (256u << 10)
+#define MAX_THREAD_BUDGET (4u << 20)
+
+static void **xfer_slots(unsigned cls)
+{
+    return (void **)(tcm__proc.chan + tcm__proc.lay.off_xfer + tcm__proc.lay.xfer_slot_off[cls]);
+}
+
+static uint64_t thread_budget(void)
+{
+    uint64_t total = atomic_load_explicit(&tcm__proc.meta->config.tcache_budget, memory_order_relaxed);
+    uint32_t n = atomic_load_explicit(&tcm__proc.nthreads, memory_order_relaxed);
+    uint64_t b = total / (n ? n : 1);
+    return b < MIN_THREAD_BUDGET ? MIN_THREAD_BUDGET : b > MAX_THREAD_BUDGET ? MAX_THREAD_BUDGET : b;
+}
+
+static void fatal_refused(int st, unsigned cls)
+{
+    tcm__fatal("tcm_free(): tcmd refused an object of class %u: %s (double free or invalid pointer)",
+               cls, tcm__status_msg(st));
+}
+
+/* Give n objects of one class back to the daemon, MAX_BATCH at a time. */
+int tcm__return_objects(unsigned cls, void **objs, uint32_t n)
+{
+    uintptr_t base = (uintptr_t)tcm__proc.heap;
+    while (n) {
+        uint32_t k = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH, idx;
+        tcm_slot_t *slot = tcm__slot_acquire(&idx);
+        slot->op = TCM_OP_RETURN;
+        slot->cls = cls;
+        slot->count = k;
+        for (uint32_t i = 0; i < k; i++)
+            slot->offs[i] = (uintptr_t)objs[i] - base;
+        int st = tcm__call(slot, idx);
+        tcm__slot_release(slot);
+        if (st != TCM_ST_OK && st != TCM_ST_NOMEM)
+            fatal_refused(st, cls);
+        objs += k;
+        n -= k;
+    }
+    return 0;
+}
+
+/* Move objects out of a thread's bin: into the process's transfer tier while
+ * it has room, the rest to the daemon. */
+static void release_objects(unsigned cls, void **objs, uint32_t n, bool to_daemon)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    const tcm_class_info_t *ci = &pr->classes[cls];
+    if (!to_daemon) {
+        uint64_t budget = atomic_load_explicit(&pr->meta->config.xfer_budget, memory_order_relaxed);
+        pthread_mutex_lock(&pr->xfer_lock[cls]);
+        tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
+        uint32_t room = ci->xfer_cap - x->count;
+        uint64_t used = atomic_load_explicit(&pr->xfer_bytes, memory_order_relaxed);
+        uint64_t fits = used < budget ? (budget - used) / ci->size : 0;
+        uint32_t take = n < room ? n : room;
+        if (take > fits)
+            take = (uint32_t)fits;
+        memcpy(xfer_slots(cls) + x->count, objs + (n - take), take * sizeof(void *));
+        x->count += take;
+        pthread_mutex_unlock(&pr->xfer_lock[cls]);
+        atomic_fetch_add_explicit(&pr->xfer_bytes, (uint64_t)take * ci->size, memory_order_relaxed);
+        n -= take;
+    }
+    if (n)
+        tcm__return_objects(cls, objs, n);
+}
+
+static uint32_t take_from_xfer(unsigned cls, void **dst, uint32_t want)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    pthread_mutex_lock(&pr->xfer_lock[cls]);
+    tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
+    uint32_t k = x->count < want ? x->count : want;
+    memcpy(dst, xfer_slots(cls) + (x->count - k), k * sizeof(void *));
+    x->count -= k;
+    pthread_mutex_unlock(&pr->xfer_lock[cls]);
+    atomic_fetch_sub_explicit(&pr->xfer_bytes, (uint64_t)k * pr->classes[cls].size, memory_order_relaxed);
+    return k;
+}
+
+static uint32_t take_from_daemon(tcm_thread_t *thr, unsigned cls, void **dst, uint32_t want)
+{
+    tcm_slot_t *slot = &tcm__proc.slots[thr->index];
+    slot->op = TCM_OP_REFILL;
+    slot->cls = cls;
+    slot->count = want;
+    if (tcm__call(slot, thr->index) != TCM_ST_OK) {
+        atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
+        return 0;
+    }
+    uint32_t n = slot->nresult < want ? slot->nresult : want;
+    for (uint32_t i = 0; i < n; i++)
+        dst[i] = tcm__proc.heap + slot->offs[i];
+    atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
+    return n;
+}
+
+/* Let a bin hold `more` more objects if the thread's budget allows. */
+static void grow(tcm_thread_t *thr, unsigned cls, uint32_t more)
+{
+    const tcm_class_info_t *ci = &tcm__proc.classes[cls];
+    tcm_bin_t *b = &thr->tc->bins[cls];
+    uint32_t room = ci->tcache_cap - b->max;
+    if (more > room)
+        more = room;
+    uint64_t left = thr->budget > thr->capacity ? thr->budget - thr->capacity : 0;
+    if ((uint64_t)more * ci->size > left)
+        more = (uint32_t)(left / ci->size);
+    if (b->max == 0 && more == 0)
+        more = 1; /* every class may hold at least one object */
+    b->max += more;
+    thr->capacity += (uint64_t)more * ci->size;
+}
+
+/* Halve bins until the thread fits its (new) budget. */
+static void shrink_to_budget(tcm_thread_t *thr)
+{
+    while (thr->capacity > thr->budget) {
+        bool changed = false;
+        for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+            tcm_bin_t *b = &thr->tc->bins[cls];
+            if (b->max <= 1)
+                continue;
+            uint32_t keep = b->max / 2;
+            if (b->count > keep) {
+                release_objects(cls, b->slots + keep, b->count - keep, false);
+                b->count = keep;
+            }
+            thr->capacity -= (uint64_t)(b->max - keep) * tcm__proc.classes[cls].size;
+            b->max = keep;
+            changed = true;
+        }
+        if (!changed)
+            break;
+    }
+}
+
+static void check_config(tcm_thread_t *thr)
+{
+    uint64_t gen = atomic_load_explicit(&tcm__proc.meta->config.gen, memory_order_acquire);
+    if (tcm_likely(gen == thr->config_gen))
+        return;
+    thr->config_gen = gen;
+    thr->budget = thread_budget();
+    shrink_to_budget(thr);
+}
+
+static void thread_flush(tcm_thread_t *thr, bool to_daemon)
+{
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+        tcm_bin_t *b = &thr->tc->bins[cls];
+        if (b->count)
+            release_objects(cls, b->slots, b->count, to_daemon);
+        b->count = 0;
+        b->max = 0;
+    }
+    thr->capacity = 0;
+}
+
+static void thread_forget(void)
+{
+    tcm__tls_tc = &tcm__empty_tcache;
+    tcm__tls_thread = NULL;
+}
+
+/* pthread key destructor: the thread is exiting. */
+static void thread_exit(void *arg)
+{
+    tcm_thread_t *thr = arg;
+    tcm_proc_t *pr = &tcm__proc;
+    if (thr->epoch == pr->epoch && atomic_load(&pr->attached)) {
+        thread_flush(thr, false);
+        thr->tc->in_use = 0;
+        pthread_mutex_lock(&pr->tcache_lock);
+        pr->tcache_used[thr->index] = 0;
+        pthread_mutex_unlock(&pr->tcache_lock);
+        atomic_fetch_sub(&pr->nthreads, 1);
+    }
+    if (tcm__tls_thread == thr)
+        thread_forget();
+    free(thr);
+}
+
+static tcm_thread_t *thread_register(void)
+{
+    static bool warned;
+    tcm_proc_t *pr = &tcm__proc;
+    if (tcm__ensure_attached() != 0)
+        return NULL;
+    pthread_mutex_lock(&pr->tcache_lock);
+    uint32_t idx = pr->lay.max_threads;
+    for (uint32_t i = 0; i < pr->lay.max_threads; i++)
+        if (!pr->tcache_used[i]) {
+            idx = i;
+            pr->tcache_used[i] = 1;
+            break;
+        }
+    pthread_mutex_unlock(&pr->tcache_lock);
+    if (idx == pr->lay.max_threads) {
+        if (!warned) {
+            warned = true;
+            tcm__warn_once("more threads than tcmd --max-threads: the extra ones run without a cache");
+        }
+        return NULL;
+    }
+    tcm_thread_t *thr = calloc(1, sizeof *thr);
+    if (!thr) {
+        pthread_mutex_lock(&pr->tcache_lock);
+        pr->tcache_used[idx] = 0;
+        pthread_mutex_unlock(&pr->tcache_lock);
+        return NULL;
+    }
+    tcm_tcache_t *tc = (tcm_tcache_t *)(pr->chan + pr->lay.off_tcaches + (uint64_t)idx * pr->lay.tcache_stride);
+    memset(tc->bins, 0, sizeof tc->bins);
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
+        tc->bins[cls].slots = (void **)((uint8_t *)tc + pr->lay.bin_slot_off[cls]);
+    tc->index = idx;
+    tc->in_use = 1;
+    atomic_fetch_add(&pr->nthreads, 1);
+    thr->tc = tc;
+    thr->index = idx;
+    thr->epoch = pr->epoch;
+    thr->config_gen = atomic_load(&pr->meta->config.gen);
+    thr->budget = thread_budget();
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
+        thr->refill[cls] = 2;
+    pthread_setspecific(pr->thread_key, thr);
+    tcm__tls_thread = thr;
+    tcm__tls_tc = tc;
+    return thr;
+}
+
+/* The calling thread's cache, registering it if needed; NULL if it must run
+ * without one. */
+static tcm_thread_t *current_thread(void)
+{
+    tcm_thread_t *thr = tcm__tls_thread;
+    if (thr && thr->epoch != tcm__proc.epoch) { /* from before a shutdown */
+        pthread_setspecific(tcm__proc.thread_key, NULL);
+        free(thr);
+        thread_forget();
+        thr = NULL;
+    }
+    if (!thr)
+        thr = thread_register();
+    else
+        check_config(thr);
+    return thr;
+}
+
+static bool refill(tcm_thread_t *thr, unsigned cls)
+{
+    const tcm_class_info_t *ci = &tcm__proc.classes[cls];
+    tcm_bin_t *b = &thr->tc->bins[cls];
+    uint32_t want = thr->refill[cls];
+    grow(thr, cls, want);
+    if (want > b->max)
+        want = b->max;
+    uint32_t got = take_from_xfer(cls, b->slots, want);
+    if (!got)
+        got = take_from_daemon(thr, cls, b->slots, want);
+    b->count = got;
+    if (thr->refill[cls] < ci->batch)
+        thr->refill[cls] = thr->refill[cls] * 2 < ci->batch ? thr->refill[cls] * 2 : ci->batch;
+    return got != 0;
+}
+
+void *tcm__large_alloc(size_t size, size_t align)
+{
+    if (tcm__ensure_attached() != 0 || size > tcm__proc.heap_size) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    uint32_t idx;
+    tcm_slot_t *slot = tcm__slot_acquire(&idx);
+    slot->op = TCM_OP_ALLOC_PAGES;
+    slot->arg = (size + TCM_PAGE_SIZE - 1) >> TCM_PAGE_SHIFT;
+    slot->arg2 = align > TCM_PAGE_SIZE ? align >> TCM_PAGE_SHIFT : 1;
+    int st = tcm__call(slot, idx);
+    uint64_t off = slot->result;
+    tcm__slot_release(slot);
+    if (st != TCM_ST_OK) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return tcm__proc.heap + off;
+}
+
+void *tcm__malloc_slow(size_t size)
+{
+    if (size > TCM_MAX_SMALL)
+        return tcm__large_alloc(size, 0);
+    unsigned cls = tcm__size_class(size);
+    tcm_thread_t *thr = current_thread();
+    if (!thr) {
+        if (!atomic_load(&tcm__proc.attached)) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        /* no cache for this thread: one object per round trip */
+        uint32_t idx;
+        tcm_slot_t *slot = tcm__slot_acquire(&idx);
+        slot->op = TCM_OP_REFILL;
+        slot->cls = cls;
+        slot->count = 1;
+        int st = tcm__call(slot, idx);
+        void *p = st == TCM_ST_OK && slot->nresult ? tcm__proc.heap + slot->offs[0] : NULL;
+        tcm__slot_release(slot);
+        if (!p)
+            errno = ENOMEM;
+        return p;
+    }
+    tcm_bin_t *b = &thr->tc->bins[cls];
+    if (!b->count && !refill(thr, cls)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return b->slots[--b->count];
+}
+
+void tcm__free_slow(void *p)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    if (!p)
+        return;
+    uint64_t off = (uintptr_t)p - atomic_load(&tcm__heap_base);
+    if (off >= atomic_load(&tcm__heap_bytes)) {
+        if (tcm__ensure_attached() != 0)
+            tcm__fatal("tcm_free(): invalid pointer %p (not attached to a tcm heap)", p);
+        off = (uintptr_t)p - atomic_load(&tcm__heap_base);
+        if (off >= atomic_load(&tcm__heap_bytes))
+            tcm__fatal("tcm_free(): invalid pointer %p (not in the tcm heap)", p);
+    }
+    uint32_t page = (uint32_t)(off >> TCM_PAGE_SHIFT);
+    unsigned cls = atomic_load(&tcm__page_class)[page];
+    const tcm_span_t *sp = &pr->spans[pr->page_span[page]];
+    if (cls == TCM_PAGE_CLASS_FREE)
+        tcm__fatal("tcm_free(): invalid pointer %p (not an allocated block; double free?)", p);
+    if (cls == TCM_PAGE_CLASS_LARGE) {
+        if (off != ((uint64_t)sp->first << TCM_PAGE_SHIFT))
+            tcm__fatal("tcm_free(): invalid pointer %p (inside a page run)", p);
+        uint32_t idx;
+        tcm_slot_t *slot = tcm__slot_acquire(&idx);
+        slot->op = TCM_OP_FREE_PAGES;
+        slot->arg = off;
+        int st = tcm__call(slot, idx);
+        tcm__slot_release(slot);
+        if (st == TCM_ST_DOUBLE_FREE)
+            tcm__fatal("tcm_free(): double free of page run %p", p);
+        if (st != TCM_ST_OK && st != TCM_ST_NOMEM)
+            tcm__fatal("tcm_free(): invalid pointer %p (%s)", p, tcm__status_msg(st));
+        return;
+    }
+    uint64_t rel = off - ((uint64_t)sp->first << TCM_PAGE_SHIFT);
+    if (rel % pr->classes[cls].size)
+        tcm__fatal("tcm_free(): invalid pointer %p (not the start of a block)", p);
+
+    tcm_thread_t *thr = current_thread();
+    if (!thr) {
+        tcm__return_objects(cls, &p, 1);
+        return;
+    }
+    tcm_bin_t *b = &thr->tc->bins[cls];
+    if (b->count >= b->max) {
+        grow(thr, cls, thr->refill[cls]);
+        if (b->count >= b->max) {
+            /* full and may not grow: hand a whole batch on */
+            uint32_t k = pr->classes[cls].batch < b->count ? pr->classes[cls].batch : b->count;
+            release_objects(cls, b->slots + (b->count - k), k, false);
+            b->count -= k;
+        }
+    }
+    b->slots[b->count++] = p;
+}
+
+/* tcm_shutdown: every cache of the process back to the daemon. The caller
+ * guarantees no other thread is using tcm. */
+void tcm__flush_all(void)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    for (uint32_t i = 0; i < pr->lay.max_threads; i++) {
+        if (!pr->tcache_used[i])
+            continue;
+        tcm_tcache_t *tc = (tcm_tcache_t *)(pr->chan + pr->lay.off_tcaches + (uint64_t)i * pr->lay.tcache_stride);
+        for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+            tcm_bin_t *b = &tc->bins[cls];
+            if (b->count)
+                tcm__return_objects(cls, b->slots, b->count);
+            b->count = 0;
+            b->max = 0;
+        }
+    }
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+        tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
+        if (x->count)
+            tcm__return_objects(cls, xfer_slots(cls), x->count);
+        x->count = 0;
+    }
+    atomic_store(&pr->xfer_bytes, 0);
+    tcm_thread_t *thr = tcm__tls_thread;
+    if (thr) {
+        pthread_setspecific(pr->thread_key, NULL);
+        free(thr);
+    }
+    thread_forget();
+}
+
+/* In a fork child: the caches belong to the parent. */
+void tcm__thread_reset_after_fork(void)
+{
+    tcm_thread_t *thr = tcm__tls_thread;
+    if (thr) {
+        pthread_setspecific(tcm__proc.thread_key, NULL);
+        free(thr);
+    }
+    thread_forget();
+}
+
+TCM_HIDDEN void tcm__thread_key_init(void);
+void tcm__thread_key_init(void)
+{
+    pthread_key_create(&tcm__proc.thread_key, thread_exit);
+}

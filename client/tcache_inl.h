@@ -1,0 +1,38 @@
+/* tcache_inl.h — the hot path. A hit is a class lookup, one load of the
+ * thread's tcache pointer and a push or pop on a bin array: no atomics, no
+ * locks, no syscalls. Everything else is in the noinline slow paths. */
+#ifndef TCM_TCACHE_INL_H
+#define TCM_TCACHE_INL_H
+
+#include "client.h"
+
+static inline void *tcm__malloc_fast(size_t size)
+{
+    if (tcm_likely(size <= TCM_MAX_SMALL)) {
+        tcm_bin_t *b = &tcm__tls_tc->bins[tcm__size_class(size)];
+        uint32_t n = b->count;
+        if (tcm_likely(n != 0)) {
+            b->count = n - 1;
+            return b->slots[n - 1];
+        }
+    }
+    return tcm__malloc_slow(size);
+}
+
+static inline void tcm__free_fast(void *p)
+{
+    uintptr_t off = (uintptr_t)p - atomic_load_explicit(&tcm__heap_base, memory_order_relaxed);
+    if (tcm_likely(off < atomic_load_explicit(&tcm__heap_bytes, memory_order_relaxed))) {
+        const uint8_t *pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed);
+        tcm_bin_t *b = &tcm__tls_tc->bins[pc[off >> TCM_PAGE_SHIFT]];
+        uint32_t n = b->count;
+        if (tcm_likely(n < b->max)) {
+            b->slots[n] = p;
+            b->count = n + 1;
+            return;
+        }
+    }
+    tcm__free_slow(p);
+}
+
+#endif

@@ -1,0 +1,167 @@
+/* tcm.c — the public API. malloc and free are the inlined hot path of
+ * tcache_inl.h; the rest builds on them. */
+#include <errno.h>
+#include <string.h>
+
+#include "client.h"
+#include "tcache_inl.h"
+#include "tcm.h"
+
+void *tcm_malloc(size_t size)
+{
+    return tcm__malloc_fast(size);
+}
+
+void tcm_free(void *p)
+{
+    tcm__free_fast(p);
+}
+
+void tcm_free_sized(void *p, size_t size)
+{
+    (void)size; /* the page map knows the class; the size is only a hint */
+    tcm__free_fast(p);
+}
+
+void *tcm_calloc(size_t n, size_t size)
+{
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    void *p = tcm__malloc_fast(total);
+    if (p)
+        memset(p, 0, total);
+    return p;
+}
+
+static bool heap_offset(const void *p, uint64_t *off)
+{
+    *off = (uintptr_t)p - atomic_load_explicit(&tcm__heap_base, memory_order_relaxed);
+    return *off < atomic_load_explicit(&tcm__heap_bytes, memory_order_relaxed);
+}
+
+size_t tcm_usable_size(const void *p)
+{
+    uint64_t off;
+    if (!p || !heap_offset(p, &off))
+        return 0;
+    uint32_t page = (uint32_t)(off >> TCM_PAGE_SHIFT);
+    unsigned cls = atomic_load_explicit(&tcm__page_class, memory_order_relaxed)[page];
+    if (cls == TCM_PAGE_CLASS_FREE)
+        return 0;
+    if (cls != TCM_PAGE_CLASS_LARGE)
+        return tcm__proc.classes[cls].size;
+    const tcm_span_t *sp = &tcm__proc.spans[tcm__proc.page_span[page]];
+    return (size_t)sp->npages << TCM_PAGE_SHIFT;
+}
+
+void *tcm_realloc(void *p, size_t size)
+{
+    if (!p)
+        return tcm__malloc_fast(size);
+    if (size == 0) {
+        tcm__free_fast(p);
+        return NULL;
+    }
+    size_t old = tcm_usable_size(p);
+    if (old == 0)
+        tcm__fatal("tcm_realloc(): invalid pointer %p", p);
+    /* keep the block while it fits and is not mostly empty */
+    if (size <= old && (size > old / 2 || old <= 16))
+        return p;
+    void *q = tcm__malloc_fast(size);
+    if (!q)
+        return NULL;
+    memcpy(q, p, size < old ? size : old);
+    tcm__free_fast(p);
+    return q;
+}
+
+void *tcm_aligned_alloc(size_t alignment, size_t size)
+{
+    if (alignment == 0 || (alignment & (alignment - 1))) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (alignment <= TCM_ALIGN)
+        return tcm__malloc_fast(size);
+    if (size <= TCM_MAX_SMALL && alignment <= TCM_PAGE_SIZE) {
+        /* spans start on pages and objects sit at multiples of their size,
+         * so a class whose size is a multiple of the alignment is aligned */
+        for (unsigned c = tcm__size_class(size ? size : 1); c < TCM_NCLASSES; c++) {
+            uint32_t cs = tcm__class_size(c);
+            if (cs % alignment == 0)
+                return tcm__malloc_fast(cs);
+        }
+    }
+    return tcm__large_alloc(size ? size : 1, alignment);
+}
+
+uint64_t tcm_to_offset(const void *p)
+{
+    uint64_t off;
+    if (!p)
+        return 0;
+    if (!heap_offset(p, &off) && (tcm__ensure_attached() != 0 || !heap_offset(p, &off)))
+        return UINT64_MAX;
+    return off;
+}
+
+void *tcm_from_offset(uint64_t off)
+{
+    if (off == 0 || tcm__ensure_attached() != 0 || off >= tcm__proc.heap_size)
+        return NULL;
+    return tcm__proc.heap + off;
+}
+
+int tcm_root_set(const char *name, void *p)
+{
+    size_t len = name ? strlen(name) : 0;
+    if (len == 0 || len >= TCM_ROOT_NAME_MAX)
+        return -EINVAL;
+    int err = tcm__ensure_attached();
+    if (err)
+        return err;
+    uint64_t off = UINT64_MAX;
+    if (p && !heap_offset(p, &off))
+        return -EINVAL;
+    uint32_t idx;
+    tcm_slot_t *slot = tcm__slot_acquire(&idx);
+    slot->op = TCM_OP_ROOT_SET;
+    slot->arg = off;
+    memset(slot->offs, 0, TCM_ROOT_NAME_MAX);
+    memcpy(slot->offs, name, len);
+    int st = tcm__call(slot, idx);
+    tcm__slot_release(slot);
+    switch (st) {
+    case TCM_ST_OK: return 0;
+    case TCM_ST_NO_ROOM: return -ENOSPC;
+    case TCM_ST_NOMEM: return -ENOTCONN;
+    default: return -EINVAL;
+    }
+}
+
+void *tcm_root_get(const char *name)
+{
+    if (!name || !*name || strlen(name) >= TCM_ROOT_NAME_MAX || tcm__ensure_attached() != 0)
+        return NULL;
+    for (unsigned i = 0; i < TCM_ROOTS; i++) {
+        const tcm_root_t *r = &tcm__proc.roots[i];
+        for (;;) {
+            uint32_t s1 = atomic_load_explicit(&r->seq, memory_order_acquire);
+            if (s1 & 1)
+                continue;
+            bool match = r->used && strncmp(r->name, name, TCM_ROOT_NAME_MAX) == 0;
+            uint64_t off = r->off;
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load_explicit(&r->seq, memory_order_relaxed) != s1)
+                continue;
+            if (match)
+                return off < tcm__proc.heap_size ? tcm__proc.heap + off : NULL;
+            break;
+        }
+    }
+    return NULL;
+}

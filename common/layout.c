@@ -1,0 +1,128 @@
+/* layout.c — size-class table, segment geometry and status names, computed
+ * identically by the daemon, the client library and the tests. */
+#include "tcm_layout.h"
+
+const uint8_t tcm__class_lut[65] = {
+    1,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16,
+    17, 17, 18, 18, 19, 19, 20, 20, 21, 21, 22, 22, 23, 23, 24, 24, 25,
+    25, 25, 25, 26, 26, 26, 26, 27, 27, 27, 27, 28, 28, 28, 28, 29, 29,
+    29, 29, 30, 30, 30, 30, 31, 31, 31, 31, 32, 32, 32, 32,
+};
+
+static const char *const status_names[] = {
+#define TCM_STATUS_NAME(name, msg) #name,
+    TCM_STATUS_MAP(TCM_STATUS_NAME)
+#undef TCM_STATUS_NAME
+};
+static const char *const status_msgs[] = {
+#define TCM_STATUS_MSG(name, msg) msg,
+    TCM_STATUS_MAP(TCM_STATUS_MSG)
+#undef TCM_STATUS_MSG
+};
+
+const char *tcm__status_name(int status)
+{
+    return status >= 0 && status < TCM_ST__COUNT ? status_names[status] : "UNKNOWN";
+}
+
+const char *tcm__status_msg(int status)
+{
+    return status >= 0 && status < TCM_ST__COUNT ? status_msgs[status] : "unknown status";
+}
+
+/* Classes 1..8 step 16 up to 128 B; above, eight classes per doubling, so
+ * rounding never wastes more than 1/8 of the request. */
+uint32_t tcm__class_size(unsigned cls)
+{
+    if (cls == 0 || cls >= TCM_NCLASSES)
+        return 0;
+    if (cls <= 8)
+        return 16u * cls;
+    unsigned j = cls - 9, k = 7 + j / 8, idx = j % 8;
+    return (1u << k) + (idx + 1) * (1u << (k - 3));
+}
+
+static uint32_t clamp_u32(uint64_t v, uint32_t lo, uint32_t hi)
+{
+    return v < lo ? lo : v > hi ? hi : (uint32_t)v;
+}
+
+void tcm__class_table_init(tcm_class_info_t tab[TCM_NCLASSES])
+{
+    tab[0] = (tcm_class_info_t){0};
+    for (unsigned c = 1; c < TCM_NCLASSES; c++) {
+        tcm_class_info_t *ci = &tab[c];
+        uint32_t size = tcm__class_size(c);
+        /* A span holds about eight objects (at least 64 KiB, at most 2 MiB)
+         * and its tail waste stays within 1/8. */
+        uint64_t want = (uint64_t)size * 8;
+        want = want < 65536 ? 65536 : want > (2u << 20) ? (2u << 20) : want;
+        uint32_t pages = (uint32_t)((want + TCM_PAGE_SIZE - 1) / TCM_PAGE_SIZE);
+        while (((uint64_t)pages * TCM_PAGE_SIZE) % size > (uint64_t)pages * TCM_PAGE_SIZE / 8)
+            pages++;
+        ci->size = size;
+        ci->span_pages = pages;
+        ci->span_objs = (uint32_t)((uint64_t)pages * TCM_PAGE_SIZE / size);
+        ci->batch = clamp_u32((128u << 10) / size, 4, TCM_MAX_BATCH);
+        ci->tcache_cap = clamp_u32((2u << 20) / size, 2 * ci->batch, 4096);
+        ci->xfer_cap = clamp_u32((4u << 20) / size, 2 * ci->batch, 8192);
+        ci->recip = (uint32_t)(((1ull << 32) + size - 1) / size);
+        ci->reserved = 0;
+    }
+}
+
+static uint64_t align_up(uint64_t v, uint64_t a)
+{
+    return (v + a - 1) & ~(a - 1);
+}
+
+void tcm__chan_layout(tcm_chan_layout_t *l, const tcm_class_info_t tab[TCM_NCLASSES],
+                      uint32_t max_threads)
+{
+    l->max_threads = max_threads;
+    l->nslots = max_threads + 1; /* one per thread cache, plus a shared spare */
+    l->ring_cap = 1;
+    while (l->ring_cap < l->nslots)
+        l->ring_cap <<= 1;
+    l->off_ring = align_up(sizeof(tcm_chan_hdr_t), 4096);
+    uint64_t off = l->off_ring + sizeof(tcm_ring_t) + (uint64_t)l->ring_cap * sizeof(tcm_ring_cell_t);
+    l->off_slots = align_up(off, 4096);
+    off = l->off_slots + (uint64_t)l->nslots * sizeof(tcm_slot_t);
+
+    uint64_t stride = sizeof(tcm_tcache_t);
+    l->bin_slot_off[0] = 0;
+    for (unsigned c = 1; c < TCM_NCLASSES; c++) {
+        l->bin_slot_off[c] = (uint32_t)stride;
+        stride += (uint64_t)tab[c].tcache_cap * sizeof(void *);
+    }
+    l->tcache_stride = align_up(stride, 4096);
+    l->off_tcaches = align_up(off, 4096);
+    off = l->off_tcaches + (uint64_t)max_threads * l->tcache_stride;
+
+    l->off_xfer = align_up(off, 4096);
+    uint64_t xoff = 0;
+    l->xfer_slot_off[0] = 0;
+    for (unsigned c = 1; c < TCM_NCLASSES; c++) {
+        l->xfer_slot_off[c] = (uint32_t)xoff;
+        xoff += (uint64_t)tab[c].xfer_cap * sizeof(void *);
+    }
+    l->size = align_up(l->off_xfer + xoff, 4096);
+}
+
+void tcm__meta_layout(tcm_meta_layout_t *l, uint32_t npages)
+{
+    uint64_t off = align_up(sizeof(tcm_meta_hdr_t), 4096);
+    l->off_classes = off;
+    off = align_up(off + TCM_NCLASSES * sizeof(tcm_class_info_t), 4096);
+    l->off_roots = off;
+    off = align_up(off + TCM_ROOTS * sizeof(tcm_root_t), 4096);
+    l->off_page_class = off;
+    off = align_up(off + npages, 4096);
+    l->off_page_span = off;
+    off = align_up(off + (uint64_t)npages * sizeof(uint32_t), 4096);
+    l->off_spans = off;
+    off = align_up(off + ((uint64_t)npages + 1) * sizeof(tcm_span_t), 4096);
+    l->off_objmap = off;
+    off = align_up(off + (uint64_t)npages * TCM_OBJMAP_WORDS_PER_PAGE * 8, 4096);
+    l->size = off;
+}

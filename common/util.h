@@ -1,0 +1,13 @@
+/* util.h — small helpers shared by tcmd, tcmctl and libtcm. */
+#ifndef TCM_UTIL_H
+#define TCM_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* "64M", "4G", "512k", "1T", "4096": 0 on success, -EINVAL otherwise. */
+int tcm__parse_size(const char *s, uint64_t *out);
+/* 1536 -> "1.5K"; writes into buf and returns it. */
+const char *tcm__format_size(uint64_t v, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,414 @@
+/* control.c — the libuv control socket: attach handshake (Hello/Welcome),
+ * ping, stats and clients, framed protobuf with bounded frames. A client's
+ * connection stays open while it is attached; its EOF is how the daemon
+ * learns the process is gone. Main thread only. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "log.h"
+#include "prim.h"
+#include "server.h"
+
+struct tcm_conn {
+    uv_pipe_t pipe;
+    tcm_server_t *srv;
+    tcm_client_t *client; /* set after Hello */
+    uint8_t *buf;
+    size_t len;
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    bool closing;
+};
+
+static void on_close(uv_handle_t *handle)
+{
+    tcm_conn_t *conn = handle->data;
+    free(conn->buf);
+    free(conn);
+}
+
+static void conn_close(tcm_conn_t *conn)
+{
+    if (conn->closing)
+        return;
+    conn->closing = true;
+    if (conn->client) {
+        tcm__log(TCM_LOG_DEBUG, "client %u (pid %d): control connection closed", conn->client->id,
+                 (int)conn->client->pid);
+        conn->client->conn = NULL;
+        atomic_store_explicit(&conn->client->state, TCM_CL_DEAD, memory_order_release);
+        tcm__heap_kick(conn->srv);
+        conn->client = NULL;
+    }
+    uv_close((uv_handle_t *)&conn->pipe, on_close);
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    free(req->data);
+    free(req);
+    (void)status;
+}
+
+static void send_response(tcm_conn_t *conn, const Tcm__Response *resp)
+{
+    size_t len;
+    uint8_t *buf = tcm__frame_pack(&resp->base, &len);
+    uv_write_t *req = malloc(sizeof *req);
+    if (!buf || !req) {
+        free(buf);
+        free(req);
+        conn_close(conn);
+        return;
+    }
+    req->data = buf;
+    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
+    if (uv_write(req, (uv_stream_t *)&conn->pipe, &b, 1, on_write) != 0) {
+        free(buf);
+        free(req);
+        conn_close(conn);
+    }
+}
+
+static void send_error(tcm_conn_t *conn, uint32_t code, const char *msg)
+{
+    Tcm__Response resp = TCM__RESPONSE__INIT;
+    Tcm__Error err = TCM__ERROR__INIT;
+    err.code = code;
+    err.message = (char *)msg;
+    resp.body_case = TCM__RESPONSE__BODY_ERROR;
+    resp.error = &err;
+    send_response(conn, &resp);
+}
+
+static void handle_hello(tcm_conn_t *conn, const Tcm__Hello *hello)
+{
+    tcm_server_t *srv = conn->srv;
+    if (conn->client) {
+        send_error(conn, EALREADY, "already attached on this connection");
+        return;
+    }
+    if (hello->version != TCM_PROTO_VERSION) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "protocol version %u not supported (daemon speaks %u)",
+                 hello->version, TCM_PROTO_VERSION);
+        send_error(conn, EPROTONOSUPPORT, msg);
+        return;
+    }
+    tcm_client_t *c;
+    int err = tcm__client_create(srv, conn->pid, conn->uid, &c);
+    if (err) {
+        send_error(conn, (uint32_t)-err, err == -EMFILE ? "too many clients" : strerror(-err));
+        return;
+    }
+    c->conn = conn;
+    conn->client = c;
+
+    Tcm__Welcome w = TCM__WELCOME__INIT;
+    uint32_t sizes[TCM_NCLASSES];
+    for (unsigned i = 0; i < TCM_NCLASSES; i++)
+        sizes[i] = srv->h.classes[i].size;
+    w.version = TCM_PROTO_VERSION;
+    w.client_id = c->id;
+    w.heap_name = srv->heap_name;
+    w.meta_name = srv->meta_name;
+    w.channel_name = c->chan_name;
+    w.base_address = srv->base;
+    w.heap_size = srv->heap_size;
+    w.page_shift = TCM_PAGE_SHIFT;
+    w.n_class_size = TCM_NCLASSES;
+    w.class_size = sizes;
+    w.max_threads = srv->max_threads;
+    w.daemon_pid = (uint32_t)getpid();
+    Tcm__Response resp = TCM__RESPONSE__INIT;
+    resp.body_case = TCM__RESPONSE__BODY_WELCOME;
+    resp.welcome = &w;
+    send_response(conn, &resp);
+    tcm__log(TCM_LOG_INFO, "client %u attached: pid %d uid %u", c->id, (int)c->pid, (unsigned)c->uid);
+}
+
+static void handle_ping(tcm_conn_t *conn, const Tcm__Ping *ping)
+{
+    Tcm__Pong pong = TCM__PONG__INIT;
+    pong.nonce = ping->nonce;
+    pong.version = TCM_PROTO_VERSION;
+    pong.daemon_pid = (uint32_t)getpid();
+    pong.uptime_ms = (tcm__now_ns() - conn->srv->start_ns) / 1000000;
+    pong.daemon_version = TCM_VERSION_STRING;
+    Tcm__Response resp = TCM__RESPONSE__INIT;
+    resp.body_case = TCM__RESPONSE__BODY_PONG;
+    resp.pong = &pong;
+    send_response(conn, &resp);
+}
+
+static const char *const stat_names[] = {
+#define TCM_STAT_NAME(name, doc) #name,
+    TCM_HEAP_STATS(TCM_STAT_NAME)
+#undef TCM_STAT_NAME
+};
+static const char *const stat_docs[] = {
+#define TCM_STAT_DOC(name, doc) doc,
+    TCM_HEAP_STATS(TCM_STAT_DOC)
+#undef TCM_STAT_DOC
+};
+#define NSTATS (sizeof stat_names / sizeof stat_names[0])
+
+static void handle_stats(tcm_conn_t *conn)
+{
+    tcm_server_t *srv = conn->srv;
+    int64_t backed = tcm__backed_bytes(srv->heap_fd);
+    atomic_store(&srv->meta->stats.bytes_committed, backed > 0 ? (uint64_t)backed : 0);
+    atomic_store(&srv->meta->stats.bytes_limit, atomic_load(&srv->meta->config.heap_limit));
+    const _Atomic uint64_t *vals = (const _Atomic uint64_t *)&srv->meta->stats;
+    Tcm__Stat st[NSTATS], *stp[NSTATS];
+    for (size_t i = 0; i < NSTATS; i++) {
+        tcm__stat__init(&st[i]);
+        st[i].name = (char *)stat_names[i];
+        st[i].help = (char *)stat_docs[i];
+        st[i].value = atomic_load_explicit(&vals[i], memory_order_relaxed);
+        stp[i] = &st[i];
+    }
+    Tcm__Stats stats = TCM__STATS__INIT;
+    stats.n_stat = NSTATS;
+    stats.stat = stp;
+    Tcm__Response resp = TCM__RESPONSE__INIT;
+    resp.body_case = TCM__RESPONSE__BODY_STATS;
+    resp.stats = &stats;
+    send_response(conn, &resp);
+}
+
+/* What a client's caches hold, read from its channel: client-writable, so
+ * every count is clamped; the figure is for display only. */
+static void channel_usage(const tcm_server_t *srv, const tcm_client_t *c, uint32_t *threads,
+                          uint64_t *cached)
+{
+    const tcm_chan_layout_t *l = &c->lay;
+    const tcm_class_info_t *ci = srv->h.classes;
+    const tcm_chan_hdr_t *hdr = (const tcm_chan_hdr_t *)c->chan;
+    *threads = 0;
+    *cached = 0;
+    for (uint32_t t = 0; t < l->max_threads; t++) {
+        const tcm_tcache_t *tc = (const tcm_tcache_t *)(c->chan + l->off_tcaches + (uint64_t)t * l->tcache_stride);
+        if (tc->in_use)
+            (*threads)++;
+        for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+            uint32_t n = tc->bins[cls].count;
+            *cached += (uint64_t)(n < ci[cls].tcache_cap ? n : ci[cls].tcache_cap) * ci[cls].size;
+        }
+    }
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+        uint32_t n = hdr->xfer[cls].count;
+        *cached += (uint64_t)(n < ci[cls].xfer_cap ? n : ci[cls].xfer_cap) * ci[cls].size;
+    }
+}
+
+static void handle_clients(tcm_conn_t *conn)
+{
+    tcm_server_t *srv = conn->srv;
+    Tcm__ClientInfo *infos = calloc(TCM_MAX_CLIENTS, sizeof *infos);
+    Tcm__ClientInfo **ptrs = calloc(TCM_MAX_CLIENTS, sizeof *ptrs);
+    if (!infos || !ptrs) {
+        free(infos);
+        free(ptrs);
+        send_error(conn, ENOMEM, "out of memory");
+        return;
+    }
+    size_t n = 0;
+    uint32_t hw = atomic_load(&srv->clients_hw);
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        if (!c || atomic_load(&c->state) != TCM_CL_ACTIVE)
+            continue;
+        Tcm__ClientInfo *ci = &infos[n];
+        tcm__client_info__init(ci);
+        uint64_t out = atomic_load(&c->bytes_out), in = atomic_load(&c->bytes_in);
+        ci->client_id = c->id;
+        ci->pid = (uint32_t)c->pid;
+        ci->uid = (uint32_t)c->uid;
+        ci->bytes_held = out > in ? out - in : 0;
+        channel_usage(srv, c, &ci->threads, &ci->bytes_cached);
+        ci->requests = atomic_load(&c->requests);
+        ci->errors = atomic_load(&c->errors);
+        ci->attached_unix = c->attached_unix;
+        ptrs[n++] = ci;
+    }
+    Tcm__Clients clients = TCM__CLIENTS__INIT;
+    clients.n_client = n;
+    clients.client = ptrs;
+    Tcm__Response resp = TCM__RESPONSE__INIT;
+    resp.body_case = TCM__RESPONSE__BODY_CLIENTS;
+    resp.clients = &clients;
+    send_response(conn, &resp);
+    free(infos);
+    free(ptrs);
+}
+
+static void handle_frame(tcm_conn_t *conn, const uint8_t *data, size_t len)
+{
+    Tcm__Request *req = tcm__request__unpack(NULL, len, data);
+    if (!req) {
+        tcm__log_limited(TCM_LOG_WARN, "control: malformed request from pid %d (%zu bytes)",
+                         (int)conn->pid, len);
+        send_error(conn, EBADMSG, "malformed request");
+        return;
+    }
+    switch (req->body_case) {
+    case TCM__REQUEST__BODY_HELLO:
+        handle_hello(conn, req->hello);
+        break;
+    case TCM__REQUEST__BODY_PING:
+        handle_ping(conn, req->ping);
+        break;
+    case TCM__REQUEST__BODY_STATS:
+        handle_stats(conn);
+        break;
+    case TCM__REQUEST__BODY_CLIENTS:
+        handle_clients(conn);
+        break;
+    default:
+        send_error(conn, EOPNOTSUPP, "unknown request");
+        break;
+    }
+    tcm__request__free_unpacked(req, NULL);
+}
+
+static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
+{
+    tcm_conn_t *conn = handle->data;
+    size_t cap = TCM_FRAME_MAX + 4;
+    (void)suggested;
+    if (!conn->buf)
+        conn->buf = malloc(cap);
+    if (!conn->buf || conn->len >= cap) {
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
+    *buf = uv_buf_init((char *)conn->buf + conn->len, (unsigned)(cap - conn->len));
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    tcm_conn_t *conn = stream->data;
+    (void)buf;
+    if (nread < 0) {
+        conn_close(conn);
+        return;
+    }
+    conn->len += (size_t)nread;
+    size_t pos = 0;
+    while (!conn->closing && conn->len - pos >= 4) {
+        uint32_t n = tcm__frame_len(conn->buf + pos);
+        if (n > TCM_FRAME_MAX) {
+            tcm__log_limited(TCM_LOG_WARN, "control: frame of %u bytes from pid %d refused", n,
+                             (int)conn->pid);
+            send_error(conn, EMSGSIZE, "frame too large");
+            conn_close(conn);
+            return;
+        }
+        if (conn->len - pos - 4 < n)
+            break;
+        handle_frame(conn, conn->buf + pos + 4, n);
+        pos += 4 + (size_t)n;
+    }
+    if (pos) {
+        memmove(conn->buf, conn->buf + pos, conn->len - pos);
+        conn->len -= pos;
+    }
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    tcm_server_t *srv = server->data;
+    if (status < 0) {
+        tcm__log(TCM_LOG_WARN, "accept failed: %s", uv_strerror(status));
+        return;
+    }
+    tcm_conn_t *conn = calloc(1, sizeof *conn);
+    if (!conn)
+        return;
+    conn->srv = srv;
+    uv_pipe_init(srv->loop, &conn->pipe, 0);
+    conn->pipe.data = conn;
+    if (uv_accept(server, (uv_stream_t *)&conn->pipe) != 0) {
+        uv_close((uv_handle_t *)&conn->pipe, on_close);
+        return;
+    }
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&conn->pipe, &fd) != 0 ||
+        tcm__peer_cred(fd, &conn->pid, &conn->uid, &conn->gid) != 0) {
+        uv_close((uv_handle_t *)&conn->pipe, on_close);
+        return;
+    }
+    if (conn->uid != geteuid() && conn->uid != 0) {
+        tcm__log_limited(TCM_LOG_WARN, "control: refused pid %d uid %u (daemon runs as uid %u)",
+                         (int)conn->pid, (unsigned)conn->uid, (unsigned)geteuid());
+        send_error(conn, EACCES, "permission denied: tcmd serves its own user only");
+        conn_close(conn);
+        return;
+    }
+    uv_read_start((uv_stream_t *)&conn->pipe, on_alloc, on_read);
+}
+
+static void on_reaped(uv_async_t *async)
+{
+    tcm_server_t *srv = async->data;
+    pthread_mutex_lock(&srv->reaped_lock);
+    tcm_client_t *list = srv->reaped;
+    srv->reaped = NULL;
+    pthread_mutex_unlock(&srv->reaped_lock);
+    while (list) {
+        tcm_client_t *next = list->next_reaped;
+        tcm__client_destroy(srv, list);
+        list = next;
+    }
+}
+
+int tcm__control_start(tcm_server_t *srv)
+{
+    int err;
+    uv_async_init(srv->loop, &srv->reaped_async, on_reaped);
+    srv->reaped_async.data = srv;
+    uv_pipe_init(srv->loop, &srv->listener, 0);
+    srv->listener.data = srv;
+    mode_t old = umask(0077); /* the socket is owner-only */
+    err = uv_pipe_bind(&srv->listener, srv->socket_path);
+    umask(old);
+    if (err) {
+        tcm__log(TCM_LOG_ERROR, "bind(%s) failed: %s", srv->socket_path, uv_strerror(err));
+        return err;
+    }
+    err = uv_listen((uv_stream_t *)&srv->listener, 128, on_connection);
+    if (err) {
+        tcm__log(TCM_LOG_ERROR, "listen(%s) failed: %s", srv->socket_path, uv_strerror(err));
+        return err;
+    }
+    return 0;
+}
+
+static void close_walk(uv_handle_t *handle, void *arg)
+{
+    tcm_server_t *srv = arg;
+    if (uv_is_closing(handle))
+        return;
+    if (handle->type == UV_NAMED_PIPE && handle != (uv_handle_t *)&srv->listener) {
+        tcm_conn_t *conn = handle->data;
+        conn->client = NULL; /* the daemon is going away; nothing to reclaim */
+        conn_close(conn);
+        return;
+    }
+    uv_close(handle, NULL);
+}
+
+void tcm__control_close(tcm_server_t *srv)
+{
+    uv_walk(srv->loop, close_walk, srv);
+    uv_run(srv->loop, UV_RUN_DEFAULT);
+    on_reaped(&srv->reaped_async);
+    unlink(srv->socket_path);
+}

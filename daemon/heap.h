@@ -1,0 +1,63 @@
+/* heap.h — the daemon's heap state: page heap, central lists, page map.
+ * Everything here is owned by the heap thread; functions ending in _ht must
+ * only be called from it (or before it starts). */
+#ifndef TCM_DAEMON_HEAP_H
+#define TCM_DAEMON_HEAP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tcm_layout.h"
+
+#define TCM_PH_NLISTS 128u /* exact free lists for 1..128 pages; list 0: longer runs */
+
+typedef struct tcm_heap {
+    tcm_meta_hdr_t *meta;          /* read-write mapping */
+    tcm_class_info_t *classes;     /* in meta */
+    uint8_t *page_class;           /* in meta */
+    uint32_t *page_span;           /* in meta */
+    tcm_span_t *spans;             /* in meta, [npages + 1] */
+    uint64_t *objmap;              /* in meta */
+    tcm_root_t *roots;             /* in meta */
+    int heap_fd;
+    uint64_t heap_size;
+    uint32_t npages;
+    uint32_t top;                  /* pages [top, limit) were never handed out */
+    uint32_t unused_spans;         /* chain of free span records through .next */
+    uint32_t next_span_record;     /* records [next_span_record, npages] never used */
+    uint32_t free_lists[TCM_PH_NLISTS + 1];
+    uint64_t nonempty[(TCM_PH_NLISTS + 64) / 64 + 1]; /* bit i: free_lists[i] non-empty */
+    uint64_t free_pages;           /* pages in FREE spans */
+    uint64_t free_committed_pages; /* of those, known to be backed */
+} tcm_heap_t;
+
+/* spans */
+uint32_t tcm__span_new_ht(tcm_heap_t *h);
+void tcm__span_delete_ht(tcm_heap_t *h, uint32_t s);
+void tcm__span_list_push(tcm_heap_t *h, uint32_t *head, uint32_t s);
+void tcm__span_list_remove(tcm_heap_t *h, uint32_t *head, uint32_t s);
+
+/* page heap (pageheap.c) */
+void tcm__ph_init(tcm_heap_t *h);
+int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *out);
+void tcm__ph_map_ht(tcm_heap_t *h, uint32_t s, uint8_t page_class);
+void tcm__ph_free_ht(tcm_heap_t *h, uint32_t s);
+uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes);
+bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen);
+
+/* central lists (central.c) */
+uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint64_t *out,
+                                int *status);
+int tcm__central_return_ht(tcm_heap_t *h, unsigned cls, uint64_t off);
+uint64_t tcm__central_drop_empty_ht(tcm_heap_t *h);
+int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, uint32_t owner,
+                        uint64_t *off);
+int tcm__large_free_ht(tcm_heap_t *h, uint64_t off, uint64_t *bytes);
+int tcm__object_class(const tcm_heap_t *h, uint64_t off, unsigned *cls); /* validation only */
+
+static inline uint64_t tcm__page_off(uint32_t page)
+{
+    return (uint64_t)page << TCM_PAGE_SHIFT;
+}
+
+#endif

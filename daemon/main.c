@@ -1,0 +1,342 @@
+/* main.c — tcmd: arguments and config file, then segments, the heap thread
+ * and the control loop; clean shutdown on SIGTERM/SIGINT. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "log.h"
+#include "prim.h"
+#include "server.h"
+#include "util.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tcmd [options]\n"
+            "  --socket PATH     control socket (default $TCM_SOCKET, else\n"
+            "                    $XDG_RUNTIME_DIR/tcm/tcmd.sock, else /tmp/tcm-UID/tcmd.sock)\n"
+            "  --name NAME       shared-memory name (default derived from the socket path)\n"
+            "  --heap-size SIZE  heap reservation, e.g. 1G (default 1G; sparse)\n"
+            "  --base ADDR       heap address in every process (default 0x%llx)\n"
+            "  --max-threads N   thread caches per client process (default 256)\n"
+            "  --config FILE     key = value settings (heap_size, base, max_threads,\n"
+            "                    spin_us, log_level)\n"
+            "  --log FILE        log file (default: stderr in the foreground,\n"
+            "                    SOCKET.log otherwise)\n"
+            "  --log-level L     error, warn, info or debug (default info)\n"
+            "  --spin-us N       heap thread polls this long before sleeping (default 50)\n"
+            "  --foreground      do not detach\n"
+            "  --help\n",
+            (unsigned long long)TCM_DEFAULT_BASE);
+}
+
+static int parse_level(const char *s)
+{
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* One setting from the command line or the config file. */
+static int apply_setting(tcm_server_t *srv, const char *key, const char *val, int *level)
+{
+    uint64_t v;
+    char *end;
+    if (strcmp(key, "heap_size") == 0 || strcmp(key, "heap-size") == 0) {
+        if (tcm__parse_size(val, &v) || v < (4u << 20) || v > (64ull << 40))
+            return -EINVAL;
+        srv->heap_size = v;
+    } else if (strcmp(key, "base") == 0) {
+        errno = 0;
+        v = strtoull(val, &end, 0);
+        if (errno || *end || !v || (v & ((1u << 21) - 1)))
+            return -EINVAL;
+        srv->base = v;
+    } else if (strcmp(key, "max_threads") == 0 || strcmp(key, "max-threads") == 0) {
+        v = strtoull(val, &end, 10);
+        if (*end || v < 1 || v > 4096)
+            return -EINVAL;
+        srv->max_threads = (uint32_t)v;
+    } else if (strcmp(key, "spin_us") == 0 || strcmp(key, "spin-us") == 0) {
+        v = strtoull(val, &end, 10);
+        if (*end || v > 1000000)
+            return -EINVAL;
+        srv->spin_ns = v * 1000;
+    } else if (strcmp(key, "log_level") == 0 || strcmp(key, "log-level") == 0) {
+        if ((*level = parse_level(val)) < 0)
+            return -EINVAL;
+    } else {
+        return -ENOENT;
+    }
+    return 0;
+}
+
+static int load_config(tcm_server_t *srv, const char *path, int *level)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        fprintf(stderr, "tcmd: cannot open config %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    char line[512];
+    int lineno = 0, bad = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *p = line + strspn(line, " \t");
+        if (*p == '#' || *p == '\n' || !*p)
+            continue;
+        char *eq = strchr(p, '=');
+        if (!eq) {
+            fprintf(stderr, "tcmd: %s:%d: expected key = value\n", path, lineno);
+            bad = 1;
+            continue;
+        }
+        char *k_end = eq;
+        while (k_end > p && (k_end[-1] == ' ' || k_end[-1] == '\t'))
+            k_end--;
+        *k_end = 0;
+        char *val = eq + 1 + strspn(eq + 1, " \t");
+        val[strcspn(val, " \t\r\n#")] = 0;
+        int err = apply_setting(srv, p, val, level);
+        if (err) {
+            fprintf(stderr, "tcmd: %s:%d: %s '%s'\n", path, lineno,
+                    err == -ENOENT ? "unknown key" : "bad value for", err == -ENOENT ? p : val);
+            bad = 1;
+        }
+    }
+    fclose(f);
+    return bad ? -1 : 0;
+}
+
+/* mkdir -p of the socket's directory, owner-only. */
+static int make_socket_dir(const char *path)
+{
+    char dir[108];
+    snprintf(dir, sizeof dir, "%.107s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return 0;
+    *slash = 0;
+    for (char *p = dir + 1; *p; p++) {
+        if (*p == '/') {
+            *p = 0;
+            mkdir(dir, 0700);
+            *p = '/';
+        }
+    }
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+static uint32_t fnv1a(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+static tcm_server_t srv_storage;
+
+static void on_signal(uv_signal_t *sig, int signum)
+{
+    tcm__log(TCM_LOG_INFO, "%s received: shutting down", strsignal(signum));
+    uv_stop(sig->loop);
+}
+
+static int run(tcm_server_t *srv, int ready_fd)
+{
+    int rc = 1;
+    srv->loop = uv_default_loop();
+    srv->start_ns = tcm__now_ns();
+    if (tcm__segments_create(srv) != 0)
+        goto out;
+    if (tcm__heap_thread_start(srv) != 0)
+        goto out_segments;
+    if (tcm__control_start(srv) != 0)
+        goto out_thread;
+    uv_signal_init(srv->loop, &srv->sigterm);
+    uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
+    uv_signal_init(srv->loop, &srv->sigint);
+    uv_signal_start(&srv->sigint, on_signal, SIGINT);
+    signal(SIGPIPE, SIG_IGN);
+    tcm__log(TCM_LOG_INFO, "tcmd %s ready: socket %s, heap %s %llu bytes at 0x%llx", TCM_VERSION_STRING,
+             srv->socket_path, srv->heap_name, (unsigned long long)srv->heap_size,
+             (unsigned long long)srv->base);
+    if (ready_fd >= 0) {
+        (void)!write(ready_fd, "k", 1);
+        close(ready_fd);
+        ready_fd = -1;
+    }
+    uv_run(srv->loop, UV_RUN_DEFAULT);
+    rc = 0;
+out_thread:
+    tcm__heap_thread_stop(srv);
+    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        if (c) {
+            if (c->conn)
+                c->conn = NULL;
+            tcm__client_destroy(srv, c);
+            atomic_store(&srv->clients[i], NULL);
+        }
+    }
+    tcm__control_close(srv);
+out_segments:
+    tcm__segments_destroy(srv);
+out:
+    if (ready_fd >= 0)
+        close(ready_fd);
+    uv_loop_close(srv->loop);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    tcm_server_t *srv = &srv_storage;
+    srv->heap_size = TCM_DEFAULT_HEAP;
+    srv->base = TCM_DEFAULT_BASE;
+    srv->max_threads = 256;
+    srv->spin_ns = 50000;
+    srv->lock_fd = srv->heap_fd = srv->meta_fd = -1;
+    int level = TCM_LOG_INFO;
+    const char *config = NULL;
+
+    enum { O_SOCKET = 256, O_NAME, O_HEAP, O_BASE, O_THREADS, O_CONFIG, O_LOG, O_LEVEL, O_SPIN, O_FG };
+    static const struct option opts[] = {
+        {"socket", required_argument, 0, O_SOCKET},  {"name", required_argument, 0, O_NAME},
+        {"heap-size", required_argument, 0, O_HEAP}, {"base", required_argument, 0, O_BASE},
+        {"max-threads", required_argument, 0, O_THREADS},
+        {"config", required_argument, 0, O_CONFIG},  {"log", required_argument, 0, O_LOG},
+        {"log-level", required_argument, 0, O_LEVEL}, {"spin-us", required_argument, 0, O_SPIN},
+        {"foreground", no_argument, 0, O_FG},       {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    /* the config file first, so command-line options override it */
+    for (int i = 1; i < argc - 1; i++)
+        if (strcmp(argv[i], "--config") == 0)
+            config = argv[i + 1];
+    if (config && load_config(srv, config, &level) != 0)
+        return 2;
+
+    int opt;
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        const char *key = NULL;
+        switch (opt) {
+        case O_SOCKET:
+            if (strlen(optarg) >= sizeof srv->socket_path) {
+                fprintf(stderr, "tcmd: socket path too long\n");
+                return 2;
+            }
+            snprintf(srv->socket_path, sizeof srv->socket_path, "%s", optarg);
+            break;
+        case O_NAME:
+            if (!*optarg || strlen(optarg) >= 48 || strchr(optarg, '/')) {
+                fprintf(stderr, "tcmd: --name must be 1-47 characters without '/'\n");
+                return 2;
+            }
+            snprintf(srv->name, sizeof srv->name, "%s", optarg);
+            break;
+        case O_HEAP: key = "heap_size"; break;
+        case O_BASE: key = "base"; break;
+        case O_THREADS: key = "max_threads"; break;
+        case O_LEVEL: key = "log_level"; break;
+        case O_SPIN: key = "spin_us"; break;
+        case O_CONFIG: break;
+        case O_LOG: snprintf(srv->log_path, sizeof srv->log_path, "%.255s", optarg); break;
+        case O_FG: srv->foreground = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (key && apply_setting(srv, key, optarg, &level) != 0) {
+            fprintf(stderr, "tcmd: bad value for --%s: '%s'\n", opts[opt - O_SOCKET].name, optarg);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "tcmd: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (srv->heap_size % TCM_PAGE_SIZE) {
+        fprintf(stderr, "tcmd: heap size must be a multiple of %u\n", TCM_PAGE_SIZE);
+        return 2;
+    }
+    if (!srv->socket_path[0])
+        tcm__default_socket(srv->socket_path, sizeof srv->socket_path);
+    if (!srv->name[0])
+        snprintf(srv->name, sizeof srv->name, "u%u-%08x", (unsigned)getuid(), fnv1a(srv->socket_path));
+
+    int err = make_socket_dir(srv->socket_path);
+    if (err) {
+        fprintf(stderr, "tcmd: cannot create the directory of %s: %s\n", srv->socket_path, strerror(-err));
+        return 1;
+    }
+    int fd = tcm__connect(srv->socket_path);
+    if (fd >= 0) {
+        close(fd);
+        fprintf(stderr, "tcmd: a daemon is already running on %s\n", srv->socket_path);
+        return 1;
+    }
+    unlink(srv->socket_path); /* stale socket of a dead daemon */
+
+    FILE *log = stderr;
+    if (!srv->foreground && !srv->log_path[0])
+        snprintf(srv->log_path, sizeof srv->log_path, "%.200s.log", srv->socket_path);
+    if (srv->log_path[0]) {
+        log = fopen(srv->log_path, "ae");
+        if (!log) {
+            fprintf(stderr, "tcmd: cannot open log %s: %s\n", srv->log_path, strerror(errno));
+            return 1;
+        }
+    }
+    tcm__log_open(log, level);
+
+    if (srv->foreground)
+        return run(srv, -1);
+
+    /* Detach, but report failure to start: the parent exits only once the
+     * child listens (status 0) or has given up (status 1). */
+    int pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC) != 0) {
+        perror("tcmd: pipe");
+        return 1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("tcmd: fork");
+        return 1;
+    }
+    if (pid > 0) {
+        close(pipefd[1]);
+        char c;
+        ssize_t n = read(pipefd[0], &c, 1);
+        if (n == 1) {
+            printf("tcmd: started (pid %d), socket %s\n", (int)pid, srv->socket_path);
+            return 0;
+        }
+        fprintf(stderr, "tcmd: failed to start; see %s\n", srv->log_path);
+        return 1;
+    }
+    close(pipefd[0]);
+    setsid();
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(fileno(log), 2);
+        close(null);
+    }
+    return run(srv, pipefd[1]);
+}

@@ -1,0 +1,346 @@
+/* pageheap.c — the page heap: free runs of pages, split on allocation,
+ * coalesced with free neighbours on release, committed (fallocate) before
+ * they are handed out and punched out of tmpfs when the free cache exceeds
+ * its cap. Heap thread only. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "heap.h"
+#include "log.h"
+#include "prim.h"
+
+#define STAT_ADD(h, f, v) atomic_fetch_add_explicit(&(h)->meta->stats.f, (v), memory_order_relaxed)
+#define STAT_SET(h, f, v) atomic_store_explicit(&(h)->meta->stats.f, (v), memory_order_relaxed)
+
+uint32_t tcm__span_new_ht(tcm_heap_t *h)
+{
+    uint32_t s = h->unused_spans;
+    if (s) {
+        h->unused_spans = h->spans[s].next;
+    } else {
+        /* a heap of n pages never has more than n spans */
+        s = h->next_span_record++;
+    }
+    memset(&h->spans[s], 0, sizeof h->spans[s]);
+    return s;
+}
+
+void tcm__span_delete_ht(tcm_heap_t *h, uint32_t s)
+{
+    memset(&h->spans[s], 0, sizeof h->spans[s]);
+    h->spans[s].next = h->unused_spans;
+    h->unused_spans = s;
+}
+
+void tcm__span_list_push(tcm_heap_t *h, uint32_t *head, uint32_t s)
+{
+    tcm_span_t *sp = &h->spans[s];
+    sp->prev = 0;
+    sp->next = *head;
+    if (*head)
+        h->spans[*head].prev = s;
+    *head = s;
+    sp->on_list = 1;
+}
+
+void tcm__span_list_remove(tcm_heap_t *h, uint32_t *head, uint32_t s)
+{
+    tcm_span_t *sp = &h->spans[s];
+    if (sp->prev)
+        h->spans[sp->prev].next = sp->next;
+    else
+        *head = sp->next;
+    if (sp->next)
+        h->spans[sp->next].prev = sp->prev;
+    sp->prev = sp->next = 0;
+    sp->on_list = 0;
+}
+
+static unsigned list_index(uint32_t npages)
+{
+    return npages <= TCM_PH_NLISTS ? npages : 0;
+}
+
+static void free_insert(tcm_heap_t *h, uint32_t s)
+{
+    tcm_span_t *sp = &h->spans[s];
+    unsigned li = list_index(sp->npages);
+    sp->state = TCM_SPAN_FREE;
+    sp->cls = 0;
+    h->page_span[sp->first] = s;
+    h->page_span[sp->first + sp->npages - 1] = s;
+    tcm__span_list_push(h, &h->free_lists[li], s);
+    h->nonempty[li / 64] |= 1ull << (li % 64);
+    h->free_pages += sp->npages;
+    if (sp->committed)
+        h->free_committed_pages += sp->npages;
+}
+
+static void free_remove(tcm_heap_t *h, uint32_t s)
+{
+    tcm_span_t *sp = &h->spans[s];
+    unsigned li = list_index(sp->npages);
+    tcm__span_list_remove(h, &h->free_lists[li], s);
+    if (!h->free_lists[li])
+        h->nonempty[li / 64] &= ~(1ull << (li % 64));
+    h->free_pages -= sp->npages;
+    if (sp->committed)
+        h->free_committed_pages -= sp->npages;
+}
+
+static void publish_free_stats(tcm_heap_t *h)
+{
+    STAT_SET(h, bytes_pageheap_free, h->free_pages * TCM_PAGE_SIZE);
+}
+
+void tcm__ph_init(tcm_heap_t *h)
+{
+    memset(h->free_lists, 0, sizeof h->free_lists);
+    memset(h->nonempty, 0, sizeof h->nonempty);
+    h->top = 1; /* page 0 is the doorbell page */
+    h->unused_spans = 0;
+    h->next_span_record = 1;
+    h->free_pages = h->free_committed_pages = 0;
+}
+
+/* First fit over the exact lists, then best fit over the long runs. */
+static uint32_t find_free(tcm_heap_t *h, uint32_t npages)
+{
+    if (npages <= TCM_PH_NLISTS) {
+        for (unsigned w = npages / 64; w <= TCM_PH_NLISTS / 64; w++) {
+            uint64_t bits = h->nonempty[w];
+            if (w == npages / 64)
+                bits &= ~0ull << (npages % 64);
+            if (bits)
+                return h->free_lists[w * 64 + (unsigned)__builtin_ctzll(bits)];
+        }
+    }
+    uint32_t best = 0;
+    for (uint32_t s = h->free_lists[0]; s; s = h->spans[s].next) {
+        tcm_span_t *sp = &h->spans[s];
+        if (sp->npages >= npages &&
+            (!best || sp->npages < h->spans[best].npages ||
+             (sp->npages == h->spans[best].npages && sp->first < h->spans[best].first)))
+            best = s;
+    }
+    return best;
+}
+
+/* Cut [first, first + n) off span s (not on any list); the rest goes back
+ * to the free lists. */
+static void split_front(tcm_heap_t *h, uint32_t s, uint32_t n)
+{
+    tcm_span_t *sp = &h->spans[s];
+    if (sp->npages == n)
+        return;
+    uint32_t r = tcm__span_new_ht(h);
+    sp = &h->spans[s];
+    tcm_span_t *rp = &h->spans[r];
+    rp->first = sp->first + n;
+    rp->npages = sp->npages - n;
+    rp->committed = sp->committed;
+    sp->npages = n;
+    free_insert(h, r);
+}
+
+int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *out)
+{
+    if (npages == 0 || align_pages == 0)
+        return TCM_ST_BAD_COUNT;
+    uint64_t limit_pages = atomic_load_explicit(&h->meta->config.heap_limit, memory_order_relaxed) >> TCM_PAGE_SHIFT;
+    if (limit_pages > h->npages)
+        limit_pages = h->npages;
+    uint64_t want = (uint64_t)npages + align_pages - 1;
+    if (want > h->npages)
+        return TCM_ST_NOMEM;
+
+    uint32_t s = find_free(h, (uint32_t)want);
+    if (s && (uint64_t)h->spans[s].first + want > limit_pages)
+        s = 0; /* the limit was lowered below this free run */
+    if (s) {
+        free_remove(h, s);
+    } else {
+        if ((uint64_t)h->top + want > limit_pages)
+            return TCM_ST_NOMEM;
+        s = tcm__span_new_ht(h);
+        h->spans[s].first = h->top;
+        h->spans[s].npages = (uint32_t)want;
+        h->spans[s].committed = 0;
+        h->top += (uint32_t)want;
+        STAT_SET(h, bytes_top, (uint64_t)h->top * TCM_PAGE_SIZE);
+    }
+
+    if (align_pages > 1) {
+        uint64_t addr = h->meta->base + tcm__page_off(h->spans[s].first);
+        uint64_t align = (uint64_t)align_pages << TCM_PAGE_SHIFT;
+        uint32_t lead = (uint32_t)(((align - addr % align) % align) >> TCM_PAGE_SHIFT);
+        if (lead) {
+            /* give the leading pages back as their own free run */
+            uint32_t l = s;
+            split_front(h, l, lead); /* l keeps the lead, remainder inserted */
+            s = h->page_span[h->spans[l].first + lead];
+            free_remove(h, s);
+            free_insert(h, l);
+        }
+    }
+    split_front(h, s, npages);
+
+    tcm_span_t *sp = &h->spans[s];
+    if (!sp->committed) {
+        int err = tcm__commit(h->heap_fd, tcm__page_off(sp->first), tcm__page_off(sp->npages));
+        if (err) {
+            tcm__log(TCM_LOG_WARN, "fallocate(heap, %u pages at page %u) failed: %s",
+                     sp->npages, sp->first, strerror(-err));
+            free_insert(h, s);
+            publish_free_stats(h);
+            return TCM_ST_NOMEM;
+        }
+        sp->committed = 1;
+    }
+    publish_free_stats(h);
+    STAT_ADD(h, bytes_spans, tcm__page_off(sp->npages));
+    *out = s;
+    return TCM_ST_OK;
+}
+
+/* Point every page of an allocated span at it. */
+void tcm__ph_map_ht(tcm_heap_t *h, uint32_t s, uint8_t page_class)
+{
+    tcm_span_t *sp = &h->spans[s];
+    for (uint32_t p = sp->first; p < sp->first + sp->npages; p++) {
+        h->page_span[p] = s;
+        h->page_class[p] = page_class;
+    }
+}
+
+void tcm__ph_free_ht(tcm_heap_t *h, uint32_t s)
+{
+    tcm_span_t *sp = &h->spans[s];
+    STAT_ADD(h, bytes_spans, -tcm__page_off(sp->npages));
+    for (uint32_t p = sp->first; p < sp->first + sp->npages; p++) {
+        h->page_class[p] = TCM_PAGE_CLASS_FREE;
+        h->page_span[p] = 0;
+    }
+    sp->committed = 1;
+
+    if (sp->first > 1) {
+        uint32_t l = h->page_span[sp->first - 1];
+        if (l && h->spans[l].state == TCM_SPAN_FREE &&
+            h->spans[l].first + h->spans[l].npages == sp->first) {
+            free_remove(h, l);
+            h->page_span[h->spans[l].first + h->spans[l].npages - 1] = 0;
+            sp->first = h->spans[l].first;
+            sp->npages += h->spans[l].npages;
+            sp->committed &= h->spans[l].committed;
+            tcm__span_delete_ht(h, l);
+        }
+    }
+    uint32_t end = sp->first + sp->npages;
+    if (end < h->top) {
+        uint32_t r = h->page_span[end];
+        if (r && h->spans[r].state == TCM_SPAN_FREE && h->spans[r].first == end) {
+            free_remove(h, r);
+            h->page_span[end] = 0;
+            sp->npages += h->spans[r].npages;
+            sp->committed &= h->spans[r].committed;
+            tcm__span_delete_ht(h, r);
+        }
+    }
+    free_insert(h, s);
+
+    uint64_t cap = atomic_load_explicit(&h->meta->config.page_cache_cap, memory_order_relaxed);
+    if (h->free_committed_pages * TCM_PAGE_SIZE > cap)
+        tcm__ph_release_ht(h, cap);
+    publish_free_stats(h);
+}
+
+static uint64_t release_span(tcm_heap_t *h, uint32_t s)
+{
+    tcm_span_t *sp = &h->spans[s];
+    int err = tcm__release(h->heap_fd, tcm__page_off(sp->first), tcm__page_off(sp->npages));
+    if (err) {
+        tcm__log(TCM_LOG_WARN, "fallocate(PUNCH_HOLE, page %u, %u pages) failed: %s", sp->first,
+                 sp->npages, strerror(-err));
+        return 0;
+    }
+    uint64_t bytes = sp->committed ? tcm__page_off(sp->npages) : 0;
+    if (sp->committed)
+        h->free_committed_pages -= sp->npages;
+    sp->committed = 0;
+    return bytes;
+}
+
+/* Punch free runs, longest lists first, until at most keep_bytes of free
+ * committed pages remain. keep_bytes == 0 also punches runs whose backing is
+ * unknown (merged from committed and released parts). */
+uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes)
+{
+    uint64_t released = 0;
+    for (unsigned i = 0; i <= TCM_PH_NLISTS; i++) {
+        unsigned li = i == 0 ? 0 : TCM_PH_NLISTS + 1 - i; /* 0, 128, 127, ... 1 */
+        for (uint32_t s = h->free_lists[li]; s; s = h->spans[s].next) {
+            if (h->free_committed_pages * TCM_PAGE_SIZE <= keep_bytes && keep_bytes)
+                goto done;
+            if (h->spans[s].committed || keep_bytes == 0)
+                released += release_span(h, s);
+        }
+    }
+done:
+    if (released)
+        STAT_ADD(h, bytes_released, released);
+    return released;
+}
+
+/* Whole-structure check for tests: lists agree with states, neighbours are
+ * never both free, page map points at the right spans. */
+bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
+{
+    uint64_t pages = 0;
+    for (unsigned li = 0; li <= TCM_PH_NLISTS; li++) {
+        for (uint32_t s = h->free_lists[li], prev = 0; s; prev = s, s = h->spans[s].next) {
+            tcm_span_t *sp = &h->spans[s];
+            if (sp->state != TCM_SPAN_FREE || sp->prev != prev || list_index(sp->npages) != li) {
+                snprintf(why, whylen, "free list %u: span %u state %u npages %u", li, s,
+                         sp->state, sp->npages);
+                return false;
+            }
+            if (h->page_span[sp->first] != s || h->page_span[sp->first + sp->npages - 1] != s) {
+                snprintf(why, whylen, "span %u: page map does not point at its ends", s);
+                return false;
+            }
+            pages += sp->npages;
+        }
+    }
+    if (pages != h->free_pages) {
+        snprintf(why, whylen, "free pages %llu != counted %llu", (unsigned long long)h->free_pages,
+                 (unsigned long long)pages);
+        return false;
+    }
+    /* walk the heap in address order: every page below top is in one span */
+    uint32_t p = 1, prev_state = TCM_SPAN_UNUSED;
+    while (p < h->top) {
+        uint32_t s = h->page_span[p];
+        if (!s || h->spans[s].first != p || h->spans[s].npages == 0) {
+            snprintf(why, whylen, "page %u is not the start of a span (span %u)", p, s);
+            return false;
+        }
+        tcm_span_t *sp = &h->spans[s];
+        if (sp->state == TCM_SPAN_FREE && prev_state == TCM_SPAN_FREE) {
+            snprintf(why, whylen, "free span %u at page %u follows another free span", s, p);
+            return false;
+        }
+        if (sp->state != TCM_SPAN_FREE) {
+            uint8_t want = sp->state == TCM_SPAN_LARGE ? TCM_PAGE_CLASS_LARGE : sp->cls;
+            for (uint32_t q = p; q < p + sp->npages; q++)
+                if (h->page_span[q] != s || h->page_class[q] != want) {
+                    snprintf(why, whylen, "page %u of span %u maps to %u class %u", q, s,
+                             h->page_span[q], h->page_class[q]);
+                    return false;
+                }
+        }
+        prev_state = sp->state;
+        p += sp->npages;
+    }
+    return true;
+}

@@ -1,0 +1,141 @@
+/* frame.c — framing for the control protocol. */
+#define _GNU_SOURCE
+#include "frame.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+uint8_t *tcm__frame_pack(const ProtobufCMessage *msg, size_t *len)
+{
+    size_t n = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = malloc(n + 4);
+    if (!buf)
+        return NULL;
+    buf[0] = (uint8_t)(n >> 24);
+    buf[1] = (uint8_t)(n >> 16);
+    buf[2] = (uint8_t)(n >> 8);
+    buf[3] = (uint8_t)n;
+    protobuf_c_message_pack(msg, buf + 4);
+    *len = n + 4;
+    return buf;
+}
+
+uint32_t tcm__frame_len(const uint8_t hdr[4])
+{
+    return (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int read_all(int fd, uint8_t *p, size_t n, int timeout_ms)
+{
+    while (n) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int r = poll(&pfd, 1, timeout_ms);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -errno;
+        if (r == 0)
+            return -ETIMEDOUT;
+        ssize_t got = recv(fd, p, n, 0);
+        if (got < 0) {
+            if (errno == EINTR || errno == EAGAIN)
+                continue;
+            return -errno;
+        }
+        if (got == 0)
+            return -ECONNRESET;
+        p += got;
+        n -= (size_t)got;
+    }
+    return 0;
+}
+
+int tcm__frame_send(int fd, const Tcm__Request *req)
+{
+    size_t len;
+    uint8_t *buf = tcm__frame_pack(&req->base, &len);
+    if (!buf)
+        return -ENOMEM;
+    int err = write_all(fd, buf, len);
+    free(buf);
+    return err;
+}
+
+Tcm__Response *tcm__frame_recv(int fd, int timeout_ms)
+{
+    uint8_t hdr[4];
+    int err = read_all(fd, hdr, 4, timeout_ms);
+    if (err) {
+        errno = -err;
+        return NULL;
+    }
+    uint32_t n = tcm__frame_len(hdr);
+    if (n > TCM_FRAME_MAX) {
+        errno = EPROTO;
+        return NULL;
+    }
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    err = read_all(fd, buf, n, timeout_ms);
+    Tcm__Response *resp = err ? NULL : tcm__response__unpack(NULL, n, buf);
+    free(buf);
+    if (!resp)
+        errno = err ? -err : EPROTO;
+    return resp;
+}
+
+int tcm__connect(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path)
+        return -ENAMETOOLONG;
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    return fd;
+}
+
+const char *tcm__default_socket(char *buf, size_t len)
+{
+    const char *env = getenv("TCM_SOCKET");
+    if (env && *env) {
+        snprintf(buf, len, "%s", env);
+        return buf;
+    }
+    const char *rt = getenv("XDG_RUNTIME_DIR");
+    if (rt && *rt)
+        snprintf(buf, len, "%s/tcm/tcmd.sock", rt);
+    else
+        snprintf(buf, len, "/tmp/tcm-%u/tcmd.sock", (unsigned)getuid());
+    return buf;
+}

@@ -1,0 +1,29 @@
+/* frame.h — length-prefixed protobuf frames on the control socket. The only
+ * code that packs and unpacks control messages besides protoc-c's output. */
+#ifndef TCM_FRAME_H
+#define TCM_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tcm.pb-c.h"
+
+#define TCM_PROTO_VERSION 1u
+#define TCM_FRAME_MAX (64u * 1024u)
+
+/* Pack msg behind a 4-byte big-endian length into a malloc'd buffer. */
+uint8_t *tcm__frame_pack(const ProtobufCMessage *msg, size_t *len);
+uint32_t tcm__frame_len(const uint8_t hdr[4]);
+
+/* Blocking helpers for the client library and tcmctl: send one Request and
+ * read one Response (NULL on error, errno set). timeout_ms < 0 waits forever. */
+int tcm__frame_send(int fd, const Tcm__Request *req);
+Tcm__Response *tcm__frame_recv(int fd, int timeout_ms);
+
+/* Connect to a unix socket path; fd or -errno. */
+int tcm__connect(const char *path);
+/* The default socket: $TCM_SOCKET, else $XDG_RUNTIME_DIR/tcm/tcmd.sock, else
+ * /tmp/tcm-UID/tcmd.sock. */
+const char *tcm__default_socket(char *buf, size_t len);
+
+#endif

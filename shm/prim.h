@@ -1,0 +1,56 @@
+/* prim.h — the platform layer. Every OS call tcm makes lives behind these
+ * functions (prim_linux.c), so another backend (Windows file mappings and
+ * named events) can replace one file. Errors are returned as -errno. */
+#ifndef TCM_PRIM_H
+#define TCM_PRIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Shared-memory objects. */
+int tcm__shm_create(const char *name, uint64_t size, unsigned mode); /* fd or -errno */
+int tcm__shm_open(const char *name, bool writable);                  /* fd or -errno */
+int tcm__shm_unlink(const char *name);
+int tcm__shm_chown(int fd, uid_t uid);
+void tcm__close(int fd);
+
+/* Map fd at exactly `at` (MAP_FIXED_NOREPLACE) or anywhere (at == NULL).
+ * On failure returns NULL and writes a message naming the clash to err. */
+void *tcm__map(int fd, uint64_t size, void *at, bool writable, char *err, size_t errlen);
+void tcm__unmap(void *p, uint64_t size);
+
+/* Backing store of a heap range: commit before handing pages out, so a full
+ * /dev/shm is ENOMEM rather than SIGBUS; release so tmpfs really frees. */
+int tcm__commit(int fd, uint64_t off, uint64_t len);
+int tcm__release(int fd, uint64_t off, uint64_t len);
+int64_t tcm__backed_bytes(int fd); /* allocated blocks of the object */
+
+/* Wakeups on a 32-bit word in shared memory (futex, not process-private). */
+int tcm__wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns);
+void tcm__wake(_Atomic uint32_t *word, int n);
+
+/* An exclusive lock held for the life of the process: one daemon per name. */
+int tcm__lock_name(const char *name); /* fd (keep open) or -errno */
+
+int tcm__peer_cred(int sockfd, pid_t *pid, uid_t *uid, gid_t *gid);
+bool tcm__pid_alive(pid_t pid);
+uint64_t tcm__now_ns(void);
+
+static inline void tcm__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+
+}
+
+
+
+/* Remove every shm object whose name starts with prefix (leftovers of a
+ * daemon that did not shut down cleanly). Returns how many. */
+int tcm__shm_unlink_prefix(const char *prefix);
+#endif

@@ -1,0 +1,213 @@
+/* prim_linux.c — Linux implementation of prim.h: POSIX shm, mmap with
+ * MAP_FIXED_NOREPLACE, fallocate for commit/punch, futexes, flock,
+ * SO_PEERCRED. The only file that includes OS headers for these. */
+#define _GNU_SOURCE
+#include "prim.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+int tcm__shm_create(const char *name, uint64_t size, unsigned mode)
+{
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
+    if (fd < 0)
+        return -errno;
+    if (fchmod(fd, (mode_t)mode) != 0 || ftruncate(fd, (off_t)size) != 0) {
+        int err = -errno;
+        close(fd);
+        shm_unlink(name);
+        return err;
+    }
+    return fd;
+}
+
+int tcm__shm_open(const char *name, bool writable)
+{
+    int fd = shm_open(name, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
+    return fd < 0 ? -errno : fd;
+}
+
+int tcm__shm_unlink(const char *name)
+{
+    return shm_unlink(name) == 0 ? 0 : -errno;
+}
+
+int tcm__shm_chown(int fd, uid_t uid)
+{
+    return fchown(fd, uid, (gid_t)-1) == 0 ? 0 : -errno;
+}
+
+void tcm__close(int fd)
+{
+    if (fd >= 0)
+        close(fd);
+}
+
+/* Find what already occupies [lo, hi) in this process, for the message. */
+static void describe_clash(uintptr_t lo, uintptr_t hi, char *err, size_t errlen)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    char line[512];
+    snprintf(err, errlen, "address range 0x%lx-0x%lx is already mapped in this process",
+             (unsigned long)lo, (unsigned long)hi);
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        char path[256] = "";
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %255[^\n]", &a, &b, path) < 2)
+            continue;
+        if (a < hi && b > lo) {
+            snprintf(err, errlen,
+                     "heap range 0x%lx-0x%lx clashes with existing mapping 0x%lx-0x%lx %s "
+                     "(start tcmd with another --base)",
+                     (unsigned long)lo, (unsigned long)hi, a, b, path[0] ? path : "[anon]");
+            break;
+        }
+    }
+    fclose(f);
+}
+
+void *tcm__map(int fd, uint64_t size, void *at, bool writable, char *err, size_t errlen)
+{
+    int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+    int flags = MAP_SHARED | (at ? MAP_FIXED_NOREPLACE : 0);
+    void *p = mmap(at, (size_t)size, prot, flags, fd, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        if (at && e == EEXIST)
+            describe_clash((uintptr_t)at, (uintptr_t)at + size, err, errlen);
+        else
+            snprintf(err, errlen, "mmap(%p, %llu) failed: %s", at, (unsigned long long)size,
+                     strerror(e));
+        errno = e;
+        return NULL;
+    }
+    if (at && p != at) { /* kernels before 4.17 ignore the flag */
+        munmap(p, (size_t)size);
+        describe_clash((uintptr_t)at, (uintptr_t)at + size, err, errlen);
+        errno = EEXIST;
+        return NULL;
+    }
+    return p;
+}
+
+void tcm__unmap(void *p, uint64_t size)
+{
+    if (p)
+        munmap(p, (size_t)size);
+}
+
+int tcm__commit(int fd, uint64_t off, uint64_t len)
+{
+    if (fallocate(fd, 0, (off_t)off, (off_t)len) == 0)
+        return 0;
+    return errno == ENOSPC ? -ENOMEM : -errno;
+}
+
+int tcm__release(int fd, uint64_t off, uint64_t len)
+{
+    if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len) == 0)
+        return 0;
+    return -errno;
+}
+
+int64_t tcm__backed_bytes(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return -errno;
+    return (int64_t)st.st_blocks * 512;
+}
+
+int tcm__wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns)
+{
+    struct timespec ts, *tsp = NULL;
+    if (timeout_ns >= 0) {
+        ts.tv_sec = timeout_ns / 1000000000;
+        ts.tv_nsec = timeout_ns % 1000000000;
+        tsp = &ts;
+    }
+    long r = syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, tsp, NULL, 0);
+    return r == 0 ? 0 : -errno;
+}
+
+void tcm__wake(_Atomic uint32_t *word, int n)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, n, NULL, NULL, 0);
+}
+
+int tcm__lock_name(const char *name)
+{
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno == EWOULDBLOCK ? -EBUSY : -errno;
+        close(fd);
+        return err;
+    }
+    return fd;
+}
+
+int tcm__peer_cred(int sockfd, pid_t *pid, uid_t *uid, gid_t *gid)
+{
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(sockfd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+        return -errno;
+    *pid = cred.pid;
+    *uid = cred.uid;
+    *gid = cred.gid;
+    return 0;
+}
+
+bool tcm__pid_alive(pid_t pid)
+{
+    return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+uint64_t tcm__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int tcm__shm_unlink_prefix(const char *prefix)
+{
+    /* POSIX has no way to list shm objects; on Linux they are /dev/shm files */
+    const char *p = prefix[0] == '/' ? prefix + 1 : prefix;
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, p, strlen(p)) == 0) {
+            char name[300];
+            snprintf(name, sizeof name, "/%s", e->d_name);
+            if (shm_unlink(name) == 0)
+                n++;
+        }
+    }
+    closedir(d);
+    return n;
+}
