@@ -17,10 +17,11 @@
 #define tcm_unlikely(x) __builtin_expect(!!(x), 0)
 
 /* Hot globals: written under the attach lock, read racily by the hot path
- * (relaxed loads are plain moves). heap_size is 0 until attached, which
- * sends every free to the slow path. */
+ * (relaxed loads are plain moves). heap_bytes/granules are 0 until
+ * attached, which sends every free to the slow path. */
 extern TCM_HIDDEN _Atomic uintptr_t tcm__heap_base;
 extern TCM_HIDDEN _Atomic uint64_t tcm__heap_bytes;
+extern TCM_HIDDEN _Atomic uint64_t tcm__heap_granules; /* heap_bytes >> 4 */
 extern TCM_HIDDEN const uint8_t *_Atomic tcm__page_class;
 
 /* The calling thread's cache; &tcm__empty_tcache (every bin count 0 and

@@ -17,6 +17,7 @@
 
 _Atomic uintptr_t tcm__heap_base;
 _Atomic uint64_t tcm__heap_bytes;
+_Atomic uint64_t tcm__heap_granules;
 const uint8_t *_Atomic tcm__page_class;
 tcm_proc_t tcm__proc = {
     .attach_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -41,6 +42,27 @@ void tcm__fatal(const char *fmt, ...)
 void tcm__warn_once(const char *what)
 {
     fprintf(stderr, "tcm: %s\n", what);
+}
+
+/* Tell the daemon this is a deliberate detach, then close. */
+static void say_bye(void)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    if (pr->sock < 0 || pr->pid != getpid())
+        return;
+    Tcm__Request req = TCM__REQUEST__INIT;
+    Tcm__Bye bye = TCM__BYE__INIT;
+    req.version = TCM_PROTO_VERSION;
+    req.body_case = TCM__REQUEST__BODY_BYE;
+    req.bye = &bye;
+    tcm__frame_send(pr->sock, &req);
+}
+
+static void at_exit(void)
+{
+    /* the kernel closes the socket; the daemon reclaims every cache */
+    if (atomic_load(&tcm__proc.attached))
+        say_bye();
 }
 
 static void fork_prepare(void)
@@ -85,6 +107,7 @@ static void once_init(void)
     for (unsigned c = 0; c < TCM_NCLASSES; c++)
         pthread_mutex_init(&tcm__proc.xfer_lock[c], NULL);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+    atexit(at_exit);
 }
 
 static int map_segments(const Tcm__Welcome *w, char *err, size_t errlen)
@@ -98,6 +121,7 @@ static int map_segments(const Tcm__Welcome *w, char *err, size_t errlen)
         tcm__unmap((void *)pr->meta, pr->meta_size);
         pr->heap = NULL;
         pr->meta = NULL;
+        atomic_store(&tcm__heap_granules, 0);
         atomic_store(&tcm__heap_bytes, 0);
     }
     if (!pr->heap) {
@@ -229,10 +253,12 @@ static int attach_locked(const char *socket_path)
     pr->sock = fd;
     pr->pid = getpid();
     pr->daemon_lost = false;
-    snprintf(pr->socket_path, sizeof pr->socket_path, "%s", socket_path);
+    if (socket_path != pr->socket_path)
+        snprintf(pr->socket_path, sizeof pr->socket_path, "%s", socket_path);
     atomic_store(&tcm__page_class, (const uint8_t *)pr->meta + pr->meta->off_page_class);
     atomic_store(&tcm__heap_base, (uintptr_t)pr->heap);
     atomic_store(&tcm__heap_bytes, pr->heap_size);
+    atomic_store(&tcm__heap_granules, pr->heap_size >> TCM_GRANULE_SHIFT);
     atomic_store(&pr->attached, true);
     tcm__response__free_unpacked(resp, NULL);
     return 0;
@@ -244,11 +270,13 @@ out_sock:
     return rc;
 }
 
+/* Attach on first use: to the daemon this process (or, after fork, its
+ * parent) attached to before, else to the default socket. */
 int tcm__ensure_attached(void)
 {
     if (tcm_likely(atomic_load_explicit(&tcm__proc.attached, memory_order_acquire)))
         return 0;
-    return tcm_init(NULL);
+    return tcm_init(tcm__proc.socket_path[0] ? tcm__proc.socket_path : NULL);
 }
 
 int tcm_init(const char *socket_path)
@@ -257,11 +285,11 @@ int tcm_init(const char *socket_path)
     pthread_mutex_lock(&tcm__proc.attach_lock);
     int rc = atomic_load(&tcm__proc.attached) ? 0 : attach_locked(socket_path);
     pthread_mutex_unlock(&tcm__proc.attach_lock);
-    if (rc && !socket_path && !reported) {
+    if (rc && !reported) {
         char path[108];
         reported = true;
         fprintf(stderr, "tcm: cannot attach to tcmd on %s: %s\n",
-                tcm__default_socket(path, sizeof path), strerror(-rc));
+                socket_path ? socket_path : tcm__default_socket(path, sizeof path), strerror(-rc));
     }
     return rc;
 }
@@ -275,6 +303,7 @@ void tcm_shutdown(void)
         return;
     }
     tcm__flush_all();
+    say_bye();
     pr->epoch++;
     /* closing the socket is the detach: the daemon reclaims what is left.
      * The channel stays mapped (the daemon unlinks it) so that a thread that

@@ -175,6 +175,25 @@ static void thread_flush(tcm_thread_t *thr, bool to_daemon)
     thr->capacity = 0;
 }
 
+/* The heap is at its limit: give back everything this thread and the
+ * process's transfer tier hold, so the retry can use it. */
+static void flush_for_nomem(void)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    if (tcm__tls_thread)
+        thread_flush(tcm__tls_thread, true);
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+        pthread_mutex_lock(&pr->xfer_lock[cls]);
+        tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
+        if (x->count) {
+            tcm__return_objects(cls, xfer_slots(cls), x->count);
+            atomic_fetch_sub(&pr->xfer_bytes, (uint64_t)x->count * pr->classes[cls].size);
+            x->count = 0;
+        }
+        pthread_mutex_unlock(&pr->xfer_lock[cls]);
+    }
+}
+
 static void thread_forget(void)
 {
     tcm__tls_tc = &tcm__empty_tcache;
@@ -277,26 +296,42 @@ static bool refill(tcm_thread_t *thr, unsigned cls)
     uint32_t got = take_from_xfer(cls, b->slots, want);
     if (!got)
         got = take_from_daemon(thr, cls, b->slots, want);
+    if (!got && !tcm__proc.daemon_lost) {
+        flush_for_nomem();
+        grow(thr, cls, want);
+        got = take_from_daemon(thr, cls, b->slots, want < b->max ? want : b->max);
+    }
     b->count = got;
     if (thr->refill[cls] < ci->batch)
         thr->refill[cls] = thr->refill[cls] * 2 < ci->batch ? thr->refill[cls] * 2 : ci->batch;
     return got != 0;
 }
 
-void *tcm__large_alloc(size_t size, size_t align)
+static int alloc_pages(size_t size, size_t align, uint64_t *off)
 {
-    if (tcm__ensure_attached() != 0 || size > tcm__proc.heap_size) {
-        errno = ENOMEM;
-        return NULL;
-    }
     uint32_t idx;
     tcm_slot_t *slot = tcm__slot_acquire(&idx);
     slot->op = TCM_OP_ALLOC_PAGES;
     slot->arg = (size + TCM_PAGE_SIZE - 1) >> TCM_PAGE_SHIFT;
     slot->arg2 = align > TCM_PAGE_SIZE ? align >> TCM_PAGE_SHIFT : 1;
     int st = tcm__call(slot, idx);
-    uint64_t off = slot->result;
+    *off = slot->result;
     tcm__slot_release(slot);
+    return st;
+}
+
+void *tcm__large_alloc(size_t size, size_t align)
+{
+    uint64_t off;
+    if (tcm__ensure_attached() != 0 || size > tcm__proc.heap_size) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    int st = alloc_pages(size, align, &off);
+    if (st == TCM_ST_NOMEM && !tcm__proc.daemon_lost) {
+        flush_for_nomem();
+        st = alloc_pages(size, align, &off);
+    }
     if (st != TCM_ST_OK) {
         errno = ENOMEM;
         return NULL;
@@ -370,7 +405,7 @@ void tcm__free_slow(void *p)
         return;
     }
     uint64_t rel = off - ((uint64_t)sp->first << TCM_PAGE_SHIFT);
-    if (rel % pr->classes[cls].size)
+    if (rel % pr->classes[cls].size || (off & (TCM_ALIGN - 1)))
         tcm__fatal("tcm_free(): invalid pointer %p (not the start of a block)", p);
 
     tcm_thread_t *thr = current_thread();

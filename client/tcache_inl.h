@@ -21,10 +21,14 @@ static inline void *tcm__malloc_fast(size_t size)
 
 static inline void tcm__free_fast(void *p)
 {
+    /* Rotating the offset right by 4 moves any misaligned low bits to the
+     * top, so one compare rejects both "outside the heap" and "not 16-byte
+     * aligned" (including NULL and frees before attaching). */
     uintptr_t off = (uintptr_t)p - atomic_load_explicit(&tcm__heap_base, memory_order_relaxed);
-    if (tcm_likely(off < atomic_load_explicit(&tcm__heap_bytes, memory_order_relaxed))) {
+    uintptr_t granule = off >> TCM_GRANULE_SHIFT | off << (64 - TCM_GRANULE_SHIFT);
+    if (tcm_likely(granule < atomic_load_explicit(&tcm__heap_granules, memory_order_relaxed))) {
         const uint8_t *pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed);
-        tcm_bin_t *b = &tcm__tls_tc->bins[pc[off >> TCM_PAGE_SHIFT]];
+        tcm_bin_t *b = &tcm__tls_tc->bins[pc[granule >> (TCM_PAGE_SHIFT - TCM_GRANULE_SHIFT)]];
         uint32_t n = b->count;
         if (tcm_likely(n < b->max)) {
             b->slots[n] = p;

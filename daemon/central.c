@@ -13,11 +13,21 @@ static uint64_t *span_map(tcm_heap_t *h, const tcm_span_t *sp)
     return &h->objmap[(uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE];
 }
 
+/* Page runs for a span or a large allocation; when the heap is at its limit,
+ * the empty spans kept per class go back to the page heap first. */
+static int alloc_pages(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *s)
+{
+    int st = tcm__ph_alloc_ht(h, npages, align_pages, s);
+    if (st == TCM_ST_NOMEM && tcm__central_drop_empty_ht(h))
+        st = tcm__ph_alloc_ht(h, npages, align_pages, s);
+    return st;
+}
+
 static uint32_t new_small_span(tcm_heap_t *h, unsigned cls, int *status)
 {
     const tcm_class_info_t *ci = &h->classes[cls];
     uint32_t s;
-    *status = tcm__ph_alloc_ht(h, ci->span_pages, 1, &s);
+    *status = alloc_pages(h, ci->span_pages, 1, &s);
     if (*status != TCM_ST_OK)
         return 0;
     tcm_span_t *sp = &h->spans[s];
@@ -157,7 +167,7 @@ int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, ui
         (align_pages & (align_pages - 1)))
         return npages > h->npages ? TCM_ST_NOMEM : TCM_ST_BAD_COUNT;
     uint32_t s;
-    int st = tcm__ph_alloc_ht(h, (uint32_t)npages, (uint32_t)align_pages, &s);
+    int st = alloc_pages(h, (uint32_t)npages, (uint32_t)align_pages, &s);
     if (st != TCM_ST_OK)
         return st;
     h->spans[s].state = TCM_SPAN_LARGE;
@@ -167,7 +177,7 @@ int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, ui
     return TCM_ST_OK;
 }
 
-int tcm__large_free_ht(tcm_heap_t *h, uint64_t off, uint64_t *bytes)
+int tcm__large_free_ht(tcm_heap_t *h, uint64_t off, uint64_t *bytes, uint32_t *owner)
 {
     if (off >= h->heap_size || off < TCM_PAGE_SIZE)
         return TCM_ST_BAD_OFFSET;
@@ -182,6 +192,7 @@ int tcm__large_free_ht(tcm_heap_t *h, uint64_t off, uint64_t *bytes)
     if (h->spans[s].state != TCM_SPAN_LARGE)
         return TCM_ST_NOT_OBJECT;
     *bytes = tcm__page_off(h->spans[s].npages);
+    *owner = h->spans[s].owner;
     tcm__ph_free_ht(h, s);
     return TCM_ST_OK;
 }

@@ -271,6 +271,10 @@ static void handle_frame(tcm_conn_t *conn, const uint8_t *data, size_t len)
     case TCM__REQUEST__BODY_CLIENTS:
         handle_clients(conn);
         break;
+    case TCM__REQUEST__BODY_BYE:
+        if (conn->client)
+            atomic_store(&conn->client->said_bye, true);
+        break;
     default:
         send_error(conn, EOPNOTSUPP, "unknown request");
         break;

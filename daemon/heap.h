@@ -31,6 +31,10 @@ typedef struct tcm_heap {
     uint64_t free_committed_pages; /* of those, known to be backed */
 } tcm_heap_t;
 
+/* Lay out a fresh metadata segment and point h at it (segments.c). */
+void tcm__meta_init(tcm_heap_t *h, void *meta, const tcm_meta_layout_t *ml, int heap_fd,
+                    uint64_t heap_size, uint64_t base);
+
 /* spans */
 uint32_t tcm__span_new_ht(tcm_heap_t *h);
 void tcm__span_delete_ht(tcm_heap_t *h, uint32_t s);
@@ -52,7 +56,7 @@ int tcm__central_return_ht(tcm_heap_t *h, unsigned cls, uint64_t off);
 uint64_t tcm__central_drop_empty_ht(tcm_heap_t *h);
 int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, uint32_t owner,
                         uint64_t *off);
-int tcm__large_free_ht(tcm_heap_t *h, uint64_t off, uint64_t *bytes);
+int tcm__large_free_ht(tcm_heap_t *h, uint64_t off, uint64_t *bytes, uint32_t *owner);
 int tcm__object_class(const tcm_heap_t *h, uint64_t off, unsigned *cls); /* validation only */
 
 static inline uint64_t tcm__page_off(uint32_t page)

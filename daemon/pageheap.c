@@ -104,6 +104,8 @@ void tcm__ph_init(tcm_heap_t *h)
     h->free_pages = h->free_committed_pages = 0;
 }
 
+static void insert_coalesced(tcm_heap_t *h, uint32_t s);
+
 /* First fit over the exact lists, then best fit over the long runs. */
 static uint32_t find_free(tcm_heap_t *h, uint32_t npages)
 {
@@ -141,7 +143,7 @@ static void split_front(tcm_heap_t *h, uint32_t s, uint32_t n)
     rp->npages = sp->npages - n;
     rp->committed = sp->committed;
     sp->npages = n;
-    free_insert(h, r);
+    insert_coalesced(h, r);
 }
 
 int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *out)
@@ -160,6 +162,7 @@ int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint3
         s = 0; /* the limit was lowered below this free run */
     if (s) {
         free_remove(h, s);
+        h->spans[s].state = TCM_SPAN_UNUSED; /* in transit: never merged into */
     } else {
         if ((uint64_t)h->top + want > limit_pages)
             return TCM_ST_NOMEM;
@@ -178,10 +181,11 @@ int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint3
         if (lead) {
             /* give the leading pages back as their own free run */
             uint32_t l = s;
-            split_front(h, l, lead); /* l keeps the lead, remainder inserted */
+            split_front(h, l, lead); /* l keeps the lead, the rest goes on a list */
             s = h->page_span[h->spans[l].first + lead];
             free_remove(h, s);
-            free_insert(h, l);
+            h->spans[s].state = TCM_SPAN_UNUSED;
+            insert_coalesced(h, l);
         }
     }
     split_front(h, s, npages);
@@ -192,7 +196,7 @@ int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint3
         if (err) {
             tcm__log(TCM_LOG_WARN, "fallocate(heap, %u pages at page %u) failed: %s",
                      sp->npages, sp->first, strerror(-err));
-            free_insert(h, s);
+            insert_coalesced(h, s);
             publish_free_stats(h);
             return TCM_ST_NOMEM;
         }
@@ -214,16 +218,10 @@ void tcm__ph_map_ht(tcm_heap_t *h, uint32_t s, uint8_t page_class)
     }
 }
 
-void tcm__ph_free_ht(tcm_heap_t *h, uint32_t s)
+/* Put free span s on the free lists, merged with free neighbours. */
+static void insert_coalesced(tcm_heap_t *h, uint32_t s)
 {
     tcm_span_t *sp = &h->spans[s];
-    STAT_ADD(h, bytes_spans, -tcm__page_off(sp->npages));
-    for (uint32_t p = sp->first; p < sp->first + sp->npages; p++) {
-        h->page_class[p] = TCM_PAGE_CLASS_FREE;
-        h->page_span[p] = 0;
-    }
-    sp->committed = 1;
-
     if (sp->first > 1) {
         uint32_t l = h->page_span[sp->first - 1];
         if (l && h->spans[l].state == TCM_SPAN_FREE &&
@@ -248,6 +246,18 @@ void tcm__ph_free_ht(tcm_heap_t *h, uint32_t s)
         }
     }
     free_insert(h, s);
+}
+
+void tcm__ph_free_ht(tcm_heap_t *h, uint32_t s)
+{
+    tcm_span_t *sp = &h->spans[s];
+    STAT_ADD(h, bytes_spans, -tcm__page_off(sp->npages));
+    for (uint32_t p = sp->first; p < sp->first + sp->npages; p++) {
+        h->page_class[p] = TCM_PAGE_CLASS_FREE;
+        h->page_span[p] = 0;
+    }
+    sp->committed = 1;
+    insert_coalesced(h, s);
 
     uint64_t cap = atomic_load_explicit(&h->meta->config.page_cache_cap, memory_order_relaxed);
     if (h->free_committed_pages * TCM_PAGE_SIZE > cap)

@@ -93,12 +93,29 @@ static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, 
     return st;
 }
 
+/* The attached client with this id, if it is still in the table. */
+static tcm_client_t *client_by_id(tcm_server_t *srv, uint32_t id)
+{
+    uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
+        if (c && c->id == id)
+            return c;
+    }
+    return NULL;
+}
+
 static int op_free_pages(tcm_server_t *srv, tcm_client_t *c, uint64_t off)
 {
     uint64_t bytes;
-    int st = tcm__large_free_ht(&srv->h, off, &bytes);
+    uint32_t owner;
+    int st = tcm__large_free_ht(&srv->h, off, &bytes, &owner);
     if (st == TCM_ST_OK) {
-        atomic_fetch_add_explicit(&c->bytes_in, bytes, memory_order_relaxed);
+        /* page runs remember who allocated them: credit that client, so a
+         * run freed by another process does not look held by its allocator */
+        tcm_client_t *alloc = owner == c->id ? c : client_by_id(srv, owner);
+        if (alloc)
+            atomic_fetch_add_explicit(&alloc->bytes_in, bytes, memory_order_relaxed);
         STAT_ADD(srv, bytes_clients, -bytes);
     } else {
         refuse(srv, c, "free of page run", 0, off, st);
@@ -196,7 +213,8 @@ static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint32_t slot_index, b
         st = TCM_ST_BAD_OP;
         break;
     }
-    if (st != TCM_ST_OK && st != TCM_ST_NOMEM && op != TCM_OP_RETURN && op != TCM_OP_FREE_PAGES)
+    if (st != TCM_ST_OK && st != TCM_ST_NOMEM && st != TCM_ST_NO_ROOM && op != TCM_OP_RETURN &&
+        op != TCM_OP_FREE_PAGES)
         refuse(srv, c, "request", cls, arg, st);
     answer(slot, st);
 }
@@ -271,16 +289,16 @@ static void reclaim(tcm_server_t *srv, tcm_client_t *c)
     }
     uint64_t out = atomic_load(&c->bytes_out), in = atomic_load(&c->bytes_in);
     uint64_t held = out > in ? out - in : 0;
+    bool bye = atomic_load(&c->said_bye);
     STAT_ADD(srv, reclaimed_objects, objects);
     STAT_ADD(srv, lost_bytes, held);
-    if (held)
-        tcm__log(TCM_LOG_WARN,
-                 "client %u (pid %d) went away: %llu cached objects reclaimed, %llu bytes it "
-                 "allocated were still in use",
-                 c->id, (int)c->pid, (unsigned long long)objects, (unsigned long long)held);
-    else
-        tcm__log(TCM_LOG_INFO, "client %u (pid %d) detached: %llu cached objects reclaimed", c->id,
-                 (int)c->pid, (unsigned long long)objects);
+    if (!bye)
+        STAT_ADD(srv, clients_died, 1);
+    tcm__log(held || !bye ? TCM_LOG_WARN : TCM_LOG_INFO,
+             "client %u (pid %d) %s: %llu cached objects reclaimed, %llu bytes it allocated "
+             "still in use",
+             c->id, (int)c->pid, bye ? "detached" : "died without detaching",
+             (unsigned long long)objects, (unsigned long long)held);
 }
 
 static void run_mailbox(tcm_server_t *srv)

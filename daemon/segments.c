@@ -13,16 +13,17 @@
 #include "ring.h"
 #include "server.h"
 
-static void init_meta(tcm_server_t *srv, const tcm_meta_layout_t *ml)
+void tcm__meta_init(tcm_heap_t *h, void *meta, const tcm_meta_layout_t *ml, int heap_fd,
+                    uint64_t heap_size, uint64_t base)
 {
-    tcm_meta_hdr_t *m = srv->meta;
-    uint8_t *b = (uint8_t *)m;
+    tcm_meta_hdr_t *m = meta;
+    uint8_t *b = meta;
     m->magic = TCM_META_MAGIC;
     m->version = TCM_LAYOUT_VERSION;
     m->page_shift = TCM_PAGE_SHIFT;
-    m->base = srv->base;
-    m->heap_size = srv->heap_size;
-    m->npages = (uint32_t)(srv->heap_size >> TCM_PAGE_SHIFT);
+    m->base = base;
+    m->heap_size = heap_size;
+    m->npages = (uint32_t)(heap_size >> TCM_PAGE_SHIFT);
     m->nclasses = TCM_NCLASSES;
     m->size = ml->size;
     m->off_classes = ml->off_classes;
@@ -32,15 +33,14 @@ static void init_meta(tcm_server_t *srv, const tcm_meta_layout_t *ml)
     m->off_objmap = ml->off_objmap;
     m->off_roots = ml->off_roots;
     tcm__class_table_init((tcm_class_info_t *)(b + ml->off_classes));
-    atomic_store(&m->config.heap_limit, srv->heap_size);
+    atomic_store(&m->config.heap_limit, heap_size);
     atomic_store(&m->config.tcache_budget, 32ull << 20);
     atomic_store(&m->config.xfer_budget, 16ull << 20);
     atomic_store(&m->config.page_cache_cap, 64ull << 20);
     atomic_store(&m->config.gen, 1);
-    atomic_store(&m->stats.bytes_reserved, srv->heap_size);
-    atomic_store(&m->stats.bytes_limit, srv->heap_size);
+    atomic_store(&m->stats.bytes_reserved, heap_size);
+    atomic_store(&m->stats.bytes_limit, heap_size);
 
-    tcm_heap_t *h = &srv->h;
     h->meta = m;
     h->classes = (tcm_class_info_t *)(b + ml->off_classes);
     h->page_class = b + ml->off_page_class;
@@ -48,8 +48,8 @@ static void init_meta(tcm_server_t *srv, const tcm_meta_layout_t *ml)
     h->spans = (tcm_span_t *)(b + ml->off_spans);
     h->objmap = (uint64_t *)(b + ml->off_objmap);
     h->roots = (tcm_root_t *)(b + ml->off_roots);
-    h->heap_fd = srv->heap_fd;
-    h->heap_size = srv->heap_size;
+    h->heap_fd = heap_fd;
+    h->heap_size = heap_size;
     h->npages = m->npages;
     tcm__ph_init(h);
 }
@@ -113,7 +113,7 @@ int tcm__segments_create(tcm_server_t *srv)
         tcm__log(TCM_LOG_ERROR, "cannot map the metadata: %s", err);
         goto fail;
     }
-    init_meta(srv, &ml);
+    tcm__meta_init(&srv->h, srv->meta, &ml, srv->heap_fd, srv->heap_size, srv->base);
     tcm__chan_layout(&srv->chan_layout, srv->h.classes, srv->max_threads);
     return 0;
 

@@ -43,6 +43,7 @@ typedef struct tcm_client {
     uint64_t tail;            /* heap thread: ring consumer position */
     /* heap thread writes, main thread reads */
     _Atomic uint64_t bytes_out, bytes_in, requests, errors;
+    _Atomic bool said_bye;    /* detached on purpose, not killed */
     tcm_conn_t *conn;         /* main thread: its control connection */
     struct tcm_client *next_reaped;
 } tcm_client_t;

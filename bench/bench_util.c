@@ -1,0 +1,216 @@
+/* bench_util.c — see bench_util.h. */
+#define _GNU_SOURCE
+#include "bench_util.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tcm.h"
+
+#ifndef BENCH_SYSTEM_NAME
+#define BENCH_SYSTEM_NAME "glibc"
+#endif
+#ifndef BENCH_SYSTEM_LIB
+#define BENCH_SYSTEM_LIB "libc.so"
+#endif
+
+static const bench_alloc_t allocs[] = {
+    {"tcm", tcm_malloc, tcm_free},
+    {BENCH_SYSTEM_NAME, malloc, free},
+};
+
+const bench_alloc_t *bench_allocs(size_t *n)
+{
+    *n = sizeof allocs / sizeof allocs[0];
+    return allocs;
+}
+
+size_t bench_pick_allocs(const char *list, size_t *idx, size_t max)
+{
+    size_t n = 0, all = sizeof allocs / sizeof allocs[0];
+    if (strcmp(list, "all") == 0) {
+        for (size_t i = 0; i < all && n < max; i++)
+            idx[n++] = i;
+        return n;
+    }
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        size_t i = 0;
+        while (i < all && strcmp(allocs[i].name, tok) != 0)
+            i++;
+        if (i == all) {
+            fprintf(stderr, "bench: allocator '%s' is not in this binary (it has: tcm, %s)\n", tok,
+                    BENCH_SYSTEM_NAME);
+            exit(2);
+        }
+        if (n < max)
+            idx[n++] = i;
+    }
+    return n;
+}
+
+void bench_check_system_malloc(void)
+{
+    Dl_info info;
+    void *(*fp)(size_t) = malloc;
+    if (!dladdr((void *)(uintptr_t)fp, &info) || !info.dli_fname ||
+        !strstr(info.dli_fname, BENCH_SYSTEM_LIB)) {
+        fprintf(stderr, "bench: malloc comes from %s, expected %s (%s): check the link line\n",
+                info.dli_fname ? info.dli_fname : "?", BENCH_SYSTEM_LIB, BENCH_SYSTEM_NAME);
+        abort();
+    }
+}
+
+double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+bench_stats_t bench_stats(const double *t, int n)
+{
+    double s[BENCH_MAX_RUNS];
+    memcpy(s, t, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    bench_stats_t r = {.min = s[0], .max = s[n - 1]};
+    r.median = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+    return r;
+}
+
+uint64_t bench_parse_size(const char *opt, const char *s)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    }
+    if (shift && *end == 'i')
+        end++;
+    if (shift && (*end == 'B' || *end == 'b'))
+        end++;
+    if (errno || end == s || *end || s[0] == '-' || v > (UINT64_MAX >> shift)) {
+        fprintf(stderr, "bench: bad value for %s: '%s'\n", opt, s);
+        exit(2);
+    }
+    return (uint64_t)v << shift;
+}
+
+static int socket_accepts(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    int ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return ok;
+}
+
+void bench_daemon_start(bench_daemon_t *d, const char *tcmd)
+{
+    char self[PATH_MAX], guess[PATH_MAX + 8];
+    if (!tcmd) {
+        /* the build puts bench binaries in BUILD/bench and tcmd in BUILD */
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        self[n > 0 ? n : 0] = 0;
+        char *slash = strrchr(self, '/');
+        if (slash)
+            *slash = 0;
+        snprintf(guess, sizeof guess, "%s/../tcmd", self);
+        tcmd = guess;
+    }
+    if (access(tcmd, X_OK) != 0) {
+        fprintf(stderr, "bench: no tcmd at %s (pass --tcmd PATH)\n", tcmd);
+        exit(1);
+    }
+    pid_t me = getpid();
+    char name[32];
+    snprintf(d->socket, sizeof d->socket, "/tmp/tcm-bench-%d.sock", (int)me);
+    snprintf(name, sizeof name, "bench%d", (int)me);
+
+    d->pid = fork();
+    if (d->pid < 0) {
+        perror("bench: fork");
+        exit(1);
+    }
+    if (d->pid == 0) {
+        /* never outlive the harness, even if it is killed */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != me)
+            _exit(1);
+        execl(tcmd, "tcmd", "--foreground", "--socket", d->socket, "--name", name, "--log-level", "warn",
+              (char *)NULL);
+        fprintf(stderr, "bench: exec %s: %s\n", tcmd, strerror(errno));
+        _exit(127);
+    }
+    for (int tries = 0;; tries++) {
+        int status;
+        if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+            fprintf(stderr, "bench: tcmd exited before listening (status 0x%x)\n", status);
+            exit(1);
+        }
+        if (socket_accepts(d->socket))
+            break;
+        if (tries == 1000) {
+            fprintf(stderr, "bench: tcmd did not listen on %s within 10 s\n", d->socket);
+            bench_daemon_stop(d);
+            exit(1);
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    }
+    /* children after fork attach with tcm_init(NULL), which reads it */
+    setenv("TCM_SOCKET", d->socket, 1);
+    int rc = tcm_init(d->socket);
+    if (rc != 0) {
+        fprintf(stderr, "bench: tcm_init(%s): %s\n", d->socket, strerror(-rc));
+        bench_daemon_stop(d);
+        exit(1);
+    }
+}
+
+void bench_daemon_stop(bench_daemon_t *d)
+{
+    if (d->pid <= 0)
+        return;
+    tcm_shutdown();
+    kill(d->pid, SIGTERM);
+    int status = 0;
+    for (int tries = 0; waitpid(d->pid, &status, WNOHANG) != d->pid; tries++) {
+        if (tries == 500) {
+            /* a daemon that ignores SIGTERM is a bug worth seeing */
+            fprintf(stderr, "bench: tcmd (pid %d) still running 5 s after SIGTERM; killing it\n", (int)d->pid);
+            kill(d->pid, SIGKILL);
+            waitpid(d->pid, &status, 0);
+            break;
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fprintf(stderr, "bench: tcmd ended with status 0x%x\n", status);
+    unlink(d->socket);
+    d->pid = 0;
+}

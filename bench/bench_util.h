@@ -1,0 +1,53 @@
+/* bench_util.h — what the tcm benchmarks share: timing, run statistics,
+ * argument parsing, a check of which malloc the binary really got, and a
+ * private tcmd started and stopped by the harness. Only the public tcm.h is
+ * used, so the benchmarks measure what an application sees. */
+#ifndef TCM_BENCH_UTIL_H
+#define TCM_BENCH_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define BENCH_MAX_RUNS 64
+
+/* An allocator under test. The system entry is whatever malloc this binary
+ * was linked with (glibc, or jemalloc/tcmalloc/mimalloc replacing it). */
+typedef struct {
+    const char *name;
+    void *(*alloc)(size_t);
+    void (*release)(void *);
+} bench_alloc_t;
+
+/* The allocators of this binary: "tcm" and BENCH_SYSTEM_NAME. */
+const bench_alloc_t *bench_allocs(size_t *n);
+/* Parses "tcm,glibc" or "all" into indexes of bench_allocs(); exits on an
+ * unknown name. Returns how many were chosen. */
+size_t bench_pick_allocs(const char *list, size_t *idx, size_t max);
+
+/* Aborts unless malloc in this process comes from the library the binary
+ * claims (a missing -l or link order mistake would silently bench glibc). */
+void bench_check_system_malloc(void);
+
+double bench_now(void); /* CLOCK_MONOTONIC, seconds */
+
+typedef struct {
+    double median, min, max;
+} bench_stats_t;
+bench_stats_t bench_stats(const double *t, int n);
+
+/* "64", "4K", "16KiB", "1M" -> bytes; exits with a message on garbage. */
+uint64_t bench_parse_size(const char *opt, const char *s);
+
+/* Private daemon: started from the tcmd given (NULL: ../tcmd next to this
+ * binary) on /tmp/tcm-bench-PID.sock, waited for until the socket accepts,
+ * exported as TCM_SOCKET and attached with tcm_init. Exits on failure.
+ * Call it before creating threads; stop it at the end with SIGTERM. */
+typedef struct {
+    pid_t pid;
+    char socket[108];
+} bench_daemon_t;
+void bench_daemon_start(bench_daemon_t *d, const char *tcmd);
+void bench_daemon_stop(bench_daemon_t *d);
+
+#endif

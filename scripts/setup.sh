@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Install what tcm needs to build, test and benchmark on Debian 12.
+# Idempotent: installs only the missing packages and says nothing when
+# everything is already there. Runs as root, or through sudo when available.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config          # toolchain
+  libuv1-dev libprotobuf-c-dev protobuf-c-compiler   # tcmd's control socket
+  curl python3                              # scripts
+  libjemalloc-dev libgoogle-perftools-dev libmimalloc-dev libboost-dev  # benchmark baselines
+  valgrind
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == installed ]] || missing+=("$p")
+done
+((${#missing[@]} == 0)) && exit 0
+
+if ((EUID == 0)); then
+  SUDO=()
+elif command -v sudo >/dev/null 2>&1; then
+  SUDO=(sudo)
+else
+  echo "setup.sh: missing packages: ${missing[*]}" >&2
+  echo "setup.sh: run this script as root (or install sudo) to install them" >&2
+  exit 1
+fi
+
+echo "setup.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Build and run the test suite: a warnings-as-errors RelWithDebInfo build
+# (build-ci), then an ASan+UBSan build (build-asan).
+#   --quick  skip the ASan pass
+#   --tsan   also run a ThreadSanitizer build (build-tsan)
+# JOBS (default 2) sets the build and ctest parallelism. Exits non-zero if
+# any build or test fails.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+quick=0
+tsan=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    --tsan) tsan=1 ;;
+    -h|--help) sed -n '2,8s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "test.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+JOBS=${JOBS:-2}
+
+./scripts/setup.sh
+
+# Leak detection stays on; a caller's own *SAN_OPTIONS win.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-second_deadlock_stack=1}
+
+results=()
+failed=0
+
+# run_pass NAME BUILD_DIR CMAKE_ARGS...
+run_pass() {
+  local name=$1 dir=$2
+  shift 2
+  local start=$SECONDS status=ok
+  printf '\n==> %s: configure %s (%s)\n' "$name" "$dir" "$*"
+  if ! cmake -S . -B "$dir" --log-level=WARNING "$@"; then
+    status="FAILED (configure)"
+  else
+    printf '==> %s: build\n' "$name"
+    if ! cmake --build "$dir" -j"$JOBS"; then
+      status="FAILED (build)"
+    else
+      printf '==> %s: ctest\n' "$name"
+      if ! ctest --test-dir "$dir" --output-on-failure -j"$JOBS" --timeout 300 --no-tests=error; then
+        status="FAILED (tests)"
+      fi
+    fi
+  fi
+  [[ $status == ok ]] || failed=1
+  results+=("$(printf '%-6s %-20s %4ss' "$name" "$status" $((SECONDS - start)))")
+}
+
+run_pass ci build-ci -DTCM_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTCM_SANITIZE=
+if ((!quick)); then
+  run_pass asan build-asan -DTCM_SANITIZE=address -DTCM_WERROR=ON -DTCM_BUILD_BENCH=OFF
+fi
+if ((tsan)); then
+  run_pass tsan build-tsan -DTCM_SANITIZE=thread -DTCM_WERROR=ON -DTCM_BUILD_BENCH=OFF
+fi
+
+printf '\n==> summary\n'
+printf '    %s\n' "${results[@]}"
+if ((failed)); then
+  echo "test.sh: FAILED" >&2
+  exit 1
+fi
+echo "test.sh: all passes OK"

@@ -1,0 +1,201 @@
+/* testutil.c — see testutil.h. */
+#define _GNU_SOURCE
+#include "testutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "frame.h"
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+void tt_daemon_start(tcm_test_daemon_t *d, const char *const *extra)
+{
+    static int seq;
+    seq++;
+    snprintf(d->socket, sizeof d->socket, "/tmp/tcmtest-%d-%d.sock", (int)getpid(), seq);
+    snprintf(d->name, sizeof d->name, "test%d-%d", (int)getpid(), seq);
+    snprintf(d->log, sizeof d->log, "/tmp/tcmtest-%d-%d.log", (int)getpid(), seq);
+    const char *argv[32] = {TCMD_PATH, "--foreground", "--socket", d->socket, "--name", d->name,
+                            "--log", d->log, "--log-level", "debug"};
+    int argc = 10;
+    for (int i = 0; extra && extra[i] && argc < 31; i++)
+        argv[argc++] = extra[i];
+    argv[argc] = NULL;
+    d->pid = fork();
+    CHECK(d->pid >= 0);
+    if (d->pid == 0) {
+        /* the daemon dies with the test, and never holds ctest's pipes */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        int null = open("/dev/null", O_RDWR);
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+        execv(TCMD_PATH, (char *const *)argv);
+        perror("execv tcmd");
+        _exit(127);
+    }
+    for (int i = 0; i < 500; i++) {
+        int fd = tcm__connect(d->socket);
+        if (fd >= 0) {
+            close(fd);
+            setenv("TCM_SOCKET", d->socket, 1);
+            return;
+        }
+        int st;
+        if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+            fprintf(stderr, "tcmd exited during start (status %d); log %s\n", st, d->log);
+            abort();
+        }
+        sleep_ms(10);
+    }
+    fprintf(stderr, "tcmd did not start listening on %s\n", d->socket);
+    abort();
+}
+
+bool tt_daemon_alive(const tcm_test_daemon_t *d)
+{
+    return kill(d->pid, 0) == 0 && waitpid(d->pid, NULL, WNOHANG) == 0;
+}
+
+void tt_daemon_stop(tcm_test_daemon_t *d)
+{
+    CHECK(tt_daemon_alive(d));
+    kill(d->pid, SIGTERM);
+    int st = tt_wait(d->pid, 10000);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "tcmd did not exit cleanly (status 0x%x); log follows\n", st);
+        char cmd[200];
+        snprintf(cmd, sizeof cmd, "tail -30 %s >&2", d->log);
+        (void)!system(cmd);
+        abort();
+    }
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm/tcm.%s.heap", d->name);
+    CHECK(access(path, F_OK) != 0); /* segments unlinked */
+    CHECK(access(d->socket, F_OK) != 0);
+    unlink(d->log);
+}
+
+static Tcm__Response *request(const tcm_test_daemon_t *d, Tcm__Request *req)
+{
+    int fd = tcm__connect(d->socket);
+    CHECK(fd >= 0);
+    req->version = TCM_PROTO_VERSION;
+    CHECK_EQ(tcm__frame_send(fd, req), 0);
+    Tcm__Response *resp = tcm__frame_recv(fd, 10000);
+    CHECK(resp != NULL);
+    close(fd);
+    return resp;
+}
+
+uint64_t tt_stat(const tcm_test_daemon_t *d, const char *name)
+{
+    Tcm__Request req = TCM__REQUEST__INIT;
+    Tcm__StatsRequest sr = TCM__STATS_REQUEST__INIT;
+    req.body_case = TCM__REQUEST__BODY_STATS;
+    req.stats = &sr;
+    Tcm__Response *resp = request(d, &req);
+    CHECK_EQ(resp->body_case, TCM__RESPONSE__BODY_STATS);
+    for (size_t i = 0; i < resp->stats->n_stat; i++)
+        if (strcmp(resp->stats->stat[i]->name, name) == 0) {
+            uint64_t v = resp->stats->stat[i]->value;
+            tcm__response__free_unpacked(resp, NULL);
+            return v;
+        }
+    fprintf(stderr, "no stat named %s\n", name);
+    abort();
+}
+
+uint64_t tt_wait_stat(const tcm_test_daemon_t *d, const char *name, uint64_t want, int timeout_ms)
+{
+    uint64_t v = 0;
+    for (int t = 0; t <= timeout_ms; t += 10) {
+        if ((v = tt_stat(d, name)) == want)
+            break;
+        sleep_ms(10);
+    }
+    return v;
+}
+
+int tt_clients(const tcm_test_daemon_t *d, pid_t pid, uint64_t *held, uint64_t *cached, uint32_t *threads)
+{
+    Tcm__Request req = TCM__REQUEST__INIT;
+    Tcm__ClientsRequest cr = TCM__CLIENTS_REQUEST__INIT;
+    req.body_case = TCM__REQUEST__BODY_CLIENTS;
+    req.clients = &cr;
+    Tcm__Response *resp = request(d, &req);
+    CHECK_EQ(resp->body_case, TCM__RESPONSE__BODY_CLIENTS);
+    int n = (int)resp->clients->n_client;
+    for (int i = 0; i < n; i++) {
+        const Tcm__ClientInfo *c = resp->clients->client[i];
+        if ((pid_t)c->pid == pid) {
+            if (held)
+                *held = c->bytes_held;
+            if (cached)
+                *cached = c->bytes_cached;
+            if (threads)
+                *threads = c->threads;
+        }
+    }
+    tcm__response__free_unpacked(resp, NULL);
+    return n;
+}
+
+pid_t tt_fork(int (*fn)(void *), void *arg)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0)
+        _exit(fn(arg));
+    return pid;
+}
+
+int tt_wait(pid_t pid, int timeout_ms)
+{
+    int st;
+    for (int t = 0; t < timeout_ms; t += 5) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            return st;
+        CHECK(r == 0);
+        sleep_ms(5);
+    }
+    fprintf(stderr, "child %d timed out after %d ms; killing it\n", (int)pid, timeout_ms);
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    abort();
+}
+
+void tt_wait_ok(pid_t pid, int timeout_ms)
+{
+    int st = tt_wait(pid, timeout_ms);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "child %d failed: %s %d\n", (int)pid, WIFEXITED(st) ? "exit" : "signal",
+                WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        abort();
+    }
+}
+
+const char *tt_path(const char *name, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s", TESTS_BIN_DIR, name);
+    return buf;
+}

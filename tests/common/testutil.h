@@ -1,0 +1,40 @@
+/* testutil.h — a private tcmd per test (its own socket and shm name, so
+ * runs never collide), stats from it, and child processes with timeouts. */
+#ifndef TCM_TESTUTIL_H
+#define TCM_TESTUTIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct tcm_test_daemon {
+    pid_t pid;
+    char socket[108];
+    char name[48];
+    char log[128];
+} tcm_test_daemon_t;
+
+/* Start tcmd --foreground with extra arguments (NULL-terminated list). */
+void tt_daemon_start(tcm_test_daemon_t *d, const char *const *extra_args);
+/* SIGTERM, wait, and check it exited 0 and removed its segments. */
+void tt_daemon_stop(tcm_test_daemon_t *d);
+bool tt_daemon_alive(const tcm_test_daemon_t *d);
+
+/* One heap statistic by name (see TCM_HEAP_STATS). */
+uint64_t tt_stat(const tcm_test_daemon_t *d, const char *name);
+/* Number of attached clients and, for one pid, its bytes held/cached. */
+int tt_clients(const tcm_test_daemon_t *d, pid_t pid, uint64_t *held, uint64_t *cached, uint32_t *threads);
+/* Poll until stat == want or timeout; returns the last value. */
+uint64_t tt_wait_stat(const tcm_test_daemon_t *d, const char *name, uint64_t want, int timeout_ms);
+
+/* fork; run fn(arg) in the child and _exit with its return value. */
+pid_t tt_fork(int (*fn)(void *), void *arg);
+/* waitpid with a timeout (kills the child on timeout); returns the raw status. */
+int tt_wait(pid_t pid, int timeout_ms);
+/* Expect a normal exit with status 0. */
+void tt_wait_ok(pid_t pid, int timeout_ms);
+
+/* Path of a test helper binary built next to the tests. */
+const char *tt_path(const char *name, char *buf, size_t len);
+
+#endif

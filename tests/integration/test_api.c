@@ -1,0 +1,170 @@
+/* The public API against a real daemon: malloc-like semantics, realloc,
+ * aligned allocation, usable size, offsets and roots. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "tcm.h"
+#include "testutil.h"
+
+static void test_basics(void)
+{
+    tcm_free(NULL); /* no-op, even before attaching */
+    for (size_t s = 0; s <= 300000; s = s < 64 ? s + 1 : s * 5 / 4) {
+        unsigned char *p = tcm_malloc(s);
+        CHECK(p != NULL);
+        CHECK_EQ((uintptr_t)p % 16, 0);
+        CHECK_GE(tcm_usable_size(p), s);
+        memset(p, 0xab, s);
+        tcm_free(p);
+    }
+    int *z = tcm_calloc(1000, sizeof(int));
+    CHECK(z != NULL);
+    for (int i = 0; i < 1000; i++)
+        CHECK_EQ(z[i], 0);
+    tcm_free(z);
+    errno = 0;
+    CHECK(tcm_calloc(SIZE_MAX / 2, 3) == NULL);
+    CHECK_EQ(errno, ENOMEM);
+    errno = 0;
+    CHECK(tcm_malloc(SIZE_MAX - 100) == NULL);
+    CHECK_EQ(errno, ENOMEM);
+}
+
+static void test_calloc_zeroes_reused(void)
+{
+    /* dirty an object, free it, calloc the same class: must be zero */
+    for (int round = 0; round < 50; round++) {
+        unsigned char *p = tcm_malloc(200);
+        memset(p, 0xff, 200);
+        tcm_free(p);
+        unsigned char *q = tcm_calloc(1, 200);
+        for (int i = 0; i < 200; i++)
+            CHECK_EQ(q[i], 0);
+        tcm_free(q);
+    }
+}
+
+static void test_realloc(void)
+{
+    char *p = tcm_realloc(NULL, 10);
+    CHECK(p != NULL);
+    strcpy(p, "abcdefghi");
+    for (size_t s = 20; s < 2000000; s *= 3) {
+        p = tcm_realloc(p, s);
+        CHECK(p != NULL);
+        CHECK_EQ(strcmp(p, "abcdefghi"), 0);
+        CHECK_GE(tcm_usable_size(p), s);
+    }
+    p = tcm_realloc(p, 5);
+    CHECK_EQ(memcmp(p, "abcde", 5), 0);
+    CHECK_LT(tcm_usable_size(p), 64);
+    CHECK(tcm_realloc(p, 0) == NULL); /* frees, like glibc */
+}
+
+static void test_aligned(void)
+{
+    for (size_t a = 1; a <= (1u << 22); a <<= 1) {
+        size_t sizes[] = {1, 17, a, 3 * a + 1, 300000};
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            void *p = tcm_aligned_alloc(a, sizes[i]);
+            CHECK(p != NULL);
+            CHECK_EQ((uintptr_t)p % a, 0);
+            CHECK_GE(tcm_usable_size(p), sizes[i]);
+            memset(p, 1, sizes[i]);
+            tcm_free_sized(p, sizes[i]);
+        }
+    }
+    errno = 0;
+    CHECK(tcm_aligned_alloc(24, 100) == NULL);
+    CHECK_EQ(errno, EINVAL);
+}
+
+static void test_offsets_and_roots(void)
+{
+    char *p = tcm_malloc(100);
+    uint64_t off = tcm_to_offset(p);
+    CHECK_NE(off, 0);
+    CHECK_NE(off, UINT64_MAX);
+    CHECK(tcm_from_offset(off) == p);
+    CHECK_EQ(tcm_to_offset(NULL), 0);
+    CHECK(tcm_from_offset(0) == NULL);
+    int local;
+    CHECK_EQ(tcm_to_offset(&local), UINT64_MAX);
+    CHECK(tcm_from_offset(UINT64_MAX / 2) == NULL);
+
+    CHECK(tcm_root_get("api.root") == NULL);
+    CHECK_EQ(tcm_root_set("api.root", p), 0);
+    CHECK(tcm_root_get("api.root") == p);
+    char *q = tcm_malloc(10);
+    CHECK_EQ(tcm_root_set("api.root", q), 0); /* replace */
+    CHECK(tcm_root_get("api.root") == q);
+    CHECK_EQ(tcm_root_set("api.root", NULL), 0); /* remove */
+    CHECK(tcm_root_get("api.root") == NULL);
+    CHECK_EQ(tcm_root_set("", p), -EINVAL);
+    char longname[100];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    CHECK_EQ(tcm_root_set(longname, p), -EINVAL);
+    CHECK_EQ(tcm_root_set("api.bad", &local), -EINVAL);
+    /* the table is bounded: fill it, get ENOSPC, nothing else breaks */
+    char name[32];
+    int i, err = 0;
+    for (i = 0; i < 1000 && !err; i++) {
+        snprintf(name, sizeof name, "fill.%d", i);
+        err = tcm_root_set(name, p);
+    }
+    CHECK_EQ(err, -ENOSPC);
+    CHECK(tcm_root_get("fill.0") == p);
+    for (int j = 0; j < i; j++) {
+        snprintf(name, sizeof name, "fill.%d", j);
+        tcm_root_set(name, NULL);
+    }
+    tcm_free(p);
+    tcm_free(q);
+}
+
+static void test_no_overlap(void)
+{
+    enum { N = 20000 };
+    static char *ps[N];
+    static size_t sz[N];
+    for (int i = 0; i < N; i++) {
+        sz[i] = 1 + (size_t)(i * 7919) % (i % 100 == 0 ? 400000 : 3000);
+        ps[i] = tcm_malloc(sz[i]);
+        CHECK(ps[i] != NULL);
+        memset(ps[i], (char)i, sz[i]);
+    }
+    for (int i = 0; i < N; i++)
+        for (size_t k = 0; k < sz[i]; k += 61)
+            CHECK_EQ(ps[i][k], (char)i);
+    for (int i = 0; i < N; i++)
+        tcm_free(ps[i]);
+}
+
+int main(void)
+{
+    tcm_test_daemon_t d;
+    tt_daemon_start(&d, NULL);
+    CHECK_EQ(tcm_init(d.socket), 0);
+    test_basics();
+    test_calloc_zeroes_reused();
+    test_realloc();
+    test_aligned();
+    test_offsets_and_roots();
+    test_no_overlap();
+    tcm_shutdown();
+    /* after shutdown everything this process allocated is back */
+    CHECK_EQ(tt_wait_stat(&d, "bytes_clients", 0, 5000), 0);
+    CHECK_EQ(tt_stat(&d, "refused"), 0);
+    /* and the library re-attaches on next use */
+    void *p = tcm_malloc(10);
+    CHECK(p != NULL);
+    tcm_free(p);
+    tcm_shutdown();
+    tt_daemon_stop(&d);
+    printf("api: 6 passed, 0 failed\n");
+    return 0;
+}

@@ -1,0 +1,256 @@
+/* Process lifecycles against a real daemon: fork children, thread exit,
+ * process exit, heap full, a bad free, and a client killed with SIGKILL. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "tcm.h"
+#include "testutil.h"
+
+static tcm_test_daemon_t d;
+
+/* fork: the child frees the parent's objects and allocates its own; the
+ * parent's caches are untouched by it. */
+static char *parent_objs[100];
+
+static int child_after_fork(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 100; i++) {
+        CHECK_EQ(parent_objs[i][0], (char)i);
+        tcm_free(parent_objs[i]); /* the child attaches as a new client */
+    }
+    for (int i = 0; i < 1000; i++)
+        tcm_free(tcm_malloc(64));
+    return 0;
+}
+
+static void test_fork(void)
+{
+    for (int i = 0; i < 100; i++) {
+        parent_objs[i] = tcm_malloc(64);
+        parent_objs[i][0] = (char)i;
+    }
+    /* warm this thread's cache so the child inherits a non-empty one */
+    void *tmp[50];
+    for (int i = 0; i < 50; i++)
+        tmp[i] = tcm_malloc(64);
+    for (int i = 0; i < 50; i++)
+        tcm_free(tmp[i]);
+    uint64_t clients_before = tt_stat(&d, "clients_total");
+    pid_t pid = tt_fork(child_after_fork, NULL);
+    tt_wait_ok(pid, 20000);
+    CHECK_EQ(tt_stat(&d, "clients_total"), clients_before + 1);
+    /* the parent still owns its cache: these come from it without a conflict */
+    for (int i = 0; i < 50; i++)
+        tmp[i] = tcm_malloc(64);
+    for (int i = 0; i < 50; i++)
+        tcm_free(tmp[i]);
+    CHECK_EQ(tt_stat(&d, "refused"), 0);
+}
+
+/* Thread exit: the thread's cache is flushed and its slot reused. */
+static void *thread_body(void *arg)
+{
+    (void)arg;
+    void *p[500];
+    for (int i = 0; i < 500; i++)
+        p[i] = tcm_malloc(1000);
+    for (int i = 0; i < 500; i++)
+        tcm_free(p[i]);
+    return NULL;
+}
+
+static void test_thread_exit(void)
+{
+    uint32_t threads = 0;
+    for (int round = 0; round < 300; round++) { /* more threads than --max-threads 64 */
+        pthread_t t;
+        pthread_create(&t, NULL, thread_body, NULL);
+        pthread_join(t, NULL);
+    }
+    tt_clients(&d, getpid(), NULL, NULL, &threads);
+    CHECK_EQ(threads, 1); /* only the main thread still has a cache */
+}
+
+/* Process exit without tcm_shutdown: the daemon reclaims everything the
+ * process had cached; what it left allocated is reported. */
+static int child_exits(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 5000; i++)
+        tcm_free(tcm_malloc(i % 3000 + 1));
+    tcm_malloc(100000); /* leaked on purpose: reported at exit */
+    return 0;
+}
+
+static void test_process_exit(void)
+{
+    uint64_t clients_before = tt_stat(&d, "bytes_clients");
+    uint64_t lost_before = tt_stat(&d, "lost_bytes");
+    tt_wait_ok(tt_fork(child_exits, NULL), 20000);
+    /* the child's caches came back; only its leaked object is still out */
+    uint64_t leaked = 100000 + 100000 / 8; /* class rounding stays under 1/8 */
+    uint64_t v = 0;
+    for (int i = 0; i < 500; i++) {
+        v = tt_stat(&d, "bytes_clients");
+        if (v - clients_before <= leaked && tt_stat(&d, "lost_bytes") > lost_before)
+            break;
+        usleep(10000);
+    }
+    CHECK_GE(v - clients_before, 100000);
+    CHECK_LE(v - clients_before, leaked);
+    CHECK_GE(tt_stat(&d, "lost_bytes") - lost_before, 100000);
+}
+
+/* Heap full: NULL with ENOMEM, nothing crashes, and memory comes back. */
+static void test_heap_full(void)
+{
+    tcm_test_daemon_t small;
+    const char *args[] = {"--heap-size", "8M", NULL};
+    tt_daemon_start(&small, args);
+    pid_t pid = fork();
+    if (pid == 0) {
+        CHECK_EQ(tcm_init(small.socket), 0); /* the child is a client of the small daemon */
+        static void *ps[100000];
+        int n = 0;
+        errno = 0;
+        while (n < 100000 && (ps[n] = tcm_malloc(5000)) != NULL)
+            n++;
+        CHECK_EQ(errno, ENOMEM);
+        CHECK_GT(n, 1000);
+        CHECK(tcm_malloc(4 << 20) == NULL);
+        CHECK_EQ(errno, ENOMEM);
+        for (int i = 0; i < n; i++)
+            tcm_free(ps[i]);
+        void *big = tcm_malloc(4 << 20); /* room again once freed */
+        CHECK(big != NULL);
+        tcm_free(big);
+        tcm_shutdown();
+        _exit(0);
+    }
+    tt_wait_ok(pid, 30000);
+    CHECK_EQ(tt_wait_stat(&small, "bytes_clients", 0, 5000), 0);
+    tt_daemon_stop(&small);
+}
+
+/* A bad free is a clear fatal error in the process that made it. */
+static void expect_abort(void (*fn)(void), const char *needle)
+{
+    int pipefd[2];
+    CHECK_EQ(pipe(pipefd), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pipefd[1], 2);
+        fn();
+        _exit(0);
+    }
+    close(pipefd[1]);
+    char buf[4096] = "";
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof buf - 1 && (r = read(pipefd[0], buf + n, sizeof buf - 1 - n)) > 0)
+        n += (size_t)r;
+    close(pipefd[0]);
+    int st = tt_wait(pid, 20000);
+    if (!WIFSIGNALED(st))
+        fprintf(stderr, "expected a fatal error ('%s'), child exited %d; it wrote: %s\n", needle,
+                WEXITSTATUS(st), buf);
+    CHECK(WIFSIGNALED(st));
+    CHECK_EQ(WTERMSIG(st), SIGABRT);
+    if (!strstr(buf, needle)) {
+        fprintf(stderr, "expected '%s' in: %s\n", needle, buf);
+        abort();
+    }
+}
+
+static void free_stack(void)
+{
+    int x;
+    tcm_free(&x);
+}
+
+static void free_interior(void)
+{
+    char *p = tcm_malloc(100);
+    tcm_free(p + 8);
+}
+
+static void free_large_twice(void)
+{
+    void *p = tcm_malloc(1 << 20);
+    tcm_free(p);
+    tcm_free(p);
+}
+
+static void test_bad_free(void)
+{
+    expect_abort(free_stack, "invalid pointer");
+    expect_abort(free_interior, "invalid pointer");
+    expect_abort(free_large_twice, "free");
+    CHECK(tt_daemon_alive(&d));
+}
+
+/* SIGKILL: the daemon keeps serving the others and takes back what sat in
+ * the dead client's caches. */
+static void test_sigkill(void)
+{
+    int *ready = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    uint64_t reclaimed_before = tt_stat(&d, "reclaimed_objects");
+    uint64_t died_before = tt_stat(&d, "clients_died");
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* fill the caches: thread bins and the transfer tier */
+        static void *ps[20000];
+        for (int i = 0; i < 20000; i++)
+            ps[i] = tcm_malloc(48 + (i % 4) * 100);
+        for (int i = 0; i < 20000; i++)
+            tcm_free(ps[i]);
+        __atomic_store_n(ready, 1, __ATOMIC_RELEASE);
+        for (;;)
+            pause();
+    }
+    while (!__atomic_load_n(ready, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    uint64_t held = 0, cached = 0;
+    tt_clients(&d, pid, &held, &cached, NULL);
+    CHECK_GT(cached, 0);
+    uint64_t clients_before = tt_stat(&d, "bytes_clients");
+    kill(pid, SIGKILL);
+    int st = tt_wait(pid, 10000);
+    CHECK(WIFSIGNALED(st));
+    CHECK_EQ(tt_wait_stat(&d, "clients_died", died_before + 1, 5000), died_before + 1);
+    CHECK_GT(tt_stat(&d, "reclaimed_objects"), reclaimed_before);
+    /* all it held was cache, so all of it came back */
+    CHECK_EQ(clients_before - tt_stat(&d, "bytes_clients"), held);
+    /* and the daemon still serves everyone else */
+    void *p = tcm_malloc(12345);
+    CHECK(p != NULL);
+    tcm_free(p);
+    munmap(ready, 4096);
+}
+
+int main(void)
+{
+    const char *args[] = {"--max-threads", "64", NULL};
+    tt_daemon_start(&d, args);
+    CHECK_EQ(tcm_init(d.socket), 0);
+    test_fork();
+    test_thread_exit();
+    test_process_exit();
+    test_heap_full();
+    test_bad_free();
+    test_sigkill();
+    tcm_shutdown();
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
+    tt_daemon_stop(&d);
+    printf("lifecycle: 6 passed, 0 failed\n");
+    return 0;
+}

@@ -1,0 +1,73 @@
+/* Separate (exec'd) processes on one heap: one allocates objects of every
+ * class boundary and large runs, publishes them through a root; another
+ * verifies and frees them. Live objects of different processes never
+ * overlap, and afterwards the daemon has every byte back. */
+#define _GNU_SOURCE
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "tcm.h"
+#include "testutil.h"
+
+static pid_t spawn(const char *mode, const char *root, const char *root2)
+{
+    char helper[256];
+    tt_path("tcm_test_helper", helper, sizeof helper);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        execl(helper, helper, mode, root, root2, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+int main(void)
+{
+    tcm_test_daemon_t d;
+    tt_daemon_start(&d, NULL);
+
+    /* this process holds live objects of its own while the others run */
+    CHECK_EQ(tcm_init(d.socket), 0);
+    enum { MINE = 3000 };
+    struct { uint64_t n, producer; struct { uint64_t off, size; } e[MINE]; } *mine = tcm_malloc(sizeof *mine);
+    mine->n = MINE;
+    mine->producer = (uint64_t)getpid();
+    for (int i = 0; i < MINE; i++) {
+        size_t s = 1 + (size_t)(i * 37) % (i % 50 ? 5000 : 600000);
+        char *p = tcm_malloc(s);
+        memset(p, 0x5a, s);
+        mine->e[i].off = tcm_to_offset(p);
+        mine->e[i].size = s;
+    }
+    CHECK_EQ(tcm_root_set("mine", mine), 0);
+
+    tt_wait_ok(spawn("produce", "shared", NULL), 60000);
+    tt_wait_ok(spawn("disjoint", "shared", "mine"), 60000);
+    CHECK_GT(tt_stat(&d, "bytes_clients"), 0);
+    tt_wait_ok(spawn("consume", "shared", NULL), 60000);
+    CHECK(tcm_root_get("shared") == NULL);
+
+    /* my objects are intact */
+    for (int i = 0; i < MINE; i++) {
+        unsigned char *p = tcm_from_offset(mine->e[i].off);
+        for (uint64_t k = 0; k < mine->e[i].size; k += 13)
+            CHECK_EQ(p[k], 0x5a);
+        tcm_free(p);
+    }
+    tcm_root_set("mine", NULL);
+    tcm_free(mine);
+    tcm_shutdown();
+
+    /* everything is back: nothing held by any client, nothing refused */
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
+    CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
+    CHECK_EQ(tt_stat(&d, "refused"), 0);
+    CHECK_EQ(tt_stat(&d, "clients_died"), 0);
+    CHECK_GE(tt_stat(&d, "clients_total"), 4);
+    tt_daemon_stop(&d);
+    printf("multiproc: 1 passed, 0 failed\n");
+    return 0;
+}

@@ -1,0 +1,186 @@
+/* Page heap and central lists, driven directly: split/coalesce and page map
+ * invariants after every step of a random workload, validation of every kind
+ * of bad offset, and release really freeing tmpfs blocks. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "heap.h"
+#include "prim.h"
+
+#define HEAP (64ull << 20)
+
+static tcm_heap_t h;
+static int heap_fd;
+
+static void validate(void)
+{
+    char why[256];
+    if (!tcm__ph_validate(&h, why, sizeof why)) {
+        fprintf(stderr, "page heap invalid: %s\n", why);
+        abort();
+    }
+}
+
+static void setup(void)
+{
+    char name[64];
+    snprintf(name, sizeof name, "/tcmtest-ph-%d", (int)getpid());
+    heap_fd = tcm__shm_create(name, HEAP, 0600);
+    CHECK_GE(heap_fd, 0);
+    tcm__shm_unlink(name);
+    tcm_meta_layout_t ml;
+    tcm__meta_layout(&ml, (uint32_t)(HEAP >> TCM_PAGE_SHIFT));
+    void *meta = mmap(NULL, ml.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(meta != MAP_FAILED);
+    tcm__meta_init(&h, meta, &ml, heap_fd, HEAP, 0x7e0000000000ull);
+    atomic_store(&h.meta->config.page_cache_cap, UINT64_MAX); /* release only when asked */
+}
+
+static void test_runs(void)
+{
+    enum { N = 400 };
+    uint32_t spans[N] = {0};
+    srand(1);
+    for (int step = 0; step < 5000; step++) {
+        int i = rand() % N;
+        if (spans[i]) {
+            tcm_span_t *sp = &h.spans[spans[i]];
+            CHECK_EQ(sp->state, TCM_SPAN_LARGE);
+            uint64_t bytes;
+            uint32_t owner;
+            CHECK_EQ(tcm__large_free_ht(&h, tcm__page_off(sp->first), &bytes, &owner), TCM_ST_OK);
+            CHECK_EQ(owner, (uint32_t)i);
+            spans[i] = 0;
+        } else {
+            uint64_t npages = 1 + (uint64_t)(rand() % 4 ? rand() % 8 : rand() % 200);
+            uint64_t align = rand() % 8 == 0 ? 1u << (rand() % 6) : 1;
+            uint64_t off;
+            int st = tcm__large_alloc_ht(&h, npages, align, (uint32_t)i, &off);
+            if (st == TCM_ST_NOMEM)
+                continue;
+            CHECK_EQ(st, TCM_ST_OK);
+            CHECK_EQ(((0x7e0000000000ull + off) / TCM_PAGE_SIZE) % align, 0);
+            spans[i] = h.page_span[off >> TCM_PAGE_SHIFT];
+            CHECK_EQ(h.spans[spans[i]].npages, npages);
+            /* no two live runs overlap: every page maps back to its own span */
+            for (uint64_t p = 0; p < npages; p++)
+                CHECK_EQ(h.page_span[(off >> TCM_PAGE_SHIFT) + p], spans[i]);
+        }
+        if (step % 50 == 0)
+            validate();
+    }
+    for (int i = 0; i < N; i++)
+        if (spans[i]) {
+            uint64_t bytes;
+            uint32_t owner;
+            CHECK_EQ(tcm__large_free_ht(&h, tcm__page_off(h.spans[spans[i]].first), &bytes, &owner), TCM_ST_OK);
+        }
+    validate();
+    /* everything coalesced back into one run */
+    CHECK_EQ(h.free_pages, h.top - 1);
+    uint32_t s = h.page_span[1];
+    CHECK_EQ(h.spans[s].state, TCM_SPAN_FREE);
+    CHECK_EQ(h.spans[s].npages, h.top - 1);
+}
+
+static void test_objects(void)
+{
+    static uint64_t offs[4096];
+    int st;
+    unsigned cls = tcm__size_class(48);
+    uint32_t n = tcm__central_refill_ht(&h, cls, 512, offs, &st);
+    CHECK_EQ(st, TCM_ST_OK);
+    CHECK_EQ(n, 512);
+    for (uint32_t i = 0; i < n; i++) {
+        unsigned c;
+        CHECK_EQ(tcm__object_class(&h, offs[i], &c), TCM_ST_OK);
+        CHECK_EQ(c, cls);
+        for (uint32_t j = 0; j < i; j++)
+            CHECK_NE(offs[i], offs[j]);
+    }
+    validate();
+    /* each kind of bad free is refused and changes nothing */
+    CHECK_EQ(tcm__central_return_ht(&h, cls, offs[0] + 16), TCM_ST_NOT_OBJECT);
+    CHECK_EQ(tcm__central_return_ht(&h, cls + 1, offs[0]), TCM_ST_NOT_OBJECT);
+    CHECK_EQ(tcm__central_return_ht(&h, cls, HEAP + 4096), TCM_ST_BAD_OFFSET);
+    CHECK_EQ(tcm__central_return_ht(&h, cls, 0), TCM_ST_BAD_OFFSET);
+    CHECK_EQ(tcm__central_return_ht(&h, cls, (uint64_t)(h.top + 10) << TCM_PAGE_SHIFT), TCM_ST_NOT_OBJECT);
+    CHECK_EQ(tcm__central_return_ht(&h, cls, offs[1]), TCM_ST_OK);
+    CHECK_EQ(tcm__central_return_ht(&h, cls, offs[1]), TCM_ST_DOUBLE_FREE);
+    uint64_t bytes;
+    uint32_t owner;
+    CHECK_EQ(tcm__large_free_ht(&h, offs[2] & ~(uint64_t)(TCM_PAGE_SIZE - 1), &bytes, &owner), TCM_ST_NOT_OBJECT);
+    for (uint32_t i = 0; i < n; i++)
+        if (i != 1)
+            CHECK_EQ(tcm__central_return_ht(&h, cls, offs[i]), TCM_ST_OK);
+    validate();
+    /* one empty span per class stays cached; drop_empty gives it back */
+    CHECK_GT(tcm__central_drop_empty_ht(&h), 0);
+    validate();
+    CHECK_EQ(h.free_pages, h.top - 1);
+
+    /* many classes at once, then everything back */
+    for (unsigned c = 1; c < TCM_NCLASSES; c += 7) {
+        n = tcm__central_refill_ht(&h, c, h.classes[c].batch, offs, &st);
+        CHECK_EQ(n, h.classes[c].batch);
+        for (uint32_t i = 0; i < n; i++)
+            CHECK_EQ(tcm__central_return_ht(&h, c, offs[i]), TCM_ST_OK);
+    }
+    tcm__central_drop_empty_ht(&h);
+    validate();
+    CHECK_EQ(h.free_pages, h.top - 1);
+}
+
+static void test_release(void)
+{
+    uint64_t off;
+    CHECK_EQ(tcm__large_alloc_ht(&h, 2048, 1, 1, &off), TCM_ST_OK); /* 16 MiB, committed */
+    int64_t before = tcm__backed_bytes(heap_fd);
+    CHECK_GE(before, 16 << 20);
+    uint64_t bytes;
+    uint32_t owner;
+    CHECK_EQ(tcm__large_free_ht(&h, off, &bytes, &owner), TCM_ST_OK);
+    uint64_t released = tcm__ph_release_ht(&h, 0);
+    CHECK_GE(released, 16u << 20);
+    int64_t after = tcm__backed_bytes(heap_fd);
+    CHECK_LT(after, before / 20); /* tmpfs blocks really went back */
+    validate();
+}
+
+static void test_limit(void)
+{
+    atomic_store(&h.meta->config.heap_limit, 8ull << 20);
+    uint64_t off, offs[64];
+    CHECK_EQ(tcm__large_alloc_ht(&h, 2048, 1, 1, &off), TCM_ST_NOMEM);
+    CHECK_EQ(tcm__large_alloc_ht(&h, 512, 1, 1, &off), TCM_ST_OK);
+    int st;
+    uint32_t got = 0;
+    for (int i = 0; i < 1000; i++) {
+        uint32_t n = tcm__central_refill_ht(&h, TCM_NCLASSES - 1, 64, offs, &st);
+        if (!n) {
+            CHECK_EQ(st, TCM_ST_NOMEM);
+            break;
+        }
+        got += n;
+    }
+    CHECK_GT(got, 0);
+    CHECK_LE((uint64_t)got * TCM_MAX_SMALL, 8ull << 20);
+    validate();
+    atomic_store(&h.meta->config.heap_limit, HEAP);
+}
+
+int main(void)
+{
+    setup();
+    test_runs();
+    test_objects();
+    test_release();
+    test_limit();
+    printf("pageheap: 4 passed, 0 failed\n");
+    return 0;
+}
