@@ -93,6 +93,7 @@ static int child_exits(void *arg)
 
 static void test_process_exit(void)
 {
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 1, 5000), 1);
     uint64_t clients_before = tt_stat(&d, "bytes_clients");
     uint64_t lost_before = tt_stat(&d, "lost_bytes");
     tt_wait_ok(tt_fork(child_exits, NULL), 20000);
@@ -203,6 +204,8 @@ static void test_bad_free(void)
 static void test_sigkill(void)
 {
     int *ready = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    /* earlier children are reclaimed asynchronously: start from quiet */
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 1, 5000), 1);
     uint64_t reclaimed_before = tt_stat(&d, "reclaimed_objects");
     uint64_t died_before = tt_stat(&d, "clients_died");
     pid_t pid = fork();
