@@ -6,6 +6,7 @@
  *   disjoint ROOT1 ROOT2   check no object of one table overlaps the other
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,8 +120,23 @@ static int disjoint(const char *r1, const char *r2)
     return 0;
 }
 
+/* No daemon on $TCM_SOCKET: clear errors, no crash. */
+static int nodaemon(void)
+{
+    CHECK_EQ(tcm_init(NULL), -ENOENT);
+    errno = 0;
+    CHECK(tcm_malloc(10) == NULL);
+    CHECK_EQ(errno, ENOMEM);
+    CHECK(tcm_malloc(1 << 20) == NULL);
+    CHECK(tcm_root_get("x") == NULL);
+    tcm_free(NULL);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "nodaemon") == 0)
+        return nodaemon();
     if (argc == 3 && strcmp(argv[1], "produce") == 0)
         return produce(argv[2]);
     if (argc == 3 && strcmp(argv[1], "consume") == 0)

@@ -1,0 +1,165 @@
+/* tcmd as a program: one daemon per socket and per name, owner-only socket
+ * and segments, peers of another uid refused, tcmctl against it, clean
+ * shutdown on SIGTERM. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "frame.h"
+#include "tcm.h"
+#include "testutil.h"
+
+static int run_cmd(const char *cmd, char *out, size_t len)
+{
+    FILE *f = popen(cmd, "r");
+    CHECK(f != NULL);
+    size_t n = fread(out, 1, len - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void test_second_daemon(const tcm_test_daemon_t *d)
+{
+    char cmd[512], out[4096];
+    /* same socket */
+    snprintf(cmd, sizeof cmd, "%s --foreground --socket %s --name other%d 2>&1", TCMD_PATH, d->socket, (int)getpid());
+    CHECK_EQ(run_cmd(cmd, out, sizeof out), 1);
+    CHECK(strstr(out, "already running") != NULL);
+    /* same shm name on another socket */
+    snprintf(cmd, sizeof cmd, "%s --foreground --socket %s.2 --name %s 2>&1", TCMD_PATH, d->socket, d->name);
+    CHECK_EQ(run_cmd(cmd, out, sizeof out), 1);
+    /* bad arguments */
+    snprintf(cmd, sizeof cmd, "%s --heap-size banana 2>&1", TCMD_PATH);
+    CHECK_EQ(run_cmd(cmd, out, sizeof out), 2);
+    CHECK(tt_daemon_alive(d));
+}
+
+static void test_permissions(const tcm_test_daemon_t *d)
+{
+    struct stat st;
+    CHECK_EQ(stat(d->socket, &st), 0);
+    CHECK(S_ISSOCK(st.st_mode));
+    CHECK_EQ(st.st_mode & 077, 0);
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm/tcm.%s.heap", d->name);
+    CHECK_EQ(stat(path, &st), 0);
+    CHECK_EQ(st.st_mode & 0777, 0600);
+    snprintf(path, sizeof path, "/dev/shm/tcm.%s.meta", d->name);
+    CHECK_EQ(stat(path, &st), 0);
+    CHECK_EQ(st.st_mode & 0777, 0600);
+
+    if (geteuid() != 0)
+        return; /* needs root to become another user */
+    chmod(d->socket, 0777); /* let the other user reach the daemon's check */
+    pid_t pid = fork();
+    if (pid == 0) {
+        CHECK_EQ(setuid(65534), 0);
+        int fd = tcm__connect(d->socket);
+        CHECK_GE(fd, 0);
+        Tcm__Response *resp = tcm__frame_recv(fd, 5000);
+        CHECK(resp != NULL);
+        CHECK_EQ(resp->body_case, TCM__RESPONSE__BODY_ERROR);
+        CHECK_EQ(resp->error->code, EACCES);
+        _exit(0);
+    }
+    tt_wait_ok(pid, 10000);
+    chmod(d->socket, 0700);
+}
+
+static void test_tcmctl(const tcm_test_daemon_t *d)
+{
+    char cmd[512], out[16384];
+    void *p = tcm_malloc(1 << 20); /* something to see */
+    snprintf(cmd, sizeof cmd, "%s --socket %s ping", TCMCTL_PATH, d->socket);
+    CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
+    CHECK(strstr(out, "alive") != NULL);
+    snprintf(cmd, sizeof cmd, "%s --socket %s --json ping", TCMCTL_PATH, d->socket);
+    CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
+    char want[64];
+    snprintf(want, sizeof want, "\"daemon_pid\":%d", (int)d->pid);
+    CHECK(strstr(out, want) != NULL);
+
+    snprintf(cmd, sizeof cmd, "%s --socket %s --json stats", TCMCTL_PATH, d->socket);
+    CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
+    char *v = strstr(out, "\"bytes_clients\":");
+    CHECK(v != NULL);
+    CHECK_GE(strtoull(v + strlen("\"bytes_clients\":"), NULL, 10), 1 << 20);
+    snprintf(cmd, sizeof cmd, "%s --socket %s stats", TCMCTL_PATH, d->socket);
+    CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
+    CHECK(strstr(out, "bytes_committed") != NULL);
+
+    snprintf(cmd, sizeof cmd, "%s --socket %s --json clients", TCMCTL_PATH, d->socket);
+    CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
+    snprintf(want, sizeof want, "\"pid\":%d,", (int)getpid());
+    CHECK(strstr(out, want) != NULL);
+    v = strstr(strstr(out, want), "\"bytes_held\":");
+    CHECK_GE(strtoull(v + strlen("\"bytes_held\":"), NULL, 10), 1 << 20);
+    snprintf(cmd, sizeof cmd, "%s --socket %s clients", TCMCTL_PATH, d->socket);
+    CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
+    CHECK(strstr(out, "held") != NULL);
+
+    /* exit codes: usage 2, cannot connect 3 */
+    snprintf(cmd, sizeof cmd, "%s --socket %s frobnicate 2>&1", TCMCTL_PATH, d->socket);
+    CHECK_EQ(run_cmd(cmd, out, sizeof out), 2);
+    snprintf(cmd, sizeof cmd, "%s --socket /nonexistent/tcm.sock ping 2>&1", TCMCTL_PATH);
+    CHECK_EQ(run_cmd(cmd, out, sizeof out), 3);
+    CHECK(strstr(out, "is tcmd running") != NULL);
+    tcm_free(p);
+}
+
+static void test_no_daemon(void)
+{
+    /* a fresh process (a fork child would re-attach to its parent's daemon) */
+    char helper[256];
+    tt_path("tcm_test_helper", helper, sizeof helper);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("TCM_SOCKET", "/nonexistent/tcm.sock", 1);
+        execl(helper, helper, "nodaemon", (char *)NULL);
+        _exit(127);
+    }
+    tt_wait_ok(pid, 10000);
+}
+
+static void test_detached_start(void)
+{
+    /* without --foreground tcmd detaches once it listens */
+    char sock[108], cmd[512], out[4096];
+    snprintf(sock, sizeof sock, "/tmp/tcmtest-bg-%d.sock", (int)getpid());
+    snprintf(cmd, sizeof cmd, "%s --socket %s --name bg%d --log /dev/null", TCMD_PATH, sock, (int)getpid());
+    CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
+    int fd = tcm__connect(sock);
+    CHECK_GE(fd, 0);
+    close(fd);
+    snprintf(cmd, sizeof cmd, "%s --socket %s --json ping", TCMCTL_PATH, sock);
+    CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
+    pid_t pid = (pid_t)strtol(strstr(out, "\"daemon_pid\":") + 13, NULL, 10);
+    CHECK_GT(pid, 0);
+    CHECK_EQ(kill(pid, SIGTERM), 0);
+    for (int i = 0; i < 500 && access(sock, F_OK) == 0; i++)
+        usleep(10000);
+    CHECK(access(sock, F_OK) != 0); /* socket removed on SIGTERM */
+}
+
+int main(void)
+{
+    tcm_test_daemon_t d;
+    tt_daemon_start(&d, NULL);
+    CHECK_EQ(tcm_init(d.socket), 0);
+    test_second_daemon(&d);
+    test_permissions(&d);
+    test_tcmctl(&d);
+    test_no_daemon();
+    test_detached_start();
+    tcm_shutdown();
+    tt_daemon_stop(&d); /* SIGTERM: exit 0, segments and socket gone */
+    printf("daemon: 5 passed, 0 failed\n");
+    return 0;
+}
