@@ -123,7 +123,7 @@ typedef struct tcm_config {
     X(clients_total, "clients attached since start")                          \
     X(clients_died, "clients that went away without detaching")              \
     X(reclaimed_objects, "cached objects taken back from departed clients")   \
-    X(lost_bytes, "bytes departed clients still held in use")
+    X(lost_bytes, "bytes clients that died had allocated and not freed")
 
 typedef struct tcm_heap_stats {
 #define TCM_STAT_FIELD(name, doc) _Atomic uint64_t name;

@@ -289,14 +289,18 @@ static void reclaim(tcm_server_t *srv, tcm_client_t *c)
     }
     uint64_t out = atomic_load(&c->bytes_out), in = atomic_load(&c->bytes_in);
     uint64_t held = out > in ? out - in : 0;
+    /* held is allocated minus given back by this client: objects it handed
+     * to other processes count until those free them, so a deliberate exit
+     * is only logged; a death is counted as possibly lost memory */
     bool bye = atomic_load(&c->said_bye);
     STAT_ADD(srv, reclaimed_objects, objects);
-    STAT_ADD(srv, lost_bytes, held);
-    if (!bye)
+    if (!bye) {
         STAT_ADD(srv, clients_died, 1);
-    tcm__log(held || !bye ? TCM_LOG_WARN : TCM_LOG_INFO,
-             "client %u (pid %d) %s: %llu cached objects reclaimed, %llu bytes it allocated "
-             "still in use",
+        STAT_ADD(srv, lost_bytes, held);
+    }
+    tcm__log(bye ? TCM_LOG_INFO : TCM_LOG_WARN,
+             "client %u (pid %d) %s: %llu cached objects reclaimed; it allocated %llu bytes more "
+             "than it freed (in use by it or handed to other processes)",
              c->id, (int)c->pid, bye ? "detached" : "died without detaching",
              (unsigned long long)objects, (unsigned long long)held);
 }

@@ -30,6 +30,22 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-second_deadlock_stack=1}
 results=()
 failed=0
 
+# Daemons that tests of BUILD_DIR left running (a test killed on timeout, a
+# helper that forgot to stop its tcmd): report them and stop them, so that
+# they do not hold /dev/shm space through the next pass.
+reap_daemons() {
+  local exe p pids=()
+  exe="$(cd "$1" && pwd)/tcmd"
+  for p in /proc/[0-9]*; do
+    [[ "$(readlink "$p/exe" 2>/dev/null)" == "$exe" ]] && pids+=("${p#/proc/}")
+  done
+  if ((${#pids[@]})); then
+    echo "test.sh: warning: the tests left ${#pids[@]} tcmd process(es) of $1 running" \
+         "(pid ${pids[*]}); stopping them" >&2
+    kill "${pids[@]}" 2>/dev/null || true
+  fi
+}
+
 # run_pass NAME BUILD_DIR CMAKE_ARGS...
 run_pass() {
   local name=$1 dir=$2
@@ -47,6 +63,7 @@ run_pass() {
       if ! ctest --test-dir "$dir" --output-on-failure -j"$JOBS" --timeout 300 --no-tests=error; then
         status="FAILED (tests)"
       fi
+      reap_daemons "$dir"
     fi
   fi
   [[ $status == ok ]] || failed=1

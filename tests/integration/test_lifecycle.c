@@ -97,7 +97,8 @@ static void test_process_exit(void)
     uint64_t clients_before = tt_stat(&d, "bytes_clients");
     uint64_t lost_before = tt_stat(&d, "lost_bytes");
     tt_wait_ok(tt_fork(child_exits, NULL), 20000);
-    /* the child's caches came back; only its leaked object is still out */
+    /* the child's caches came back; only its leaked object is still out
+     * (it died with _exit, without detaching, so it counts as lost) */
     uint64_t leaked = 100000 + 100000 / 8; /* class rounding stays under 1/8 */
     uint64_t v = 0;
     for (int i = 0; i < 500; i++) {
