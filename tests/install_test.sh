@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The installed tree works on its own: cmake --install to a scratch prefix,
+# build a program against pkg-config 'tcm' (shared and static), run it on
+# the installed tcmd, and ask the installed tcmctl about it.
+set -euo pipefail
+build=$1
+prefix=$(mktemp -d /tmp/tcm-install.XXXXXX)
+sock=$prefix/tcmd.sock
+trap 'kill $daemon 2>/dev/null || true; rm -rf "$prefix"' EXIT
+
+cmake --install "$build" --prefix "$prefix" > /dev/null
+for f in bin/tcmd bin/tcmctl include/tcm.h lib/libtcm.a lib/libtcm.so lib/pkgconfig/tcm.pc; do
+  [[ -e $prefix/$f ]] || { echo "not installed: $f"; exit 1; }
+done
+export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+cat > "$prefix/prog.c" <<'C'
+#include <stdio.h>
+#include <string.h>
+#include <tcm.h>
+int main(void)
+{
+    char *p = tcm_malloc(100);
+    if (!p) return 1;
+    strcpy(p, "hello");
+    if (tcm_root_set("install.test", p) != 0 || tcm_root_get("install.test") != p) return 2;
+    tcm_root_set("install.test", NULL);
+    tcm_free(p);
+    tcm_shutdown();
+    puts("ok");
+    return 0;
+}
+C
+cc -o "$prefix/prog-shared" "$prefix/prog.c" $(pkg-config --cflags --libs tcm) -Wl,-rpath,"$prefix/lib"
+cc -o "$prefix/prog-static" "$prefix/prog.c" $(pkg-config --cflags tcm) "$prefix/lib/libtcm.a" \
+   $(pkg-config --static --libs-only-l tcm | sed 's/-ltcm\b//')
+
+"$prefix/bin/tcmd" --foreground --socket "$sock" --name "inst$$" --log "$prefix/tcmd.log" &
+daemon=$!
+for _ in $(seq 100); do "$prefix/bin/tcmctl" --socket "$sock" ping > /dev/null 2>&1 && break; sleep 0.05; done
+[[ $(TCM_SOCKET=$sock "$prefix/prog-shared") == ok ]]
+[[ $(TCM_SOCKET=$sock "$prefix/prog-static") == ok ]]
+"$prefix/bin/tcmctl" --socket "$sock" --json stats | grep -q '"clients_total":2'
+kill $daemon
+wait $daemon
+echo "install: 1 passed, 0 failed"
