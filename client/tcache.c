@@ -230,6 +230,8 @@ static tcm_thread_t *thread_register(void)
         if (!pr->tcache_used[i]) {
             idx = i;
             pr->tcache_used[i] = 1;
+            if (i + 1 > atomic_load_explicit(&pr->chan_hdr->tcache_hw, memory_order_relaxed))
+                atomic_store_explicit(&pr->chan_hdr->tcache_hw, i + 1, memory_order_release);
             break;
         }
     pthread_mutex_unlock(&pr->tcache_lock);

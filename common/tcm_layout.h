@@ -240,6 +240,8 @@ typedef struct tcm_chan_hdr {
     uint32_t bin_slot_off[TCM_NCLASSES];  /* from a tcache's start */
     uint32_t xfer_slot_off[TCM_NCLASSES]; /* from off_xfer */
     tcm_xfer_t xfer[TCM_NCLASSES]; /* client-written; guarded by the client's own locks */
+    _Atomic uint32_t tcache_hw;    /* client-written: thread caches [0, hw) were ever used;
+                                      the daemon reads no further (untouched pages stay holes) */
 } tcm_chan_hdr_t;
 
 /* ---- ring statuses ---- */

@@ -193,7 +193,8 @@ static void channel_usage(const tcm_server_t *srv, const tcm_client_t *c, uint32
     const tcm_chan_hdr_t *hdr = (const tcm_chan_hdr_t *)c->chan;
     *threads = 0;
     *cached = 0;
-    for (uint32_t t = 0; t < l->max_threads; t++) {
+    uint32_t hw = atomic_load_explicit(&hdr->tcache_hw, memory_order_acquire);
+    for (uint32_t t = 0; t < l->max_threads && t < hw; t++) {
         const tcm_tcache_t *tc = (const tcm_tcache_t *)(c->chan + l->off_tcaches + (uint64_t)t * l->tcache_stride);
         if (tc->in_use)
             (*threads)++;

@@ -268,7 +268,8 @@ static void reclaim(tcm_server_t *srv, tcm_client_t *c)
             objects += n - refused;
         }
     }
-    for (uint32_t t = 0; t < l->max_threads; t++) {
+    uint32_t hw = atomic_load_explicit(&hdr->tcache_hw, memory_order_acquire);
+    for (uint32_t t = 0; t < l->max_threads && t < hw; t++) {
         uint8_t *tc = c->chan + l->off_tcaches + (uint64_t)t * l->tcache_stride;
         tcm_bin_t *bins = ((tcm_tcache_t *)tc)->bins;
         for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
