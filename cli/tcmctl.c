@@ -100,7 +100,7 @@ static int cmd_stats(const char *path, bool json)
         printf("# Heap\n");
         for (size_t i = 0; i < s->n_stat; i++) {
             char human[32] = "";
-            if (strncmp(s->stat[i]->name, "bytes_", 6) == 0 || strcmp(s->stat[i]->name, "lost_bytes") == 0)
+            if (strncmp(s->stat[i]->name, "bytes_", 6) == 0)
                 tcm__format_size(s->stat[i]->value, human, sizeof human);
             printf("%-22s %16llu  %-8s %s\n", s->stat[i]->name, (unsigned long long)s->stat[i]->value,
                    human, s->stat[i]->help);

@@ -84,7 +84,7 @@ typedef struct tcm_span {
     uint32_t npages;
     uint32_t prev, next;/* links of the list the span is on (0 = none) */
     uint32_t nfree;     /* SMALL: objects not handed out */
-    uint32_t owner;     /* LARGE: client id that allocated it */
+    uint32_t owner;     /* LARGE: owner tag of the client that allocated it */
     uint8_t state;      /* enum tcm_span_state */
     uint8_t cls;        /* SMALL: size class */
     uint8_t committed;  /* FREE: every page is backed by tmpfs blocks */
@@ -123,7 +123,7 @@ typedef struct tcm_config {
     X(clients_total, "clients attached since start")                          \
     X(clients_died, "clients that went away without detaching")              \
     X(reclaimed_objects, "cached objects taken back from departed clients")   \
-    X(lost_bytes, "bytes clients that died had allocated and not freed")
+    X(bytes_orphaned, "bytes still in use that departed clients had allocated")
 
 typedef struct tcm_heap_stats {
 #define TCM_STAT_FIELD(name, doc) _Atomic uint64_t name;

@@ -43,7 +43,7 @@ static uint32_t new_small_span(tcm_heap_t *h, unsigned cls, int *status)
 }
 
 uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint64_t *out,
-                                int *status)
+                                uint16_t owner, int *status)
 {
     const tcm_class_info_t *ci = &h->classes[cls];
     uint32_t n = 0;
@@ -56,6 +56,7 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
         uint64_t *map = span_map(h, sp);
         uint32_t words = (ci->span_objs + 63) / 64;
         uint64_t base_off = tcm__page_off(sp->first);
+        uint16_t *owners = &h->owners[(uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE * 64];
         for (uint32_t w = sp->scan; w < words && n < want && sp->nfree; w++) {
             uint64_t valid = (w == words - 1 && ci->span_objs % 64) ? (1ull << (ci->span_objs % 64)) - 1 : ~0ull;
             uint64_t free_bits = ~map[w] & valid;
@@ -63,6 +64,7 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
                 unsigned b = (unsigned)__builtin_ctzll(free_bits);
                 free_bits &= free_bits - 1;
                 map[w] |= 1ull << b;
+                owners[w * 64 + b] = owner;
                 out[n++] = base_off + (uint64_t)(w * 64 + b) * ci->size;
                 sp->nfree--;
             }
@@ -109,7 +111,7 @@ int tcm__object_class(const tcm_heap_t *h, uint64_t off, unsigned *cls)
     return st;
 }
 
-int tcm__central_return_ht(tcm_heap_t *h, unsigned cls, uint64_t off)
+int tcm__central_return_ht(tcm_heap_t *h, unsigned cls, uint64_t off, uint16_t *owner)
 {
     uint32_t s, i;
     int st = check_object(h, off, &s, &i);
@@ -118,6 +120,7 @@ int tcm__central_return_ht(tcm_heap_t *h, unsigned cls, uint64_t off)
     tcm_span_t *sp = &h->spans[s];
     if (sp->cls != cls)
         return TCM_ST_NOT_OBJECT;
+    *owner = h->owners[(uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE * 64 + i];
     const tcm_class_info_t *ci = &h->classes[cls];
     span_map(h, sp)[i / 64] &= ~(1ull << (i % 64));
     if (i / 64 < sp->scan)

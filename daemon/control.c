@@ -228,7 +228,7 @@ static void handle_clients(tcm_conn_t *conn)
             continue;
         Tcm__ClientInfo *ci = &infos[n];
         tcm__client_info__init(ci);
-        uint64_t out = atomic_load(&c->bytes_out), in = atomic_load(&c->bytes_in);
+        uint64_t out = atomic_load(&c->bytes_out), in = atomic_load(&c->bytes_back);
         ci->client_id = c->id;
         ci->pid = (uint32_t)c->pid;
         ci->uid = (uint32_t)c->uid;

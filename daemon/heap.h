@@ -18,6 +18,8 @@ typedef struct tcm_heap {
     uint32_t *page_span;           /* in meta */
     tcm_span_t *spans;             /* in meta, [npages + 1] */
     uint64_t *objmap;              /* in meta */
+    uint16_t *owners;              /* private: owner tag of each handed-out object,
+                                      indexed like objmap bits */
     tcm_root_t *roots;             /* in meta */
     int heap_fd;
     uint64_t heap_size;
@@ -32,8 +34,8 @@ typedef struct tcm_heap {
 } tcm_heap_t;
 
 /* Lay out a fresh metadata segment and point h at it (segments.c). */
-void tcm__meta_init(tcm_heap_t *h, void *meta, const tcm_meta_layout_t *ml, int heap_fd,
-                    uint64_t heap_size, uint64_t base);
+int tcm__meta_init(tcm_heap_t *h, void *meta, const tcm_meta_layout_t *ml, int heap_fd,
+                   uint64_t heap_size, uint64_t base);
 
 /* spans */
 uint32_t tcm__span_new_ht(tcm_heap_t *h);
@@ -50,9 +52,11 @@ uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes);
 bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen);
 
 /* central lists (central.c) */
+/* Owner tags name the client an object was handed to (see server.h); the
+ * daemon credits a returned object to its owner, whoever frees it. */
 uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint64_t *out,
-                                int *status);
-int tcm__central_return_ht(tcm_heap_t *h, unsigned cls, uint64_t off);
+                                uint16_t owner, int *status);
+int tcm__central_return_ht(tcm_heap_t *h, unsigned cls, uint64_t off, uint16_t *owner);
 uint64_t tcm__central_drop_empty_ht(tcm_heap_t *h);
 int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, uint32_t owner,
                         uint64_t *off);

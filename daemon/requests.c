@@ -32,12 +32,26 @@ static int op_refill(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
     if (count == 0 || count > TCM_MAX_BATCH)
         return TCM_ST_BAD_COUNT;
     int status;
-    uint32_t n = tcm__central_refill_ht(&srv->h, cls, count, offs, &status);
+    uint32_t n = tcm__central_refill_ht(&srv->h, cls, count, offs, c->tag, &status);
     memcpy(slot->offs, offs, n * sizeof offs[0]);
     slot->nresult = n;
     atomic_fetch_add_explicit(&c->bytes_out, (uint64_t)n * srv->h.classes[cls].size, memory_order_relaxed);
     STAT_ADD(srv, bytes_clients, (uint64_t)n * srv->h.classes[cls].size);
     return n ? TCM_ST_OK : status;
+}
+
+/* Bytes of the client with this owner tag came back to the heap. If that
+ * client has gone, they were counted as orphaned when it left. */
+static void credit(tcm_server_t *srv, uint16_t tag, uint64_t bytes)
+{
+    tcm_client_t *c = atomic_load_explicit(&srv->clients[tag & (TCM_MAX_CLIENTS - 1)], memory_order_acquire);
+    if (c && c->tag == tag) {
+        atomic_fetch_add_explicit(&c->bytes_back, bytes, memory_order_relaxed);
+        return;
+    }
+    uint64_t orphaned = atomic_load_explicit(&srv->meta->stats.bytes_orphaned, memory_order_relaxed);
+    atomic_store_explicit(&srv->meta->stats.bytes_orphaned, orphaned > bytes ? orphaned - bytes : 0,
+                          memory_order_relaxed);
 }
 
 /* Free objects of one class; returns the first refusal, and how many were
@@ -47,10 +61,18 @@ static int free_objects(tcm_server_t *srv, tcm_client_t *c, unsigned cls, const 
 {
     int first = TCM_ST_OK;
     uint32_t size = srv->h.classes[cls].size, bad = 0, good = 0;
+    uint16_t owner = 0, run_owner = 0;
+    uint64_t run = 0;
     for (uint32_t i = 0; i < n; i++) {
-        int st = tcm__central_return_ht(&srv->h, cls, offs[i]);
+        int st = tcm__central_return_ht(&srv->h, cls, offs[i], &owner);
         if (st == TCM_ST_OK) {
             good++;
+            if (owner != run_owner && run) { /* batches are mostly one owner's */
+                credit(srv, run_owner, run);
+                run = 0;
+            }
+            run_owner = owner;
+            run += size;
             continue;
         }
         bad++;
@@ -59,7 +81,8 @@ static int free_objects(tcm_server_t *srv, tcm_client_t *c, unsigned cls, const 
         if (!reclaiming)
             refuse(srv, c, "free", cls, offs[i], st);
     }
-    atomic_fetch_add_explicit(&c->bytes_in, (uint64_t)good * size, memory_order_relaxed);
+    if (run)
+        credit(srv, run_owner, run);
     STAT_ADD(srv, bytes_clients, -(uint64_t)good * size);
     *refused = bad;
     return first;
@@ -84,7 +107,7 @@ static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, 
                           uint64_t align_pages)
 {
     uint64_t off;
-    int st = tcm__large_alloc_ht(&srv->h, npages, align_pages ? align_pages : 1, c->id, &off);
+    int st = tcm__large_alloc_ht(&srv->h, npages, align_pages ? align_pages : 1, c->tag, &off);
     if (st == TCM_ST_OK) {
         slot->result = off;
         atomic_fetch_add_explicit(&c->bytes_out, npages << TCM_PAGE_SHIFT, memory_order_relaxed);
@@ -93,29 +116,13 @@ static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, 
     return st;
 }
 
-/* The attached client with this id, if it is still in the table. */
-static tcm_client_t *client_by_id(tcm_server_t *srv, uint32_t id)
-{
-    uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
-    for (uint32_t i = 0; i < hw; i++) {
-        tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
-        if (c && c->id == id)
-            return c;
-    }
-    return NULL;
-}
-
 static int op_free_pages(tcm_server_t *srv, tcm_client_t *c, uint64_t off)
 {
     uint64_t bytes;
     uint32_t owner;
     int st = tcm__large_free_ht(&srv->h, off, &bytes, &owner);
     if (st == TCM_ST_OK) {
-        /* page runs remember who allocated them: credit that client, so a
-         * run freed by another process does not look held by its allocator */
-        tcm_client_t *alloc = owner == c->id ? c : client_by_id(srv, owner);
-        if (alloc)
-            atomic_fetch_add_explicit(&alloc->bytes_in, bytes, memory_order_relaxed);
+        credit(srv, (uint16_t)owner, bytes);
         STAT_ADD(srv, bytes_clients, -bytes);
     } else {
         refuse(srv, c, "free of page run", 0, off, st);
@@ -288,20 +295,18 @@ static void reclaim(tcm_server_t *srv, tcm_client_t *c)
             objects += reclaim_array(srv, c, cls,
                                      (void *const *)(c->chan + l->off_xfer + l->xfer_slot_off[cls]), n);
     }
-    uint64_t out = atomic_load(&c->bytes_out), in = atomic_load(&c->bytes_in);
-    uint64_t held = out > in ? out - in : 0;
-    /* held is allocated minus given back by this client: objects it handed
-     * to other processes count until those free them, so a deliberate exit
-     * is only logged; a death is counted as possibly lost memory */
+    uint64_t out = atomic_load(&c->bytes_out), back = atomic_load(&c->bytes_back);
+    uint64_t held = out > back ? out - back : 0;
+    /* what it allocated and is still in use -- by itself until now, or by
+     * processes it handed objects to -- is orphaned until someone frees it */
     bool bye = atomic_load(&c->said_bye);
     STAT_ADD(srv, reclaimed_objects, objects);
-    if (!bye) {
+    STAT_ADD(srv, bytes_orphaned, held);
+    if (!bye)
         STAT_ADD(srv, clients_died, 1);
-        STAT_ADD(srv, lost_bytes, held);
-    }
-    tcm__log(bye ? TCM_LOG_INFO : TCM_LOG_WARN,
-             "client %u (pid %d) %s: %llu cached objects reclaimed; it allocated %llu bytes more "
-             "than it freed (in use by it or handed to other processes)",
+    tcm__log(bye && !held ? TCM_LOG_INFO : TCM_LOG_WARN,
+             "client %u (pid %d) %s: %llu cached objects reclaimed; %llu bytes it allocated are "
+             "still in use (by other processes, or leaked)",
              c->id, (int)c->pid, bye ? "detached" : "died without detaching",
              (unsigned long long)objects, (unsigned long long)held);
 }

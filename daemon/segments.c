@@ -13,8 +13,8 @@
 #include "ring.h"
 #include "server.h"
 
-void tcm__meta_init(tcm_heap_t *h, void *meta, const tcm_meta_layout_t *ml, int heap_fd,
-                    uint64_t heap_size, uint64_t base)
+int tcm__meta_init(tcm_heap_t *h, void *meta, const tcm_meta_layout_t *ml, int heap_fd,
+                   uint64_t heap_size, uint64_t base)
 {
     tcm_meta_hdr_t *m = meta;
     uint8_t *b = meta;
@@ -48,10 +48,15 @@ void tcm__meta_init(tcm_heap_t *h, void *meta, const tcm_meta_layout_t *ml, int 
     h->spans = (tcm_span_t *)(b + ml->off_spans);
     h->objmap = (uint64_t *)(b + ml->off_objmap);
     h->roots = (tcm_root_t *)(b + ml->off_roots);
+    /* daemon-private and sparse: only pages of small spans are ever touched */
+    h->owners = tcm__reserve((uint64_t)m->npages * TCM_OBJMAP_WORDS_PER_PAGE * 64 * sizeof(uint16_t));
+    if (!h->owners)
+        return -ENOMEM;
     h->heap_fd = heap_fd;
     h->heap_size = heap_size;
     h->npages = m->npages;
     tcm__ph_init(h);
+    return 0;
 }
 
 int tcm__segments_create(tcm_server_t *srv)
@@ -113,7 +118,10 @@ int tcm__segments_create(tcm_server_t *srv)
         tcm__log(TCM_LOG_ERROR, "cannot map the metadata: %s", err);
         goto fail;
     }
-    tcm__meta_init(&srv->h, srv->meta, &ml, srv->heap_fd, srv->heap_size, srv->base);
+    if (tcm__meta_init(&srv->h, srv->meta, &ml, srv->heap_fd, srv->heap_size, srv->base) != 0) {
+        tcm__log(TCM_LOG_ERROR, "cannot reserve the owner map for %llu pages", (unsigned long long)(srv->heap_size >> TCM_PAGE_SHIFT));
+        goto fail;
+    }
     tcm__chan_layout(&srv->chan_layout, srv->h.classes, srv->max_threads);
     return 0;
 
@@ -187,6 +195,8 @@ int tcm__client_create(tcm_server_t *srv, pid_t pid, uid_t uid, tcm_client_t **o
         return -ENOMEM;
     c->index = idx;
     c->id = ++srv->next_client_id;
+    srv->slot_gen[idx] = (uint8_t)(srv->slot_gen[idx] % TCM_TAG_GENS + 1);
+    c->tag = (uint16_t)(srv->slot_gen[idx] << TCM_TAG_INDEX_BITS | idx);
     c->pid = pid;
     c->uid = uid;
     c->attached_unix = (uint64_t)time(NULL);

@@ -15,6 +15,10 @@
 
 #define TCM_VERSION_STRING "0.1.0"
 #define TCM_MAX_CLIENTS 1024u
+/* An owner tag is a client's table index plus a generation of that index,
+ * so objects of a departed client are not credited to the next one there. */
+#define TCM_TAG_INDEX_BITS 10u
+#define TCM_TAG_GENS 63u /* generations 1..63; tag 0 is nobody */
 #define TCM_DEFAULT_BASE 0x7e8000000000ull
 #define TCM_DEFAULT_HEAP (1ull << 30)
 
@@ -30,6 +34,7 @@ typedef struct tcm_conn tcm_conn_t;
 typedef struct tcm_client {
     _Atomic int state;        /* enum tcm_client_state */
     uint32_t index;           /* in server.clients */
+    uint16_t tag;             /* owner tag of what it allocates */
     uint32_t id;
     pid_t pid;                /* from SO_PEERCRED */
     uid_t uid;
@@ -41,8 +46,9 @@ typedef struct tcm_client {
     tcm_ring_t *ring;
     tcm_slot_t *slots;
     uint64_t tail;            /* heap thread: ring consumer position */
-    /* heap thread writes, main thread reads */
-    _Atomic uint64_t bytes_out, bytes_in, requests, errors;
+    /* heap thread writes, main thread reads. bytes_back counts this
+     * client's allocations that came back to the heap, whoever freed them */
+    _Atomic uint64_t bytes_out, bytes_back, requests, errors;
     _Atomic bool said_bye;    /* detached on purpose, not killed */
     tcm_conn_t *conn;         /* main thread: its control connection */
     struct tcm_client *next_reaped;
@@ -81,6 +87,7 @@ typedef struct tcm_server {
     tcm_client_t *_Atomic clients[TCM_MAX_CLIENTS];
     _Atomic uint32_t clients_hw; /* indices below this may be in use */
     uint32_t next_client_id;
+    uint8_t slot_gen[TCM_MAX_CLIENTS]; /* generation of each index's last tag */
     pthread_mutex_t reaped_lock;
     tcm_client_t *reaped;        /* reclaimed, waiting for the main thread */
     uv_async_t reaped_async;

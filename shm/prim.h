@@ -20,6 +20,8 @@ void tcm__close(int fd);
  * On failure returns NULL and writes a message naming the clash to err. */
 void *tcm__map(int fd, uint64_t size, void *at, bool writable, char *err, size_t errlen);
 void tcm__unmap(void *p, uint64_t size);
+/* Private zero-filled memory that only costs what is touched; NULL on failure. */
+void *tcm__reserve(uint64_t size);
 
 /* Backing store of a heap range: commit before handing pages out, so a full
  * /dev/shm is ENOMEM rather than SIGBUS; release so tmpfs really frees. */

@@ -115,6 +115,13 @@ void tcm__unmap(void *p, uint64_t size)
         munmap(p, (size_t)size);
 }
 
+void *tcm__reserve(uint64_t size)
+{
+    void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
 int tcm__commit(int fd, uint64_t off, uint64_t len)
 {
     if (fallocate(fd, 0, (off_t)off, (off_t)len) == 0)

@@ -95,7 +95,7 @@ static void test_process_exit(void)
 {
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 1, 5000), 1);
     uint64_t clients_before = tt_stat(&d, "bytes_clients");
-    uint64_t lost_before = tt_stat(&d, "lost_bytes");
+    uint64_t lost_before = tt_stat(&d, "bytes_orphaned");
     tt_wait_ok(tt_fork(child_exits, NULL), 20000);
     /* the child's caches came back; only its leaked object is still out
      * (it died with _exit, without detaching, so it counts as lost) */
@@ -103,13 +103,13 @@ static void test_process_exit(void)
     uint64_t v = 0;
     for (int i = 0; i < 500; i++) {
         v = tt_stat(&d, "bytes_clients");
-        if (v - clients_before <= leaked && tt_stat(&d, "lost_bytes") > lost_before)
+        if (v - clients_before <= leaked && tt_stat(&d, "bytes_orphaned") > lost_before)
             break;
         usleep(10000);
     }
     CHECK_GE(v - clients_before, 100000);
     CHECK_LE(v - clients_before, leaked);
-    CHECK_GE(tt_stat(&d, "lost_bytes") - lost_before, 100000);
+    CHECK_GE(tt_stat(&d, "bytes_orphaned") - lost_before, 100000);
 }
 
 /* Heap full: NULL with ENOMEM, nothing crashes, and memory comes back. */

@@ -15,6 +15,7 @@
 #define HEAP (64ull << 20)
 
 static tcm_heap_t h;
+static uint16_t owner_tag;
 static int heap_fd;
 
 static void validate(void)
@@ -37,7 +38,7 @@ static void setup(void)
     tcm__meta_layout(&ml, (uint32_t)(HEAP >> TCM_PAGE_SHIFT));
     void *meta = mmap(NULL, ml.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     CHECK(meta != MAP_FAILED);
-    tcm__meta_init(&h, meta, &ml, heap_fd, HEAP, 0x7e0000000000ull);
+    CHECK_EQ(tcm__meta_init(&h, meta, &ml, heap_fd, HEAP, 0x7e0000000000ull), 0);
     atomic_store(&h.meta->config.page_cache_cap, UINT64_MAX); /* release only when asked */
 }
 
@@ -93,7 +94,7 @@ static void test_objects(void)
     static uint64_t offs[4096];
     int st;
     unsigned cls = tcm__size_class(48);
-    uint32_t n = tcm__central_refill_ht(&h, cls, 512, offs, &st);
+    uint32_t n = tcm__central_refill_ht(&h, cls, 512, offs, 7, &st);
     CHECK_EQ(st, TCM_ST_OK);
     CHECK_EQ(n, 512);
     for (uint32_t i = 0; i < n; i++) {
@@ -105,19 +106,21 @@ static void test_objects(void)
     }
     validate();
     /* each kind of bad free is refused and changes nothing */
-    CHECK_EQ(tcm__central_return_ht(&h, cls, offs[0] + 16), TCM_ST_NOT_OBJECT);
-    CHECK_EQ(tcm__central_return_ht(&h, cls + 1, offs[0]), TCM_ST_NOT_OBJECT);
-    CHECK_EQ(tcm__central_return_ht(&h, cls, HEAP + 4096), TCM_ST_BAD_OFFSET);
-    CHECK_EQ(tcm__central_return_ht(&h, cls, 0), TCM_ST_BAD_OFFSET);
-    CHECK_EQ(tcm__central_return_ht(&h, cls, (uint64_t)(h.top + 10) << TCM_PAGE_SHIFT), TCM_ST_NOT_OBJECT);
-    CHECK_EQ(tcm__central_return_ht(&h, cls, offs[1]), TCM_ST_OK);
-    CHECK_EQ(tcm__central_return_ht(&h, cls, offs[1]), TCM_ST_DOUBLE_FREE);
+    CHECK_EQ(tcm__central_return_ht(&h, cls, offs[0] + 16, &owner_tag), TCM_ST_NOT_OBJECT);
+    CHECK_EQ(tcm__central_return_ht(&h, cls + 1, offs[0], &owner_tag), TCM_ST_NOT_OBJECT);
+    CHECK_EQ(tcm__central_return_ht(&h, cls, HEAP + 4096, &owner_tag), TCM_ST_BAD_OFFSET);
+    CHECK_EQ(tcm__central_return_ht(&h, cls, 0, &owner_tag), TCM_ST_BAD_OFFSET);
+    CHECK_EQ(tcm__central_return_ht(&h, cls, (uint64_t)(h.top + 10) << TCM_PAGE_SHIFT, &owner_tag), TCM_ST_NOT_OBJECT);
+    owner_tag = 0;
+    CHECK_EQ(tcm__central_return_ht(&h, cls, offs[1], &owner_tag), TCM_ST_OK);
+    CHECK_EQ(owner_tag, 7); /* credited to whoever it was handed to */
+    CHECK_EQ(tcm__central_return_ht(&h, cls, offs[1], &owner_tag), TCM_ST_DOUBLE_FREE);
     uint64_t bytes;
     uint32_t owner;
     CHECK_EQ(tcm__large_free_ht(&h, offs[2] & ~(uint64_t)(TCM_PAGE_SIZE - 1), &bytes, &owner), TCM_ST_NOT_OBJECT);
     for (uint32_t i = 0; i < n; i++)
         if (i != 1)
-            CHECK_EQ(tcm__central_return_ht(&h, cls, offs[i]), TCM_ST_OK);
+            CHECK_EQ(tcm__central_return_ht(&h, cls, offs[i], &owner_tag), TCM_ST_OK);
     validate();
     /* one empty span per class stays cached; drop_empty gives it back */
     CHECK_GT(tcm__central_drop_empty_ht(&h), 0);
@@ -126,10 +129,10 @@ static void test_objects(void)
 
     /* many classes at once, then everything back */
     for (unsigned c = 1; c < TCM_NCLASSES; c += 7) {
-        n = tcm__central_refill_ht(&h, c, h.classes[c].batch, offs, &st);
+        n = tcm__central_refill_ht(&h, c, h.classes[c].batch, offs, 7, &st);
         CHECK_EQ(n, h.classes[c].batch);
         for (uint32_t i = 0; i < n; i++)
-            CHECK_EQ(tcm__central_return_ht(&h, c, offs[i]), TCM_ST_OK);
+            CHECK_EQ(tcm__central_return_ht(&h, c, offs[i], &owner_tag), TCM_ST_OK);
     }
     tcm__central_drop_empty_ht(&h);
     validate();
@@ -161,7 +164,7 @@ static void test_limit(void)
     int st;
     uint32_t got = 0;
     for (int i = 0; i < 1000; i++) {
-        uint32_t n = tcm__central_refill_ht(&h, TCM_NCLASSES - 1, 64, offs, &st);
+        uint32_t n = tcm__central_refill_ht(&h, TCM_NCLASSES - 1, 64, offs, 7, &st);
         if (!n) {
             CHECK_EQ(st, TCM_ST_NOMEM);
             break;
