@@ -4,8 +4,8 @@
 # cross-process handoff. Builds a Release tree, runs everything in one go
 # (ratios only mean something within one run on one machine), prints a
 # markdown report and writes it to bench/results/first.md; the raw CSV and
-# the harness's stderr go to bench/results/raw/. About 3-5 minutes on a
-# 2-core box.
+# the harness's stderr go to bench/results/raw/. About 2.5 minutes on a
+# 2-core box, plus up to 2 minutes waiting for other work to stop.
 #
 # usage: bench/run_first.sh [--quick]   (--quick: a tenth of the pairs, a smoke
 #                                        test; its report goes to raw/ only)
@@ -39,7 +39,36 @@ log=$raw/first-stderr.log
 : >"$seed_csv"
 : >"$handoff_csv"
 : >"$log"
+# Percent of all CPUs busy over the next $1 seconds (anyone's work).
+busy_pct() {
+    local a b t=0 k
+    read -ra a < <(head -n1 /proc/stat)
+    sleep "$1"
+    read -ra b < <(head -n1 /proc/stat)
+    for k in 1 2 3 4 5 6 7 8; do t=$((t + b[k] - a[k])); done
+    echo $((t > 0 ? 100 * (t - (b[4] - a[4])) / t : 0))
+}
+# Other work on the box skews every figure: wait up to 2 minutes for it to
+# be quiet, then go anyway and say so in the report.
+for _ in $(seq 40); do
+    busy=$(busy_pct 3)
+    ((busy < 10)) && break
+    echo "waiting for a quiet machine: ${busy}% busy" >&2
+done
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+# CPU time of the whole box vs. our own (children reaped by this shell,
+# tcmd included): the difference is how much someone else ran meanwhile.
+box_jiffies() {
+    local a
+    read -ra a < <(head -n1 /proc/stat)
+    echo $((a[1] + a[2] + a[3] + a[6] + a[7] + a[8]))
+}
+own_jiffies() {
+    local s
+    read -ra s </proc/$$/stat
+    echo $((s[15] + s[16]))
+}
+box0=$(box_jiffies) own0=$(own_jiffies) t0=$SECONDS
 
 # Run one harness; on failure show why and stop.
 run() {
@@ -89,6 +118,10 @@ for c in "${handoff_cases[@]}"; do
 done
 
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+others=$(( ($(box_jiffies) - box0) - ($(own_jiffies) - own0) ))
+hz=$(getconf CLK_TCK)
+others_pct=$((100 * others / (hz * (SECONDS - t0 + 1) * $(nproc))))
+others_pct=$((others_pct < 0 ? 0 : others_pct))
 
 # ---- report ---------------------------------------------------------------
 versions() {
@@ -108,7 +141,7 @@ report() {
     echo "- machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1), kernel $(uname -r)"
     echo "- allocators: $(versions | paste -sd ';' | sed 's/;/; /g')"
     echo "- command: \`bench/run_first.sh${1:+ $1}\` (Release build, 5 runs per case, median)"
-    echo "- load average before / after (anything else running skews the figures): $load_start / $load_end"
+    echo "- other work on the box: ${busy}% CPU just before, about ${others_pct}% of all CPU time during the run; load average before / after: $load_start / $load_end"
     echo
     echo "## Seed workload: throughput, Mpairs/s (median of 5; all threads together)"
     echo
