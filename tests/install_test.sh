@@ -4,9 +4,16 @@
 # the installed tcmd, and ask the installed tcmctl about it.
 set -euo pipefail
 build=$1
+sanitize=${2:-}   # the build's TCM_SANITIZE: the program must use the same runtime
+case $sanitize in
+  address) san=(-fsanitize=address,undefined) ;;
+  thread) san=(-fsanitize=thread) ;;
+  *) san=() ;;
+esac
+daemon=
 prefix=$(mktemp -d /tmp/tcm-install.XXXXXX)
 sock=$prefix/tcmd.sock
-trap 'kill $daemon 2>/dev/null || true; rm -rf "$prefix"' EXIT
+trap 'if [[ -n $daemon ]]; then kill "$daemon" 2>/dev/null || true; fi; rm -rf "$prefix"' EXIT
 
 cmake --install "$build" --prefix "$prefix" > /dev/null
 for f in bin/tcmd bin/tcmctl include/tcm.h lib/libtcm.a lib/libtcm.so lib/pkgconfig/tcm.pc; do
@@ -30,8 +37,8 @@ int main(void)
     return 0;
 }
 C
-cc -o "$prefix/prog-shared" "$prefix/prog.c" $(pkg-config --cflags --libs tcm) -Wl,-rpath,"$prefix/lib"
-cc -o "$prefix/prog-static" "$prefix/prog.c" $(pkg-config --cflags tcm) "$prefix/lib/libtcm.a" \
+cc "${san[@]}" -o "$prefix/prog-shared" "$prefix/prog.c" $(pkg-config --cflags --libs tcm) -Wl,-rpath,"$prefix/lib"
+cc "${san[@]}" -o "$prefix/prog-static" "$prefix/prog.c" $(pkg-config --cflags tcm) "$prefix/lib/libtcm.a" \
    $(pkg-config --static --libs-only-l tcm | sed 's/-ltcm\b//')
 
 "$prefix/bin/tcmd" --foreground --socket "$sock" --name "inst$$" --log "$prefix/tcmd.log" &
@@ -40,6 +47,7 @@ for _ in $(seq 100); do "$prefix/bin/tcmctl" --socket "$sock" ping > /dev/null 2
 [[ $(TCM_SOCKET=$sock "$prefix/prog-shared") == ok ]]
 [[ $(TCM_SOCKET=$sock "$prefix/prog-static") == ok ]]
 "$prefix/bin/tcmctl" --socket "$sock" --json stats | grep -q '"clients_total":2'
-kill $daemon
-wait $daemon
+kill "$daemon"
+wait "$daemon"
+daemon=
 echo "install: 1 passed, 0 failed"
