@@ -24,6 +24,7 @@ static void usage(FILE *f)
             "  ping      check that tcmd answers\n"
             "  stats     heap totals\n"
             "  clients   attached processes: pid, bytes held, bytes cached\n"
+            "  release   give every free page back to the OS now\n"
             "exit codes: 0 ok, 1 daemon error, 2 usage, 3 cannot connect\n");
 }
 
@@ -152,6 +153,32 @@ static int cmd_clients(const char *path, bool json)
     return 0;
 }
 
+static int cmd_release(const char *path, bool json)
+{
+    Tcm__Request req = TCM__REQUEST__INIT;
+    Tcm__ReleaseRequest rr = TCM__RELEASE_REQUEST__INIT;
+    req.body_case = TCM__REQUEST__BODY_RELEASE;
+    req.release = &rr;
+    Tcm__Response *resp = call(path, &req);
+    if (resp->body_case != TCM__RESPONSE__BODY_RELEASED) {
+        fprintf(stderr, "tcmctl: unexpected answer to release\n");
+        return EXIT_DAEMON;
+    }
+    const Tcm__Released *r = resp->released;
+    char a[32], b[32], c[32];
+    if (json)
+        printf("{\"released_bytes\":%llu,\"committed_before\":%llu,\"committed_after\":%llu}\n",
+               (unsigned long long)r->released_bytes, (unsigned long long)r->committed_before,
+               (unsigned long long)r->committed_after);
+    else
+        printf("released %s; heap backed by %s before, %s now\n",
+               tcm__format_size(r->released_bytes, a, sizeof a),
+               tcm__format_size(r->committed_before, b, sizeof b),
+               tcm__format_size(r->committed_after, c, sizeof c));
+    tcm__response__free_unpacked(resp, NULL);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     char pathbuf[108];
@@ -189,6 +216,8 @@ int main(int argc, char **argv)
         return cmd_stats(path, json);
     if (strcmp(cmd, "clients") == 0)
         return cmd_clients(path, json);
+    if (strcmp(cmd, "release") == 0)
+        return cmd_release(path, json);
     if (strcmp(cmd, "help") == 0) {
         usage(stdout);
         return 0;

@@ -250,6 +250,24 @@ static void handle_clients(tcm_conn_t *conn)
     free(ptrs);
 }
 
+static void handle_release(tcm_conn_t *conn)
+{
+    tcm_server_t *srv = conn->srv;
+    int64_t before = tcm__backed_bytes(srv->heap_fd);
+    uint64_t released = tcm__heap_command(srv, TCM_MBOX_RELEASE);
+    int64_t after = tcm__backed_bytes(srv->heap_fd);
+    tcm__log(TCM_LOG_INFO, "release: %llu bytes given back (backed %lld -> %lld)",
+             (unsigned long long)released, (long long)before, (long long)after);
+    Tcm__Released r = TCM__RELEASED__INIT;
+    r.released_bytes = released;
+    r.committed_before = before > 0 ? (uint64_t)before : 0;
+    r.committed_after = after > 0 ? (uint64_t)after : 0;
+    Tcm__Response resp = TCM__RESPONSE__INIT;
+    resp.body_case = TCM__RESPONSE__BODY_RELEASED;
+    resp.released = &r;
+    send_response(conn, &resp);
+}
+
 static void handle_frame(tcm_conn_t *conn, const uint8_t *data, size_t len)
 {
     Tcm__Request *req = tcm__request__unpack(NULL, len, data);
@@ -271,6 +289,9 @@ static void handle_frame(tcm_conn_t *conn, const uint8_t *data, size_t len)
         break;
     case TCM__REQUEST__BODY_CLIENTS:
         handle_clients(conn);
+        break;
+    case TCM__REQUEST__BODY_RELEASE:
+        handle_release(conn);
         break;
     case TCM__REQUEST__BODY_BYE:
         if (conn->client)

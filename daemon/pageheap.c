@@ -261,7 +261,7 @@ void tcm__ph_free_ht(tcm_heap_t *h, uint32_t s)
 
     uint64_t cap = atomic_load_explicit(&h->meta->config.page_cache_cap, memory_order_relaxed);
     if (h->free_committed_pages * TCM_PAGE_SIZE > cap)
-        tcm__ph_release_ht(h, cap);
+        STAT_ADD(h, bytes_released, tcm__ph_release_ht(h, cap));
     publish_free_stats(h);
 }
 
@@ -282,8 +282,9 @@ static uint64_t release_span(tcm_heap_t *h, uint32_t s)
 }
 
 /* Punch free runs, longest lists first, until at most keep_bytes of free
- * committed pages remain. keep_bytes == 0 also punches runs whose backing is
- * unknown (merged from committed and released parts). */
+ * committed pages remain; returns the committed bytes it knows it punched.
+ * keep_bytes == 0 also punches runs whose backing is unknown (merged from
+ * committed and released parts). */
 uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes)
 {
     uint64_t released = 0;
@@ -297,8 +298,6 @@ uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes)
         }
     }
 done:
-    if (released)
-        STAT_ADD(h, bytes_released, released);
     return released;
 }
 

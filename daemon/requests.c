@@ -317,8 +317,13 @@ static void run_mailbox(tcm_server_t *srv)
     int cmd = atomic_exchange(&srv->mbox_cmd, TCM_MBOX_NONE);
     uint64_t result = 0;
     if (cmd == TCM_MBOX_RELEASE) {
+        /* measured, not estimated: what the tmpfs object stopped using */
+        int64_t before = tcm__backed_bytes(srv->heap_fd);
         tcm__central_drop_empty_ht(&srv->h);
-        result = tcm__ph_release_ht(&srv->h, 0);
+        tcm__ph_release_ht(&srv->h, 0);
+        int64_t after = tcm__backed_bytes(srv->heap_fd);
+        result = before > after ? (uint64_t)(before - after) : 0;
+        STAT_ADD(srv, bytes_released, result);
     }
     srv->mbox_result = result;
     srv->mbox_done = true;

@@ -1,0 +1,79 @@
+/* Memory really goes back: after a workload frees everything and
+ * `tcmctl release`, the heap segment's allocated blocks (st_blocks, as the
+ * daemon reports them) fall below 5% of their peak. */
+#define _GNU_SOURCE
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "tcm.h"
+#include "testutil.h"
+
+static _Atomic int *phase; /* shared with the child */
+
+static int workload(void *arg)
+{
+    (void)arg;
+    enum { SMALL = 200000, LARGE = 64 };
+    static void *small[SMALL], *large[LARGE];
+    for (int i = 0; i < SMALL; i++) {
+        small[i] = tcm_malloc(64 + (i % 16) * 48); /* ~100 MiB over many classes */
+        memset(small[i], 1, 64);
+    }
+    for (int i = 0; i < LARGE; i++) {
+        large[i] = tcm_malloc(1 << 20);
+        memset(large[i], 1, 1 << 20); /* 64 MiB of page runs */
+    }
+    atomic_store(phase, 1);
+    while (atomic_load(phase) != 2)
+        usleep(1000);
+    for (int i = 0; i < SMALL; i++)
+        tcm_free(small[i]);
+    for (int i = 0; i < LARGE; i++)
+        tcm_free(large[i]);
+    tcm_shutdown();
+    return 0;
+}
+
+int main(void)
+{
+    tcm_test_daemon_t d;
+    tt_daemon_start(&d, NULL);
+    phase = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    pid_t pid = tt_fork(workload, NULL);
+    while (atomic_load(phase) != 1)
+        usleep(1000);
+    uint64_t peak = tt_stat(&d, "bytes_committed");
+    CHECK_GE(peak, 100ull << 20);
+    atomic_store(phase, 2);
+    tt_wait_ok(pid, 60000);
+    CHECK_EQ(tt_wait_stat(&d, "bytes_clients", 0, 5000), 0);
+
+    char cmd[300], out[512];
+    snprintf(cmd, sizeof cmd, "%s --socket %s --json release", TCMCTL_PATH, d.socket);
+    FILE *f = popen(cmd, "r");
+    CHECK(f && fgets(out, sizeof out, f));
+    CHECK_EQ(pclose(f), 0);
+    unsigned long long released = 0, before = 0, after = 0;
+    CHECK_EQ(sscanf(out, "{\"released_bytes\":%llu,\"committed_before\":%llu,\"committed_after\":%llu}",
+                    &released, &before, &after), 3);
+    uint64_t now = tt_stat(&d, "bytes_committed");
+    printf("peak %llu, before release %llu, released %llu, after %llu (%.2f%% of peak)\n",
+           (unsigned long long)peak, before, released, (unsigned long long)now, 100.0 * (double)now / (double)peak);
+    CHECK_GT(released, 0);
+    CHECK_LT(now * 20, peak); /* under 5% of peak */
+    CHECK_GE(tt_stat(&d, "bytes_released"), released);
+
+    /* and the heap is usable again afterwards: pages are committed anew */
+    CHECK_EQ(tcm_init(d.socket), 0);
+    void *p = tcm_malloc(5 << 20);
+    CHECK(p != NULL);
+    memset(p, 2, 5 << 20);
+    tcm_free(p);
+    tcm_shutdown();
+    tt_daemon_stop(&d);
+    printf("memory: 1 passed, 0 failed\n");
+    return 0;
+}
