@@ -8,13 +8,18 @@
 
 static inline void *tcm__malloc_fast(size_t size)
 {
-    if (tcm_likely(size <= TCM_MAX_SMALL)) {
-        tcm_bin_t *b = &tcm__tls_tc->bins[tcm__size_class(size)];
-        uint32_t n = b->count;
-        if (tcm_likely(n != 0)) {
-            b->count = n - 1;
-            return b->slots[n - 1];
-        }
+    unsigned cls;
+    if (tcm_likely(size <= 1024))
+        cls = tcm__class_lut[(size + 15) >> 4];
+    else if (size <= TCM_MAX_SMALL)
+        cls = tcm__size_class(size);
+    else
+        return tcm__malloc_slow(size);
+    tcm_bin_t *b = &tcm__tls_tc->bins[cls];
+    uint32_t n = b->count;
+    if (tcm_likely(n != 0)) {
+        b->count = n - 1;
+        return b->slots[n - 1];
     }
     return tcm__malloc_slow(size);
 }
