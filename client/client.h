@@ -37,6 +37,7 @@ typedef struct tcm_thread {
     uint64_t config_gen;
     uint32_t epoch;              /* tcm__proc.epoch when registered */
     uint32_t refill[TCM_NCLASSES]; /* slow start: objects fetched per miss */
+    uint32_t backed[TCM_NCLASSES]; /* bin slots known to be backed by tmpfs */
 } tcm_thread_t;
 
 typedef struct tcm_proc {
@@ -73,6 +74,7 @@ typedef struct tcm_proc {
     _Atomic uint32_t nthreads;
     pthread_mutex_t spare_lock; /* the spare slot, for threads without a cache */
     pthread_mutex_t xfer_lock[TCM_NCLASSES];
+    uint32_t xfer_backed[TCM_NCLASSES]; /* under xfer_lock: slots backed by tmpfs */
     _Atomic uint64_t xfer_bytes;
 } tcm_proc_t;
 

@@ -97,6 +97,7 @@ static void fork_child(void)
     pr->tcache_used = NULL;
     atomic_store(&pr->nthreads, 0);
     atomic_store(&pr->xfer_bytes, 0);
+    memset(pr->xfer_backed, 0, sizeof pr->xfer_backed);
     pr->daemon_lost = false;
     atomic_store(&pr->attached, false);
 }
@@ -192,6 +193,7 @@ static int map_segments(const Tcm__Welcome *w, char *err, size_t errlen)
     }
     pr->ring = (tcm_ring_t *)(pr->chan + pr->lay.off_ring);
     pr->slots = (tcm_slot_t *)(pr->chan + pr->lay.off_slots);
+    memset(pr->xfer_backed, 0, sizeof pr->xfer_backed);
     return 0;
 
 fail_heap:

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "prim.h"
 
 TCM_TLS tcm_tcache_t *tcm__tls_tc = &tcm__empty_tcache;
 TCM_TLS tcm_thread_t *tcm__tls_thread;
@@ -15,6 +16,18 @@ tcm_tcache_t tcm__empty_tcache;
 
 #define MIN_THREAD_BUDGET (256u << 10)
 #define MAX_THREAD_BUDGET (4u << 20)
+
+/* Back `want` slots of an array in the channel before they are written;
+ * returns how many are backed (fewer only when /dev/shm is full). */
+static uint32_t back_slots(void **slots, uint32_t *backed, uint32_t want)
+{
+    if (want <= *backed)
+        return want;
+    uint32_t to = (want + 511) & ~511u; /* a page of pointers at a time */
+    if (tcm__populate(slots + *backed, (uint64_t)(to - *backed) * sizeof(void *)) == 0)
+        *backed = to;
+    return want < *backed ? want : *backed;
+}
 
 static void **xfer_slots(unsigned cls)
 {
@@ -73,6 +86,7 @@ static void release_objects(unsigned cls, void **objs, uint32_t n, bool to_daemo
         uint32_t take = n < room ? n : room;
         if (take > fits)
             take = (uint32_t)fits;
+        take = back_slots(xfer_slots(cls), &pr->xfer_backed[cls], x->count + take) - x->count;
         memcpy(xfer_slots(cls) + x->count, objs + (n - take), take * sizeof(void *));
         x->count += take;
         pthread_mutex_unlock(&pr->xfer_lock[cls]);
@@ -126,6 +140,7 @@ static void grow(tcm_thread_t *thr, unsigned cls, uint32_t more)
         more = (uint32_t)(left / ci->size);
     if (b->max == 0 && more == 0)
         more = 1; /* every class may hold at least one object */
+    more = back_slots(b->slots, &thr->backed[cls], b->max + more) - b->max;
     b->max += more;
     thr->capacity += (uint64_t)more * ci->size;
 }
@@ -250,6 +265,13 @@ static tcm_thread_t *thread_register(void)
         return NULL;
     }
     tcm_tcache_t *tc = (tcm_tcache_t *)(pr->chan + pr->lay.off_tcaches + (uint64_t)idx * pr->lay.tcache_stride);
+    if (tcm__populate(tc, sizeof *tc) != 0) {
+        free(thr);
+        pthread_mutex_lock(&pr->tcache_lock);
+        pr->tcache_used[idx] = 0;
+        pthread_mutex_unlock(&pr->tcache_lock);
+        return NULL; /* /dev/shm is full: run without a cache */
+    }
     memset(tc->bins, 0, sizeof tc->bins);
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
         tc->bins[cls].slots = (void **)((uint8_t *)tc + pr->lay.bin_slot_off[cls]);

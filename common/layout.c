@@ -122,7 +122,5 @@ void tcm__meta_layout(tcm_meta_layout_t *l, uint32_t npages)
     off = align_up(off + (uint64_t)npages * sizeof(uint32_t), 4096);
     l->off_spans = off;
     off = align_up(off + ((uint64_t)npages + 1) * sizeof(tcm_span_t), 4096);
-    l->off_objmap = off;
-    off = align_up(off + (uint64_t)npages * TCM_OBJMAP_WORDS_PER_PAGE * 8, 4096);
     l->size = off;
 }

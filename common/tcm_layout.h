@@ -153,7 +153,6 @@ typedef struct tcm_meta_hdr {
     uint64_t off_page_class; /* uint8_t[npages]: class of an allocated page */
     uint64_t off_page_span;  /* uint32_t[npages]: span index of a page */
     uint64_t off_spans;      /* tcm_span_t[npages + 1] */
-    uint64_t off_objmap;     /* uint64_t[npages * 8]: 1 = object handed out */
     uint64_t off_roots;      /* tcm_root_t[TCM_ROOTS] */
     uint32_t central_head[TCM_NCLASSES]; /* spans of a class with free objects */
     alignas(TCM_CACHELINE) _Atomic uint32_t heap_sleeping; /* heap thread asleep */
@@ -298,8 +297,7 @@ void tcm__chan_layout(tcm_chan_layout_t *l, const tcm_class_info_t tab[TCM_NCLAS
 
 /* Metadata geometry for a heap of npages pages. */
 typedef struct tcm_meta_layout {
-    uint64_t off_classes, off_page_class, off_page_span, off_spans, off_objmap,
-        off_roots, size;
+    uint64_t off_classes, off_page_class, off_page_span, off_spans, off_roots, size;
 } tcm_meta_layout_t;
 
 void tcm__meta_layout(tcm_meta_layout_t *l, uint32_t npages);

@@ -17,11 +17,13 @@ typedef struct tcm_heap {
     uint8_t *page_class;           /* in meta */
     uint32_t *page_span;           /* in meta */
     tcm_span_t *spans;             /* in meta, [npages + 1] */
-    uint64_t *objmap;              /* in meta */
+    uint64_t *objmap;              /* private: 1 bit per 16 bytes, 1 = object handed out */
     uint16_t *owners;              /* private: owner tag of each handed-out object,
                                       indexed like objmap bits */
     tcm_root_t *roots;             /* in meta */
     int heap_fd;
+    int meta_fd;                   /* -1: metadata is not a shm object (unit tests) */
+    tcm_meta_layout_t ml;
     uint64_t heap_size;
     uint32_t npages;
     uint32_t top;                  /* pages [top, limit) were never handed out */
@@ -34,8 +36,8 @@ typedef struct tcm_heap {
 } tcm_heap_t;
 
 /* Lay out a fresh metadata segment and point h at it (segments.c). */
-int tcm__meta_init(tcm_heap_t *h, void *meta, const tcm_meta_layout_t *ml, int heap_fd,
-                   uint64_t heap_size, uint64_t base);
+int tcm__meta_init(tcm_heap_t *h, void *meta, const tcm_meta_layout_t *ml, int meta_fd,
+                   int heap_fd, uint64_t heap_size, uint64_t base);
 
 /* spans */
 uint32_t tcm__span_new_ht(tcm_heap_t *h);

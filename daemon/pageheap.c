@@ -106,6 +106,29 @@ void tcm__ph_init(tcm_heap_t *h)
 
 static void insert_coalesced(tcm_heap_t *h, uint32_t s);
 
+/* Back the metadata that describes heap pages [from, to) -- page class,
+ * page span and the span records, of which there are never more than
+ * pages below top -- before those pages are used. */
+static int commit_meta(tcm_heap_t *h, uint32_t from, uint32_t to)
+{
+    if (h->meta_fd < 0)
+        return 0;
+    const tcm_meta_layout_t *l = &h->ml;
+    struct { uint64_t off, elem; } parts[] = {
+        {l->off_page_class, 1}, {l->off_page_span, sizeof(uint32_t)}, {l->off_spans, sizeof(tcm_span_t)}};
+    for (unsigned i = 0; i < 3; i++) {
+        uint64_t lo = parts[i].off + from * parts[i].elem, hi = parts[i].off + ((uint64_t)to + 1) * parts[i].elem;
+        lo &= ~(uint64_t)4095;
+        int err = tcm__commit(h->meta_fd, lo, hi - lo);
+        if (err) {
+            tcm__log(TCM_LOG_WARN, "fallocate(metadata, %llu bytes) failed: %s", (unsigned long long)(hi - lo),
+                     strerror(-err));
+            return err;
+        }
+    }
+    return 0;
+}
+
 /* First fit over the exact lists, then best fit over the long runs. */
 static uint32_t find_free(tcm_heap_t *h, uint32_t npages)
 {
@@ -165,6 +188,8 @@ int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint3
         h->spans[s].state = TCM_SPAN_UNUSED; /* in transit: never merged into */
     } else {
         if ((uint64_t)h->top + want > limit_pages)
+            return TCM_ST_NOMEM;
+        if (commit_meta(h, h->top, h->top + (uint32_t)want) != 0)
             return TCM_ST_NOMEM;
         s = tcm__span_new_ht(h);
         h->spans[s].first = h->top;

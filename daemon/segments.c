@@ -13,8 +13,8 @@
 #include "ring.h"
 #include "server.h"
 
-int tcm__meta_init(tcm_heap_t *h, void *meta, const tcm_meta_layout_t *ml, int heap_fd,
-                   uint64_t heap_size, uint64_t base)
+int tcm__meta_init(tcm_heap_t *h, void *meta, const tcm_meta_layout_t *ml, int meta_fd,
+                   int heap_fd, uint64_t heap_size, uint64_t base)
 {
     tcm_meta_hdr_t *m = meta;
     uint8_t *b = meta;
@@ -30,7 +30,6 @@ int tcm__meta_init(tcm_heap_t *h, void *meta, const tcm_meta_layout_t *ml, int h
     m->off_page_class = ml->off_page_class;
     m->off_page_span = ml->off_page_span;
     m->off_spans = ml->off_spans;
-    m->off_objmap = ml->off_objmap;
     m->off_roots = ml->off_roots;
     tcm__class_table_init((tcm_class_info_t *)(b + ml->off_classes));
     atomic_store(&m->config.heap_limit, heap_size);
@@ -46,12 +45,14 @@ int tcm__meta_init(tcm_heap_t *h, void *meta, const tcm_meta_layout_t *ml, int h
     h->page_class = b + ml->off_page_class;
     h->page_span = (uint32_t *)(b + ml->off_page_span);
     h->spans = (tcm_span_t *)(b + ml->off_spans);
-    h->objmap = (uint64_t *)(b + ml->off_objmap);
     h->roots = (tcm_root_t *)(b + ml->off_roots);
     /* daemon-private and sparse: only pages of small spans are ever touched */
+    h->objmap = tcm__reserve((uint64_t)m->npages * TCM_OBJMAP_WORDS_PER_PAGE * sizeof(uint64_t));
     h->owners = tcm__reserve((uint64_t)m->npages * TCM_OBJMAP_WORDS_PER_PAGE * 64 * sizeof(uint16_t));
-    if (!h->owners)
+    if (!h->objmap || !h->owners)
         return -ENOMEM;
+    h->meta_fd = meta_fd;
+    h->ml = *ml;
     h->heap_fd = heap_fd;
     h->heap_size = heap_size;
     h->npages = m->npages;
@@ -118,7 +119,13 @@ int tcm__segments_create(tcm_server_t *srv)
         tcm__log(TCM_LOG_ERROR, "cannot map the metadata: %s", err);
         goto fail;
     }
-    if (tcm__meta_init(&srv->h, srv->meta, &ml, srv->heap_fd, srv->heap_size, srv->base) != 0) {
+    /* the header, class table and roots now; the per-page parts grow with the heap */
+    int merr = tcm__commit(srv->meta_fd, 0, ml.off_page_class);
+    if (merr) {
+        tcm__log(TCM_LOG_ERROR, "fallocate(%s) failed: %s", srv->meta_name, strerror(-merr));
+        goto fail;
+    }
+    if (tcm__meta_init(&srv->h, srv->meta, &ml, srv->meta_fd, srv->heap_fd, srv->heap_size, srv->base) != 0) {
         tcm__log(TCM_LOG_ERROR, "cannot reserve the owner map for %llu pages", (unsigned long long)(srv->heap_size >> TCM_PAGE_SHIFT));
         goto fail;
     }
@@ -211,6 +218,16 @@ int tcm__client_create(tcm_server_t *srv, pid_t pid, uid_t uid, tcm_client_t **o
     }
     if (uid != geteuid() && geteuid() == 0)
         tcm__shm_chown(c->chan_fd, uid);
+    /* header, ring and slots are written at once; thread caches and the
+     * transfer tier are backed by the client as they grow */
+    int cerr = tcm__commit(c->chan_fd, 0, c->lay.off_tcaches);
+    if (cerr) {
+        tcm__log(TCM_LOG_ERROR, "fallocate(%s) failed: %s", c->chan_name, strerror(-cerr));
+        tcm__close(c->chan_fd);
+        tcm__shm_unlink(c->chan_name);
+        free(c);
+        return -ENOMEM;
+    }
     char err[256];
     c->chan = tcm__map(c->chan_fd, c->lay.size, NULL, true, err, sizeof err);
     if (!c->chan) {

@@ -27,6 +27,9 @@ void *tcm__reserve(uint64_t size);
  * /dev/shm is ENOMEM rather than SIGBUS; release so tmpfs really frees. */
 int tcm__commit(int fd, uint64_t off, uint64_t len);
 int tcm__release(int fd, uint64_t off, uint64_t len);
+/* Back [addr, addr + len) of a shared mapping now: -ENOMEM on a full
+ * /dev/shm instead of a SIGBUS at the first write. */
+int tcm__populate(void *addr, uint64_t len);
 int64_t tcm__backed_bytes(int fd); /* allocated blocks of the object */
 
 /* Wakeups on a 32-bit word in shared memory (futex, not process-private). */

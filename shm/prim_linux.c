@@ -136,6 +136,19 @@ int tcm__release(int fd, uint64_t off, uint64_t len)
     return -errno;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+int tcm__populate(void *addr, uint64_t len)
+{
+    uintptr_t lo = (uintptr_t)addr & ~(uintptr_t)4095;
+    uintptr_t hi = ((uintptr_t)addr + len + 4095) & ~(uintptr_t)4095;
+    if (hi <= lo || madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) == 0)
+        return 0;
+    return errno == EINVAL ? 0 : -errno; /* kernels before 5.14: nothing to check with */
+}
+
 int64_t tcm__backed_bytes(int fd)
 {
     struct stat st;

@@ -38,7 +38,7 @@ static void setup(void)
     tcm__meta_layout(&ml, (uint32_t)(HEAP >> TCM_PAGE_SHIFT));
     void *meta = mmap(NULL, ml.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     CHECK(meta != MAP_FAILED);
-    CHECK_EQ(tcm__meta_init(&h, meta, &ml, heap_fd, HEAP, 0x7e0000000000ull), 0);
+    CHECK_EQ(tcm__meta_init(&h, meta, &ml, -1, heap_fd, HEAP, 0x7e0000000000ull), 0);
     atomic_store(&h.meta->config.page_cache_cap, UINT64_MAX); /* release only when asked */
 }
 
