@@ -120,6 +120,33 @@ static int disjoint(const char *r1, const char *r2)
     return 0;
 }
 
+/* Allocate until the heap (or /dev/shm) is full: NULL with ENOMEM, never a
+ * signal; then free everything and allocate again. */
+static int fill(void)
+{
+    CHECK_EQ(tcm_init(NULL), 0);
+    enum { MAX = 1 << 20 };
+    void **ps = calloc(MAX, sizeof *ps);
+    int n = 0;
+    errno = 0;
+    while (n < MAX && (ps[n] = tcm_malloc(n % 2 ? 3000 : 300000)) != NULL) {
+        memset(ps[n], 1, n % 2 ? 3000 : 300000);
+        n++;
+    }
+    CHECK_EQ(errno, ENOMEM);
+    CHECK_GT(n, 10);
+    printf("filled: %d objects before ENOMEM\n", n);
+    for (int i = 0; i < n; i++)
+        tcm_free(ps[i]);
+    void *p = tcm_malloc(300000);
+    CHECK(p != NULL);
+    memset(p, 2, 300000);
+    tcm_free(p);
+    tcm_shutdown();
+    free(ps);
+    return 0;
+}
+
 /* No daemon on $TCM_SOCKET: clear errors, no crash. */
 static int nodaemon(void)
 {
@@ -137,6 +164,8 @@ int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "nodaemon") == 0)
         return nodaemon();
+    if (argc == 2 && strcmp(argv[1], "fill") == 0)
+        return fill();
     if (argc == 3 && strcmp(argv[1], "produce") == 0)
         return produce(argv[2]);
     if (argc == 3 && strcmp(argv[1], "consume") == 0)
