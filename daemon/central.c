@@ -39,6 +39,8 @@ static uint32_t new_small_span(tcm_heap_t *h, unsigned cls, int *status)
     tcm__ph_map_ht(h, s, (uint8_t)cls);
     tcm__span_list_push(h, &h->meta->central_head[cls], s);
     STAT_ADD(h, bytes_central_free, (uint64_t)ci->span_objs * ci->size);
+    TCM_HT_ADD(h->cstats[cls].spans, 1);
+    TCM_HT_ADD(h->cstats[cls].free_objs, ci->span_objs);
     return s;
 }
 
@@ -76,6 +78,7 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
     if (n)
         *status = TCM_ST_OK;
     STAT_ADD(h, bytes_central_free, -(uint64_t)n * ci->size);
+    TCM_HT_ADD(h->cstats[cls].free_objs, -(uint64_t)n);
     return n;
 }
 
@@ -126,6 +129,7 @@ int tcm__central_return_ht(tcm_heap_t *h, unsigned cls, uint64_t off, uint16_t *
     if (i / 64 < sp->scan)
         sp->scan = i / 64;
     STAT_ADD(h, bytes_central_free, ci->size);
+    TCM_HT_ADD(h->cstats[cls].free_objs, 1);
     if (sp->nfree++ == 0)
         tcm__span_list_push(h, &h->meta->central_head[cls], s);
     if (sp->nfree == ci->span_objs) {
@@ -136,6 +140,8 @@ int tcm__central_return_ht(tcm_heap_t *h, unsigned cls, uint64_t off, uint16_t *
         if (!alone) {
             tcm__span_list_remove(h, &h->meta->central_head[cls], s);
             STAT_ADD(h, bytes_central_free, -(uint64_t)ci->span_objs * ci->size);
+            TCM_HT_ADD(h->cstats[cls].spans, -1);
+            TCM_HT_ADD(h->cstats[cls].free_objs, -(uint64_t)ci->span_objs);
             tcm__ph_free_ht(h, s);
         }
     }
@@ -154,6 +160,8 @@ uint64_t tcm__central_drop_empty_ht(tcm_heap_t *h)
             if (h->spans[s].nfree == ci->span_objs) {
                 tcm__span_list_remove(h, &h->meta->central_head[cls], s);
                 STAT_ADD(h, bytes_central_free, -(uint64_t)ci->span_objs * ci->size);
+                TCM_HT_ADD(h->cstats[cls].spans, -1);
+                TCM_HT_ADD(h->cstats[cls].free_objs, -(uint64_t)ci->span_objs);
                 bytes += tcm__page_off(h->spans[s].npages);
                 tcm__ph_free_ht(h, s);
             }

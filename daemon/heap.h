@@ -11,6 +11,19 @@
 
 #define TCM_PH_NLISTS 128u /* exact free lists for 1..128 pages; list 0: longer runs */
 
+/* Counters with one writer (the heap thread) and readers elsewhere: a plain
+ * load and store, no locked instruction on the heap thread's path. */
+#define TCM_HT_ADD(counter, v)                                                                   \
+    atomic_store_explicit(&(counter), atomic_load_explicit(&(counter), memory_order_relaxed) + (v), \
+                          memory_order_relaxed)
+
+typedef struct tcm_class_stats {
+    _Atomic uint64_t spans;     /* spans cut for this class */
+    _Atomic uint64_t free_objs; /* objects in those spans not handed out */
+    _Atomic uint64_t refills;   /* batches handed to clients */
+    _Atomic uint64_t returns;   /* batches given back by clients */
+} tcm_class_stats_t;
+
 typedef struct tcm_heap {
     tcm_meta_hdr_t *meta;          /* read-write mapping */
     tcm_class_info_t *classes;     /* in meta */
@@ -31,6 +44,7 @@ typedef struct tcm_heap {
     uint32_t next_span_record;     /* records [next_span_record, npages] never used */
     uint32_t free_lists[TCM_PH_NLISTS + 1];
     uint64_t nonempty[(TCM_PH_NLISTS + 64) / 64 + 1]; /* bit i: free_lists[i] non-empty */
+    tcm_class_stats_t cstats[TCM_NCLASSES];
     uint64_t free_pages;           /* pages in FREE spans */
     uint64_t free_committed_pages; /* of those, known to be backed */
 } tcm_heap_t;
@@ -51,6 +65,7 @@ int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint3
 void tcm__ph_map_ht(tcm_heap_t *h, uint32_t s, uint8_t page_class);
 void tcm__ph_free_ht(tcm_heap_t *h, uint32_t s);
 uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes);
+uint64_t tcm__ph_in_use_end_ht(tcm_heap_t *h); /* heap offset after the last page in use */
 bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen);
 
 /* central lists (central.c) */

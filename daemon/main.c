@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "frame.h"
+#include "config.h"
 #include "log.h"
 #include "prim.h"
 #include "server.h"
@@ -27,8 +28,9 @@ static void usage(FILE *f)
             "  --heap-size SIZE  heap reservation, e.g. 1G (default 1G; sparse)\n"
             "  --base ADDR       heap address in every process (default 0x%llx)\n"
             "  --max-threads N   thread caches per client process (default 256)\n"
-            "  --config FILE     key = value settings (heap_size, base, max_threads,\n"
-            "                    spin_us, log_level)\n"
+            "  --config FILE     key = value settings: any of the options above by\n"
+            "                    their names with _ (heap_size, ...), and tcache_budget,\n"
+            "                    xfer_budget, page_cache_cap, heap_limit; SIGHUP reloads it\n"
             "  --log FILE        log file (default: stderr in the foreground,\n"
             "                    SOCKET.log otherwise)\n"
             "  --log-level L     error, warn, info or debug (default info)\n"
@@ -36,86 +38,6 @@ static void usage(FILE *f)
             "  --foreground      do not detach\n"
             "  --help\n",
             (unsigned long long)TCM_DEFAULT_BASE);
-}
-
-static int parse_level(const char *s)
-{
-    static const char *const names[] = {"error", "warn", "info", "debug"};
-    for (int i = 0; i < 4; i++)
-        if (strcmp(s, names[i]) == 0)
-            return i;
-    return -1;
-}
-
-/* One setting from the command line or the config file. */
-static int apply_setting(tcm_server_t *srv, const char *key, const char *val, int *level)
-{
-    uint64_t v;
-    char *end;
-    if (strcmp(key, "heap_size") == 0 || strcmp(key, "heap-size") == 0) {
-        if (tcm__parse_size(val, &v) || v < (4u << 20) || v > (64ull << 40))
-            return -EINVAL;
-        srv->heap_size = v;
-    } else if (strcmp(key, "base") == 0) {
-        errno = 0;
-        v = strtoull(val, &end, 0);
-        if (errno || *end || !v || (v & ((1u << 21) - 1)))
-            return -EINVAL;
-        srv->base = v;
-    } else if (strcmp(key, "max_threads") == 0 || strcmp(key, "max-threads") == 0) {
-        v = strtoull(val, &end, 10);
-        if (*end || v < 1 || v > 4096)
-            return -EINVAL;
-        srv->max_threads = (uint32_t)v;
-    } else if (strcmp(key, "spin_us") == 0 || strcmp(key, "spin-us") == 0) {
-        v = strtoull(val, &end, 10);
-        if (*end || v > 1000000)
-            return -EINVAL;
-        srv->spin_ns = v * 1000;
-    } else if (strcmp(key, "log_level") == 0 || strcmp(key, "log-level") == 0) {
-        if ((*level = parse_level(val)) < 0)
-            return -EINVAL;
-    } else {
-        return -ENOENT;
-    }
-    return 0;
-}
-
-static int load_config(tcm_server_t *srv, const char *path, int *level)
-{
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        fprintf(stderr, "tcmd: cannot open config %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    char line[512];
-    int lineno = 0, bad = 0;
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        char *p = line + strspn(line, " \t");
-        if (*p == '#' || *p == '\n' || !*p)
-            continue;
-        char *eq = strchr(p, '=');
-        if (!eq) {
-            fprintf(stderr, "tcmd: %s:%d: expected key = value\n", path, lineno);
-            bad = 1;
-            continue;
-        }
-        char *k_end = eq;
-        while (k_end > p && (k_end[-1] == ' ' || k_end[-1] == '\t'))
-            k_end--;
-        *k_end = 0;
-        char *val = eq + 1 + strspn(eq + 1, " \t");
-        val[strcspn(val, " \t\r\n#")] = 0;
-        int err = apply_setting(srv, p, val, level);
-        if (err) {
-            fprintf(stderr, "tcmd: %s:%d: %s '%s'\n", path, lineno,
-                    err == -ENOENT ? "unknown key" : "bad value for", err == -ENOENT ? p : val);
-            bad = 1;
-        }
-    }
-    fclose(f);
-    return bad ? -1 : 0;
 }
 
 /* mkdir -p of the socket's directory, owner-only. */
@@ -149,6 +71,18 @@ static uint32_t fnv1a(const char *s)
 
 static tcm_server_t srv_storage;
 
+static void on_sighup(uv_signal_t *sig, int signum)
+{
+    tcm_server_t *srv = sig->data;
+    (void)signum;
+    if (!srv->config_path[0]) {
+        tcm__log(TCM_LOG_INFO, "SIGHUP: no --config file to reload");
+        return;
+    }
+    tcm__log(TCM_LOG_INFO, "SIGHUP: reloading %s", srv->config_path);
+    tcm__config_load(srv, srv->config_path, true);
+}
+
 static void on_signal(uv_signal_t *sig, int signum)
 {
     tcm__log(TCM_LOG_INFO, "%s received: shutting down", strsignal(signum));
@@ -162,6 +96,10 @@ static int run(tcm_server_t *srv, int ready_fd)
     srv->start_ns = tcm__now_ns();
     if (tcm__segments_create(srv) != 0)
         goto out;
+    if (!srv->heap_limit || srv->heap_limit > srv->heap_size)
+        srv->heap_limit = srv->heap_size;
+    atomic_store(&srv->meta->config.heap_limit, srv->heap_limit & ~(uint64_t)(TCM_PAGE_SIZE - 1));
+    tcm__config_publish(srv);
     if (tcm__heap_thread_start(srv) != 0)
         goto out_segments;
     if (tcm__control_start(srv) != 0)
@@ -170,6 +108,9 @@ static int run(tcm_server_t *srv, int ready_fd)
     uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
     uv_signal_init(srv->loop, &srv->sigint);
     uv_signal_start(&srv->sigint, on_signal, SIGINT);
+    uv_signal_init(srv->loop, &srv->sighup);
+    srv->sighup.data = srv;
+    uv_signal_start(&srv->sighup, on_sighup, SIGHUP);
     signal(SIGPIPE, SIG_IGN);
     tcm__log(TCM_LOG_INFO, "tcmd %s ready: socket %s, heap %s %llu bytes at 0x%llx", TCM_VERSION_STRING,
              srv->socket_path, srv->heap_name, (unsigned long long)srv->heap_size,
@@ -209,9 +150,12 @@ int main(int argc, char **argv)
     srv->base = TCM_DEFAULT_BASE;
     srv->max_threads = 256;
     srv->spin_ns = 50000;
+    srv->tcache_budget = 32ull << 20;
+    srv->xfer_budget = 16ull << 20;
+    srv->page_cache_cap = 64ull << 20;
     srv->lock_fd = srv->heap_fd = srv->meta_fd = -1;
-    int level = TCM_LOG_INFO;
     const char *config = NULL;
+    char err[256];
 
     enum { O_SOCKET = 256, O_NAME, O_HEAP, O_BASE, O_THREADS, O_CONFIG, O_LOG, O_LEVEL, O_SPIN, O_FG };
     static const struct option opts[] = {
@@ -227,8 +171,14 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc - 1; i++)
         if (strcmp(argv[i], "--config") == 0)
             config = argv[i + 1];
-    if (config && load_config(srv, config, &level) != 0)
-        return 2;
+    if (config) {
+        if (!realpath(config, srv->config_path)) {
+            fprintf(stderr, "tcmd: cannot open config %s: %s\n", config, strerror(errno));
+            return 2;
+        }
+        if (tcm__config_load(srv, srv->config_path, false) != 0)
+            return 2;
+    }
 
     int opt;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -259,8 +209,8 @@ int main(int argc, char **argv)
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
-        if (key && apply_setting(srv, key, optarg, &level) != 0) {
-            fprintf(stderr, "tcmd: bad value for --%s: '%s'\n", opts[opt - O_SOCKET].name, optarg);
+        if (key && tcm__config_set(srv, key, optarg, false, err, sizeof err) != 0) {
+            fprintf(stderr, "tcmd: %s\n", err);
             return 2;
         }
     }
@@ -278,9 +228,9 @@ int main(int argc, char **argv)
     if (!srv->name[0])
         snprintf(srv->name, sizeof srv->name, "u%u-%08x", (unsigned)getuid(), fnv1a(srv->socket_path));
 
-    int err = make_socket_dir(srv->socket_path);
-    if (err) {
-        fprintf(stderr, "tcmd: cannot create the directory of %s: %s\n", srv->socket_path, strerror(-err));
+    int dir_err = make_socket_dir(srv->socket_path);
+    if (dir_err) {
+        fprintf(stderr, "tcmd: cannot create the directory of %s: %s\n", srv->socket_path, strerror(-dir_err));
         return 1;
     }
     int fd = tcm__connect(srv->socket_path);
@@ -301,7 +251,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    tcm__log_open(log, level);
+    tcm__log_open(log, tcm__log_level());
 
     if (srv->foreground)
         return run(srv, -1);

@@ -129,22 +129,28 @@ static int commit_meta(tcm_heap_t *h, uint32_t from, uint32_t to)
     return 0;
 }
 
-/* First fit over the exact lists, then best fit over the long runs. */
-static uint32_t find_free(tcm_heap_t *h, uint32_t npages)
+/* First fit over the exact lists, then best fit over the long runs; only
+ * runs that end below the heap limit. */
+static uint32_t find_free(tcm_heap_t *h, uint32_t npages, uint64_t limit_pages)
 {
     if (npages <= TCM_PH_NLISTS) {
         for (unsigned w = npages / 64; w <= TCM_PH_NLISTS / 64; w++) {
             uint64_t bits = h->nonempty[w];
             if (w == npages / 64)
                 bits &= ~0ull << (npages % 64);
-            if (bits)
-                return h->free_lists[w * 64 + (unsigned)__builtin_ctzll(bits)];
+            while (bits) {
+                unsigned li = w * 64 + (unsigned)__builtin_ctzll(bits);
+                bits &= bits - 1;
+                for (uint32_t s = h->free_lists[li]; s; s = h->spans[s].next)
+                    if ((uint64_t)h->spans[s].first + npages <= limit_pages)
+                        return s;
+            }
         }
     }
     uint32_t best = 0;
     for (uint32_t s = h->free_lists[0]; s; s = h->spans[s].next) {
         tcm_span_t *sp = &h->spans[s];
-        if (sp->npages >= npages &&
+        if (sp->npages >= npages && (uint64_t)sp->first + npages <= limit_pages &&
             (!best || sp->npages < h->spans[best].npages ||
              (sp->npages == h->spans[best].npages && sp->first < h->spans[best].first)))
             best = s;
@@ -180,9 +186,7 @@ int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint3
     if (want > h->npages)
         return TCM_ST_NOMEM;
 
-    uint32_t s = find_free(h, (uint32_t)want);
-    if (s && (uint64_t)h->spans[s].first + want > limit_pages)
-        s = 0; /* the limit was lowered below this free run */
+    uint32_t s = find_free(h, (uint32_t)want, limit_pages);
     if (s) {
         free_remove(h, s);
         h->spans[s].state = TCM_SPAN_UNUSED; /* in transit: never merged into */
@@ -324,6 +328,18 @@ uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes)
     }
 done:
     return released;
+}
+
+uint64_t tcm__ph_in_use_end_ht(tcm_heap_t *h)
+{
+    uint32_t p = h->top - 1;
+    while (p >= 1) {
+        uint32_t s = h->page_span[p];
+        if (!s || h->spans[s].state != TCM_SPAN_FREE || h->spans[s].first + h->spans[s].npages - 1 != p)
+            break;
+        p = h->spans[s].first - 1; /* skip a free run that ends here */
+    }
+    return tcm__page_off(p + 1);
 }
 
 /* Whole-structure check for tests: lists agree with states, neighbours are

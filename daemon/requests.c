@@ -20,6 +20,8 @@ static void refuse(tcm_server_t *srv, tcm_client_t *c, const char *what, unsigne
 {
     atomic_fetch_add_explicit(&c->errors, 1, memory_order_relaxed);
     STAT_ADD(srv, refused, 1);
+    if (status >= 0 && status < TCM_ST__COUNT)
+        TCM_HT_ADD(srv->dstats.refused[status], 1);
     tcm__log_limited(TCM_LOG_WARN, "client %u (pid %d): refused %s class %u offset 0x%llx: %s", c->id,
                      (int)c->pid, what, cls, (unsigned long long)off, tcm__status_msg(status));
 }
@@ -33,6 +35,7 @@ static int op_refill(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
         return TCM_ST_BAD_COUNT;
     int status;
     uint32_t n = tcm__central_refill_ht(&srv->h, cls, count, offs, c->tag, &status);
+    TCM_HT_ADD(srv->h.cstats[cls].refills, 1);
     memcpy(slot->offs, offs, n * sizeof offs[0]);
     slot->nresult = n;
     atomic_fetch_add_explicit(&c->bytes_out, (uint64_t)n * srv->h.classes[cls].size, memory_order_relaxed);
@@ -97,6 +100,7 @@ static int op_return(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
         return TCM_ST_BAD_COUNT;
     /* copy first: the client may change the slot while we check it */
     memcpy(offs, slot->offs, count * sizeof offs[0]);
+    TCM_HT_ADD(srv->h.cstats[cls].returns, 1);
     uint32_t refused;
     int st = free_objects(srv, c, cls, offs, count, &refused, false);
     slot->result = refused;
@@ -193,6 +197,9 @@ static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint32_t slot_index, b
     uint64_t arg = slot->arg, arg2 = slot->arg2;
     atomic_fetch_add_explicit(&c->requests, 1, memory_order_relaxed);
     STAT_ADD(srv, requests, 1);
+    if (op < TCM_NOPS)
+        TCM_HT_ADD(srv->dstats.ops[op], 1);
+    uint64_t t0 = tcm__now_ns();
     slot->nresult = 0;
     slot->result = 0;
     int st;
@@ -224,6 +231,12 @@ static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint32_t slot_index, b
         op != TCM_OP_FREE_PAGES)
         refuse(srv, c, "request", cls, arg, st);
     answer(slot, st);
+    uint64_t dt = tcm__now_ns() - t0;
+    unsigned bucket = 0;
+    while (bucket + 1 < TCM_LAT_BUCKETS && dt >= (uint64_t)TCM_LAT_BASE_NS << bucket)
+        bucket++;
+    TCM_HT_ADD(srv->dstats.latency[bucket], 1);
+    TCM_HT_ADD(srv->dstats.latency_sum_ns, dt);
 }
 
 static bool serve_client(tcm_server_t *srv, tcm_client_t *c, bool dead)
@@ -324,6 +337,19 @@ static void run_mailbox(tcm_server_t *srv)
         int64_t after = tcm__backed_bytes(srv->heap_fd);
         result = before > after ? (uint64_t)(before - after) : 0;
         STAT_ADD(srv, bytes_released, result);
+    } else if (cmd == TCM_MBOX_RESIZE) {
+        /* refuse to cut below the end of the highest page run in use */
+        uint64_t end = tcm__ph_in_use_end_ht(&srv->h);
+        if (srv->mbox_arg < end) {
+            result = end;
+        } else {
+            uint64_t old = atomic_load(&srv->meta->config.heap_limit);
+            atomic_store(&srv->meta->config.heap_limit, srv->mbox_arg);
+            if (srv->mbox_arg < old) { /* a smaller heap gives its free pages back */
+                tcm__central_drop_empty_ht(&srv->h);
+                STAT_ADD(srv, bytes_released, tcm__ph_release_ht(&srv->h, 0));
+            }
+        }
     }
     srv->mbox_result = result;
     srv->mbox_done = true;
@@ -387,7 +413,7 @@ static void *heap_thread_main(void *arg)
         uint64_t now = tcm__now_ns();
         if (!idle_since)
             idle_since = now;
-        if (now - idle_since < srv->spin_ns) {
+        if (now - idle_since < atomic_load_explicit(&srv->spin_ns, memory_order_relaxed)) {
             for (int i = 0; i < 64; i++)
                 tcm__cpu_relax();
             continue;

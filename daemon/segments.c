@@ -33,7 +33,7 @@ int tcm__meta_init(tcm_heap_t *h, void *meta, const tcm_meta_layout_t *ml, int m
     m->off_roots = ml->off_roots;
     tcm__class_table_init((tcm_class_info_t *)(b + ml->off_classes));
     atomic_store(&m->config.heap_limit, heap_size);
-    atomic_store(&m->config.tcache_budget, 32ull << 20);
+    atomic_store(&m->config.tcache_budget, 32ull << 20); /* tcm__config_publish overrides */
     atomic_store(&m->config.xfer_budget, 16ull << 20);
     atomic_store(&m->config.page_cache_cap, 64ull << 20);
     atomic_store(&m->config.gen, 1);

@@ -54,7 +54,24 @@ typedef struct tcm_client {
     struct tcm_client *next_reaped;
 } tcm_client_t;
 
-enum tcm_mbox_cmd { TCM_MBOX_NONE = 0, TCM_MBOX_RELEASE = 1 };
+enum tcm_mbox_cmd { TCM_MBOX_NONE = 0, TCM_MBOX_RELEASE = 1, TCM_MBOX_RESIZE = 2, TCM_MBOX_NOP = 3 };
+
+#define TCM_OP_NAMES(X)                                                                       \
+    X(NOP, "nop") X(REFILL, "refill") X(RETURN, "return") X(ALLOC_PAGES, "alloc_pages")        \
+    X(FREE_PAGES, "free_pages") X(ROOT_SET, "root_set")
+#define TCM_NOPS 6u
+/* Request service time: bucket i counts requests under 250 ns << i; the
+ * last bucket is everything slower. */
+#define TCM_LAT_BUCKETS 16u
+#define TCM_LAT_BASE_NS 250u
+
+/* The daemon's own counters: heap thread writes, main thread reads. */
+typedef struct tcm_daemon_stats {
+    _Atomic uint64_t ops[TCM_NOPS];
+    _Atomic uint64_t refused[TCM_ST__COUNT];
+    _Atomic uint64_t latency[TCM_LAT_BUCKETS];
+    _Atomic uint64_t latency_sum_ns;
+} tcm_daemon_stats_t;
 
 typedef struct tcm_server {
     /* settings, fixed after start */
@@ -65,6 +82,13 @@ typedef struct tcm_server {
     uint64_t base;
     uint32_t max_threads;
     bool foreground;
+    char config_path[256];
+
+    /* runtime settings (config.c); published to the metadata segment */
+    uint64_t heap_limit;
+    uint64_t tcache_budget;
+    uint64_t xfer_budget;
+    uint64_t page_cache_cap;
 
     /* segments */
     char heap_name[96], meta_name[96], lock_name[96];
@@ -80,7 +104,8 @@ typedef struct tcm_server {
     pthread_t heap_thread;
     bool heap_thread_started;
     _Atomic bool stop;
-    uint64_t spin_ns; /* how long the heap thread polls before sleeping */
+    _Atomic uint64_t spin_ns; /* how long the heap thread polls before sleeping */
+    tcm_daemon_stats_t dstats;
 
     /* clients: slots written by the main thread (attach) and the heap thread
      * (reap), read by both */
@@ -96,13 +121,14 @@ typedef struct tcm_server {
     pthread_mutex_t mbox_lock;
     pthread_cond_t mbox_cond;
     _Atomic int mbox_cmd;
+    uint64_t mbox_arg;
     uint64_t mbox_result;
     bool mbox_done;
 
     /* libuv */
     uv_loop_t *loop;
     uv_pipe_t listener;
-    uv_signal_t sigterm, sigint;
+    uv_signal_t sigterm, sigint, sighup;
     uint64_t start_ns;
 } tcm_server_t;
 

@@ -1,0 +1,224 @@
+/* config.c — the settings table and its parsers. */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+enum setting_type { T_SIZE, T_UINT, T_ADDR, T_LEVEL };
+
+typedef struct setting {
+    tcm_setting_info_t info;
+    enum setting_type type;
+    uint64_t min, max;
+} setting_t;
+
+static const setting_t settings[] = {
+    {{"heap_size", false, "bytes reserved for the heap (sparse)"}, T_SIZE, 4u << 20, 64ull << 40},
+    {{"base", false, "address of the heap in every process"}, T_ADDR, 1u << 21, 0x7ff000000000ull},
+    {{"max_threads", false, "thread caches per client process"}, T_UINT, 1, 4096},
+    {{"heap_limit", true, "bytes the heap may hand out (resize)"}, T_SIZE, 1u << 20, 64ull << 40},
+    {{"tcache_budget", true, "bytes all thread caches of one process may hold"}, T_SIZE, 256u << 10, 1ull << 40},
+    {{"xfer_budget", true, "bytes the transfer tier of one process may hold"}, T_SIZE, 0, 1ull << 40},
+    {{"page_cache_cap", true, "free committed bytes kept before pages go back to the OS"}, T_SIZE, 0, 64ull << 40},
+    {{"spin_us", true, "microseconds the heap thread polls before sleeping"}, T_UINT, 0, 1000000},
+    {{"log_level", true, "error, warn, info or debug"}, T_LEVEL, 0, 3},
+};
+#define NSETTINGS (sizeof settings / sizeof settings[0])
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+const tcm_setting_info_t *tcm__config_setting(size_t i)
+{
+    return i < NSETTINGS ? &settings[i].info : NULL;
+}
+
+static const setting_t *find(const char *key)
+{
+    char norm[64];
+    snprintf(norm, sizeof norm, "%s", key);
+    for (char *p = norm; *p; p++)
+        if (*p == '-')
+            *p = '_'; /* --heap-size and heap_size are the same key */
+    for (size_t i = 0; i < NSETTINGS; i++)
+        if (strcmp(settings[i].info.name, norm) == 0)
+            return &settings[i];
+    return NULL;
+}
+
+static int parse(const setting_t *s, const char *text, uint64_t *v)
+{
+    char *end;
+    switch (s->type) {
+    case T_SIZE:
+        if (tcm__parse_size(text, v))
+            return -EINVAL;
+        break;
+    case T_UINT:
+    case T_ADDR:
+        errno = 0;
+        *v = strtoull(text, &end, s->type == T_ADDR ? 0 : 10);
+        if (errno || end == text || *end || text[0] == '-')
+            return -EINVAL;
+        if (s->type == T_ADDR && (*v & ((1u << 21) - 1)))
+            return -EINVAL; /* 2 MiB aligned */
+        break;
+    case T_LEVEL:
+        for (uint64_t i = 0; i < 4; i++)
+            if (strcmp(text, level_names[i]) == 0) {
+                *v = i;
+                return 0;
+            }
+        return -EINVAL;
+    }
+    return *v < s->min || *v > s->max ? -EINVAL : 0;
+}
+
+static uint64_t *field(tcm_server_t *srv, const setting_t *s)
+{
+    const char *n = s->info.name;
+    if (!strcmp(n, "heap_size")) return &srv->heap_size;
+    if (!strcmp(n, "base")) return &srv->base;
+    if (!strcmp(n, "heap_limit")) return &srv->heap_limit;
+    if (!strcmp(n, "tcache_budget")) return &srv->tcache_budget;
+    if (!strcmp(n, "xfer_budget")) return &srv->xfer_budget;
+    if (!strcmp(n, "page_cache_cap")) return &srv->page_cache_cap;
+    return NULL;
+}
+
+void tcm__config_publish(tcm_server_t *srv)
+{
+    tcm_config_t *c = &srv->meta->config;
+    atomic_store(&c->tcache_budget, srv->tcache_budget);
+    atomic_store(&c->xfer_budget, srv->xfer_budget);
+    atomic_store(&c->page_cache_cap, srv->page_cache_cap);
+    atomic_store(&srv->meta->stats.bytes_limit, atomic_load(&c->heap_limit));
+    atomic_fetch_add(&c->gen, 1);
+}
+
+int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool at_runtime, char *err,
+                    size_t errlen)
+{
+    const setting_t *s = find(key);
+    uint64_t v;
+    if (!s) {
+        snprintf(err, errlen, "unknown setting '%s' (tcmctl config get lists them)", key);
+        return -ENOENT;
+    }
+    if (parse(s, value, &v)) {
+        if (s->type == T_LEVEL)
+            snprintf(err, errlen, "bad value '%s' for %s: expected error, warn, info or debug", value,
+                     s->info.name);
+        else
+            snprintf(err, errlen, "bad value '%s' for %s: expected %s from %llu to %llu", value, s->info.name,
+                     s->type == T_SIZE ? "a size (e.g. 64M)" : "a number", (unsigned long long)s->min,
+                     (unsigned long long)s->max);
+        return -EINVAL;
+    }
+    if (at_runtime && !s->info.runtime) {
+        snprintf(err, errlen, "%s can only be set when tcmd starts (--%s or the config file)", s->info.name,
+                 s->info.name);
+        return -EPERM;
+    }
+    const char *n = s->info.name;
+    if (!strcmp(n, "max_threads")) {
+        srv->max_threads = (uint32_t)v;
+    } else if (!strcmp(n, "spin_us")) {
+        atomic_store(&srv->spin_ns, v * 1000);
+    } else if (!strcmp(n, "log_level")) {
+        tcm__log_set_level((int)v);
+    } else if (!strcmp(n, "heap_limit") && at_runtime) {
+        if (v > srv->heap_size) {
+            snprintf(err, errlen, "heap_limit %s is above the reserved size %llu (restart with a larger --heap-size)",
+                     value, (unsigned long long)srv->heap_size);
+            return -EINVAL;
+        }
+        /* the heap thread knows what is in use: it checks and applies */
+        srv->mbox_arg = v & ~(uint64_t)(TCM_PAGE_SIZE - 1);
+        uint64_t in_use_end = tcm__heap_command(srv, TCM_MBOX_RESIZE);
+        if (in_use_end) {
+            char a[32];
+            snprintf(err, errlen, "cannot lower the heap limit to %s: memory up to %s into the heap is in use",
+                     value, tcm__format_size(in_use_end, a, sizeof a));
+            return -EBUSY;
+        }
+        srv->heap_limit = srv->mbox_arg;
+    } else {
+        *field(srv, s) = v;
+    }
+    if (at_runtime) {
+        tcm__config_publish(srv);
+        tcm__log(TCM_LOG_INFO, "config: %s = %s", n, value);
+    }
+    return 0;
+}
+
+int tcm__config_get(tcm_server_t *srv, const char *key, char *value, size_t len)
+{
+    const setting_t *s = find(key);
+    if (!s)
+        return -ENOENT;
+    const char *n = s->info.name;
+    if (!strcmp(n, "max_threads"))
+        snprintf(value, len, "%u", srv->max_threads);
+    else if (!strcmp(n, "spin_us"))
+        snprintf(value, len, "%llu", (unsigned long long)(atomic_load(&srv->spin_ns) / 1000));
+    else if (!strcmp(n, "log_level"))
+        snprintf(value, len, "%s", level_names[tcm__log_level()]);
+    else if (!strcmp(n, "base"))
+        snprintf(value, len, "0x%llx", (unsigned long long)srv->base);
+    else if (!strcmp(n, "heap_limit") && srv->meta)
+        snprintf(value, len, "%llu", (unsigned long long)atomic_load(&srv->meta->config.heap_limit));
+    else
+        snprintf(value, len, "%llu", (unsigned long long)*field(srv, s));
+    return 0;
+}
+
+int tcm__config_load(tcm_server_t *srv, const char *path, bool at_runtime)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        tcm__log(TCM_LOG_ERROR, "cannot open config %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[512], err[256];
+    int lineno = 0, bad = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *p = line + strspn(line, " \t");
+        if (*p == '#' || *p == '\n' || *p == '\r' || !*p)
+            continue;
+        char *eq = strchr(p, '=');
+        if (!eq) {
+            tcm__log(TCM_LOG_ERROR, "%s:%d: expected key = value", path, lineno);
+            bad = 1;
+            continue;
+        }
+        char *k_end = eq;
+        while (k_end > p && (k_end[-1] == ' ' || k_end[-1] == '\t'))
+            k_end--;
+        *k_end = 0;
+        char *val = eq + 1 + strspn(eq + 1, " \t");
+        val[strcspn(val, " \t\r\n#")] = 0;
+        char cur[64];
+        const setting_t *s = find(p);
+        if (at_runtime && s && !s->info.runtime) {
+            /* unchanged startup settings are fine in a reloaded file */
+            uint64_t v;
+            if (tcm__config_get(srv, p, cur, sizeof cur) == 0 && !parse(s, val, &v) &&
+                (s->type == T_ADDR ? v == srv->base : strtoull(cur, NULL, 0) == v))
+                continue;
+        }
+        if (tcm__config_set(srv, p, val, at_runtime, err, sizeof err) != 0) {
+            tcm__log(TCM_LOG_ERROR, "%s:%d: %s", path, lineno, err);
+            bad = 1;
+        }
+    }
+    fclose(f);
+    return bad ? -1 : 0;
+}

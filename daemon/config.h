@@ -1,0 +1,34 @@
+/* config.h — every tcmd setting in one table: name, type, bounds, whether
+ * it can change at runtime. The command line, the config file, SIGHUP and
+ * `tcmctl config set` all go through tcm__config_set. */
+#ifndef TCM_CONFIG_H
+#define TCM_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "server.h"
+
+typedef struct tcm_setting_info {
+    const char *name;
+    bool runtime;     /* may change while tcmd runs */
+    const char *help;
+} tcm_setting_info_t;
+
+/* Apply key = value. Before the segments exist (at_runtime false) every key
+ * is accepted; at runtime the startup-only ones are refused. Returns 0, or
+ * -ENOENT (unknown key), -EINVAL (bad value), -EPERM (startup only) or
+ * -EBUSY (resize below what is in use), with a message in err. */
+int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool at_runtime, char *err,
+                    size_t errlen);
+/* The current value of key as text; -ENOENT for an unknown key. */
+int tcm__config_get(tcm_server_t *srv, const char *key, char *value, size_t len);
+/* The settings, in order; NULL past the end. */
+const tcm_setting_info_t *tcm__config_setting(size_t i);
+/* Load a file of `key = value` lines; logs or prints each bad line. */
+int tcm__config_load(tcm_server_t *srv, const char *path, bool at_runtime);
+/* Push the settings that live in the metadata segment to it (after start,
+ * and after each change), bumping the generation clients watch. */
+void tcm__config_publish(tcm_server_t *srv);
+
+#endif
