@@ -12,7 +12,9 @@
 #include "frame.h"
 #include "log.h"
 #include "prim.h"
+#include "config.h"
 #include "server.h"
+#include "stats.h"
 
 struct tcm_conn {
     uv_pipe_t pipe;
@@ -87,9 +89,27 @@ static void send_error(tcm_conn_t *conn, uint32_t code, const char *msg)
     send_response(conn, &resp);
 }
 
+/* Requests that change anything, and attaching (the segments are the
+ * daemon user's), are for the daemon's own uid and root; anyone the socket
+ * lets in may read. */
+static bool allowed_to_change(tcm_conn_t *conn, const char *what)
+{
+    if (conn->uid == geteuid() || conn->uid == 0)
+        return true;
+    char msg[160];
+    snprintf(msg, sizeof msg, "permission denied: %s needs uid %u or root (you are uid %u)", what,
+             (unsigned)geteuid(), (unsigned)conn->uid);
+    tcm__log_limited(TCM_LOG_WARN, "control: pid %d uid %u refused: %s", (int)conn->pid, (unsigned)conn->uid,
+                     what);
+    send_error(conn, EACCES, msg);
+    return false;
+}
+
 static void handle_hello(tcm_conn_t *conn, const Tcm__Hello *hello)
 {
     tcm_server_t *srv = conn->srv;
+    if (!allowed_to_change(conn, "attaching"))
+        return;
     if (conn->client) {
         send_error(conn, EALREADY, "already attached on this connection");
         return;
@@ -147,66 +167,40 @@ static void handle_ping(tcm_conn_t *conn, const Tcm__Ping *ping)
     send_response(conn, &resp);
 }
 
-static const char *const stat_names[] = {
-#define TCM_STAT_NAME(name, doc) #name,
-    TCM_HEAP_STATS(TCM_STAT_NAME)
-#undef TCM_STAT_NAME
-};
-static const char *const stat_docs[] = {
-#define TCM_STAT_DOC(name, doc) doc,
-    TCM_HEAP_STATS(TCM_STAT_DOC)
-#undef TCM_STAT_DOC
-};
-#define NSTATS (sizeof stat_names / sizeof stat_names[0])
-
 static void handle_stats(tcm_conn_t *conn)
 {
     tcm_server_t *srv = conn->srv;
-    int64_t backed = tcm__backed_bytes(srv->heap_fd);
-    atomic_store(&srv->meta->stats.bytes_committed, backed > 0 ? (uint64_t)backed : 0);
-    atomic_store(&srv->meta->stats.bytes_limit, atomic_load(&srv->meta->config.heap_limit));
-    const _Atomic uint64_t *vals = (const _Atomic uint64_t *)&srv->meta->stats;
-    Tcm__Stat st[NSTATS], *stp[NSTATS];
-    for (size_t i = 0; i < NSTATS; i++) {
+    tcm_stat_row_t rows[TCM_MAX_STAT_ROWS];
+    size_t n = tcm__stats_snapshot(srv, rows, TCM_MAX_STAT_ROWS);
+    Tcm__Stat st[TCM_MAX_STAT_ROWS], *stp[TCM_MAX_STAT_ROWS];
+    for (size_t i = 0; i < n; i++) {
         tcm__stat__init(&st[i]);
-        st[i].name = (char *)stat_names[i];
-        st[i].help = (char *)stat_docs[i];
-        st[i].value = atomic_load_explicit(&vals[i], memory_order_relaxed);
+        st[i].name = rows[i].name;
+        st[i].help = (char *)rows[i].help;
+        st[i].value = rows[i].value;
+        st[i].fvalue = rows[i].fvalue;
+        st[i].is_float = rows[i].is_float;
         stp[i] = &st[i];
     }
+    double upper[TCM_LAT_BUCKETS];
+    uint64_t count[TCM_LAT_BUCKETS];
+    for (unsigned i = 0; i < TCM_LAT_BUCKETS; i++) {
+        upper[i] = tcm__latency_upper_us(i);
+        count[i] = atomic_load(&srv->dstats.latency[i]);
+    }
+    Tcm__Histogram hist = TCM__HISTOGRAM__INIT;
+    hist.n_upper_us = hist.n_count = TCM_LAT_BUCKETS;
+    hist.upper_us = upper;
+    hist.count = count;
+    hist.sum_ns = atomic_load(&srv->dstats.latency_sum_ns);
     Tcm__Stats stats = TCM__STATS__INIT;
-    stats.n_stat = NSTATS;
+    stats.n_stat = n;
     stats.stat = stp;
+    stats.service_time = &hist;
     Tcm__Response resp = TCM__RESPONSE__INIT;
     resp.body_case = TCM__RESPONSE__BODY_STATS;
     resp.stats = &stats;
     send_response(conn, &resp);
-}
-
-/* What a client's caches hold, read from its channel: client-writable, so
- * every count is clamped; the figure is for display only. */
-static void channel_usage(const tcm_server_t *srv, const tcm_client_t *c, uint32_t *threads,
-                          uint64_t *cached)
-{
-    const tcm_chan_layout_t *l = &c->lay;
-    const tcm_class_info_t *ci = srv->h.classes;
-    const tcm_chan_hdr_t *hdr = (const tcm_chan_hdr_t *)c->chan;
-    *threads = 0;
-    *cached = 0;
-    uint32_t hw = atomic_load_explicit(&hdr->tcache_hw, memory_order_acquire);
-    for (uint32_t t = 0; t < l->max_threads && t < hw; t++) {
-        const tcm_tcache_t *tc = (const tcm_tcache_t *)(c->chan + l->off_tcaches + (uint64_t)t * l->tcache_stride);
-        if (tc->in_use)
-            (*threads)++;
-        for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-            uint32_t n = tc->bins[cls].count;
-            *cached += (uint64_t)(n < ci[cls].tcache_cap ? n : ci[cls].tcache_cap) * ci[cls].size;
-        }
-    }
-    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-        uint32_t n = hdr->xfer[cls].count;
-        *cached += (uint64_t)(n < ci[cls].xfer_cap ? n : ci[cls].xfer_cap) * ci[cls].size;
-    }
 }
 
 static void handle_clients(tcm_conn_t *conn)
@@ -224,7 +218,7 @@ static void handle_clients(tcm_conn_t *conn)
     uint32_t hw = atomic_load(&srv->clients_hw);
     for (uint32_t i = 0; i < hw; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
-        if (!c || atomic_load(&c->state) != TCM_CL_ACTIVE)
+        if (!c || atomic_load(&c->state) == TCM_CL_DEAD)
             continue;
         Tcm__ClientInfo *ci = &infos[n];
         tcm__client_info__init(ci);
@@ -233,7 +227,7 @@ static void handle_clients(tcm_conn_t *conn)
         ci->pid = (uint32_t)c->pid;
         ci->uid = (uint32_t)c->uid;
         ci->bytes_held = out > in ? out - in : 0;
-        channel_usage(srv, c, &ci->threads, &ci->bytes_cached);
+        tcm__client_usage(srv, c, &ci->threads, &ci->bytes_cached);
         ci->requests = atomic_load(&c->requests);
         ci->errors = atomic_load(&c->errors);
         ci->attached_unix = c->attached_unix;
@@ -268,6 +262,193 @@ static void handle_release(tcm_conn_t *conn)
     send_response(conn, &resp);
 }
 
+static void handle_health(tcm_conn_t *conn)
+{
+    tcm_server_t *srv = conn->srv;
+    Tcm__Health h = TCM__HEALTH__INIT;
+    uint64_t t0 = tcm__now_ns(), result;
+    h.heap_thread_ok = tcm__heap_command_timed(srv, TCM_MBOX_NOP, 2000, &result) == 0;
+    h.heap_thread_rtt_us = (tcm__now_ns() - t0) / 1000;
+    h.ok = h.heap_thread_ok;
+    h.clients = (uint32_t)atomic_load(&srv->meta->stats.clients_attached);
+    h.uptime_ms = (tcm__now_ns() - srv->start_ns) / 1000000;
+    h.version = TCM_VERSION_STRING;
+    h.message = h.ok ? "ok" : "the heap thread did not answer within 2 s";
+    Tcm__Response resp = TCM__RESPONSE__INIT;
+    resp.body_case = TCM__RESPONSE__BODY_HEALTH;
+    resp.health = &h;
+    send_response(conn, &resp);
+}
+
+static void handle_classes(tcm_conn_t *conn)
+{
+    tcm_server_t *srv = conn->srv;
+    Tcm__ClassInfo infos[TCM_NCLASSES], *ptrs[TCM_NCLASSES];
+    size_t n = 0;
+    for (unsigned c = 1; c < TCM_NCLASSES; c++) {
+        const tcm_class_info_t *ci = &srv->h.classes[c];
+        const tcm_class_stats_t *cs = &srv->h.cstats[c];
+        Tcm__ClassInfo *x = &infos[n];
+        tcm__class_info__init(x);
+        x->cls = c;
+        x->size = ci->size;
+        x->span_pages = ci->span_pages;
+        x->objects_per_span = ci->span_objs;
+        x->spans = atomic_load(&cs->spans);
+        x->objects_free = atomic_load(&cs->free_objs);
+        uint64_t total = x->spans * ci->span_objs;
+        x->objects_in_use = total > x->objects_free ? total - x->objects_free : 0;
+        x->batches_out = atomic_load(&cs->refills);
+        x->batches_in = atomic_load(&cs->returns);
+        ptrs[n++] = x;
+    }
+    Tcm__Classes classes = TCM__CLASSES__INIT;
+    classes.n_cls = n;
+    classes.cls = ptrs;
+    Tcm__Response resp = TCM__RESPONSE__INIT;
+    resp.body_case = TCM__RESPONSE__BODY_CLASSES;
+    resp.classes = &classes;
+    send_response(conn, &resp);
+}
+
+static void send_config(tcm_conn_t *conn, const char *only)
+{
+    Tcm__Setting set[32], *ptrs[32];
+    char values[32][64];
+    size_t n = 0;
+    const tcm_setting_info_t *info;
+    for (size_t i = 0; (info = tcm__config_setting(i)) && n < 32; i++) {
+        if (only && *only && strcmp(only, info->name) != 0)
+            continue;
+        tcm__setting__init(&set[n]);
+        tcm__config_get(conn->srv, info->name, values[n], sizeof values[n]);
+        set[n].key = (char *)info->name;
+        set[n].value = values[n];
+        set[n].runtime = info->runtime;
+        set[n].help = (char *)info->help;
+        ptrs[n] = &set[n];
+        n++;
+    }
+    Tcm__Config cfg = TCM__CONFIG__INIT;
+    cfg.n_setting = n;
+    cfg.setting = ptrs;
+    Tcm__Response resp = TCM__RESPONSE__INIT;
+    resp.body_case = TCM__RESPONSE__BODY_CONFIG;
+    resp.config = &cfg;
+    send_response(conn, &resp);
+}
+
+static void handle_config_get(tcm_conn_t *conn, const Tcm__ConfigGet *get)
+{
+    char value[64];
+    if (get->key && *get->key && tcm__config_get(conn->srv, get->key, value, sizeof value) != 0) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "unknown setting '%.60s' (tcmctl config get lists them)", get->key);
+        send_error(conn, ENOENT, msg);
+        return;
+    }
+    send_config(conn, get->key);
+}
+
+static void handle_config_set(tcm_conn_t *conn, const Tcm__ConfigSet *set)
+{
+    char err[256];
+    if (!allowed_to_change(conn, "config set"))
+        return;
+    int rc = tcm__config_set(conn->srv, set->key ? set->key : "", set->value ? set->value : "", true, err,
+                             sizeof err);
+    if (rc) {
+        send_error(conn, (uint32_t)-rc, err);
+        return;
+    }
+    send_config(conn, set->key);
+}
+
+static void handle_resize(tcm_conn_t *conn, const Tcm__Resize *rs)
+{
+    tcm_server_t *srv = conn->srv;
+    char err[256], value[32];
+    if (!allowed_to_change(conn, "resize"))
+        return;
+    uint64_t old = atomic_load(&srv->meta->config.heap_limit);
+    snprintf(value, sizeof value, "%llu", (unsigned long long)rs->limit);
+    int rc = tcm__config_set(srv, "heap_limit", value, true, err, sizeof err);
+    if (rc) {
+        send_error(conn, (uint32_t)-rc, err);
+        return;
+    }
+    Tcm__Resized r = TCM__RESIZED__INIT;
+    r.old_limit = old;
+    r.new_limit = atomic_load(&srv->meta->config.heap_limit);
+    Tcm__Response resp = TCM__RESPONSE__INIT;
+    resp.body_case = TCM__RESPONSE__BODY_RESIZED;
+    resp.resized = &r;
+    send_response(conn, &resp);
+}
+
+static void handle_roots(tcm_conn_t *conn)
+{
+    tcm_server_t *srv = conn->srv;
+    static Tcm__RootInfo infos[TCM_ROOTS];
+    static Tcm__RootInfo *ptrs[TCM_ROOTS];
+    static char names[TCM_ROOTS][TCM_ROOT_NAME_MAX];
+    size_t n = 0;
+    for (unsigned i = 0; i < TCM_ROOTS; i++) {
+        const tcm_root_t *r = &srv->h.roots[i];
+        uint32_t seq;
+        uint64_t off;
+        bool used;
+        do { /* the heap thread writes roots under a seqlock */
+            seq = atomic_load_explicit(&r->seq, memory_order_acquire);
+            used = r->used;
+            off = r->off;
+            memcpy(names[n], r->name, TCM_ROOT_NAME_MAX);
+            atomic_thread_fence(memory_order_acquire);
+        } while ((seq & 1) || atomic_load_explicit(&r->seq, memory_order_relaxed) != seq);
+        if (!used)
+            continue;
+        names[n][TCM_ROOT_NAME_MAX - 1] = 0;
+        tcm__root_info__init(&infos[n]);
+        infos[n].name = names[n];
+        infos[n].offset = off;
+        ptrs[n] = &infos[n];
+        n++;
+    }
+    Tcm__Roots roots = TCM__ROOTS__INIT;
+    roots.n_root = n;
+    roots.root = ptrs;
+    Tcm__Response resp = TCM__RESPONSE__INIT;
+    resp.body_case = TCM__RESPONSE__BODY_ROOTS;
+    resp.roots = &roots;
+    send_response(conn, &resp);
+}
+
+static void handle_detach(tcm_conn_t *conn, const Tcm__Detach *d)
+{
+    tcm_server_t *srv = conn->srv;
+    if (!allowed_to_change(conn, "detach"))
+        return;
+    uint32_t hw = atomic_load(&srv->clients_hw);
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        int expected = TCM_CL_ACTIVE;
+        if (c && c->id == d->client_id &&
+            atomic_compare_exchange_strong(&c->state, &expected, TCM_CL_EVICTED)) {
+            tcm__log(TCM_LOG_WARN, "client %u (pid %d) detached by an operator: its allocations now fail",
+                     c->id, (int)c->pid);
+            Tcm__Detached r = TCM__DETACHED__INIT;
+            r.client_id = c->id;
+            r.pid = (uint32_t)c->pid;
+            Tcm__Response resp = TCM__RESPONSE__INIT;
+            resp.body_case = TCM__RESPONSE__BODY_DETACHED;
+            resp.detached = &r;
+            send_response(conn, &resp);
+            return;
+        }
+    }
+    send_error(conn, ENOENT, "no attached client with that id (tcmctl clients lists them)");
+}
+
 static void handle_frame(tcm_conn_t *conn, const uint8_t *data, size_t len)
 {
     Tcm__Request *req = tcm__request__unpack(NULL, len, data);
@@ -291,7 +472,29 @@ static void handle_frame(tcm_conn_t *conn, const uint8_t *data, size_t len)
         handle_clients(conn);
         break;
     case TCM__REQUEST__BODY_RELEASE:
-        handle_release(conn);
+        if (allowed_to_change(conn, "release"))
+            handle_release(conn);
+        break;
+    case TCM__REQUEST__BODY_HEALTH:
+        handle_health(conn);
+        break;
+    case TCM__REQUEST__BODY_CLASSES:
+        handle_classes(conn);
+        break;
+    case TCM__REQUEST__BODY_CONFIG_GET:
+        handle_config_get(conn, req->config_get);
+        break;
+    case TCM__REQUEST__BODY_CONFIG_SET:
+        handle_config_set(conn, req->config_set);
+        break;
+    case TCM__REQUEST__BODY_RESIZE:
+        handle_resize(conn, req->resize);
+        break;
+    case TCM__REQUEST__BODY_ROOTS:
+        handle_roots(conn);
+        break;
+    case TCM__REQUEST__BODY_DETACH:
+        handle_detach(conn, req->detach);
         break;
     case TCM__REQUEST__BODY_BYE:
         if (conn->client)
@@ -369,13 +572,6 @@ static void on_connection(uv_stream_t *server, int status)
     if (uv_fileno((uv_handle_t *)&conn->pipe, &fd) != 0 ||
         tcm__peer_cred(fd, &conn->pid, &conn->uid, &conn->gid) != 0) {
         uv_close((uv_handle_t *)&conn->pipe, on_close);
-        return;
-    }
-    if (conn->uid != geteuid() && conn->uid != 0) {
-        tcm__log_limited(TCM_LOG_WARN, "control: refused pid %d uid %u (daemon runs as uid %u)",
-                         (int)conn->pid, (unsigned)conn->uid, (unsigned)geteuid());
-        send_error(conn, EACCES, "permission denied: tcmd serves its own user only");
-        conn_close(conn);
         return;
     }
     uv_read_start((uv_stream_t *)&conn->pipe, on_alloc, on_read);

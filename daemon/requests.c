@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 #include "prim.h"
@@ -367,8 +368,8 @@ static bool serve_all(tcm_server_t *srv)
         if (!c)
             continue;
         int state = atomic_load_explicit(&c->state, memory_order_acquire);
-        if (state == TCM_CL_ACTIVE) {
-            work |= serve_client(srv, c, false);
+        if (state == TCM_CL_ACTIVE || state == TCM_CL_EVICTED) {
+            work |= serve_client(srv, c, state == TCM_CL_EVICTED);
         } else if (state == TCM_CL_DEAD) {
             reclaim(srv, c);
             atomic_store_explicit(&srv->clients[i], NULL, memory_order_release);
@@ -394,7 +395,7 @@ static bool anything_pending(tcm_server_t *srv)
     uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
     for (uint32_t i = 0; i < hw; i++) {
         tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
-        if (c && (atomic_load(&c->state) != TCM_CL_ACTIVE ||
+        if (c && (atomic_load(&c->state) == TCM_CL_DEAD ||
                   tcm__ring_ready(c->ring, c->lay.ring_cap, c->tail)))
             return true;
     }
@@ -450,6 +451,31 @@ uint64_t tcm__heap_command(tcm_server_t *srv, int cmd)
     uint64_t r = srv->mbox_result;
     pthread_mutex_unlock(&srv->mbox_lock);
     return r;
+}
+
+/* Like tcm__heap_command, but gives up after timeout_ms (-ETIMEDOUT): for
+ * health checks, which must answer even if the heap thread is stuck. */
+int tcm__heap_command_timed(tcm_server_t *srv, int cmd, int timeout_ms, uint64_t *result)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+    if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&srv->mbox_lock);
+    srv->mbox_done = false;
+    atomic_store_explicit(&srv->mbox_cmd, cmd, memory_order_release);
+    tcm__heap_kick(srv);
+    int rc = 0;
+    while (!srv->mbox_done && rc == 0)
+        rc = pthread_cond_timedwait(&srv->mbox_cond, &srv->mbox_lock, &deadline);
+    *result = srv->mbox_result;
+    bool done = srv->mbox_done;
+    pthread_mutex_unlock(&srv->mbox_lock);
+    return done ? 0 : -ETIMEDOUT;
 }
 
 int tcm__heap_thread_start(tcm_server_t *srv)

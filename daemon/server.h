@@ -25,6 +25,7 @@
 enum tcm_client_state {
     TCM_CL_ACTIVE = 1, /* attached; the heap thread serves its ring */
     TCM_CL_DEAD = 2,   /* its socket closed: reclaim its caches */
+    TCM_CL_EVICTED = 3, /* detached by an operator: frees only, until it exits */
 };
 
 typedef struct tcm_conn tcm_conn_t;
@@ -143,6 +144,7 @@ int tcm__heap_thread_start(tcm_server_t *srv);
 void tcm__heap_thread_stop(tcm_server_t *srv);
 void tcm__heap_kick(tcm_server_t *srv);
 uint64_t tcm__heap_command(tcm_server_t *srv, int cmd);
+int tcm__heap_command_timed(tcm_server_t *srv, int cmd, int timeout_ms, uint64_t *result);
 
 /* control.c: the libuv side */
 int tcm__control_start(tcm_server_t *srv);

@@ -92,7 +92,7 @@ void tt_daemon_stop(tcm_test_daemon_t *d)
     unlink(d->log);
 }
 
-static Tcm__Response *request(const tcm_test_daemon_t *d, Tcm__Request *req)
+Tcm__Response *tt_request(const tcm_test_daemon_t *d, Tcm__Request *req)
 {
     int fd = tcm__connect(d->socket);
     CHECK(fd >= 0);
@@ -110,7 +110,7 @@ uint64_t tt_stat(const tcm_test_daemon_t *d, const char *name)
     Tcm__StatsRequest sr = TCM__STATS_REQUEST__INIT;
     req.body_case = TCM__REQUEST__BODY_STATS;
     req.stats = &sr;
-    Tcm__Response *resp = request(d, &req);
+    Tcm__Response *resp = tt_request(d, &req);
     CHECK_EQ(resp->body_case, TCM__RESPONSE__BODY_STATS);
     for (size_t i = 0; i < resp->stats->n_stat; i++)
         if (strcmp(resp->stats->stat[i]->name, name) == 0) {
@@ -139,7 +139,7 @@ int tt_clients(const tcm_test_daemon_t *d, pid_t pid, uint64_t *held, uint64_t *
     Tcm__ClientsRequest cr = TCM__CLIENTS_REQUEST__INIT;
     req.body_case = TCM__REQUEST__BODY_CLIENTS;
     req.clients = &cr;
-    Tcm__Response *resp = request(d, &req);
+    Tcm__Response *resp = tt_request(d, &req);
     CHECK_EQ(resp->body_case, TCM__RESPONSE__BODY_CLIENTS);
     int n = (int)resp->clients->n_client;
     for (int i = 0; i < n; i++) {

@@ -20,6 +20,11 @@ void tt_daemon_start(tcm_test_daemon_t *d, const char *const *extra_args);
 void tt_daemon_stop(tcm_test_daemon_t *d);
 bool tt_daemon_alive(const tcm_test_daemon_t *d);
 
+/* One request on a fresh connection; the response (never NULL). */
+struct Tcm__Request;
+struct Tcm__Response;
+struct Tcm__Response *tt_request(const tcm_test_daemon_t *d, struct Tcm__Request *req);
+
 /* One heap statistic by name (see TCM_HEAP_STATS). */
 uint64_t tt_stat(const tcm_test_daemon_t *d, const char *name);
 /* Number of attached clients and, for one pid, its bytes held/cached. */

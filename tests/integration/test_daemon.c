@@ -61,12 +61,40 @@ static void test_permissions(const tcm_test_daemon_t *d)
     pid_t pid = fork();
     if (pid == 0) {
         CHECK_EQ(setuid(65534), 0);
-        int fd = tcm__connect(d->socket);
-        CHECK_GE(fd, 0);
-        Tcm__Response *resp = tcm__frame_recv(fd, 5000);
-        CHECK(resp != NULL);
+        /* another user may read... */
+        Tcm__Request req = TCM__REQUEST__INIT;
+        Tcm__Ping ping = TCM__PING__INIT;
+        req.body_case = TCM__REQUEST__BODY_PING;
+        req.ping = &ping;
+        Tcm__Response *resp = tt_request(d, &req);
+        CHECK_EQ(resp->body_case, TCM__RESPONSE__BODY_PONG);
+        tcm__response__free_unpacked(resp, NULL);
+        /* ...but not attach or change anything */
+        Tcm__Hello hello = TCM__HELLO__INIT;
+        hello.version = TCM_PROTO_VERSION;
+        req.body_case = TCM__REQUEST__BODY_HELLO;
+        req.hello = &hello;
+        resp = tt_request(d, &req);
         CHECK_EQ(resp->body_case, TCM__RESPONSE__BODY_ERROR);
         CHECK_EQ(resp->error->code, EACCES);
+        tcm__response__free_unpacked(resp, NULL);
+        Tcm__ConfigSet set = TCM__CONFIG_SET__INIT;
+        set.key = "log_level";
+        set.value = "debug";
+        req.body_case = TCM__REQUEST__BODY_CONFIG_SET;
+        req.config_set = &set;
+        resp = tt_request(d, &req);
+        CHECK_EQ(resp->body_case, TCM__RESPONSE__BODY_ERROR);
+        CHECK_EQ(resp->error->code, EACCES);
+        CHECK(strstr(resp->error->message, "permission denied") != NULL);
+        tcm__response__free_unpacked(resp, NULL);
+        Tcm__Resize rs = TCM__RESIZE__INIT;
+        rs.limit = 1 << 20;
+        req.body_case = TCM__REQUEST__BODY_RESIZE;
+        req.resize = &rs;
+        resp = tt_request(d, &req);
+        CHECK_EQ(resp->error->code, EACCES);
+        tcm__response__free_unpacked(resp, NULL);
         _exit(0);
     }
     tt_wait_ok(pid, 10000);

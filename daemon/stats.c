@@ -1,0 +1,128 @@
+/* stats.c — the daemon's figures, computed once for every consumer. */
+#define _GNU_SOURCE
+#include "stats.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "prim.h"
+
+const char *const tcm__op_names[TCM_NOPS] = {
+#define TCM_OP_NAME(op, name) name,
+    TCM_OP_NAMES(TCM_OP_NAME)
+#undef TCM_OP_NAME
+};
+
+static const char *const heap_docs[] = {
+#define TCM_STAT_DOC(name, doc) doc,
+    TCM_HEAP_STATS(TCM_STAT_DOC)
+#undef TCM_STAT_DOC
+};
+static const char *const heap_names[] = {
+#define TCM_STAT_NAME(name, doc) #name,
+    TCM_HEAP_STATS(TCM_STAT_NAME)
+#undef TCM_STAT_NAME
+};
+
+void tcm__client_usage(const tcm_server_t *srv, const tcm_client_t *c, uint32_t *threads, uint64_t *cached)
+{
+    const tcm_chan_layout_t *l = &c->lay;
+    const tcm_class_info_t *ci = srv->h.classes;
+    const tcm_chan_hdr_t *hdr = (const tcm_chan_hdr_t *)c->chan;
+    *threads = 0;
+    *cached = 0;
+    uint32_t hw = atomic_load_explicit(&hdr->tcache_hw, memory_order_acquire);
+    for (uint32_t t = 0; t < l->max_threads && t < hw; t++) {
+        const tcm_tcache_t *tc = (const tcm_tcache_t *)(c->chan + l->off_tcaches + (uint64_t)t * l->tcache_stride);
+        if (tc->in_use)
+            (*threads)++;
+        for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+            uint32_t n = tc->bins[cls].count;
+            *cached += (uint64_t)(n < ci[cls].tcache_cap ? n : ci[cls].tcache_cap) * ci[cls].size;
+        }
+    }
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+        uint32_t n = hdr->xfer[cls].count;
+        *cached += (uint64_t)(n < ci[cls].xfer_cap ? n : ci[cls].xfer_cap) * ci[cls].size;
+    }
+}
+
+double tcm__latency_upper_us(unsigned i)
+{
+    return i + 1 >= TCM_LAT_BUCKETS ? INFINITY : (double)((uint64_t)TCM_LAT_BASE_NS << i) / 1000.0;
+}
+
+static tcm_stat_row_t *row(tcm_stat_row_t *rows, size_t *n, size_t max, const char *name, const char *help,
+                           uint64_t value, bool counter)
+{
+    if (*n >= max)
+        return NULL;
+    tcm_stat_row_t *r = &rows[(*n)++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->help = help;
+    r->value = value;
+    r->counter = counter;
+    return r;
+}
+
+static bool is_counter(const char *name)
+{
+    static const char *const counters[] = {"bytes_released", "requests", "refused", "wakeups",
+                                           "clients_total", "clients_died", "reclaimed_objects"};
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
+        if (strcmp(name, counters[i]) == 0)
+            return true;
+    return false;
+}
+
+size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
+{
+    size_t n = 0;
+    int64_t backed = tcm__backed_bytes(srv->heap_fd);
+    atomic_store(&srv->meta->stats.bytes_committed, backed > 0 ? (uint64_t)backed : 0);
+    atomic_store(&srv->meta->stats.bytes_limit, atomic_load(&srv->meta->config.heap_limit));
+    const _Atomic uint64_t *vals = (const _Atomic uint64_t *)&srv->meta->stats;
+    for (size_t i = 0; i < sizeof heap_names / sizeof heap_names[0]; i++)
+        row(rows, &n, max, heap_names[i], heap_docs[i], atomic_load_explicit(&vals[i], memory_order_relaxed),
+            is_counter(heap_names[i]));
+
+    uint64_t cached = 0;
+    uint32_t hw = atomic_load(&srv->clients_hw);
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        uint32_t threads;
+        uint64_t ccached;
+        if (c && atomic_load(&c->state) == TCM_CL_ACTIVE) {
+            tcm__client_usage(srv, c, &threads, &ccached);
+            cached += ccached;
+        }
+    }
+    uint64_t clients = atomic_load(&srv->meta->stats.bytes_clients);
+    uint64_t in_use = clients > cached ? clients - cached : 0;
+    row(rows, &n, max, "bytes_client_caches", "bytes in clients' thread caches and transfer tiers", cached, false);
+    row(rows, &n, max, "bytes_in_use", "bytes in use by applications (held by clients minus their caches)", in_use,
+        false);
+    tcm_stat_row_t *r = row(rows, &n, max, "fragmentation_ratio",
+                            "bytes backed by memory per byte in use by applications", 0, false);
+    if (r) {
+        r->is_float = true;
+        r->fvalue = in_use ? (double)(backed > 0 ? backed : 0) / (double)in_use : 0.0;
+    }
+    row(rows, &n, max, "uptime_seconds", "seconds since tcmd started", (tcm__now_ns() - srv->start_ns) / 1000000000,
+        false);
+    char name[48];
+    for (unsigned op = 0; op < TCM_NOPS; op++) {
+        snprintf(name, sizeof name, "requests_%s", tcm__op_names[op]);
+        row(rows, &n, max, name, "ring requests served, by operation", atomic_load(&srv->dstats.ops[op]), true);
+    }
+    for (int st = 1; st < TCM_ST__COUNT; st++) {
+        snprintf(name, sizeof name, "refused_%s", tcm__status_name(st));
+        for (char *p = name; *p; p++)
+            *p = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
+        row(rows, &n, max, name, "requests or objects refused, by reason", atomic_load(&srv->dstats.refused[st]),
+            true);
+    }
+    return n;
+}
