@@ -1,9 +1,10 @@
-/* tcmctl — the control CLI: ping, stats, clients. Human tables by default,
- * --json for scripts. Exit codes: 0 success, 1 the daemon answered with an
- * error, 2 usage, 3 cannot connect. */
+/* tcmctl — the control CLI. Human tables by default, --json for scripts,
+ * --watch for a refreshing view. Exit codes: 0 success, 1 the daemon
+ * answered with an error, 2 usage, 3 cannot connect. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,135 +17,200 @@
 
 enum { EXIT_DAEMON = 1, EXIT_USAGE = 2, EXIT_CONNECT = 3 };
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: tcmctl [--socket PATH] [--json] COMMAND\n"
-            "commands:\n"
-            "  ping      check that tcmd answers\n"
-            "  stats     heap totals\n"
-            "  clients   attached processes: pid, bytes held, bytes cached\n"
-            "  release   give every free page back to the OS now\n"
-            "exit codes: 0 ok, 1 daemon error, 2 usage, 3 cannot connect\n");
-}
+typedef struct ctx {
+    const char *socket;
+    bool json;
+} ctx_t;
 
-static Tcm__Response *call(const char *path, Tcm__Request *req)
+typedef struct command {
+    const char *name;
+    const char *args;
+    const char *help;
+    int (*run)(const ctx_t *ctx, int argc, char **argv);
+} command_t;
+
+static Tcm__Response *call(const ctx_t *ctx, Tcm__Request *req)
 {
-    int fd = tcm__connect(path);
+    int fd = tcm__connect(ctx->socket);
     if (fd < 0) {
-        fprintf(stderr, "tcmctl: cannot connect to tcmd on %s: %s\n", path, strerror(-fd));
+        fprintf(stderr, "tcmctl: cannot connect to tcmd on %s: %s\n", ctx->socket, strerror(-fd));
         if (fd == -ENOENT || fd == -ECONNREFUSED)
-            fprintf(stderr, "tcmctl: is tcmd running? start it with: tcmd --socket %s\n", path);
+            fprintf(stderr, "tcmctl: is tcmd running? start it with: tcmd --socket %s\n", ctx->socket);
         exit(EXIT_CONNECT);
     }
     req->version = TCM_PROTO_VERSION;
     int err = tcm__frame_send(fd, req);
     Tcm__Response *resp = err ? NULL : tcm__frame_recv(fd, 10000);
     if (!resp) {
-        fprintf(stderr, "tcmctl: no answer from tcmd on %s: %s\n", path, strerror(err ? -err : errno));
+        fprintf(stderr, "tcmctl: no answer from tcmd on %s: %s\n", ctx->socket, strerror(err ? -err : errno));
         exit(EXIT_CONNECT);
     }
     close(fd);
     if (resp->body_case == TCM__RESPONSE__BODY_ERROR) {
+        if (ctx->json)
+            printf("{\"error\":{\"code\":%u,\"message\":\"%s\"}}\n", resp->error->code, resp->error->message);
         fprintf(stderr, "tcmctl: tcmd: %s\n", resp->error->message);
         exit(EXIT_DAEMON);
     }
     return resp;
 }
 
-static int cmd_ping(const char *path, bool json)
+/* Send a request whose body is `body` at case `which`; exit unless the
+ * answer has case `want`. */
+static Tcm__Response *ask(const ctx_t *ctx, Tcm__Request__BodyCase which, void *body,
+                          Tcm__Response__BodyCase want)
 {
     Tcm__Request req = TCM__REQUEST__INIT;
-    Tcm__Ping ping = TCM__PING__INIT;
-    struct timespec t0, t1;
-    ping.nonce = (uint64_t)getpid();
-    req.body_case = TCM__REQUEST__BODY_PING;
-    req.ping = &ping;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    Tcm__Response *resp = call(path, &req);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (resp->body_case != TCM__RESPONSE__BODY_PONG || resp->pong->nonce != ping.nonce) {
-        fprintf(stderr, "tcmctl: unexpected answer to ping\n");
-        return EXIT_DAEMON;
+    req.body_case = which;
+    /* every body member of the oneof shares one pointer slot */
+    req.hello = body;
+    Tcm__Response *resp = call(ctx, &req);
+    if (resp->body_case != want) {
+        fprintf(stderr, "tcmctl: unexpected answer from tcmd\n");
+        exit(EXIT_DAEMON);
     }
+    return resp;
+}
+
+static const char *human(uint64_t v, char *buf, size_t len)
+{
+    return tcm__format_size(v, buf, len);
+}
+
+static int cmd_ping(const ctx_t *ctx, int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    Tcm__Ping ping = TCM__PING__INIT;
+    ping.nonce = (uint64_t)getpid();
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_PING, &ping, TCM__RESPONSE__BODY_PONG);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     double us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
     const Tcm__Pong *p = resp->pong;
-    if (json)
+    if (ctx->json)
         printf("{\"ok\":true,\"daemon_pid\":%u,\"version\":\"%s\",\"protocol\":%u,\"uptime_ms\":%llu,"
                "\"rtt_us\":%.1f}\n",
                p->daemon_pid, p->daemon_version, p->version, (unsigned long long)p->uptime_ms, us);
     else
         printf("tcmd %s (pid %u) on %s: alive, up %llus, round trip %.0f us\n", p->daemon_version,
-               p->daemon_pid, path, (unsigned long long)(p->uptime_ms / 1000), us);
+               p->daemon_pid, ctx->socket, (unsigned long long)(p->uptime_ms / 1000), us);
     tcm__response__free_unpacked(resp, NULL);
     return 0;
 }
 
-static int cmd_stats(const char *path, bool json)
+static int cmd_health(const ctx_t *ctx, int argc, char **argv)
 {
-    Tcm__Request req = TCM__REQUEST__INIT;
-    Tcm__StatsRequest sr = TCM__STATS_REQUEST__INIT;
-    req.body_case = TCM__REQUEST__BODY_STATS;
-    req.stats = &sr;
-    Tcm__Response *resp = call(path, &req);
-    if (resp->body_case != TCM__RESPONSE__BODY_STATS) {
-        fprintf(stderr, "tcmctl: unexpected answer to stats\n");
-        return EXIT_DAEMON;
-    }
-    const Tcm__Stats *s = resp->stats;
-    if (json) {
+    (void)argc, (void)argv;
+    Tcm__HealthRequest hr = TCM__HEALTH_REQUEST__INIT;
+    Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_HEALTH, &hr, TCM__RESPONSE__BODY_HEALTH);
+    const Tcm__Health *h = resp->health;
+    if (ctx->json)
+        printf("{\"ok\":%s,\"heap_thread_ok\":%s,\"heap_thread_rtt_us\":%llu,\"clients\":%u,\"uptime_ms\":%llu,"
+               "\"version\":\"%s\",\"message\":\"%s\"}\n",
+               h->ok ? "true" : "false", h->heap_thread_ok ? "true" : "false",
+               (unsigned long long)h->heap_thread_rtt_us, h->clients, (unsigned long long)h->uptime_ms, h->version,
+               h->message);
+    else
+        printf("%s: heap thread %s (%llu us), %u clients, up %llus, tcmd %s\n", h->ok ? "healthy" : "UNHEALTHY",
+               h->heap_thread_ok ? "answers" : "does not answer", (unsigned long long)h->heap_thread_rtt_us,
+               h->clients, (unsigned long long)(h->uptime_ms / 1000), h->version);
+    int rc = h->ok ? 0 : EXIT_DAEMON;
+    tcm__response__free_unpacked(resp, NULL);
+    return rc;
+}
+
+static void print_stats(const ctx_t *ctx, const Tcm__Stats *s)
+{
+    char buf[32];
+    if (ctx->json) {
         printf("{");
-        for (size_t i = 0; i < s->n_stat; i++)
-            printf("%s\"%s\":%llu", i ? "," : "", s->stat[i]->name, (unsigned long long)s->stat[i]->value);
-        printf("}\n");
-    } else {
-        printf("# Heap\n");
         for (size_t i = 0; i < s->n_stat; i++) {
-            char human[32] = "";
-            if (strncmp(s->stat[i]->name, "bytes_", 6) == 0)
-                tcm__format_size(s->stat[i]->value, human, sizeof human);
-            printf("%-22s %16llu  %-8s %s\n", s->stat[i]->name, (unsigned long long)s->stat[i]->value,
-                   human, s->stat[i]->help);
+            if (s->stat[i]->is_float)
+                printf("%s\"%s\":%.4f", i ? "," : "", s->stat[i]->name, s->stat[i]->fvalue);
+            else
+                printf("%s\"%s\":%llu", i ? "," : "", s->stat[i]->name, (unsigned long long)s->stat[i]->value);
+        }
+        if (s->service_time) {
+            printf(",\"service_time\":{\"sum_ns\":%llu,\"buckets\":[", (unsigned long long)s->service_time->sum_ns);
+            for (size_t i = 0; i < s->service_time->n_count; i++) {
+                double up = s->service_time->upper_us[i];
+                if (isinf(up))
+                    printf("%s{\"le_us\":null,\"count\":%llu}", i ? "," : "",
+                           (unsigned long long)s->service_time->count[i]);
+                else
+                    printf("%s{\"le_us\":%g,\"count\":%llu}", i ? "," : "", up,
+                           (unsigned long long)s->service_time->count[i]);
+            }
+            printf("]}");
+        }
+        printf("}\n");
+        return;
+    }
+    printf("# Heap\n");
+    for (size_t i = 0; i < s->n_stat; i++) {
+        const Tcm__Stat *st = s->stat[i];
+        if (strncmp(st->name, "requests_", 9) == 0 && i && strncmp(s->stat[i - 1]->name, "requests_", 9) != 0)
+            printf("# Requests\n");
+        if (strncmp(st->name, "refused_", 8) == 0 && i && strncmp(s->stat[i - 1]->name, "refused_", 8) != 0)
+            printf("# Refused\n");
+        if (st->is_float)
+            printf("%-22s %16.3f  %-8s %s\n", st->name, st->fvalue, "", st->help);
+        else
+            printf("%-22s %16llu  %-8s %s\n", st->name, (unsigned long long)st->value,
+                   strstr(st->name, "bytes") ? human(st->value, buf, sizeof buf) : "", st->help);
+    }
+    if (s->service_time && s->service_time->n_count) {
+        printf("# Service time (heap thread)\n");
+        uint64_t total = 0;
+        for (size_t i = 0; i < s->service_time->n_count; i++)
+            total += s->service_time->count[i];
+        for (size_t i = 0; i < s->service_time->n_count; i++) {
+            if (!s->service_time->count[i])
+                continue;
+            double up = s->service_time->upper_us[i];
+            char le[32];
+            if (isinf(up))
+                snprintf(le, sizeof le, "slower");
+            else
+                snprintf(le, sizeof le, "< %g us", up);
+            printf("%-22s %16llu  %5.1f%%\n", le, (unsigned long long)s->service_time->count[i],
+                   total ? 100.0 * (double)s->service_time->count[i] / (double)total : 0.0);
         }
     }
-    tcm__response__free_unpacked(resp, NULL);
-    return 0;
 }
 
-static int cmd_clients(const char *path, bool json)
+static int cmd_stats(const ctx_t *ctx, int argc, char **argv);
+
+static int cmd_clients(const ctx_t *ctx, int argc, char **argv)
 {
-    Tcm__Request req = TCM__REQUEST__INIT;
+    (void)argc, (void)argv;
     Tcm__ClientsRequest cr = TCM__CLIENTS_REQUEST__INIT;
-    req.body_case = TCM__REQUEST__BODY_CLIENTS;
-    req.clients = &cr;
-    Tcm__Response *resp = call(path, &req);
-    if (resp->body_case != TCM__RESPONSE__BODY_CLIENTS) {
-        fprintf(stderr, "tcmctl: unexpected answer to clients\n");
-        return EXIT_DAEMON;
-    }
+    Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_CLIENTS, &cr, TCM__RESPONSE__BODY_CLIENTS);
     const Tcm__Clients *cl = resp->clients;
-    if (json) {
+    char held[32], cached[32], when[32];
+    if (ctx->json) {
         printf("[");
         for (size_t i = 0; i < cl->n_client; i++) {
             const Tcm__ClientInfo *c = cl->client[i];
             printf("%s{\"client_id\":%u,\"pid\":%u,\"uid\":%u,\"threads\":%u,\"bytes_held\":%llu,"
                    "\"bytes_cached\":%llu,\"requests\":%llu,\"errors\":%llu,\"attached_unix\":%llu}",
-                   i ? "," : "", c->client_id, c->pid, c->uid, c->threads,
-                   (unsigned long long)c->bytes_held, (unsigned long long)c->bytes_cached,
-                   (unsigned long long)c->requests, (unsigned long long)c->errors,
-                   (unsigned long long)c->attached_unix);
+                   i ? "," : "", c->client_id, c->pid, c->uid, c->threads, (unsigned long long)c->bytes_held,
+                   (unsigned long long)c->bytes_cached, (unsigned long long)c->requests,
+                   (unsigned long long)c->errors, (unsigned long long)c->attached_unix);
         }
         printf("]\n");
     } else {
-        printf("%6s %8s %6s %7s %12s %12s %10s %6s\n", "id", "pid", "uid", "threads", "held", "cached",
-               "requests", "errors");
+        printf("%6s %8s %6s %7s %10s %10s %10s %6s  %s\n", "id", "pid", "uid", "threads", "held", "cached",
+               "requests", "errors", "attached");
         for (size_t i = 0; i < cl->n_client; i++) {
             const Tcm__ClientInfo *c = cl->client[i];
-            char held[32], cached[32];
-            printf("%6u %8u %6u %7u %12s %12s %10llu %6llu\n", c->client_id, c->pid, c->uid, c->threads,
-                   tcm__format_size(c->bytes_held, held, sizeof held),
-                   tcm__format_size(c->bytes_cached, cached, sizeof cached), (unsigned long long)c->requests,
-                   (unsigned long long)c->errors);
+            time_t t = (time_t)c->attached_unix;
+            struct tm tm;
+            strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
+            printf("%6u %8u %6u %7u %10s %10s %10llu %6llu  %s\n", c->client_id, c->pid, c->uid, c->threads,
+                   human(c->bytes_held, held, sizeof held), human(c->bytes_cached, cached, sizeof cached),
+                   (unsigned long long)c->requests, (unsigned long long)c->errors, when);
         }
         if (cl->n_client == 0)
             printf("(no clients attached)\n");
@@ -153,37 +219,228 @@ static int cmd_clients(const char *path, bool json)
     return 0;
 }
 
-static int cmd_release(const char *path, bool json)
+static int cmd_classes(const ctx_t *ctx, int argc, char **argv)
 {
-    Tcm__Request req = TCM__REQUEST__INIT;
-    Tcm__ReleaseRequest rr = TCM__RELEASE_REQUEST__INIT;
-    req.body_case = TCM__REQUEST__BODY_RELEASE;
-    req.release = &rr;
-    Tcm__Response *resp = call(path, &req);
-    if (resp->body_case != TCM__RESPONSE__BODY_RELEASED) {
-        fprintf(stderr, "tcmctl: unexpected answer to release\n");
-        return EXIT_DAEMON;
+    (void)argc, (void)argv;
+    Tcm__ClassesRequest cr = TCM__CLASSES_REQUEST__INIT;
+    Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_CLASSES, &cr, TCM__RESPONSE__BODY_CLASSES);
+    const Tcm__Classes *c = resp->classes;
+    if (ctx->json) {
+        printf("[");
+        for (size_t i = 0; i < c->n_cls; i++) {
+            const Tcm__ClassInfo *x = c->cls[i];
+            printf("%s{\"class\":%u,\"size\":%u,\"span_pages\":%u,\"objects_per_span\":%u,\"spans\":%llu,"
+                   "\"objects_in_use\":%llu,\"objects_free\":%llu,\"batches_out\":%llu,\"batches_in\":%llu}",
+                   i ? "," : "", x->cls, x->size, x->span_pages, x->objects_per_span, (unsigned long long)x->spans,
+                   (unsigned long long)x->objects_in_use, (unsigned long long)x->objects_free,
+                   (unsigned long long)x->batches_out, (unsigned long long)x->batches_in);
+        }
+        printf("]\n");
+    } else {
+        printf("%5s %8s %6s %6s %7s %10s %10s %10s %10s\n", "class", "size", "pages", "objs", "spans", "in use",
+               "free", "batch out", "batch in");
+        for (size_t i = 0; i < c->n_cls; i++) {
+            const Tcm__ClassInfo *x = c->cls[i];
+            printf("%5u %8u %6u %6u %7llu %10llu %10llu %10llu %10llu\n", x->cls, x->size, x->span_pages,
+                   x->objects_per_span, (unsigned long long)x->spans, (unsigned long long)x->objects_in_use,
+                   (unsigned long long)x->objects_free, (unsigned long long)x->batches_out,
+                   (unsigned long long)x->batches_in);
+        }
     }
+    tcm__response__free_unpacked(resp, NULL);
+    return 0;
+}
+
+static void print_config(const ctx_t *ctx, const Tcm__Config *cfg)
+{
+    if (ctx->json) {
+        printf("{");
+        for (size_t i = 0; i < cfg->n_setting; i++)
+            printf("%s\"%s\":{\"value\":\"%s\",\"runtime\":%s}", i ? "," : "", cfg->setting[i]->key,
+                   cfg->setting[i]->value, cfg->setting[i]->runtime ? "true" : "false");
+        printf("}\n");
+        return;
+    }
+    for (size_t i = 0; i < cfg->n_setting; i++) {
+        const Tcm__Setting *s = cfg->setting[i];
+        printf("%-16s = %-16s %-9s %s\n", s->key, s->value, s->runtime ? "" : "(startup)", s->help);
+    }
+}
+
+static int cmd_config(const ctx_t *ctx, int argc, char **argv)
+{
+    Tcm__Response *resp;
+    if (argc >= 1 && strcmp(argv[0], "get") == 0 && argc <= 2) {
+        Tcm__ConfigGet get = TCM__CONFIG_GET__INIT;
+        get.key = argc == 2 ? argv[1] : "";
+        resp = ask(ctx, TCM__REQUEST__BODY_CONFIG_GET, &get, TCM__RESPONSE__BODY_CONFIG);
+    } else if (argc == 3 && strcmp(argv[0], "set") == 0) {
+        Tcm__ConfigSet set = TCM__CONFIG_SET__INIT;
+        set.key = argv[1];
+        set.value = argv[2];
+        resp = ask(ctx, TCM__REQUEST__BODY_CONFIG_SET, &set, TCM__RESPONSE__BODY_CONFIG);
+    } else {
+        fprintf(stderr, "usage: tcmctl config get [KEY] | config set KEY VALUE\n");
+        return EXIT_USAGE;
+    }
+    print_config(ctx, resp->config);
+    tcm__response__free_unpacked(resp, NULL);
+    return 0;
+}
+
+static int cmd_resize(const ctx_t *ctx, int argc, char **argv)
+{
+    uint64_t limit;
+    if (argc != 1 || tcm__parse_size(argv[0], &limit)) {
+        fprintf(stderr, "usage: tcmctl resize SIZE   (e.g. 512M, 4G)\n");
+        return EXIT_USAGE;
+    }
+    Tcm__Resize rs = TCM__RESIZE__INIT;
+    rs.limit = limit;
+    Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_RESIZE, &rs, TCM__RESPONSE__BODY_RESIZED);
+    char a[32], b[32];
+    if (ctx->json)
+        printf("{\"old_limit\":%llu,\"new_limit\":%llu}\n", (unsigned long long)resp->resized->old_limit,
+               (unsigned long long)resp->resized->new_limit);
+    else
+        printf("heap limit %s -> %s\n", human(resp->resized->old_limit, a, sizeof a),
+               human(resp->resized->new_limit, b, sizeof b));
+    tcm__response__free_unpacked(resp, NULL);
+    return 0;
+}
+
+static int cmd_release(const ctx_t *ctx, int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    Tcm__ReleaseRequest rr = TCM__RELEASE_REQUEST__INIT;
+    Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_RELEASE, &rr, TCM__RESPONSE__BODY_RELEASED);
     const Tcm__Released *r = resp->released;
     char a[32], b[32], c[32];
-    if (json)
+    if (ctx->json)
         printf("{\"released_bytes\":%llu,\"committed_before\":%llu,\"committed_after\":%llu}\n",
                (unsigned long long)r->released_bytes, (unsigned long long)r->committed_before,
                (unsigned long long)r->committed_after);
     else
-        printf("released %s; heap backed by %s before, %s now\n",
-               tcm__format_size(r->released_bytes, a, sizeof a),
-               tcm__format_size(r->committed_before, b, sizeof b),
-               tcm__format_size(r->committed_after, c, sizeof c));
+        printf("released %s; heap backed by %s before, %s now\n", human(r->released_bytes, a, sizeof a),
+               human(r->committed_before, b, sizeof b), human(r->committed_after, c, sizeof c));
     tcm__response__free_unpacked(resp, NULL);
     return 0;
+}
+
+static int cmd_roots(const ctx_t *ctx, int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    Tcm__RootsRequest rr = TCM__ROOTS_REQUEST__INIT;
+    Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_ROOTS, &rr, TCM__RESPONSE__BODY_ROOTS);
+    const Tcm__Roots *r = resp->roots;
+    if (ctx->json) {
+        printf("[");
+        for (size_t i = 0; i < r->n_root; i++)
+            printf("%s{\"name\":\"%s\",\"offset\":%llu}", i ? "," : "", r->root[i]->name,
+                   (unsigned long long)r->root[i]->offset);
+        printf("]\n");
+    } else {
+        for (size_t i = 0; i < r->n_root; i++)
+            printf("%-48s 0x%llx\n", r->root[i]->name, (unsigned long long)r->root[i]->offset);
+        if (!r->n_root)
+            printf("(no roots)\n");
+    }
+    tcm__response__free_unpacked(resp, NULL);
+    return 0;
+}
+
+static int cmd_detach(const ctx_t *ctx, int argc, char **argv)
+{
+    char *end;
+    unsigned long id = argc == 1 ? strtoul(argv[0], &end, 10) : 0;
+    if (argc != 1 || *end || !id) {
+        fprintf(stderr, "usage: tcmctl detach CLIENT_ID   (tcmctl clients lists them)\n");
+        return EXIT_USAGE;
+    }
+    Tcm__Detach d = TCM__DETACH__INIT;
+    d.client_id = (uint32_t)id;
+    Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_DETACH, &d, TCM__RESPONSE__BODY_DETACHED);
+    if (ctx->json)
+        printf("{\"client_id\":%u,\"pid\":%u}\n", resp->detached->client_id, resp->detached->pid);
+    else
+        printf("client %u (pid %u) detached: its allocations fail from now on; its caches are reclaimed when "
+               "it exits\n",
+               resp->detached->client_id, resp->detached->pid);
+    tcm__response__free_unpacked(resp, NULL);
+    return 0;
+}
+
+static const command_t commands[] = {
+    {"ping", "", "check that tcmd answers: pid, version, uptime, round trip", cmd_ping},
+    {"health", "", "ping the heap thread too; exit 1 if it does not answer", cmd_health},
+    {"stats", "[--watch SECONDS [--count N]]", "heap, request and refusal figures, service-time histogram",
+     cmd_stats},
+    {"clients", "", "attached processes: pid, uid, threads, bytes held and cached, requests, errors",
+     cmd_clients},
+    {"classes", "", "size classes: spans, objects in use and free, batches moved", cmd_classes},
+    {"config", "get [KEY] | set KEY VALUE", "read or change settings (set: daemon's uid or root)", cmd_config},
+    {"resize", "SIZE", "change the heap limit (refused below what is in use)", cmd_resize},
+    {"release", "", "give every free page back to the OS now", cmd_release},
+    {"roots", "", "named shared pointers and their heap offsets", cmd_roots},
+    {"detach", "CLIENT_ID", "cut a client off (its allocations fail; reclaimed when it exits)", cmd_detach},
+};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+static int cmd_stats(const ctx_t *ctx, int argc, char **argv)
+{
+    double every = 0;
+    long count = -1;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--watch") == 0 && i + 1 < argc)
+            every = atof(argv[++i]);
+        else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc)
+            count = atol(argv[++i]);
+        else {
+            fprintf(stderr, "usage: tcmctl stats %s\n", commands[2].args);
+            return EXIT_USAGE;
+        }
+    }
+    if (argc && every <= 0) {
+        fprintf(stderr, "tcmctl: --watch needs a positive number of seconds\n");
+        return EXIT_USAGE;
+    }
+    for (long n = 0; count < 0 || n < count; n++) {
+        Tcm__StatsRequest sr = TCM__STATS_REQUEST__INIT;
+        Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_STATS, &sr, TCM__RESPONSE__BODY_STATS);
+        if (every > 0 && !ctx->json && isatty(1))
+            printf("\033[H\033[2J"); /* top-like: redraw in place */
+        if (every > 0 && !ctx->json) {
+            time_t now = time(NULL);
+            printf("tcmd on %s, every %gs, %s", ctx->socket, every, ctime(&now));
+        }
+        print_stats(ctx, resp->stats);
+        fflush(stdout);
+        tcm__response__free_unpacked(resp, NULL);
+        if (every <= 0)
+            break;
+        if (count < 0 || n + 1 < count)
+            usleep((useconds_t)(every * 1e6));
+    }
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: tcmctl [--socket PATH] [--json] COMMAND [ARGS]\n\ncommands:\n");
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        fprintf(f, "  %-8s %-30s %s\n", commands[i].name, commands[i].args, commands[i].help);
+    fprintf(f,
+            "\n  --socket PATH  tcmd's socket (default $TCM_SOCKET, else $XDG_RUNTIME_DIR/tcm/tcmd.sock,\n"
+            "                 else /tmp/tcm-UID/tcmd.sock)\n"
+            "  --json         machine-readable output (field names are stable; see README)\n"
+            "  tcmctl COMMAND --help   help for one command\n"
+            "\nexit codes: 0 success, 1 tcmd answered with an error, 2 usage, 3 cannot connect\n");
 }
 
 int main(int argc, char **argv)
 {
     char pathbuf[108];
-    const char *path = NULL;
-    bool json = false;
+    ctx_t ctx = {0};
     static const struct option opts[] = {
         {"socket", required_argument, 0, 's'},
         {"json", no_argument, 0, 'j'},
@@ -193,8 +450,8 @@ int main(int argc, char **argv)
     int opt;
     while ((opt = getopt_long(argc, argv, "+s:jh", opts, NULL)) != -1) {
         switch (opt) {
-        case 's': path = optarg; break;
-        case 'j': json = true; break;
+        case 's': ctx.socket = optarg; break;
+        case 'j': ctx.json = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return EXIT_USAGE;
         }
@@ -203,26 +460,36 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
-    if (!path)
-        path = tcm__default_socket(pathbuf, sizeof pathbuf);
-    const char *cmd = argv[optind];
-    if (optind + 1 < argc) {
-        fprintf(stderr, "tcmctl: %s takes no arguments\n", cmd);
-        return EXIT_USAGE;
-    }
-    if (strcmp(cmd, "ping") == 0)
-        return cmd_ping(path, json);
-    if (strcmp(cmd, "stats") == 0)
-        return cmd_stats(path, json);
-    if (strcmp(cmd, "clients") == 0)
-        return cmd_clients(path, json);
-    if (strcmp(cmd, "release") == 0)
-        return cmd_release(path, json);
-    if (strcmp(cmd, "help") == 0) {
+    if (!ctx.socket)
+        ctx.socket = tcm__default_socket(pathbuf, sizeof pathbuf);
+    const char *name = argv[optind];
+    int cargc = argc - optind - 1;
+    char **cargv = argv + optind + 1;
+    if (strcmp(name, "help") == 0 && cargc == 0) {
         usage(stdout);
         return 0;
     }
-    fprintf(stderr, "tcmctl: unknown command '%s'\n", cmd);
+    static char *help_argv[] = {"--help", NULL};
+    if (strcmp(name, "help") == 0) { /* tcmctl help COMMAND */
+        name = cargv[0];
+        cargc = 1;
+        cargv = help_argv;
+    }
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        if (strcmp(name, commands[i].name) != 0)
+            continue;
+        if (cargc == 1 && (strcmp(cargv[0], "--help") == 0 || strcmp(cargv[0], "-h") == 0)) {
+            printf("usage: tcmctl [--socket PATH] [--json] %s %s\n  %s\n", commands[i].name, commands[i].args,
+                   commands[i].help);
+            return 0;
+        }
+        if (!commands[i].args[0] && cargc) {
+            fprintf(stderr, "tcmctl: %s takes no arguments\n", name);
+            return EXIT_USAGE;
+        }
+        return commands[i].run(&ctx, cargc, cargv);
+    }
+    fprintf(stderr, "tcmctl: unknown command '%s'\n", name);
     usage(stderr);
     return EXIT_USAGE;
 }

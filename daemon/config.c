@@ -121,8 +121,11 @@ int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool 
         return -EINVAL;
     }
     if (at_runtime && !s->info.runtime) {
-        snprintf(err, errlen, "%s can only be set when tcmd starts (--%s or the config file)", s->info.name,
-                 s->info.name);
+        char opt[64];
+        snprintf(opt, sizeof opt, "%s", s->info.name);
+        for (char *p = opt; *p; p++)
+            *p = *p == '_' ? '-' : *p;
+        snprintf(err, errlen, "%s can only be set when tcmd starts (--%s or the config file)", s->info.name, opt);
         return -EPERM;
     }
     const char *n = s->info.name;
