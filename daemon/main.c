@@ -14,6 +14,7 @@
 #include "frame.h"
 #include "config.h"
 #include "log.h"
+#include "metrics.h"
 #include "prim.h"
 #include "server.h"
 #include "util.h"
@@ -35,6 +36,8 @@ static void usage(FILE *f)
             "                    SOCKET.log otherwise)\n"
             "  --log-level L     error, warn, info or debug (default info)\n"
             "  --spin-us N       heap thread polls this long before sleeping (default 50)\n"
+            "  --metrics-port P  serve Prometheus metrics at http://ADDR:P/metrics\n"
+            "  --metrics-addr A  address for --metrics-port (default 127.0.0.1)\n"
             "  --foreground      do not detach\n"
             "  --help\n",
             (unsigned long long)TCM_DEFAULT_BASE);
@@ -104,6 +107,8 @@ static int run(tcm_server_t *srv, int ready_fd)
         goto out_segments;
     if (tcm__control_start(srv) != 0)
         goto out_thread;
+    if (srv->metrics_port && tcm__metrics_start(srv) != 0)
+        goto out_thread;
     uv_signal_init(srv->loop, &srv->sigterm);
     uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
     uv_signal_init(srv->loop, &srv->sigint);
@@ -150,6 +155,7 @@ int main(int argc, char **argv)
     srv->base = TCM_DEFAULT_BASE;
     srv->max_threads = 256;
     srv->spin_ns = 50000;
+    snprintf(srv->metrics_addr, sizeof srv->metrics_addr, "127.0.0.1");
     srv->tcache_budget = 32ull << 20;
     srv->xfer_budget = 16ull << 20;
     srv->page_cache_cap = 64ull << 20;
@@ -157,7 +163,8 @@ int main(int argc, char **argv)
     const char *config = NULL;
     char err[256];
 
-    enum { O_SOCKET = 256, O_NAME, O_HEAP, O_BASE, O_THREADS, O_CONFIG, O_LOG, O_LEVEL, O_SPIN, O_FG };
+    enum { O_SOCKET = 256, O_NAME, O_HEAP, O_BASE, O_THREADS, O_CONFIG, O_LOG, O_LEVEL, O_SPIN, O_FG, O_MPORT,
+           O_MADDR };
     static const struct option opts[] = {
         {"socket", required_argument, 0, O_SOCKET},  {"name", required_argument, 0, O_NAME},
         {"heap-size", required_argument, 0, O_HEAP}, {"base", required_argument, 0, O_BASE},
@@ -165,6 +172,7 @@ int main(int argc, char **argv)
         {"config", required_argument, 0, O_CONFIG},  {"log", required_argument, 0, O_LOG},
         {"log-level", required_argument, 0, O_LEVEL}, {"spin-us", required_argument, 0, O_SPIN},
         {"foreground", no_argument, 0, O_FG},       {"help", no_argument, 0, 'h'},
+        {"metrics-port", required_argument, 0, O_MPORT}, {"metrics-addr", required_argument, 0, O_MADDR},
         {0, 0, 0, 0},
     };
     /* the config file first, so command-line options override it */
@@ -206,6 +214,17 @@ int main(int argc, char **argv)
         case O_CONFIG: break;
         case O_LOG: snprintf(srv->log_path, sizeof srv->log_path, "%.255s", optarg); break;
         case O_FG: srv->foreground = true; break;
+        case O_MPORT: {
+            char *end;
+            long port = strtol(optarg, &end, 10);
+            if (*end || port < 1 || port > 65535) {
+                fprintf(stderr, "tcmd: --metrics-port needs a port number 1-65535\n");
+                return 2;
+            }
+            srv->metrics_port = (int)port;
+            break;
+        }
+        case O_MADDR: snprintf(srv->metrics_addr, sizeof srv->metrics_addr, "%.63s", optarg); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -130,6 +130,9 @@ typedef struct tcm_server {
     uv_loop_t *loop;
     uv_pipe_t listener;
     uv_signal_t sigterm, sigint, sighup;
+    uv_tcp_t metrics;
+    char metrics_addr[64];
+    int metrics_port; /* 0: no /metrics endpoint */
     uint64_t start_ns;
 } tcm_server_t;
 

@@ -1,0 +1,285 @@
+/* metrics.c — Prometheus text exposition at GET /metrics over plain HTTP
+ * on loopback (libuv TCP). One request per connection, bounded request
+ * size; the figures come from the same snapshot as `tcmctl stats`. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "stats.h"
+
+#define MAX_REQUEST 8192
+
+typedef struct http_conn {
+    uv_tcp_t tcp;
+    tcm_server_t *srv;
+    char buf[MAX_REQUEST];
+    size_t len;
+    bool answered;
+} http_conn_t;
+
+typedef struct text {
+    char *p;
+    size_t len, cap;
+} text_t;
+
+static void put(text_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text_t *t, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->p ? t->p + t->len : NULL, t->p ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if (t->p && t->len + (size_t)n < t->cap) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = (t->cap ? t->cap * 2 : 16384) + (size_t)n;
+        char *p = realloc(t->p, cap);
+        if (!p)
+            return;
+        t->p = p;
+        t->cap = cap;
+    }
+}
+
+static void family(text_t *t, const char *name, const char *type, const char *help)
+{
+    put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* bytes_free_x -> tcm_free_x_bytes; counters get _total. */
+static void metric_name(const tcm_stat_row_t *r, char *out, size_t len)
+{
+    if (strncmp(r->name, "bytes_", 6) == 0)
+        snprintf(out, len, "tcm_%.40s_bytes%s", r->name + 6, r->counter ? "_total" : "");
+    else
+        snprintf(out, len, "tcm_%.47s%s", r->name, r->counter ? "_total" : "");
+}
+
+static void render(tcm_server_t *srv, text_t *t)
+{
+    tcm_stat_row_t rows[TCM_MAX_STAT_ROWS];
+    size_t n = tcm__stats_snapshot(srv, rows, TCM_MAX_STAT_ROWS);
+    char name[96];
+    bool ops_done = false, refused_done = false;
+    for (size_t i = 0; i < n; i++) {
+        const tcm_stat_row_t *r = &rows[i];
+        if (strcmp(r->name, "requests") == 0 || strcmp(r->name, "refused") == 0)
+            continue; /* the labelled families below sum to these */
+        if (strncmp(r->name, "requests_", 9) == 0) {
+            if (!ops_done)
+                family(t, "tcm_requests_total", "counter", "ring requests served, by operation");
+            ops_done = true;
+            put(t, "tcm_requests_total{op=\"%s\"} %llu\n", r->name + 9, (unsigned long long)r->value);
+            continue;
+        }
+        if (strncmp(r->name, "refused_", 8) == 0) {
+            if (!refused_done)
+                family(t, "tcm_refused_total", "counter", "requests or objects refused, by reason");
+            refused_done = true;
+            put(t, "tcm_refused_total{reason=\"%s\"} %llu\n", r->name + 8, (unsigned long long)r->value);
+            continue;
+        }
+        metric_name(r, name, sizeof name);
+        family(t, name, r->counter ? "counter" : "gauge", r->help);
+        if (r->is_float)
+            put(t, "%s %.6f\n", name, r->fvalue);
+        else
+            put(t, "%s %llu\n", name, (unsigned long long)r->value);
+    }
+
+    family(t, "tcm_request_duration_seconds", "histogram", "ring request service time on the heap thread");
+    uint64_t cum = 0;
+    for (unsigned i = 0; i < TCM_LAT_BUCKETS; i++) {
+        cum += atomic_load(&srv->dstats.latency[i]);
+        double up = tcm__latency_upper_us(i);
+        if (isinf(up))
+            put(t, "tcm_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+        else
+            put(t, "tcm_request_duration_seconds_bucket{le=\"%g\"} %llu\n", up / 1e6, (unsigned long long)cum);
+    }
+    put(t, "tcm_request_duration_seconds_sum %.9f\n", (double)atomic_load(&srv->dstats.latency_sum_ns) / 1e9);
+    put(t, "tcm_request_duration_seconds_count %llu\n", (unsigned long long)cum);
+
+    static const struct { const char *name, *help; } cls_fam[] = {
+        {"tcm_class_spans", "spans cut for a size class"},
+        {"tcm_class_objects_in_use", "objects of a size class handed to clients"},
+        {"tcm_class_objects_free", "objects of a size class free in the central lists"},
+    };
+    for (unsigned f = 0; f < 3; f++) {
+        family(t, cls_fam[f].name, "gauge", cls_fam[f].help);
+        for (unsigned c = 1; c < TCM_NCLASSES; c++) {
+            const tcm_class_stats_t *cs = &srv->h.cstats[c];
+            uint64_t spans = atomic_load(&cs->spans), free_objs = atomic_load(&cs->free_objs);
+            uint64_t total = spans * srv->h.classes[c].span_objs;
+            uint64_t v = f == 0 ? spans : f == 1 ? (total > free_objs ? total - free_objs : 0) : free_objs;
+            if (spans)
+                put(t, "%s{class=\"%u\",size=\"%u\"} %llu\n", cls_fam[f].name, c, srv->h.classes[c].size,
+                    (unsigned long long)v);
+        }
+    }
+
+    static const struct { const char *name, *type, *help; } cl_fam[] = {
+        {"tcm_client_held_bytes", "gauge", "bytes a client allocated that nobody has freed yet"},
+        {"tcm_client_cached_bytes", "gauge", "bytes in a client's caches"},
+        {"tcm_client_requests_total", "counter", "ring requests of a client"},
+        {"tcm_client_errors_total", "counter", "refused requests or objects of a client"},
+    };
+    uint32_t hw = atomic_load(&srv->clients_hw);
+    for (unsigned f = 0; f < 4; f++) {
+        family(t, cl_fam[f].name, cl_fam[f].type, cl_fam[f].help);
+        for (uint32_t i = 0; i < hw; i++) {
+            tcm_client_t *c = atomic_load(&srv->clients[i]);
+            if (!c || atomic_load(&c->state) == TCM_CL_DEAD)
+                continue;
+            uint32_t threads;
+            uint64_t cached, out = atomic_load(&c->bytes_out), back = atomic_load(&c->bytes_back), v;
+            tcm__client_usage(srv, c, &threads, &cached);
+            v = f == 0 ? (out > back ? out - back : 0)
+                : f == 1 ? cached
+                : f == 2 ? atomic_load(&c->requests)
+                         : atomic_load(&c->errors);
+            put(t, "%s{client=\"%u\",pid=\"%d\"} %llu\n", cl_fam[f].name, c->id, (int)c->pid,
+                (unsigned long long)v);
+        }
+    }
+    family(t, "tcm_build_info", "gauge", "tcmd version");
+    put(t, "tcm_build_info{version=\"%s\"} 1\n", TCM_VERSION_STRING);
+}
+
+static void on_close(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+    (void)status;
+    http_conn_t *c = req->handle->data;
+    free(req->data);
+    free(req);
+    uv_close((uv_handle_t *)&c->tcp, on_close);
+}
+
+static void respond(http_conn_t *c, const char *status, const char *ctype, const char *body, size_t blen)
+{
+    text_t t = {0};
+    put(&t, "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", status, ctype,
+        blen);
+    if (t.p && blen) {
+        char *p = realloc(t.p, t.len + blen);
+        if (p) {
+            memcpy(p + t.len, body, blen);
+            t.p = p;
+            t.len += blen;
+        }
+    }
+    uv_write_t *req = malloc(sizeof *req);
+    if (!t.p || !req) {
+        free(t.p);
+        free(req);
+        uv_close((uv_handle_t *)&c->tcp, on_close);
+        return;
+    }
+    req->data = t.p;
+    uv_buf_t b = uv_buf_init(t.p, (unsigned)t.len);
+    c->answered = true;
+    if (uv_write(req, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
+        free(t.p);
+        free(req);
+        uv_close((uv_handle_t *)&c->tcp, on_close);
+    }
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    http_conn_t *c = h->data;
+    (void)suggested;
+    *buf = uv_buf_init(c->buf + c->len, (unsigned)(MAX_REQUEST - 1 - c->len));
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    http_conn_t *c = s->data;
+    (void)buf;
+    if (c->answered)
+        return;
+    if (nread < 0) {
+        uv_close((uv_handle_t *)&c->tcp, on_close);
+        return;
+    }
+    c->len += (size_t)nread;
+    c->buf[c->len] = 0;
+    if (!strstr(c->buf, "\r\n\r\n") && !strstr(c->buf, "\n\n")) {
+        if (c->len >= MAX_REQUEST - 1) {
+            static const char msg[] = "request too large\n";
+            respond(c, "431 Request Header Fields Too Large", "text/plain", msg, sizeof msg - 1);
+        }
+        return;
+    }
+    uv_read_stop(s);
+    char method[8] = "", path[256] = "";
+    if (sscanf(c->buf, "%7s %255s", method, path) != 2) {
+        static const char msg[] = "bad request\n";
+        respond(c, "400 Bad Request", "text/plain", msg, sizeof msg - 1);
+    } else if (strcmp(method, "GET") != 0) {
+        static const char msg[] = "only GET\n";
+        respond(c, "405 Method Not Allowed", "text/plain", msg, sizeof msg - 1);
+    } else if (strcmp(path, "/metrics") != 0) {
+        static const char msg[] = "tcmd serves /metrics\n";
+        respond(c, "404 Not Found", "text/plain", msg, sizeof msg - 1);
+    } else {
+        text_t t = {0};
+        render(c->srv, &t);
+        respond(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", t.p ? t.p : "", t.len);
+        free(t.p);
+    }
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    tcm_server_t *srv = server->data;
+    if (status < 0)
+        return;
+    http_conn_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return;
+    c->srv = srv;
+    uv_tcp_init(srv->loop, &c->tcp);
+    c->tcp.data = c;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+        uv_close((uv_handle_t *)&c->tcp, on_close);
+        return;
+    }
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+int tcm__metrics_start(tcm_server_t *srv)
+{
+    struct sockaddr_storage sa;
+    int err = uv_ip4_addr(srv->metrics_addr, srv->metrics_port, (struct sockaddr_in *)&sa);
+    if (err)
+        err = uv_ip6_addr(srv->metrics_addr, srv->metrics_port, (struct sockaddr_in6 *)&sa);
+    if (err) {
+        tcm__log(TCM_LOG_ERROR, "metrics: bad address '%s'", srv->metrics_addr);
+        return err;
+    }
+    uv_tcp_init(srv->loop, &srv->metrics);
+    srv->metrics.data = srv;
+    if ((err = uv_tcp_bind(&srv->metrics, (const struct sockaddr *)&sa, 0)) != 0 ||
+        (err = uv_listen((uv_stream_t *)&srv->metrics, 64, on_connection)) != 0) {
+        tcm__log(TCM_LOG_ERROR, "metrics: listen(%s:%d) failed: %s", srv->metrics_addr, srv->metrics_port,
+                 uv_strerror(err));
+        return err;
+    }
+    tcm__log(TCM_LOG_INFO, "metrics: http://%s:%d/metrics", srv->metrics_addr, srv->metrics_port);
+    return 0;
+}
