@@ -531,19 +531,21 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     }
     conn->len += (size_t)nread;
     size_t pos = 0;
-    while (!conn->closing && conn->len - pos >= 4) {
-        uint32_t n = tcm__frame_len(conn->buf + pos);
-        if (n > TCM_FRAME_MAX) {
-            tcm__log_limited(TCM_LOG_WARN, "control: frame of %u bytes from pid %d refused", n,
-                             (int)conn->pid);
+    while (!conn->closing) {
+        const uint8_t *payload;
+        size_t n;
+        int r = tcm__frame_next(conn->buf + pos, conn->len - pos, &payload, &n);
+        if (r == 0)
+            break;
+        if (r < 0) {
+            tcm__log_limited(TCM_LOG_WARN, "control: frame of %u bytes from pid %d refused",
+                             tcm__frame_len(conn->buf + pos), (int)conn->pid);
             send_error(conn, EMSGSIZE, "frame too large");
             conn_close(conn);
             return;
         }
-        if (conn->len - pos - 4 < n)
-            break;
-        handle_frame(conn, conn->buf + pos + 4, n);
-        pos += 4 + (size_t)n;
+        handle_frame(conn, payload, n);
+        pos += 4 + n;
     }
     if (pos) {
         memmove(conn->buf, conn->buf + pos, conn->len - pos);

@@ -31,6 +31,20 @@ uint32_t tcm__frame_len(const uint8_t hdr[4])
     return (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
 }
 
+int tcm__frame_next(const uint8_t *buf, size_t len, const uint8_t **payload, size_t *plen)
+{
+    if (len < 4)
+        return 0;
+    uint32_t n = tcm__frame_len(buf);
+    if (n > TCM_FRAME_MAX)
+        return -EMSGSIZE;
+    if (len - 4 < n)
+        return 0;
+    *payload = buf + 4;
+    *plen = n;
+    return 1;
+}
+
 static int write_all(int fd, const uint8_t *p, size_t n)
 {
     while (n) {

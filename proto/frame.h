@@ -14,6 +14,10 @@
 /* Pack msg behind a 4-byte big-endian length into a malloc'd buffer. */
 uint8_t *tcm__frame_pack(const ProtobufCMessage *msg, size_t *len);
 uint32_t tcm__frame_len(const uint8_t hdr[4]);
+/* Split the next frame off buf: 1 and the payload when one is complete, 0
+ * when more bytes are needed, -EMSGSIZE for a length over TCM_FRAME_MAX.
+ * Pure, so the daemon and the fuzz target share it. */
+int tcm__frame_next(const uint8_t *buf, size_t len, const uint8_t **payload, size_t *plen);
 
 /* Blocking helpers for the client library and tcmctl: send one Request and
  * read one Response (NULL on error, errno set). timeout_ms < 0 waits forever. */

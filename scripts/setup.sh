@@ -10,6 +10,9 @@ PACKAGES=(
   curl python3                              # scripts
   libjemalloc-dev libgoogle-perftools-dev libmimalloc-dev libboost-dev  # benchmark baselines
   valgrind
+  clang libclang-rt-14-dev                  # the libFuzzer target of the test suite
+  util-linux                                # unshare, for the full-/dev/shm test
+  python3-matplotlib                        # benchmark plots (bench/run_suite.sh)
 )
 
 missing=()
