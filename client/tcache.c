@@ -156,7 +156,8 @@ static void shrink_to_budget(tcm_thread_t *thr)
                 continue;
             uint32_t keep = b->max / 2;
             if (b->count > keep) {
-                release_objects(cls, b->slots + keep, b->count - keep, false);
+                /* a smaller budget means memory back to the heap, not to the transfer tier */
+                release_objects(cls, b->slots + keep, b->count - keep, true);
                 b->count = keep;
             }
             thr->capacity -= (uint64_t)(b->max - keep) * tcm__proc.classes[cls].size;
@@ -168,6 +169,23 @@ static void shrink_to_budget(tcm_thread_t *thr)
     }
 }
 
+/* Trim the process's transfer tier to its budget, largest classes first. */
+static void trim_xfer(void)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    uint64_t budget = atomic_load_explicit(&pr->meta->config.xfer_budget, memory_order_relaxed);
+    for (unsigned cls = TCM_NCLASSES - 1; cls >= 1 && atomic_load(&pr->xfer_bytes) > budget; cls--) {
+        pthread_mutex_lock(&pr->xfer_lock[cls]);
+        tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
+        if (x->count) {
+            tcm__return_objects(cls, xfer_slots(cls), x->count);
+            atomic_fetch_sub(&pr->xfer_bytes, (uint64_t)x->count * pr->classes[cls].size);
+            x->count = 0;
+        }
+        pthread_mutex_unlock(&pr->xfer_lock[cls]);
+    }
+}
+
 static void check_config(tcm_thread_t *thr)
 {
     uint64_t gen = atomic_load_explicit(&tcm__proc.meta->config.gen, memory_order_acquire);
@@ -176,6 +194,7 @@ static void check_config(tcm_thread_t *thr)
     thr->config_gen = gen;
     thr->budget = thread_budget();
     shrink_to_budget(thr);
+    trim_xfer();
 }
 
 static void thread_flush(tcm_thread_t *thr, bool to_daemon)

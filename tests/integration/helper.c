@@ -147,6 +147,64 @@ static int fill(void)
     return 0;
 }
 
+/* A client driven line by line from stdin, for the control-plane test:
+ *   alloc N SIZE | free | churn N SIZE | poke | root NAME | shutdown | exit
+ * Each command answers one line: ok, or enomem K (K allocated first). */
+static int serve(void)
+{
+    static void *held[1 << 20];
+    size_t n = 0;
+    char line[256];
+    CHECK_EQ(tcm_init(NULL), 0);
+    printf("pid %d\n", (int)getpid());
+    fflush(stdout);
+    while (fgets(line, sizeof line, stdin)) {
+        unsigned long count = 0, size = 0;
+        char name[64];
+        if (sscanf(line, "alloc %lu %lu", &count, &size) == 2) {
+            unsigned long i = 0;
+            for (; i < count && n < (1u << 20); i++) {
+                if (!(held[n] = tcm_malloc(size)))
+                    break;
+                memset(held[n++], 1, size < 64 ? size : 64);
+            }
+            if (i < count)
+                printf("enomem %lu\n", i);
+            else
+                printf("ok\n");
+        } else if (strncmp(line, "free", 4) == 0) {
+            while (n)
+                tcm_free(held[--n]);
+            printf("ok\n");
+        } else if (sscanf(line, "churn %lu %lu", &count, &size) == 2) {
+            void **tmp = malloc(count * sizeof *tmp);
+            for (unsigned long i = 0; i < count; i++)
+                tmp[i] = tcm_malloc(size);
+            for (unsigned long i = 0; i < count; i++)
+                tcm_free(tmp[i]);
+            free(tmp);
+            printf("ok\n");
+        } else if (strncmp(line, "poke", 4) == 0) {
+            for (size_t s = 8; s <= 65536; s *= 2) /* misses in fresh classes: slow paths */
+                tcm_free(tcm_malloc(s + 3));
+            printf("ok\n");
+        } else if (sscanf(line, "root %63s", name) == 1) {
+            printf("%s\n", n && tcm_root_set(name, held[0]) == 0 ? "ok" : "fail");
+        } else if (strncmp(line, "shutdown", 8) == 0) {
+            tcm_shutdown();
+            printf("ok\n");
+        } else if (strncmp(line, "exit", 4) == 0) {
+            printf("ok\n");
+            fflush(stdout);
+            return 0;
+        } else {
+            printf("unknown\n");
+        }
+        fflush(stdout);
+    }
+    return 0;
+}
+
 /* No daemon on $TCM_SOCKET: clear errors, no crash. */
 static int nodaemon(void)
 {
@@ -166,6 +224,8 @@ int main(int argc, char **argv)
         return nodaemon();
     if (argc == 2 && strcmp(argv[1], "fill") == 0)
         return fill();
+    if (argc == 2 && strcmp(argv[1], "serve") == 0)
+        return serve();
     if (argc == 3 && strcmp(argv[1], "produce") == 0)
         return produce(argv[2]);
     if (argc == 3 && strcmp(argv[1], "consume") == 0)
