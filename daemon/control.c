@@ -458,6 +458,14 @@ static void handle_frame(tcm_conn_t *conn, const uint8_t *data, size_t len)
         send_error(conn, EBADMSG, "malformed request");
         return;
     }
+    if (req->version != TCM_PROTO_VERSION) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "protocol version %u not supported (tcmd speaks %u)", req->version,
+                 TCM_PROTO_VERSION);
+        send_error(conn, EPROTONOSUPPORT, msg);
+        tcm__request__free_unpacked(req, NULL);
+        return;
+    }
     switch (req->body_case) {
     case TCM__REQUEST__BODY_HELLO:
         handle_hello(conn, req->hello);

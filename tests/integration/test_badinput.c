@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -75,6 +76,23 @@ static void test_frames(void)
     CHECK(r != NULL);
     CHECK_EQ(r->body_case, TCM__RESPONSE__BODY_ERROR);
     tcm__response__free_unpacked(r, NULL);
+
+    /* a request from a future protocol gets a typed error */
+    {
+        Tcm__Request req = TCM__REQUEST__INIT;
+        Tcm__Ping ping = TCM__PING__INIT;
+        req.version = 99;
+        req.body_case = TCM__REQUEST__BODY_PING;
+        req.ping = &ping;
+        size_t len;
+        uint8_t *buf = tcm__frame_pack(&req.base, &len);
+        r = send_raw(buf, len, true);
+        free(buf);
+        CHECK(r != NULL);
+        CHECK_EQ(r->body_case, TCM__RESPONSE__BODY_ERROR);
+        CHECK_EQ(r->error->code, EPROTONOSUPPORT);
+        tcm__response__free_unpacked(r, NULL);
+    }
 
     /* a random-bytes storm */
     srand(7);
