@@ -78,6 +78,15 @@ static void send_response(tcm_conn_t *conn, const Tcm__Response *resp)
     }
 }
 
+/* Answer with one body of the Response oneof (its members share storage). */
+static void reply(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body)
+{
+    Tcm__Response resp = TCM__RESPONSE__INIT;
+    resp.body_case = which;
+    resp.welcome = body;
+    send_response(conn, &resp);
+}
+
 static void send_error(tcm_conn_t *conn, uint32_t code, const char *msg)
 {
     Tcm__Response resp = TCM__RESPONSE__INIT;
@@ -146,10 +155,7 @@ static void handle_hello(tcm_conn_t *conn, const Tcm__Hello *hello)
     w.class_size = sizes;
     w.max_threads = srv->max_threads;
     w.daemon_pid = (uint32_t)getpid();
-    Tcm__Response resp = TCM__RESPONSE__INIT;
-    resp.body_case = TCM__RESPONSE__BODY_WELCOME;
-    resp.welcome = &w;
-    send_response(conn, &resp);
+    reply(conn, TCM__RESPONSE__BODY_WELCOME, &w);
     tcm__log(TCM_LOG_INFO, "client %u attached: pid %d uid %u", c->id, (int)c->pid, (unsigned)c->uid);
 }
 
@@ -161,10 +167,7 @@ static void handle_ping(tcm_conn_t *conn, const Tcm__Ping *ping)
     pong.daemon_pid = (uint32_t)getpid();
     pong.uptime_ms = (tcm__now_ns() - conn->srv->start_ns) / 1000000;
     pong.daemon_version = TCM_VERSION_STRING;
-    Tcm__Response resp = TCM__RESPONSE__INIT;
-    resp.body_case = TCM__RESPONSE__BODY_PONG;
-    resp.pong = &pong;
-    send_response(conn, &resp);
+    reply(conn, TCM__RESPONSE__BODY_PONG, &pong);
 }
 
 static void handle_stats(tcm_conn_t *conn)
@@ -197,10 +200,7 @@ static void handle_stats(tcm_conn_t *conn)
     stats.n_stat = n;
     stats.stat = stp;
     stats.service_time = &hist;
-    Tcm__Response resp = TCM__RESPONSE__INIT;
-    resp.body_case = TCM__RESPONSE__BODY_STATS;
-    resp.stats = &stats;
-    send_response(conn, &resp);
+    reply(conn, TCM__RESPONSE__BODY_STATS, &stats);
 }
 
 static void handle_clients(tcm_conn_t *conn)
@@ -236,10 +236,7 @@ static void handle_clients(tcm_conn_t *conn)
     Tcm__Clients clients = TCM__CLIENTS__INIT;
     clients.n_client = n;
     clients.client = ptrs;
-    Tcm__Response resp = TCM__RESPONSE__INIT;
-    resp.body_case = TCM__RESPONSE__BODY_CLIENTS;
-    resp.clients = &clients;
-    send_response(conn, &resp);
+    reply(conn, TCM__RESPONSE__BODY_CLIENTS, &clients);
     free(infos);
     free(ptrs);
 }
@@ -256,10 +253,7 @@ static void handle_release(tcm_conn_t *conn)
     r.released_bytes = released;
     r.committed_before = before > 0 ? (uint64_t)before : 0;
     r.committed_after = after > 0 ? (uint64_t)after : 0;
-    Tcm__Response resp = TCM__RESPONSE__INIT;
-    resp.body_case = TCM__RESPONSE__BODY_RELEASED;
-    resp.released = &r;
-    send_response(conn, &resp);
+    reply(conn, TCM__RESPONSE__BODY_RELEASED, &r);
 }
 
 static void handle_health(tcm_conn_t *conn)
@@ -274,10 +268,7 @@ static void handle_health(tcm_conn_t *conn)
     h.uptime_ms = (tcm__now_ns() - srv->start_ns) / 1000000;
     h.version = TCM_VERSION_STRING;
     h.message = h.ok ? "ok" : "the heap thread did not answer within 2 s";
-    Tcm__Response resp = TCM__RESPONSE__INIT;
-    resp.body_case = TCM__RESPONSE__BODY_HEALTH;
-    resp.health = &h;
-    send_response(conn, &resp);
+    reply(conn, TCM__RESPONSE__BODY_HEALTH, &h);
 }
 
 static void handle_classes(tcm_conn_t *conn)
@@ -305,10 +296,7 @@ static void handle_classes(tcm_conn_t *conn)
     Tcm__Classes classes = TCM__CLASSES__INIT;
     classes.n_cls = n;
     classes.cls = ptrs;
-    Tcm__Response resp = TCM__RESPONSE__INIT;
-    resp.body_case = TCM__RESPONSE__BODY_CLASSES;
-    resp.classes = &classes;
-    send_response(conn, &resp);
+    reply(conn, TCM__RESPONSE__BODY_CLASSES, &classes);
 }
 
 static void send_config(tcm_conn_t *conn, const char *only)
@@ -332,10 +320,7 @@ static void send_config(tcm_conn_t *conn, const char *only)
     Tcm__Config cfg = TCM__CONFIG__INIT;
     cfg.n_setting = n;
     cfg.setting = ptrs;
-    Tcm__Response resp = TCM__RESPONSE__INIT;
-    resp.body_case = TCM__RESPONSE__BODY_CONFIG;
-    resp.config = &cfg;
-    send_response(conn, &resp);
+    reply(conn, TCM__RESPONSE__BODY_CONFIG, &cfg);
 }
 
 static void handle_config_get(tcm_conn_t *conn, const Tcm__ConfigGet *get)
@@ -380,10 +365,7 @@ static void handle_resize(tcm_conn_t *conn, const Tcm__Resize *rs)
     Tcm__Resized r = TCM__RESIZED__INIT;
     r.old_limit = old;
     r.new_limit = atomic_load(&srv->meta->config.heap_limit);
-    Tcm__Response resp = TCM__RESPONSE__INIT;
-    resp.body_case = TCM__RESPONSE__BODY_RESIZED;
-    resp.resized = &r;
-    send_response(conn, &resp);
+    reply(conn, TCM__RESPONSE__BODY_RESIZED, &r);
 }
 
 static void handle_roots(tcm_conn_t *conn)
@@ -417,10 +399,7 @@ static void handle_roots(tcm_conn_t *conn)
     Tcm__Roots roots = TCM__ROOTS__INIT;
     roots.n_root = n;
     roots.root = ptrs;
-    Tcm__Response resp = TCM__RESPONSE__INIT;
-    resp.body_case = TCM__RESPONSE__BODY_ROOTS;
-    resp.roots = &roots;
-    send_response(conn, &resp);
+    reply(conn, TCM__RESPONSE__BODY_ROOTS, &roots);
 }
 
 static void handle_detach(tcm_conn_t *conn, const Tcm__Detach *d)
@@ -439,10 +418,7 @@ static void handle_detach(tcm_conn_t *conn, const Tcm__Detach *d)
             Tcm__Detached r = TCM__DETACHED__INIT;
             r.client_id = c->id;
             r.pid = (uint32_t)c->pid;
-            Tcm__Response resp = TCM__RESPONSE__INIT;
-            resp.body_case = TCM__RESPONSE__BODY_DETACHED;
-            resp.detached = &r;
-            send_response(conn, &resp);
+            reply(conn, TCM__RESPONSE__BODY_DETACHED, &r);
             return;
         }
     }
