@@ -240,7 +240,10 @@ static void thread_exit(void *arg)
     tcm_thread_t *thr = arg;
     tcm_proc_t *pr = &tcm__proc;
     if (thr->epoch == pr->epoch && atomic_load(&pr->attached)) {
-        thread_flush(thr, false);
+        /* to the daemon, not the transfer tier: a process whose workers
+         * have gone must not keep their memory pinned (release could not
+         * give it back while the process idles) */
+        thread_flush(thr, true);
         thr->tc->in_use = 0;
         pthread_mutex_lock(&pr->tcache_lock);
         pr->tcache_used[thr->index] = 0;
