@@ -15,7 +15,7 @@ TCM_TLS tcm_thread_t *tcm__tls_thread;
 tcm_tcache_t tcm__empty_tcache;
 
 #define MIN_THREAD_BUDGET (256u << 10)
-#define MAX_THREAD_BUDGET (4u << 20)
+#define MAX_THREAD_BUDGET (8u << 20)
 
 /* Back `want` slots of an array in the channel before they are written;
  * returns how many are backed (fewer only when /dev/shm is full). */

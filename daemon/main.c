@@ -157,7 +157,7 @@ int main(int argc, char **argv)
     srv->spin_ns = 50000;
     snprintf(srv->metrics_addr, sizeof srv->metrics_addr, "127.0.0.1");
     srv->tcache_budget = 32ull << 20;
-    srv->xfer_budget = 16ull << 20;
+    srv->xfer_budget = 32ull << 20;
     srv->page_cache_cap = 64ull << 20;
     srv->lock_fd = srv->heap_fd = srv->meta_fd = -1;
     const char *config = NULL;
