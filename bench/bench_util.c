@@ -130,6 +130,19 @@ static int socket_accepts(const char *path)
     return ok;
 }
 
+static char *extra_args[BENCH_DAEMON_MAX_ARGS];
+static int n_extra_args;
+static char tcmctl_path[PATH_MAX + 16];
+
+void bench_daemon_add_arg(const char *arg)
+{
+    if (n_extra_args == BENCH_DAEMON_MAX_ARGS) {
+        fprintf(stderr, "bench: more than %d extra tcmd arguments\n", BENCH_DAEMON_MAX_ARGS);
+        exit(2);
+    }
+    extra_args[n_extra_args++] = (char *)arg;
+}
+
 void bench_daemon_start(bench_daemon_t *d, const char *tcmd)
 {
     char self[PATH_MAX], guess[PATH_MAX + 8];
@@ -147,6 +160,10 @@ void bench_daemon_start(bench_daemon_t *d, const char *tcmd)
         fprintf(stderr, "bench: no tcmd at %s (pass --tcmd PATH)\n", tcmd);
         exit(1);
     }
+    /* tcmctl lives next to tcmd in the build tree */
+    snprintf(tcmctl_path, sizeof tcmctl_path, "%s", tcmd);
+    char *cut = strrchr(tcmctl_path, '/');
+    snprintf(cut ? cut + 1 : tcmctl_path, sizeof tcmctl_path - (size_t)(cut ? cut + 1 - tcmctl_path : 0), "tcmctl");
     pid_t me = getpid();
     char name[32];
     snprintf(d->socket, sizeof d->socket, "/tmp/tcm-bench-%d.sock", (int)me);
@@ -162,8 +179,11 @@ void bench_daemon_start(bench_daemon_t *d, const char *tcmd)
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != me)
             _exit(1);
-        execl(tcmd, "tcmd", "--foreground", "--socket", d->socket, "--name", name, "--log-level", "warn",
-              (char *)NULL);
+        char *argv[8 + BENCH_DAEMON_MAX_ARGS + 1] = {"tcmd", "--foreground", "--socket", d->socket,
+                                                     "--name", name, "--log-level", "warn"};
+        for (int i = 0; i < n_extra_args; i++)
+            argv[8 + i] = extra_args[i];
+        execv(tcmd, argv);
         fprintf(stderr, "bench: exec %s: %s\n", tcmd, strerror(errno));
         _exit(127);
     }
@@ -213,4 +233,20 @@ void bench_daemon_stop(bench_daemon_t *d)
         fprintf(stderr, "bench: tcmd ended with status 0x%x\n", status);
     unlink(d->socket);
     d->pid = 0;
+}
+
+int64_t bench_daemon_query(const bench_daemon_t *d, const char *command, const char *key)
+{
+    char cmd[PATH_MAX + 256], out[8192], pat[128];
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' --json %s 2>/dev/null", tcmctl_path, d->socket, command);
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    if (pclose(f) != 0)
+        return -1;
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *at = strstr(out, pat);
+    return at ? (int64_t)strtoll(at + strlen(pat), NULL, 10) : -1;
 }

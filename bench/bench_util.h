@@ -50,4 +50,13 @@ typedef struct {
 void bench_daemon_start(bench_daemon_t *d, const char *tcmd);
 void bench_daemon_stop(bench_daemon_t *d);
 
+/* Extra tcmd arguments (e.g. "--heap-size", "64G") for the next
+ * bench_daemon_start; the strings must outlive it. At most 8. */
+#define BENCH_DAEMON_MAX_ARGS 8
+void bench_daemon_add_arg(const char *arg);
+
+/* Runs `tcmctl --socket D --json COMMAND` (tcmctl next to the tcmd started)
+ * and returns the integer value of "KEY" in its answer, or -1. */
+int64_t bench_daemon_query(const bench_daemon_t *d, const char *command, const char *key);
+
 #endif
