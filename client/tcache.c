@@ -209,13 +209,10 @@ static void thread_flush(tcm_thread_t *thr, bool to_daemon)
     thr->capacity = 0;
 }
 
-/* The heap is at its limit: give back everything this thread and the
- * process's transfer tier hold, so the retry can use it. */
-static void flush_for_nomem(void)
+/* Everything in the process's transfer tier back to the daemon. */
+static void flush_xfer(void)
 {
     tcm_proc_t *pr = &tcm__proc;
-    if (tcm__tls_thread)
-        thread_flush(tcm__tls_thread, true);
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         pthread_mutex_lock(&pr->xfer_lock[cls]);
         tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
@@ -226,6 +223,15 @@ static void flush_for_nomem(void)
         }
         pthread_mutex_unlock(&pr->xfer_lock[cls]);
     }
+}
+
+/* The heap is at its limit: give back everything this thread and the
+ * process's transfer tier hold, so the retry can use it. */
+static void flush_for_nomem(void)
+{
+    if (tcm__tls_thread)
+        thread_flush(tcm__tls_thread, true);
+    flush_xfer();
 }
 
 static void thread_forget(void)
@@ -248,7 +254,10 @@ static void thread_exit(void *arg)
         pthread_mutex_lock(&pr->tcache_lock);
         pr->tcache_used[thr->index] = 0;
         pthread_mutex_unlock(&pr->tcache_lock);
-        atomic_fetch_sub(&pr->nthreads, 1);
+        /* the transfer tier trades objects between threads: with at most
+         * one thread left it only pins memory */
+        if (atomic_fetch_sub(&pr->nthreads, 1) <= 2)
+            flush_xfer();
     }
     if (tcm__tls_thread == thr)
         thread_forget();
