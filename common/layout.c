@@ -64,10 +64,10 @@ void tcm__class_table_init(tcm_class_info_t tab[TCM_NCLASSES])
         ci->span_pages = pages;
         ci->span_objs = (uint32_t)((uint64_t)pages * TCM_PAGE_SIZE / size);
         /* Limits in bytes, not objects, so large classes are not starved:
-         * a batch moves up to 1 MiB (at most 512 objects), a thread bin may
+         * a batch moves up to 2 MiB (at most 512 objects), a thread bin may
          * grow to 8 MiB, the transfer tier to 16 MiB of one class; the byte
          * budgets (per thread, per process) bound the total. */
-        ci->batch = clamp_u32((1u << 20) / size, 4, TCM_MAX_BATCH);
+        ci->batch = clamp_u32((2u << 20) / size, 4, TCM_MAX_BATCH);
         ci->tcache_cap = clamp_u32((8u << 20) / size, 2 * ci->batch, 4096);
         ci->xfer_cap = clamp_u32((16u << 20) / size, 2 * ci->batch, 8192);
         ci->recip = (uint32_t)(((1ull << 32) + size - 1) / size);
