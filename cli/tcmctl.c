@@ -29,6 +29,27 @@ typedef struct command {
     int (*run)(const ctx_t *ctx, int argc, char **argv);
 } command_t;
 
+/* s as the inside of a JSON string (quotes, backslashes and control bytes
+ * escaped); four rotating buffers so one printf can use several. */
+static const char *js(const char *s)
+{
+    static char bufs[4][512];
+    static unsigned next;
+    char *out = bufs[next++ % 4];
+    size_t n = 0;
+    for (; s && *s && n + 7 < sizeof bufs[0]; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            n += (size_t)snprintf(out + n, sizeof bufs[0] - n, "\\%c", c);
+        else if (c < 0x20)
+            n += (size_t)snprintf(out + n, sizeof bufs[0] - n, "\\u%04x", c);
+        else
+            out[n++] = (char)c;
+    }
+    out[n] = 0;
+    return out;
+}
+
 static Tcm__Response *call(const ctx_t *ctx, Tcm__Request *req)
 {
     int fd = tcm__connect(ctx->socket);
@@ -48,7 +69,7 @@ static Tcm__Response *call(const ctx_t *ctx, Tcm__Request *req)
     close(fd);
     if (resp->body_case == TCM__RESPONSE__BODY_ERROR) {
         if (ctx->json)
-            printf("{\"error\":{\"code\":%u,\"message\":\"%s\"}}\n", resp->error->code, resp->error->message);
+            printf("{\"error\":{\"code\":%u,\"message\":\"%s\"}}\n", resp->error->code, js(resp->error->message));
         fprintf(stderr, "tcmctl: tcmd: %s\n", resp->error->message);
         exit(EXIT_DAEMON);
     }
@@ -91,7 +112,7 @@ static int cmd_ping(const ctx_t *ctx, int argc, char **argv)
     if (ctx->json)
         printf("{\"ok\":true,\"daemon_pid\":%u,\"version\":\"%s\",\"protocol\":%u,\"uptime_ms\":%llu,"
                "\"rtt_us\":%.1f}\n",
-               p->daemon_pid, p->daemon_version, p->version, (unsigned long long)p->uptime_ms, us);
+               p->daemon_pid, js(p->daemon_version), p->version, (unsigned long long)p->uptime_ms, us);
     else
         printf("tcmd %s (pid %u) on %s: alive, up %llus, round trip %.0f us\n", p->daemon_version,
                p->daemon_pid, ctx->socket, (unsigned long long)(p->uptime_ms / 1000), us);
@@ -109,8 +130,8 @@ static int cmd_health(const ctx_t *ctx, int argc, char **argv)
         printf("{\"ok\":%s,\"heap_thread_ok\":%s,\"heap_thread_rtt_us\":%llu,\"clients\":%u,\"uptime_ms\":%llu,"
                "\"version\":\"%s\",\"message\":\"%s\"}\n",
                h->ok ? "true" : "false", h->heap_thread_ok ? "true" : "false",
-               (unsigned long long)h->heap_thread_rtt_us, h->clients, (unsigned long long)h->uptime_ms, h->version,
-               h->message);
+               (unsigned long long)h->heap_thread_rtt_us, h->clients, (unsigned long long)h->uptime_ms, js(h->version),
+               js(h->message));
     else
         printf("%s: heap thread %s (%llu us), %u clients, up %llus, tcmd %s\n", h->ok ? "healthy" : "UNHEALTHY",
                h->heap_thread_ok ? "answers" : "does not answer", (unsigned long long)h->heap_thread_rtt_us,
@@ -127,9 +148,9 @@ static void print_stats(const ctx_t *ctx, const Tcm__Stats *s)
         printf("{");
         for (size_t i = 0; i < s->n_stat; i++) {
             if (s->stat[i]->is_float)
-                printf("%s\"%s\":%.4f", i ? "," : "", s->stat[i]->name, s->stat[i]->fvalue);
+                printf("%s\"%s\":%.4f", i ? "," : "", js(s->stat[i]->name), s->stat[i]->fvalue);
             else
-                printf("%s\"%s\":%llu", i ? "," : "", s->stat[i]->name, (unsigned long long)s->stat[i]->value);
+                printf("%s\"%s\":%llu", i ? "," : "", js(s->stat[i]->name), (unsigned long long)s->stat[i]->value);
         }
         if (s->service_time) {
             printf(",\"service_time\":{\"sum_ns\":%llu,\"buckets\":[", (unsigned long long)s->service_time->sum_ns);
@@ -256,8 +277,8 @@ static void print_config(const ctx_t *ctx, const Tcm__Config *cfg)
     if (ctx->json) {
         printf("{");
         for (size_t i = 0; i < cfg->n_setting; i++)
-            printf("%s\"%s\":{\"value\":\"%s\",\"runtime\":%s}", i ? "," : "", cfg->setting[i]->key,
-                   cfg->setting[i]->value, cfg->setting[i]->runtime ? "true" : "false");
+            printf("%s\"%s\":{\"value\":\"%s\",\"runtime\":%s}", i ? "," : "", js(cfg->setting[i]->key),
+                   js(cfg->setting[i]->value), cfg->setting[i]->runtime ? "true" : "false");
         printf("}\n");
         return;
     }
@@ -336,7 +357,7 @@ static int cmd_roots(const ctx_t *ctx, int argc, char **argv)
     if (ctx->json) {
         printf("[");
         for (size_t i = 0; i < r->n_root; i++)
-            printf("%s{\"name\":\"%s\",\"offset\":%llu}", i ? "," : "", r->root[i]->name,
+            printf("%s{\"name\":\"%s\",\"offset\":%llu}", i ? "," : "", js(r->root[i]->name),
                    (unsigned long long)r->root[i]->offset);
         printf("]\n");
     } else {

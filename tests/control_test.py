@@ -112,6 +112,10 @@ try:
     check(sum(b["count"] for b in st["service_time"]["buckets"]) >= st["requests"], "histogram counts requests")
     check(c.do("root ctl.test") == "ok", "root set")
     check(any(r["name"] == "ctl.test" for r in js("roots")), "roots lists ctl.test")
+    check(c.do('root we"ird\\name') == "ok", "root with a quote and a backslash")
+    check(any(r["name"] == 'we"ird\\name' for r in js("roots")), "--json escapes root names")
+    err = json.loads(ctl("--json", "config", "set", "tcache_budget", 'x"y', expect=1).stdout)
+    check('x"y' in err["error"]["message"], "--json error messages are valid JSON")
     check(c.do("free") == "ok", "free them")
     row = client_row(c.pid)
     cached_before = row["bytes_cached"]
