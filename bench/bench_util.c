@@ -250,3 +250,47 @@ int64_t bench_daemon_query(const bench_daemon_t *d, const char *command, const c
     const char *at = strstr(out, pat);
     return at ? (int64_t)strtoll(at + strlen(pat), NULL, 10) : -1;
 }
+
+int bench_batch_loop(const bench_alloc_t *a, size_t size, size_t batch, uint64_t pairs, void **scratch,
+                     uintptr_t *sum)
+{
+    void *(*alloc)(size_t) = a->alloc;
+    void (*release)(void *) = a->release;
+    uintptr_t acc = 0;
+    for (uint64_t done = 0; done < pairs;) {
+        size_t n = pairs - done < batch ? (size_t)(pairs - done) : batch, got;
+        for (got = 0; got < n; got++) {
+            char *q = alloc(size);
+            if (!q)
+                break;
+            q[0] = (char)got;
+            acc += (uintptr_t)q;
+            scratch[got] = q;
+        }
+        for (size_t i = 0; i < got; i++)
+            release(scratch[i]);
+        if (got < n)
+            return -1;
+        done += n;
+    }
+    *sum += acc;
+    return 0;
+}
+
+static char timeout_msg[160];
+static size_t timeout_len;
+
+static void on_timeout(int sig)
+{
+    (void)sig;
+    (void)!write(2, timeout_msg, timeout_len);
+    _exit(3);
+}
+
+void bench_timeout_init(const char *what)
+{
+    int n = snprintf(timeout_msg, sizeof timeout_msg,
+                     "bench: %s exceeded --timeout; it hangs or is far too slow\n", what);
+    timeout_len = n < 0 ? 0 : (size_t)n < sizeof timeout_msg ? (size_t)n : sizeof timeout_msg - 1;
+    signal(SIGALRM, on_timeout);
+}

@@ -31,6 +31,18 @@ void bench_check_system_malloc(void);
 
 double bench_now(void); /* CLOCK_MONOTONIC, seconds */
 
+/* The seed's workload: PAIRS pairs as batches of BATCH allocations of SIZE
+ * bytes (first byte written, addresses summed into *sum) then their frees.
+ * scratch holds BATCH pointers. -1 if the allocator returned NULL. */
+int bench_batch_loop(const bench_alloc_t *a, size_t size, size_t batch, uint64_t pairs, void **scratch,
+                     uintptr_t *sum);
+
+/* SIGALRM (armed with alarm(seconds) around each timed run) ends the
+ * process with status 3 and a message naming what timed out: a hang must
+ * fail the run, not stall the suite. tcmd and forked sides die with us
+ * (PR_SET_PDEATHSIG). */
+void bench_timeout_init(const char *what);
+
 typedef struct {
     double median, min, max;
 } bench_stats_t;

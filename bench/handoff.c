@@ -118,14 +118,6 @@ static void *side_main(void *arg)
 
 static unsigned timeout_s = 300;
 
-static void on_alarm(int sig)
-{
-    (void)sig;
-    static const char msg[] = "bench: a handoff run exceeded --timeout; it hangs or is far too slow\n";
-    (void)!write(2, msg, sizeof msg - 1);
-    _exit(3); /* tcmd and the forked sides die with us (PR_SET_PDEATHSIG) */
-}
-
 /* One timed run: seconds, or negative on failure. */
 static double run_once(shared_t *s, const bench_alloc_t *a, int procs, size_t size, uint64_t pairs)
 {
@@ -273,7 +265,7 @@ int main(int argc, char **argv)
     }
 
     bench_check_system_malloc();
-    signal(SIGALRM, on_alarm);
+    bench_timeout_init("a handoff run");
     bench_daemon_t daemon = {0};
     if (need_tcm)
         bench_daemon_start(&daemon, tcmd);

@@ -60,14 +60,6 @@ static int hit_loop(const char *name, size_t size, uint64_t pairs)
     return strcmp(name, "tcm") == 0 ? hit_loop_tcm(size, pairs) : hit_loop_system(size, pairs);
 }
 
-static void on_alarm(int sig)
-{
-    (void)sig;
-    static const char msg[] = "bench: a run exceeded --timeout\n";
-    (void)!write(2, msg, sizeof msg - 1);
-    _exit(3);
-}
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tcm-bench-hitpath [--sizes S,S,...] [--pairs P] [--runs R] [--alloc tcm,NAME|all]\n"
@@ -126,7 +118,7 @@ int main(int argc, char **argv)
     const bench_alloc_t *all = bench_allocs(&nall);
     size_t n = bench_pick_allocs(alloc_list, idx, 8);
     bench_check_system_malloc();
-    signal(SIGALRM, on_alarm);
+    bench_timeout_init("a hit-path run");
     bench_daemon_t daemon = {0};
     for (size_t k = 0; k < n; k++)
         if (strcmp(all[idx[k]].name, "tcm") == 0 && !daemon.pid)

@@ -257,14 +257,6 @@ static void *worker_main(void *arg)
 
 static unsigned timeout_s = 300;
 
-static void on_alarm(int sig)
-{
-    (void)sig;
-    static const char msg[] = "bench: a mix run exceeded --timeout\n";
-    (void)!write(2, msg, sizeof msg - 1);
-    _exit(3);
-}
-
 static uint64_t live_bytes(const cfg_t *c)
 {
     uint64_t live = 0;
@@ -461,7 +453,7 @@ int main(int argc, char **argv)
         return 2;
     }
     bench_check_system_malloc();
-    signal(SIGALRM, on_alarm);
+    bench_timeout_init("a mix run");
     bench_daemon_t daemon = {0};
     if (is_tcm)
         bench_daemon_start(&daemon, tcmd);

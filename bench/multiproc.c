@@ -52,27 +52,10 @@ typedef struct {
 
 static int batch_loop(const cfg_t *c, void **p, uint64_t pairs)
 {
-    void *(*alloc)(size_t) = c->a->alloc;
-    void (*release)(void *) = c->a->release;
     uintptr_t sum = 0;
-    for (uint64_t done = 0; done < pairs;) {
-        size_t n = pairs - done < c->batch ? (size_t)(pairs - done) : c->batch, got;
-        for (got = 0; got < n; got++) {
-            char *q = alloc(c->size);
-            if (!q)
-                break;
-            q[0] = (char)got;
-            sum += (uintptr_t)q;
-            p[got] = q;
-        }
-        for (size_t i = 0; i < got; i++)
-            release(p[i]);
-        if (got < n)
-            return -1;
-        done += n;
-    }
+    int rc = bench_batch_loop(c->a, c->size, c->batch, pairs, p, &sum);
     atomic_fetch_add_explicit(&c->s->checksum, sum, memory_order_relaxed);
-    return 0;
+    return rc;
 }
 
 static void *worker(void *arg)
@@ -128,14 +111,6 @@ static void process_main(const cfg_t *c, int idx, int attach)
 }
 
 static unsigned timeout_s = 300;
-
-static void on_alarm(int sig)
-{
-    (void)sig;
-    static const char msg[] = "bench: a multiproc run exceeded --timeout\n";
-    (void)!write(2, msg, sizeof msg - 1);
-    _exit(3);
-}
 
 typedef struct {
     double total_s, proc_mean_s, proc_max_s;
@@ -262,7 +237,7 @@ int main(int argc, char **argv)
     bench_pick_allocs(alloc, &idx, 1);
     c.a = &all[idx];
     bench_check_system_malloc();
-    signal(SIGALRM, on_alarm);
+    bench_timeout_init("a multiproc run");
     bench_daemon_t daemon = {0};
     if (strcmp(c.a->name, "tcm") == 0)
         bench_daemon_start(&daemon, tcmd);

@@ -40,32 +40,12 @@ typedef struct {
 static pthread_barrier_t ready_bar, go_bar, done_bar;
 static volatile uintptr_t sink; /* addresses feed it so no call is dead */
 
-/* PAIRS pairs in batches; -1 if the allocator returned NULL. */
 static int batch_loop(worker_t *w, uint64_t pairs)
 {
-    const size_t size = w->cfg->size, batch = w->cfg->batch;
-    void *(*alloc)(size_t) = w->a->alloc;
-    void (*release)(void *) = w->a->release;
-    void **p = w->ptrs;
     uintptr_t sum = 0;
-    for (uint64_t done = 0; done < pairs;) {
-        size_t n = pairs - done < batch ? (size_t)(pairs - done) : batch, got;
-        for (got = 0; got < n; got++) {
-            char *q = alloc(size);
-            if (!q)
-                break;
-            q[0] = (char)got;
-            sum += (uintptr_t)q;
-            p[got] = q;
-        }
-        for (size_t i = 0; i < got; i++)
-            release(p[i]);
-        if (got < n)
-            return -1;
-        done += n;
-    }
+    int rc = bench_batch_loop(w->a, w->cfg->size, w->cfg->batch, pairs, w->ptrs, &sum);
     w->checksum += sum;
-    return 0;
+    return rc;
 }
 
 static void *worker(void *arg)
@@ -123,14 +103,6 @@ static double run_once(const bench_alloc_t *a, const config_t *cfg)
     return failed ? -1 : t1 - t0;
 }
 
-static void on_alarm(int sig)
-{
-    (void)sig;
-    static const char msg[] = "bench: a run exceeded --timeout; the allocator hangs or is far too slow\n";
-    (void)!write(2, msg, sizeof msg - 1);
-    _exit(3); /* tcmd dies with us (PR_SET_PDEATHSIG) */
-}
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tcm-bench-seed [--size S] [--threads T] [--batch N] [--pairs P] [--runs R]\n"
@@ -182,7 +154,7 @@ int main(int argc, char **argv)
     const bench_alloc_t *all = bench_allocs(&nall);
     size_t n = bench_pick_allocs(alloc_list, idx, 8);
     bench_check_system_malloc();
-    signal(SIGALRM, on_alarm);
+    bench_timeout_init("a seed run");
     bench_daemon_t daemon = {0};
     for (size_t k = 0; k < n; k++)
         if (strcmp(all[idx[k]].name, "tcm") == 0 && !daemon.pid)
