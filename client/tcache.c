@@ -169,12 +169,12 @@ static void shrink_to_budget(tcm_thread_t *thr)
     }
 }
 
-/* Trim the process's transfer tier to its budget, largest classes first. */
-static void trim_xfer(void)
+/* Give the process's transfer tier back to the daemon, largest classes
+ * first, until it holds at most keep_bytes. */
+static void trim_xfer(uint64_t keep_bytes)
 {
     tcm_proc_t *pr = &tcm__proc;
-    uint64_t budget = atomic_load_explicit(&pr->meta->config.xfer_budget, memory_order_relaxed);
-    for (unsigned cls = TCM_NCLASSES - 1; cls >= 1 && atomic_load(&pr->xfer_bytes) > budget; cls--) {
+    for (unsigned cls = TCM_NCLASSES - 1; cls >= 1 && atomic_load(&pr->xfer_bytes) > keep_bytes; cls--) {
         pthread_mutex_lock(&pr->xfer_lock[cls]);
         tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
         if (x->count) {
@@ -194,7 +194,7 @@ static void check_config(tcm_thread_t *thr)
     thr->config_gen = gen;
     thr->budget = thread_budget();
     shrink_to_budget(thr);
-    trim_xfer();
+    trim_xfer(atomic_load_explicit(&tcm__proc.meta->config.xfer_budget, memory_order_relaxed));
 }
 
 static void thread_flush(tcm_thread_t *thr, bool to_daemon)
@@ -209,29 +209,13 @@ static void thread_flush(tcm_thread_t *thr, bool to_daemon)
     thr->capacity = 0;
 }
 
-/* Everything in the process's transfer tier back to the daemon. */
-static void flush_xfer(void)
-{
-    tcm_proc_t *pr = &tcm__proc;
-    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-        pthread_mutex_lock(&pr->xfer_lock[cls]);
-        tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
-        if (x->count) {
-            tcm__return_objects(cls, xfer_slots(cls), x->count);
-            atomic_fetch_sub(&pr->xfer_bytes, (uint64_t)x->count * pr->classes[cls].size);
-            x->count = 0;
-        }
-        pthread_mutex_unlock(&pr->xfer_lock[cls]);
-    }
-}
-
 /* The heap is at its limit: give back everything this thread and the
  * process's transfer tier hold, so the retry can use it. */
 static void flush_for_nomem(void)
 {
     if (tcm__tls_thread)
         thread_flush(tcm__tls_thread, true);
-    flush_xfer();
+    trim_xfer(0);
 }
 
 static void thread_forget(void)
@@ -257,7 +241,7 @@ static void thread_exit(void *arg)
         /* the transfer tier trades objects between threads: with at most
          * one thread left it only pins memory */
         if (atomic_fetch_sub(&pr->nthreads, 1) <= 2)
-            flush_xfer();
+            trim_xfer(0);
     }
     if (tcm__tls_thread == thr)
         thread_forget();

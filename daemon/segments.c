@@ -210,32 +210,25 @@ int tcm__client_create(tcm_server_t *srv, pid_t pid, uid_t uid, tcm_client_t **o
     c->lay = srv->chan_layout;
     snprintf(c->chan_name, sizeof c->chan_name, "/tcm.%s.ch.%u", srv->name, c->id);
     c->chan_fd = tcm__shm_create(c->chan_name, c->lay.size, 0600);
-    if (c->chan_fd < 0) {
-        int e = c->chan_fd;
-        tcm__log(TCM_LOG_ERROR, "shm_open(%s) failed: %s", c->chan_name, strerror(-e));
-        free(c);
-        return e;
+    int err = c->chan_fd;
+    if (err < 0) {
+        tcm__log(TCM_LOG_ERROR, "shm_open(%s) failed: %s", c->chan_name, strerror(-err));
+        goto out_free;
     }
     if (uid != geteuid() && geteuid() == 0)
         tcm__shm_chown(c->chan_fd, uid);
     /* header, ring and slots are written at once; thread caches and the
      * transfer tier are backed by the client as they grow */
-    int cerr = tcm__commit(c->chan_fd, 0, c->lay.off_tcaches);
-    if (cerr) {
-        tcm__log(TCM_LOG_ERROR, "fallocate(%s) failed: %s", c->chan_name, strerror(-cerr));
-        tcm__close(c->chan_fd);
-        tcm__shm_unlink(c->chan_name);
-        free(c);
-        return -ENOMEM;
+    if ((err = tcm__commit(c->chan_fd, 0, c->lay.off_tcaches)) != 0) {
+        tcm__log(TCM_LOG_ERROR, "fallocate(%s) failed: %s", c->chan_name, strerror(-err));
+        goto out_unlink;
     }
-    char err[256];
-    c->chan = tcm__map(c->chan_fd, c->lay.size, NULL, true, err, sizeof err);
+    char why[256];
+    c->chan = tcm__map(c->chan_fd, c->lay.size, NULL, true, why, sizeof why);
     if (!c->chan) {
-        tcm__log(TCM_LOG_ERROR, "cannot map channel %s: %s", c->chan_name, err);
-        tcm__close(c->chan_fd);
-        tcm__shm_unlink(c->chan_name);
-        free(c);
-        return -ENOMEM;
+        tcm__log(TCM_LOG_ERROR, "cannot map channel %s: %s", c->chan_name, why);
+        err = -ENOMEM;
+        goto out_unlink;
     }
     init_channel(srv, c);
     atomic_store_explicit(&c->state, TCM_CL_ACTIVE, memory_order_relaxed);
@@ -246,6 +239,13 @@ int tcm__client_create(tcm_server_t *srv, pid_t pid, uid_t uid, tcm_client_t **o
     atomic_fetch_add(&srv->meta->stats.clients_total, 1);
     *out = c;
     return 0;
+
+out_unlink:
+    tcm__close(c->chan_fd);
+    tcm__shm_unlink(c->chan_name);
+out_free:
+    free(c);
+    return err;
 }
 
 void tcm__client_destroy(tcm_server_t *srv, tcm_client_t *c)

@@ -40,7 +40,6 @@ void tcm__wake(_Atomic uint32_t *word, int n);
 int tcm__lock_name(const char *name); /* fd (keep open) or -errno */
 
 int tcm__peer_cred(int sockfd, pid_t *pid, uid_t *uid, gid_t *gid);
-bool tcm__pid_alive(pid_t pid);
 uint64_t tcm__now_ns(void);
 
 static inline void tcm__cpu_relax(void)

@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -197,11 +196,6 @@ int tcm__peer_cred(int sockfd, pid_t *pid, uid_t *uid, gid_t *gid)
     *uid = cred.uid;
     *gid = cred.gid;
     return 0;
-}
-
-bool tcm__pid_alive(pid_t pid)
-{
-    return kill(pid, 0) == 0 || errno == EPERM;
 }
 
 uint64_t tcm__now_ns(void)
