@@ -279,13 +279,15 @@ static void reclaim(tcm_server_t *srv, tcm_client_t *c)
 
     for (uint32_t i = 0; i < l->nslots; i++) {
         tcm_slot_t *slot = &c->slots[i];
-        if (atomic_load(&slot->state) == TCM_SLOT_DONE && slot->op == TCM_OP_REFILL &&
-            slot->status == TCM_ST_OK && slot->cls > 0 && slot->cls < TCM_NCLASSES) {
-            uint32_t n = slot->nresult < TCM_MAX_BATCH ? slot->nresult : TCM_MAX_BATCH;
+        /* read each field once: the channel is client memory */
+        uint32_t op = slot->op, cls = slot->cls, nresult = slot->nresult;
+        if (atomic_load(&slot->state) == TCM_SLOT_DONE && op == TCM_OP_REFILL && slot->status == TCM_ST_OK &&
+            cls > 0 && cls < TCM_NCLASSES) {
+            uint32_t n = nresult < TCM_MAX_BATCH ? nresult : TCM_MAX_BATCH;
             uint64_t offs[TCM_MAX_BATCH];
             memcpy(offs, slot->offs, n * sizeof offs[0]);
             uint32_t refused;
-            free_objects(srv, c, slot->cls, offs, n, &refused, true);
+            free_objects(srv, c, cls, offs, n, &refused, true);
             objects += n - refused;
         }
     }
