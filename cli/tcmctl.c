@@ -391,6 +391,23 @@ static int cmd_detach(const ctx_t *ctx, int argc, char **argv)
     return 0;
 }
 
+static int cmd_check(const ctx_t *ctx, int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    Tcm__CheckRequest cr = TCM__CHECK_REQUEST__INIT;
+    Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_CHECK, &cr, TCM__RESPONSE__BODY_CHECK);
+    const Tcm__CheckResult *r = resp->check;
+    if (ctx->json)
+        printf("{\"ok\":%s,\"message\":\"%s\",\"duration_us\":%llu}\n", r->ok ? "true" : "false", js(r->message),
+               (unsigned long long)r->duration_us);
+    else
+        printf("%s: %s (%llu us)\n", r->ok ? "heap consistent" : "HEAP INCONSISTENT", r->message,
+               (unsigned long long)r->duration_us);
+    int rc = r->ok ? 0 : EXIT_DAEMON;
+    tcm__response__free_unpacked(resp, NULL);
+    return rc;
+}
+
 static const command_t commands[] = {
     {"ping", "", "check that tcmd answers: pid, version, uptime, round trip", cmd_ping},
     {"health", "", "ping the heap thread too; exit 1 if it does not answer", cmd_health},
@@ -404,6 +421,8 @@ static const command_t commands[] = {
     {"release", "", "give every free page back to the OS now", cmd_release},
     {"roots", "", "named shared pointers and their heap offsets", cmd_roots},
     {"detach", "CLIENT_ID", "cut a client off (its allocations fail; reclaimed when it exits)", cmd_detach},
+    {"check", "", "validate the whole heap on the heap thread; exit 1 naming the first inconsistency",
+     cmd_check},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

@@ -46,7 +46,9 @@ int tcm__call(tcm_slot_t *slot, uint32_t slot_index)
         return TCM_ST_NOMEM;
     DAEMON_RELEASE();
     atomic_store_explicit(&slot->waiting, 0, memory_order_relaxed);
-    atomic_store_explicit(&slot->state, TCM_SLOT_POSTED, memory_order_relaxed);
+    slot->req_seq++;
+    /* release: a recovering tcmd may read the slot without the ring */
+    atomic_store_explicit(&slot->state, TCM_SLOT_POSTED, memory_order_release);
     while (!tcm__ring_push(pr->ring, pr->lay.ring_cap, slot_index))
         sched_yield(); /* cannot happen: the ring has a cell for every slot */
     tcm__bell_ring((_Atomic uint32_t *)&pr->meta->heap_sleeping, pr->bell);

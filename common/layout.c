@@ -128,3 +128,15 @@ void tcm__meta_layout(tcm_meta_layout_t *l, uint32_t npages)
     off = align_up(off + ((uint64_t)npages + 1) * sizeof(tcm_span_t), 4096);
     l->size = off;
 }
+
+void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages)
+{
+    uint64_t off = align_up(sizeof(tcm_state_hdr_t), 4096);
+    l->off_clients = off;
+    off = align_up(off + TCM_MAX_CLIENTS * sizeof(tcm_client_rec_t), 4096);
+    l->off_objmap = off;
+    off = align_up(off + (uint64_t)npages * TCM_OBJMAP_WORDS_PER_PAGE * sizeof(uint64_t), 4096);
+    l->off_owners = off;
+    off = align_up(off + (uint64_t)npages * TCM_OBJMAP_WORDS_PER_PAGE * 64 * sizeof(uint16_t), 4096);
+    l->size = off;
+}

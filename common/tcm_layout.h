@@ -1,23 +1,47 @@
 /*
- * tcm_layout.h — the byte layout of every shared-memory segment.
+ * tcm_layout.h — the shared-memory contract: the byte layout of every
+ * segment, who writes and who reads each field, and with what ordering.
  *
- * Three kinds of segment, all POSIX shm objects named after the daemon's
- * --name:
+ * Four kinds of segment, all POSIX shm objects named after tcmd's --name:
  *
- *   /tcm.NAME.heap   the heap. Mapped read-write at the same address in the
- *                    daemon and every client. Page 0 is the doorbell page
+ *   /tcm.NAME.heap   the heap. Mapped read-write at the same address in
+ *                    tcmd and every client. Page 0 is the doorbell page
  *                    (tcm_bell_t); pages 1.. are handed out.
- *   /tcm.NAME.meta   allocator metadata. The daemon maps it read-write and is
- *                    the only writer (its heap thread, unless a field says
- *                    otherwise); clients map it read-only.
- *   /tcm.NAME.ch.ID  one per client: its request ring, response slots, thread
- *                    caches and transfer tier. Only that client and the daemon
- *                    map it. The daemon never trusts anything it reads here:
+ *   /tcm.NAME.meta   allocator metadata clients need on their fast and slow
+ *                    paths (page map, span records, class table, config,
+ *                    stats, roots). tcmd maps it read-write and is the only
+ *                    writer; clients map it read-only.
+ *   /tcm.NAME.state  the rest of the heap's state: object map, owner map,
+ *                    client records, the intents of the operation in flight.
+ *                    Mapped by tcmd only, never named to a client. It is what
+ *                    lets the next tcmd adopt the heap after a crash.
+ *   /tcm.NAME.ch.ID  one per client: its request ring, response slots,
+ *                    thread caches and transfer tier. Only that client and
+ *                    tcmd map it. tcmd never trusts anything it reads here:
  *                    it keeps its own copy of the layout and checks every
  *                    index, count and offset.
  *
- * Structures use offsets and indices, never pointers, except where a field
- * says it is meaningful only to the client that wrote it.
+ * Offset tables. meta: tcm_meta_hdr_t at 0, then (tcm__meta_layout)
+ * classes, roots, page_class[npages], page_span[npages], spans[npages + 1],
+ * each part 4 KiB aligned. state: tcm_state_hdr_t at 0, then
+ * (tcm__state_layout) clients[TCM_MAX_CLIENTS], objmap[npages * 8 words]
+ * (one bit per 16 bytes), owners[npages * 512] (a 16-bit tag per bit). channel: tcm_chan_hdr_t at 0, then
+ * (tcm__chan_layout) ring, slots[max_threads + 1], thread caches, transfer
+ * tier arrays. Nothing holds a pointer except where a field says it is
+ * meaningful only to the client that wrote it; list links are span indices.
+ *
+ * Field annotations: "W:" who writes, "R:" who reads, and how. "heap
+ * thread" is tcmd's heap thread, "main" tcmd's libuv thread.
+ *
+ * Crash rule: tcmd may die between any two stores. Every field below is
+ * either authoritative (recovery keeps it) or derived (recovery rebuilds
+ * it); docs/DESIGN.md, "Restarts", lists which is which.
+ *
+ * Version rule: TCM_LAYOUT_VERSION changes whenever a shared struct, a
+ * segment's offset table or the meaning of a field changes. A tcmd refuses
+ * to adopt segments of another version (and clients refuse to attach to
+ * them), so bump it in the same commit as the change; the _Static_asserts
+ * below break the build when a size or key offset moves without it.
  */
 #ifndef TCM_LAYOUT_H
 #define TCM_LAYOUT_H
@@ -27,9 +51,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TCM_LAYOUT_VERSION 1u
+#define TCM_LAYOUT_VERSION 2u
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
 #define TCM_CHAN_MAGIC 0x4e4148434d4354ull /* "TCMCHAN" */
+#define TCM_STATE_MAGIC 0x4554415453434d54ull /* "TCMSTATE" */
 
 #define TCM_PAGE_SHIFT 13u
 #define TCM_PAGE_SIZE (1u << TCM_PAGE_SHIFT)
@@ -45,9 +70,11 @@
 #define TCM_ROOT_NAME_MAX 48u     /* including the NUL */
 #define TCM_OBJMAP_WORDS_PER_PAGE (TCM_PAGE_SIZE / TCM_ALIGN / 64u)
 #define TCM_CACHELINE 64
+#define TCM_MAX_CLIENTS 1024u     /* client records in the state segment */
 
 /* ---- size classes (shared, computed by tcm__class_table_init) ---- */
 
+/* W: tcmd once, when the metadata is created. R: everyone, plain loads. */
 typedef struct tcm_class_info {
     uint32_t size;       /* object size in bytes, multiple of 16 */
     uint32_t span_pages; /* pages in one span of this class */
@@ -62,8 +89,8 @@ _Static_assert(sizeof(tcm_class_info_t) == 32, "class info is shared");
 
 /* ---- heap segment, page 0 ---- */
 
-/* Written by clients and the daemon's control thread (increment + wake),
- * waited on by the heap thread. Client-writable, so only a wakeup hint. */
+/* W: clients and tcmd's main thread (increment + futex wake). R: the heap
+ * thread waits on it. Client-writable, so only ever a wakeup hint. */
 typedef struct tcm_bell {
     alignas(TCM_CACHELINE) _Atomic uint32_t seq;
 } tcm_bell_t;
@@ -77,8 +104,12 @@ enum tcm_span_state {
     TCM_SPAN_LARGE = 3,  /* one page run handed to a client */
 };
 
-/* A run of pages. Index 0 is the null span. Heap thread writes; clients
- * read npages/first of LARGE spans for tcm_usable_size. */
+/* A run of pages. Index 0 is the null span. W: heap thread. R: clients
+ * read first (small and large spans: free validation) and npages (large:
+ * tcm_usable_size) of spans they hold objects of, plain loads; the record
+ * of a span cannot change while a client holds one of its objects.
+ * Authoritative for allocated spans (first, npages, state, cls, owner);
+ * everything else, and the records of free runs, is derived. */
 typedef struct tcm_span {
     uint32_t first;     /* first page */
     uint32_t npages;
@@ -92,46 +123,70 @@ typedef struct tcm_span {
     uint32_t scan;      /* SMALL: first objmap word that may have a free bit */
 } tcm_span_t;
 _Static_assert(sizeof(tcm_span_t) == 32, "span record is shared");
+_Static_assert(offsetof(tcm_span_t, first) == 0 && offsetof(tcm_span_t, npages) == 4 &&
+                   offsetof(tcm_span_t, state) == 24,
+               "clients read first, npages and state");
 
-/* Runtime settings. The control thread writes, then bumps gen; clients read
- * on their slow paths and act when gen changes. */
+/* Runtime settings. W: the main thread (config set, SIGHUP), which stores
+ * the value and then bumps gen (seq_cst); heap_limit is stored by the heap
+ * thread (resize runs there, so the check against what is in use and the
+ * new limit are one step). R: clients on their slow paths (relaxed loads;
+ * they act when gen changes), the heap thread (heap_limit, page_cache_cap).
+ * Authoritative: kept across restarts unless given again at start. */
 typedef struct tcm_config {
     _Atomic uint64_t gen;
     _Atomic uint64_t heap_limit;     /* bytes the page heap may hand out */
     _Atomic uint64_t tcache_budget;  /* bytes per process, all thread caches */
     _Atomic uint64_t xfer_budget;    /* bytes per process, transfer tier */
     _Atomic uint64_t page_cache_cap; /* free committed bytes kept before release */
-    uint64_t reserved[3];
+    _Atomic uint64_t reconnect_ms;   /* how long a client waits for tcmd to come back */
+    uint64_t reserved[2];
 } tcm_config_t;
+_Static_assert(sizeof(tcm_config_t) == 64, "config is shared");
 
-/* X-macro of the daemon's heap statistics: one list for the struct, the
- * protobuf message, tcmctl's table and its JSON. */
-#define TCM_HEAP_STATS(X)                                                     \
-    X(bytes_reserved, "heap segment size")                                    \
-    X(bytes_limit, "current heap limit")                                      \
-    X(bytes_spans, "bytes in spans handed to classes or large runs")          \
-    X(bytes_clients, "bytes held by clients (in use + their caches)")         \
-    X(bytes_central_free, "free objects in central lists")                    \
-    X(bytes_pageheap_free, "free bytes in the page heap")                     \
-    X(bytes_committed, "bytes of the heap backed by memory (st_blocks)")      \
-    X(bytes_released, "bytes given back to the OS so far")                    \
-    X(bytes_top, "high-water mark of pages ever used")                        \
-    X(requests, "ring requests served")                                       \
-    X(refused, "ring requests or objects refused as invalid")                 \
-    X(wakeups, "times the heap thread was woken from sleep")                  \
-    X(clients_attached, "clients attached now")                               \
-    X(clients_total, "clients attached since start")                          \
-    X(clients_died, "clients that went away without detaching")              \
-    X(reclaimed_objects, "cached objects taken back from departed clients")   \
-    X(bytes_orphaned, "bytes still in use that departed clients had allocated")
+/* X-macro of the heap statistics: one list for the struct, the protobuf
+ * message, tcmctl's table and its JSON and /metrics. X(name, kind, doc):
+ * kind G is a gauge, C a counter (monotonic). W: the heap thread, except
+ * bytes_committed, bytes_limit and clients_attached (main thread); relaxed.
+ * R: the main thread. Gauges are derived (recovery recomputes them);
+ * counters survive restarts. */
+#define TCM_HEAP_STATS(X)                                                                      \
+    X(bytes_reserved, G, "heap segment size")                                                  \
+    X(bytes_limit, G, "current heap limit")                                                    \
+    X(bytes_spans, G, "bytes in spans handed to classes or large runs")                        \
+    X(bytes_clients, G, "bytes held by clients (in use + their caches)")                       \
+    X(bytes_central_free, G, "free objects in central lists")                                  \
+    X(bytes_pageheap_free, G, "free bytes in the page heap")                                   \
+    X(bytes_committed, G, "bytes of the heap backed by memory (st_blocks)")                    \
+    X(bytes_released, C, "bytes given back to the OS so far")                                  \
+    X(bytes_top, G, "high-water mark of pages ever used")                                      \
+    X(requests, C, "ring requests served")                                                     \
+    X(refused, C, "ring requests or objects refused as invalid")                               \
+    X(wakeups, C, "times the heap thread was woken from sleep")                                \
+    X(clients_attached, G, "clients attached now")                                             \
+    X(clients_total, C, "clients attached since the heap was created")                         \
+    X(clients_died, C, "clients that went away without detaching")                             \
+    X(reclaimed_objects, C, "cached objects taken back from departed clients")                 \
+    X(bytes_orphaned, G, "bytes still in use that departed clients had allocated")             \
+    X(restarts, C, "times a tcmd adopted this heap from a previous one")                       \
+    X(clients_resumed, C, "clients that reconnected to a new tcmd as the same client")         \
+    X(recovery_redone, C, "interrupted operations completed by a recovery")                    \
+    X(recovery_rolled_back, C, "interrupted requests a recovery served again from the start")  \
+    X(recovery_repairs, C, "inconsistencies a recovery found and repaired")                    \
+    X(last_recovery_us, G, "duration of the last recovery pass")                               \
+    X(validations, C, "whole-heap validations run")                                            \
+    X(validation_failures, C, "whole-heap validations that found an inconsistency")
 
 typedef struct tcm_heap_stats {
-#define TCM_STAT_FIELD(name, doc) _Atomic uint64_t name;
+#define TCM_STAT_FIELD(name, kind, doc) _Atomic uint64_t name;
     TCM_HEAP_STATS(TCM_STAT_FIELD)
 #undef TCM_STAT_FIELD
 } tcm_heap_stats_t;
 
-/* Named shared pointers. seq is a seqlock (odd while being written). */
+/* Named shared pointers. W: the heap thread, under a seqlock (seq odd while
+ * being written; release fence after making it odd, release store of the
+ * even value). R: clients and the main thread retry while seq is odd or
+ * changed. Authoritative. */
 typedef struct tcm_root {
     _Atomic uint32_t seq;
     uint32_t used;
@@ -140,6 +195,10 @@ typedef struct tcm_root {
 } tcm_root_t;
 _Static_assert(sizeof(tcm_root_t) == 64, "root is shared");
 
+/* W: tcmd when it creates the segment (geometry, fixed afterwards); the heap
+ * thread (central_head, heap_sleeping); see tcm_config_t and TCM_HEAP_STATS.
+ * R: clients check the geometry at attach and read heap_sleeping after every
+ * post (seq_cst fence before the load, see shm/ring.h). */
 typedef struct tcm_meta_hdr {
     uint64_t magic;
     uint32_t version;
@@ -154,11 +213,16 @@ typedef struct tcm_meta_hdr {
     uint64_t off_page_span;  /* uint32_t[npages]: span index of a page */
     uint64_t off_spans;      /* tcm_span_t[npages + 1] */
     uint64_t off_roots;      /* tcm_root_t[TCM_ROOTS] */
-    uint32_t central_head[TCM_NCLASSES]; /* spans of a class with free objects */
+    uint32_t central_head[TCM_NCLASSES]; /* derived: spans of a class with free objects */
     alignas(TCM_CACHELINE) _Atomic uint32_t heap_sleeping; /* heap thread asleep */
     alignas(TCM_CACHELINE) tcm_config_t config;
     alignas(TCM_CACHELINE) tcm_heap_stats_t stats;
 } tcm_meta_hdr_t;
+_Static_assert(offsetof(tcm_meta_hdr_t, base) == 16 && offsetof(tcm_meta_hdr_t, heap_size) == 24 &&
+                   offsetof(tcm_meta_hdr_t, size) == 40 && offsetof(tcm_meta_hdr_t, off_classes) == 48 &&
+                   offsetof(tcm_meta_hdr_t, heap_sleeping) == 512 && offsetof(tcm_meta_hdr_t, config) == 576 &&
+                   offsetof(tcm_meta_hdr_t, stats) == 640,
+               "meta header is shared: bump TCM_LAYOUT_VERSION and fix these offsets");
 
 /* ---- channel segment ---- */
 
@@ -170,6 +234,7 @@ enum tcm_op {
     TCM_OP_FREE_PAGES = 4,  /* arg = offset */
     TCM_OP_ROOT_SET = 5,    /* name in offs bytes, arg = offset or UINT64_MAX to delete */
 };
+#define TCM_NOPS 6u
 
 enum tcm_slot_state {
     TCM_SLOT_IDLE = 0,
@@ -177,9 +242,13 @@ enum tcm_slot_state {
     TCM_SLOT_DONE = 2,   /* daemon wrote the response */
 };
 
-/* A thread's request and response. The client writes the request fields
- * then posts the slot index on the ring; the daemon copies them, answers,
- * stores state = DONE and wakes the client if waiting. */
+/* A thread's request and response. The client writes op..arg2 and bumps
+ * req_seq, stores state = POSTED (release) and pushes the slot index on the
+ * ring; it does not touch the slot again until state is DONE (acquire). The
+ * heap thread copies the request fields once, writes status..offs, stores
+ * state = DONE (release), fences and wakes the client if waiting. req_seq
+ * numbers the slot's requests, so a recovering tcmd can tell whether the
+ * request it was serving has been answered. */
 typedef struct tcm_slot {
     _Atomic uint32_t state;   /* futex word: enum tcm_slot_state */
     _Atomic uint32_t waiting; /* client is (about to be) in futex_wait */
@@ -189,25 +258,33 @@ typedef struct tcm_slot {
     uint64_t arg, arg2;
     uint64_t result;
     uint32_t nresult;         /* response: objects in offs */
-    uint32_t reserved;
+    uint32_t req_seq;         /* request number, client-written */
     uint64_t offs[TCM_MAX_BATCH]; /* heap offsets */
 } tcm_slot_t;
-_Static_assert(offsetof(tcm_slot_t, offs) == 56, "slot is shared");
+_Static_assert(offsetof(tcm_slot_t, req_seq) == 52 && offsetof(tcm_slot_t, offs) == 56 &&
+                   sizeof(tcm_slot_t) == 56 + 8 * TCM_MAX_BATCH,
+               "slot is shared");
 
+/* W: producers (the client's threads) claim a cell with a CAS on head and
+ * publish it with a release store of seq; the consumer (the heap thread)
+ * frees it with a release store of seq once the request is committed. */
 typedef struct tcm_ring_cell {
     _Atomic uint64_t seq; /* Vyukov sequence: pos + 1 when full */
     uint32_t slot;
     uint32_t reserved;
 } tcm_ring_cell_t;
+_Static_assert(sizeof(tcm_ring_cell_t) == 16, "ring cell is shared");
 
 typedef struct tcm_ring {
     alignas(TCM_CACHELINE) _Atomic uint64_t head; /* producers' claim */
     alignas(TCM_CACHELINE) tcm_ring_cell_t cells[];
 } tcm_ring_t;
+_Static_assert(offsetof(tcm_ring_t, cells) == 64, "ring is shared");
 
-/* One thread-cache bin. count is what the daemon reclaims after a crash;
- * slots is the client's own pointer to its array (the daemon recomputes the
- * array position from its private layout). */
+/* One thread-cache bin. W: its thread only, plain stores. R: tcmd reads
+ * count (clamped) and the array to reclaim a dead client and for stats.
+ * slots is the client's own pointer to its array (tcmd recomputes the array
+ * position from its private layout). */
 typedef struct tcm_bin {
     void **slots;
     uint32_t count;
@@ -216,12 +293,13 @@ typedef struct tcm_bin {
 _Static_assert(sizeof(tcm_bin_t) == 16, "bin is shared");
 
 typedef struct tcm_tcache {
-    uint32_t in_use;   /* owned by a live thread */
+    uint32_t in_use;   /* W: client (register, exit). R: tcmd, stats */
     uint32_t index;
     uint64_t reserved[7];
     tcm_bin_t bins[TCM_NBINS]; /* only 1..TCM_NCLASSES-1 ever hold objects */
     /* then the slot arrays, at chan_hdr.bin_slot_off[c] from the tcache */
 } tcm_tcache_t;
+_Static_assert(offsetof(tcm_tcache_t, bins) == 64, "thread cache is shared");
 
 /* Per-class transfer tier of one process: a stack of object pointers. */
 typedef struct tcm_xfer {
@@ -229,6 +307,10 @@ typedef struct tcm_xfer {
     uint32_t reserved;
 } tcm_xfer_t;
 
+/* W: tcmd when it creates the channel (geometry), the client (xfer under its
+ * own per-class locks, tcache_hw with a release store). R: the client checks
+ * the geometry at attach; tcmd reads xfer counts and tcache_hw (acquire) and
+ * clamps them, it never reads an offset from here. */
 typedef struct tcm_chan_hdr {
     uint64_t magic;
     uint32_t version;
@@ -242,6 +324,141 @@ typedef struct tcm_chan_hdr {
     _Atomic uint32_t tcache_hw;    /* client-written: thread caches [0, hw) were ever used;
                                       the daemon reads no further (untouched pages stay holes) */
 } tcm_chan_hdr_t;
+_Static_assert(offsetof(tcm_chan_hdr_t, off_ring) == 40 && offsetof(tcm_chan_hdr_t, bin_slot_off) == 80,
+               "channel header is shared");
+
+/* ---- state segment (tcmd only) ---- */
+
+/* Counters of one size class. W: heap thread (single writer, relaxed
+ * load + store). R: main thread. spans and free_objs are derived. */
+typedef struct tcm_class_stats {
+    _Atomic uint64_t spans;     /* spans cut for this class */
+    _Atomic uint64_t free_objs; /* objects in those spans not handed out */
+    _Atomic uint64_t refills;   /* batches handed to clients */
+    _Atomic uint64_t returns;   /* batches given back by clients */
+} tcm_class_stats_t;
+
+/* Request service time: bucket i counts requests under 250 ns << i; the
+ * last bucket is everything slower. */
+#define TCM_LAT_BUCKETS 16u
+#define TCM_LAT_BASE_NS 250u
+
+/* tcmd's own counters. W: heap thread (single writer). R: main thread. */
+typedef struct tcm_daemon_stats {
+    _Atomic uint64_t ops[TCM_NOPS];
+    _Atomic uint64_t refused[16];
+    _Atomic uint64_t latency[TCM_LAT_BUCKETS];
+    _Atomic uint64_t latency_sum_ns;
+} tcm_daemon_stats_t;
+
+enum tcm_rec_state {
+    TCM_REC_FREE = 0,     /* record unused (gen keeps its last generation) */
+    TCM_REC_CREATING = 1, /* main thread is making its channel: no Welcome sent yet */
+    TCM_REC_ACTIVE = 2,   /* attached; the heap thread serves its ring */
+    TCM_REC_EVICTED = 3,  /* detached by an operator: frees only, until it exits */
+    TCM_REC_DEAD = 4,     /* gone: its caches must be reclaimed */
+    TCM_REC_REAPED = 5,   /* reclaimed: the main thread unlinks its channel */
+};
+
+/* A client, as the next tcmd needs it to take the client back. W: the main
+ * thread creates it (CREATING, fields, then ACTIVE with a release store),
+ * marks it DEAD or EVICTED, and frees it after REAPED; the heap thread
+ * writes tail, the counters, REAPED. R: both; the main thread reads the
+ * counters relaxed. */
+typedef struct tcm_client_rec {
+    _Atomic uint32_t state;     /* enum tcm_rec_state */
+    uint32_t id;
+    uint32_t pid;               /* from SO_PEERCRED */
+    uint32_t uid;
+    uint16_t tag;               /* owner tag of what it allocates */
+    uint8_t gen;                /* generation of this index's last tag (kept when FREE) */
+    _Atomic uint8_t said_bye;   /* detached on purpose, not killed */
+    uint32_t reserved0;
+    uint64_t token;             /* resume secret, sent only in its Welcome */
+    uint64_t attached_unix;
+    uint64_t tail;              /* heap thread: ring consumer position (committed) */
+    /* W: heap thread. bytes_back counts this client's allocations that came
+     * back to the heap, whoever freed them (derived: out minus what the
+     * owner map says it holds) */
+    _Atomic uint64_t bytes_out, bytes_back, requests, errors;
+    char chan_name[80];
+} tcm_client_rec_t;
+_Static_assert(sizeof(tcm_client_rec_t) == 160, "client record is in the state segment");
+
+enum tcm_intent_phase {
+    TCM_INTENT_NONE = 0,
+    TCM_INTENT_PICKED = 1,   /* request taken off the ring; nothing changed yet */
+    TCM_INTENT_APPLYING = 2, /* its effect is logged below and being applied */
+};
+
+/* The ring request the heap thread is serving (docs/DESIGN.md, "One
+ * request, step by step"). W and R: heap thread, and a recovering tcmd.
+ * The fields are stored before phase, with a compiler barrier between. */
+typedef struct tcm_req_intent {
+    _Atomic uint32_t phase;     /* enum tcm_intent_phase */
+    uint32_t client;            /* client record index */
+    uint32_t slot;
+    uint32_t req_seq;
+    uint64_t pos;               /* ring position of the request */
+    uint32_t op, cls;
+    uint32_t count;             /* REFILL: wanted; RETURN: entries in offs */
+    uint32_t n;                 /* REFILL: objects logged in offs; RETURN: entries applied */
+    uint32_t owner;             /* REFILL: owner tag the objects get */
+    uint32_t span;              /* ALLOC/FREE_PAGES: span record */
+    uint32_t first, npages;     /* ALLOC/FREE_PAGES: the run */
+    uint32_t root;              /* ROOT_SET: root index */
+    uint32_t reserved;
+    uint64_t arg;               /* ROOT_SET: offset, UINT64_MAX to delete */
+    char name[TCM_ROOT_NAME_MAX]; /* ROOT_SET */
+    uint64_t offs[TCM_MAX_BATCH];
+    uint8_t st[TCM_MAX_BATCH];  /* RETURN: status of each applied entry */
+} tcm_req_intent_t;
+
+enum tcm_page_intent_kind {
+    TCM_PAGES_NONE = 0,
+    TCM_PAGES_MAP = 1,   /* free pages become an allocated span */
+    TCM_PAGES_UNMAP = 2, /* an allocated span goes back to the page heap */
+};
+
+/* The span the heap thread is making or unmaking. W and R as above. */
+typedef struct tcm_page_intent {
+    _Atomic uint32_t kind; /* enum tcm_page_intent_kind */
+    uint32_t span, first, npages;
+    uint32_t owner;        /* LARGE: owner tag */
+    uint8_t state, cls;    /* MAP: span state and class */
+    uint16_t reserved;
+} tcm_page_intent_t;
+
+/* W: tcmd when it creates the segment (geometry, created_unix, uid; magic
+ * last, so a segment without it is one whose creation never finished), a
+ * recovering tcmd (adoptions), the heap thread (top, intents, stats), the
+ * main thread (next_client_id). */
+typedef struct tcm_state_hdr {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t page_shift;
+    uint64_t base;
+    uint64_t heap_size;
+    uint32_t npages;
+    uint32_t max_threads;    /* channel geometry depends on it */
+    uint32_t uid;            /* owner of every segment of this heap */
+    uint32_t next_client_id; /* main thread */
+    uint64_t size;
+    uint64_t off_clients;    /* tcm_client_rec_t[TCM_MAX_CLIENTS] */
+    uint64_t off_objmap;     /* uint64_t[npages * TCM_OBJMAP_WORDS_PER_PAGE] */
+    uint64_t off_owners;     /* uint16_t[npages * TCM_OBJMAP_WORDS_PER_PAGE * 64] */
+    uint64_t created_unix;   /* birth of the heap */
+    uint64_t adoptions;      /* times a tcmd adopted it */
+    _Atomic uint32_t top;    /* heap thread: pages [top, npages) were never handed out */
+    uint32_t reserved;
+    alignas(TCM_CACHELINE) tcm_page_intent_t page;
+    alignas(TCM_CACHELINE) tcm_req_intent_t req;
+    alignas(TCM_CACHELINE) tcm_class_stats_t cstats[TCM_NCLASSES];
+    tcm_daemon_stats_t dstats;
+} tcm_state_hdr_t;
+_Static_assert(offsetof(tcm_state_hdr_t, base) == 16 && offsetof(tcm_state_hdr_t, size) == 48 &&
+                   offsetof(tcm_state_hdr_t, off_clients) == 56 && offsetof(tcm_state_hdr_t, page) == 128,
+               "state header: bump TCM_LAYOUT_VERSION and fix these offsets");
 
 /* ---- ring statuses ---- */
 
@@ -264,6 +481,7 @@ enum tcm_status {
 #undef TCM_STATUS_ENUM
     TCM_ST__COUNT
 };
+_Static_assert(TCM_ST__COUNT <= 16, "tcm_daemon_stats_t.refused has 16 entries");
 
 const char *tcm__status_name(int status);
 const char *tcm__status_msg(int status);
@@ -301,5 +519,12 @@ typedef struct tcm_meta_layout {
 } tcm_meta_layout_t;
 
 void tcm__meta_layout(tcm_meta_layout_t *l, uint32_t npages);
+
+/* State-segment geometry for a heap of npages pages. */
+typedef struct tcm_state_layout {
+    uint64_t off_clients, off_objmap, off_owners, size;
+} tcm_state_layout_t;
+
+void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages);
 
 #endif

@@ -1,5 +1,6 @@
 /* util.c — sizes with binary suffixes. */
 #include "util.h"
+#include "tcm_assert.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -53,4 +54,23 @@ const char *tcm__format_size(uint64_t v, char *buf, size_t len)
     else
         snprintf(buf, len, d < 10 ? "%.2f%c" : d < 100 ? "%.1f%c" : "%.0f%c", d, units[u]);
     return buf;
+}
+
+const char *tcm__format_age(uint64_t s, char *buf, size_t len)
+{
+    if (s < 60)
+        snprintf(buf, len, "%llus", (unsigned long long)s);
+    else if (s < 3600)
+        snprintf(buf, len, "%llum%02llus", (unsigned long long)(s / 60), (unsigned long long)(s % 60));
+    else if (s < 86400)
+        snprintf(buf, len, "%lluh%02llum", (unsigned long long)(s / 3600), (unsigned long long)(s / 60 % 60));
+    else
+        snprintf(buf, len, "%llud%02lluh", (unsigned long long)(s / 86400), (unsigned long long)(s / 3600 % 24));
+    return buf;
+}
+
+void tcm__assert_fail(const char *expr, const char *file, int line)
+{
+    fprintf(stderr, "tcm: internal error: assertion %s failed at %s:%d\n", expr, file, line);
+    abort();
 }

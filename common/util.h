@@ -9,5 +9,7 @@
 int tcm__parse_size(const char *s, uint64_t *out);
 /* 1536 -> "1.5K"; writes into buf and returns it. */
 const char *tcm__format_size(uint64_t v, char *buf, size_t len);
+/* 3725 -> "1h02m"; seconds as a short human age. */
+const char *tcm__format_age(uint64_t seconds, char *buf, size_t len);
 
 #endif

@@ -1,21 +1,49 @@
 /* central.c — central free lists: spans of each size class with free
- * objects, the object bitmap that says which objects are handed out, and
- * large page runs. Every offset from a client is checked here before it
- * changes anything. Heap thread only. */
+ * objects, the object map that says which objects are handed out and to
+ * whom, and page runs. Every offset from a client is checked here before it
+ * changes anything. The object map, the owner map and the page map of
+ * allocated spans are authoritative; a span's free count and list links are
+ * derived (tcm__central_rebuild_ht). Heap thread only. */
+#include <stdio.h>
 #include <string.h>
 
+#include "crash.h"
 #include "heap.h"
+#include "log.h"
+#include "prim.h"
 
 #define STAT_ADD(h, f, v) atomic_fetch_add_explicit(&(h)->meta->stats.f, (v), memory_order_relaxed)
+#define STAT_SET(h, f, v) atomic_store_explicit(&(h)->meta->stats.f, (v), memory_order_relaxed)
 
 static uint64_t *span_map(tcm_heap_t *h, const tcm_span_t *sp)
 {
     return &h->objmap[(uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE];
 }
 
-/* Page runs for a span or a large allocation; when the heap is at its limit,
- * the empty spans kept per class go back to the page heap first. */
-static int alloc_pages(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *s)
+/* Back the object-map and owner-map entries of pages [first, first + n)
+ * before they are written, so a full /dev/shm is NOMEM, never a SIGBUS. */
+static int commit_maps(tcm_heap_t *h, uint32_t first, uint32_t n)
+{
+    if (h->state_fd < 0)
+        return 0;
+    const tcm_state_layout_t *l = &h->sl;
+    struct { uint64_t off, per_page; } parts[] = {
+        {l->off_objmap, TCM_OBJMAP_WORDS_PER_PAGE * sizeof(uint64_t)},
+        {l->off_owners, TCM_OBJMAP_WORDS_PER_PAGE * 64 * sizeof(uint16_t)}};
+    for (unsigned i = 0; i < 2; i++) {
+        uint64_t lo = parts[i].off + first * parts[i].per_page, hi = lo + n * parts[i].per_page;
+        lo &= ~(uint64_t)4095;
+        int err = tcm__commit(h->state_fd, lo, hi - lo);
+        if (err) {
+            tcm__log(TCM_LOG_WARN, "fallocate(state, %llu bytes) failed: %s", (unsigned long long)(hi - lo),
+                     strerror(-err));
+            return err;
+        }
+    }
+    return 0;
+}
+
+int tcm__pages_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *s)
 {
     int st = tcm__ph_alloc_ht(h, npages, align_pages, s);
     if (st == TCM_ST_NOMEM && tcm__central_drop_empty_ht(h))
@@ -23,20 +51,65 @@ static int alloc_pages(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uin
     return st;
 }
 
+/* A page run leaves the allocator's hands: mapped under the page intent so
+ * that a crash leaves it either free or whole. */
+static void map_logged(tcm_heap_t *h, uint32_t s, uint8_t state, uint8_t cls, uint32_t owner)
+{
+    tcm_page_intent_t *pi = &h->state->page;
+    tcm_span_t *sp = &h->spans[s];
+    pi->span = s;
+    pi->first = sp->first;
+    pi->npages = sp->npages;
+    pi->state = state;
+    pi->cls = cls;
+    pi->owner = owner;
+    TCM_PERSIST_BARRIER();
+    atomic_store_explicit(&pi->kind, TCM_PAGES_MAP, memory_order_relaxed);
+    TCM_PERSIST_BARRIER();
+    TCM_CRASH_POINT("span_map");
+    tcm__span_map_ht(h, s, pi->first, pi->npages, state, cls, owner);
+    if (state == TCM_SPAN_SMALL)
+        memset(span_map(h, sp), 0, (h->classes[cls].span_objs + 63) / 64 * 8);
+    TCM_PERSIST_BARRIER();
+    atomic_store_explicit(&pi->kind, TCM_PAGES_NONE, memory_order_relaxed);
+    TCM_PERSIST_BARRIER();
+}
+
+/* An allocated span goes back to the page heap, under the page intent. */
+static void unmap_logged(tcm_heap_t *h, uint32_t s)
+{
+    tcm_page_intent_t *pi = &h->state->page;
+    tcm_span_t *sp = &h->spans[s];
+    pi->span = s;
+    pi->first = sp->first;
+    pi->npages = sp->npages;
+    TCM_PERSIST_BARRIER();
+    atomic_store_explicit(&pi->kind, TCM_PAGES_UNMAP, memory_order_relaxed);
+    TCM_PERSIST_BARRIER();
+    tcm__span_unmap_ht(h, sp->first, sp->npages);
+    TCM_CRASH_POINT("span_unmap");
+    tcm__ph_insert_free_ht(h, s);
+    TCM_PERSIST_BARRIER();
+    atomic_store_explicit(&pi->kind, TCM_PAGES_NONE, memory_order_relaxed);
+    TCM_PERSIST_BARRIER();
+}
+
 static uint32_t new_small_span(tcm_heap_t *h, unsigned cls, int *status)
 {
     const tcm_class_info_t *ci = &h->classes[cls];
     uint32_t s;
-    *status = alloc_pages(h, ci->span_pages, 1, &s);
+    *status = tcm__pages_alloc_ht(h, ci->span_pages, 1, &s);
     if (*status != TCM_ST_OK)
         return 0;
+    if (commit_maps(h, h->spans[s].first, ci->span_pages) != 0) {
+        tcm__ph_insert_free_ht(h, s);
+        *status = TCM_ST_NOMEM;
+        return 0;
+    }
+    map_logged(h, s, TCM_SPAN_SMALL, (uint8_t)cls, 0);
     tcm_span_t *sp = &h->spans[s];
-    sp->state = TCM_SPAN_SMALL;
-    sp->cls = (uint8_t)cls;
     sp->nfree = ci->span_objs;
     sp->scan = 0;
-    memset(span_map(h, sp), 0, (ci->span_objs + 63) / 64 * 8);
-    tcm__ph_map_ht(h, s, (uint8_t)cls);
     tcm__span_list_push(h, &h->meta->central_head[cls], s);
     STAT_ADD(h, bytes_central_free, (uint64_t)ci->span_objs * ci->size);
     TCM_HT_ADD(h->cstats[cls].spans, 1);
@@ -44,8 +117,8 @@ static uint32_t new_small_span(tcm_heap_t *h, unsigned cls, int *status)
     return s;
 }
 
-uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint64_t *out,
-                                uint16_t owner, int *status)
+uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint16_t owner, uint64_t *log,
+                                uint32_t *logged, int *status)
 {
     const tcm_class_info_t *ci = &h->classes[cls];
     uint32_t n = 0;
@@ -58,22 +131,27 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
         uint64_t *map = span_map(h, sp);
         uint32_t words = (ci->span_objs + 63) / 64;
         uint64_t base_off = tcm__page_off(sp->first);
-        uint16_t *owners = &h->owners[(uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE * 64];
+        uint16_t *owners = &h->owners[tcm__span_bit0(sp)];
         for (uint32_t w = sp->scan; w < words && n < want && sp->nfree; w++) {
             uint64_t valid = (w == words - 1 && ci->span_objs % 64) ? (1ull << (ci->span_objs % 64)) - 1 : ~0ull;
             uint64_t free_bits = ~map[w] & valid;
             while (free_bits && n < want) {
                 unsigned b = (unsigned)__builtin_ctzll(free_bits);
                 free_bits &= free_bits - 1;
+                /* logged first: a recovery finishes what is logged */
+                log[n] = base_off + (uint64_t)(w * 64 + b) * ci->size;
+                TCM_PERSIST_BARRIER();
+                *logged = ++n;
+                TCM_PERSIST_BARRIER();
                 map[w] |= 1ull << b;
                 owners[w * 64 + b] = owner;
-                out[n++] = base_off + (uint64_t)(w * 64 + b) * ci->size;
                 sp->nfree--;
             }
             sp->scan = w;
         }
         if (sp->nfree == 0)
             tcm__span_list_remove(h, &h->meta->central_head[cls], s);
+        TCM_CRASH_POINT("refill_span");
     }
     if (n)
         *status = TCM_ST_OK;
@@ -82,15 +160,14 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
     return n;
 }
 
-/* Which class the object at off belongs to; TCM_ST_OK only for the exact
- * start of a handed-out object. */
-static int check_object(const tcm_heap_t *h, uint64_t off, uint32_t *span, uint32_t *idx)
+/* The span and object index of the handed-out object that starts at off. */
+static int locate(const tcm_heap_t *h, uint64_t off, uint32_t *span, uint32_t *idx)
 {
     if (off >= h->heap_size || off < TCM_PAGE_SIZE)
         return TCM_ST_BAD_OFFSET;
     uint32_t page = (uint32_t)(off >> TCM_PAGE_SHIFT);
     uint32_t s = h->page_span[page];
-    if (!s || h->spans[s].state != TCM_SPAN_SMALL)
+    if (!s || s > h->npages || h->spans[s].state != TCM_SPAN_SMALL || h->page_class[page] != h->spans[s].cls)
         return TCM_ST_NOT_OBJECT;
     const tcm_span_t *sp = &h->spans[s];
     const tcm_class_info_t *ci = &h->classes[sp->cls];
@@ -105,26 +182,25 @@ static int check_object(const tcm_heap_t *h, uint64_t off, uint32_t *span, uint3
     return TCM_ST_OK;
 }
 
-int tcm__object_class(const tcm_heap_t *h, uint64_t off, unsigned *cls)
+int tcm__central_check_ht(const tcm_heap_t *h, unsigned cls, uint64_t off)
 {
     uint32_t s, i;
-    int st = check_object(h, off, &s, &i);
-    if (st == TCM_ST_OK)
-        *cls = h->spans[s].cls;
+    int st = locate(h, off, &s, &i);
+    if (st == TCM_ST_OK && cls && h->spans[s].cls != cls)
+        return TCM_ST_NOT_OBJECT;
     return st;
 }
 
-int tcm__central_return_ht(tcm_heap_t *h, unsigned cls, uint64_t off, uint16_t *owner)
+uint16_t tcm__central_free_ht(tcm_heap_t *h, uint64_t off, uint32_t *emptied)
 {
     uint32_t s, i;
-    int st = check_object(h, off, &s, &i);
-    if (st != TCM_ST_OK)
-        return st;
+    *emptied = 0;
+    if (locate(h, off, &s, &i) != TCM_ST_OK)
+        return 0; /* a recovery redoing a free that was already applied */
     tcm_span_t *sp = &h->spans[s];
-    if (sp->cls != cls)
-        return TCM_ST_NOT_OBJECT;
-    *owner = h->owners[(uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE * 64 + i];
+    unsigned cls = sp->cls;
     const tcm_class_info_t *ci = &h->classes[cls];
+    uint16_t owner = h->owners[tcm__span_bit0(sp) + i];
     span_map(h, sp)[i / 64] &= ~(1ull << (i % 64));
     if (i / 64 < sp->scan)
         sp->scan = i / 64;
@@ -132,20 +208,30 @@ int tcm__central_return_ht(tcm_heap_t *h, unsigned cls, uint64_t off, uint16_t *
     TCM_HT_ADD(h->cstats[cls].free_objs, 1);
     if (sp->nfree++ == 0)
         tcm__span_list_push(h, &h->meta->central_head[cls], s);
-    if (sp->nfree == ci->span_objs) {
-        /* Keep one empty span per class so a class that churns around a
-         * span boundary does not cut and free a span on every batch. */
-        uint32_t head = h->meta->central_head[cls];
-        bool alone = head == s && sp->next == 0;
-        if (!alone) {
-            tcm__span_list_remove(h, &h->meta->central_head[cls], s);
-            STAT_ADD(h, bytes_central_free, -(uint64_t)ci->span_objs * ci->size);
-            TCM_HT_ADD(h->cstats[cls].spans, -1);
-            TCM_HT_ADD(h->cstats[cls].free_objs, -(uint64_t)ci->span_objs);
-            tcm__ph_free_ht(h, s);
-        }
-    }
-    return TCM_ST_OK;
+    if (sp->nfree == ci->span_objs)
+        *emptied = s;
+    return owner;
+}
+
+bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep_last)
+{
+    tcm_span_t *sp = &h->spans[s];
+    if (sp->state != TCM_SPAN_SMALL)
+        return false;
+    unsigned cls = sp->cls;
+    const tcm_class_info_t *ci = &h->classes[cls];
+    if (sp->nfree != ci->span_objs)
+        return false;
+    /* Keep one empty span per class so a class that churns around a span
+     * boundary does not cut and free a span on every batch. */
+    if (keep_last && h->meta->central_head[cls] == s && sp->next == 0)
+        return false;
+    tcm__span_list_remove(h, &h->meta->central_head[cls], s);
+    STAT_ADD(h, bytes_central_free, -(uint64_t)ci->span_objs * ci->size);
+    TCM_HT_ADD(h->cstats[cls].spans, -1);
+    TCM_HT_ADD(h->cstats[cls].free_objs, -(uint64_t)ci->span_objs);
+    unmap_logged(h, s);
+    return true;
 }
 
 /* Give every completely free small span back to the page heap. */
@@ -153,18 +239,11 @@ uint64_t tcm__central_drop_empty_ht(tcm_heap_t *h)
 {
     uint64_t bytes = 0;
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-        const tcm_class_info_t *ci = &h->classes[cls];
         uint32_t s = h->meta->central_head[cls];
         while (s) {
-            uint32_t next = h->spans[s].next;
-            if (h->spans[s].nfree == ci->span_objs) {
-                tcm__span_list_remove(h, &h->meta->central_head[cls], s);
-                STAT_ADD(h, bytes_central_free, -(uint64_t)ci->span_objs * ci->size);
-                TCM_HT_ADD(h->cstats[cls].spans, -1);
-                TCM_HT_ADD(h->cstats[cls].free_objs, -(uint64_t)ci->span_objs);
-                bytes += tcm__page_off(h->spans[s].npages);
-                tcm__ph_free_ht(h, s);
-            }
+            uint32_t next = h->spans[s].next, npages = h->spans[s].npages;
+            if (tcm__central_release_span_ht(h, s, false))
+                bytes += tcm__page_off(npages);
             s = next;
         }
     }
@@ -178,32 +257,88 @@ int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, ui
         (align_pages & (align_pages - 1)))
         return npages > h->npages ? TCM_ST_NOMEM : TCM_ST_BAD_COUNT;
     uint32_t s;
-    int st = alloc_pages(h, (uint32_t)npages, (uint32_t)align_pages, &s);
+    int st = tcm__pages_alloc_ht(h, (uint32_t)npages, (uint32_t)align_pages, &s);
     if (st != TCM_ST_OK)
         return st;
-    h->spans[s].state = TCM_SPAN_LARGE;
-    h->spans[s].owner = owner;
-    tcm__ph_map_ht(h, s, TCM_PAGE_CLASS_LARGE);
+    map_logged(h, s, TCM_SPAN_LARGE, 0, owner);
     *off = tcm__page_off(h->spans[s].first);
     return TCM_ST_OK;
 }
 
-int tcm__large_free_ht(tcm_heap_t *h, uint64_t off, uint64_t *bytes, uint32_t *owner)
+int tcm__large_check_ht(const tcm_heap_t *h, uint64_t off, uint32_t *span)
 {
     if (off >= h->heap_size || off < TCM_PAGE_SIZE)
         return TCM_ST_BAD_OFFSET;
     if (off & (TCM_PAGE_SIZE - 1))
         return TCM_ST_NOT_OBJECT;
     uint32_t page = (uint32_t)(off >> TCM_PAGE_SHIFT);
-    uint32_t s = h->page_span[page];
-    if (!s || h->spans[s].first != page)
-        return page < h->top ? TCM_ST_NOT_OBJECT : TCM_ST_BAD_OFFSET;
-    if (h->spans[s].state == TCM_SPAN_FREE)
+    if (page >= h->top)
+        return TCM_ST_BAD_OFFSET;
+    if (h->page_class[page] == TCM_PAGE_CLASS_FREE)
         return TCM_ST_DOUBLE_FREE;
-    if (h->spans[s].state != TCM_SPAN_LARGE)
+    uint32_t s = h->page_span[page];
+    if (!s || h->spans[s].first != page || h->spans[s].state != TCM_SPAN_LARGE ||
+        h->page_class[page] != TCM_PAGE_CLASS_LARGE)
         return TCM_ST_NOT_OBJECT;
+    *span = s;
+    return TCM_ST_OK;
+}
+
+int tcm__large_free_ht(tcm_heap_t *h, uint64_t off, uint64_t *bytes, uint32_t *owner)
+{
+    uint32_t s;
+    int st = tcm__large_check_ht(h, off, &s);
+    if (st != TCM_ST_OK)
+        return st;
     *bytes = tcm__page_off(h->spans[s].npages);
     *owner = h->spans[s].owner;
-    tcm__ph_free_ht(h, s);
+    unmap_logged(h, s);
     return TCM_ST_OK;
+}
+
+/* Recovery: a small span's free count is what its object map says; spans
+ * with free objects go on their class's list (empty ones too, as if each
+ * were its class's kept span; the first RETURN or release trims them). */
+uint64_t tcm__central_rebuild_ht(tcm_heap_t *h)
+{
+    uint64_t repairs = 0, central_free = 0;
+    for (unsigned cls = 0; cls < TCM_NCLASSES; cls++) {
+        h->meta->central_head[cls] = 0;
+        STAT_SET(h, bytes_central_free, 0);
+        atomic_store_explicit(&h->cstats[cls].spans, 0, memory_order_relaxed);
+        atomic_store_explicit(&h->cstats[cls].free_objs, 0, memory_order_relaxed);
+    }
+    for (uint32_t p = 1; p < h->top;) {
+        if (h->page_class[p] == TCM_PAGE_CLASS_FREE) {
+            p++;
+            continue;
+        }
+        uint32_t s = h->page_span[p];
+        tcm_span_t *sp = &h->spans[s];
+        p += sp->npages;
+        if (sp->state != TCM_SPAN_SMALL)
+            continue;
+        const tcm_class_info_t *ci = &h->classes[sp->cls];
+        uint64_t *map = span_map(h, sp);
+        uint32_t words = (ci->span_objs + 63) / 64, used = 0;
+        for (uint32_t w = 0; w < words; w++) {
+            uint64_t valid = (w == words - 1 && ci->span_objs % 64) ? (1ull << (ci->span_objs % 64)) - 1 : ~0ull;
+            if (map[w] & ~valid) {
+                map[w] &= valid; /* no object there: a bit set by nobody */
+                repairs++;
+            }
+            used += (uint32_t)__builtin_popcountll(map[w]);
+        }
+        sp->nfree = ci->span_objs - used;
+        sp->scan = 0;
+        sp->prev = sp->next = 0;
+        sp->on_list = 0;
+        if (sp->nfree)
+            tcm__span_list_push(h, &h->meta->central_head[sp->cls], s);
+        central_free += (uint64_t)sp->nfree * ci->size;
+        TCM_HT_ADD(h->cstats[sp->cls].spans, 1);
+        TCM_HT_ADD(h->cstats[sp->cls].free_objs, sp->nfree);
+    }
+    STAT_SET(h, bytes_central_free, central_free);
+    return repairs;
 }

@@ -27,6 +27,7 @@ static const setting_t settings[] = {
     {{"xfer_budget", true, "bytes the transfer tier of one process may hold"}, T_SIZE, 0, 1ull << 40},
     {{"page_cache_cap", true, "free committed bytes kept before pages go back to the OS"}, T_SIZE, 0, 64ull << 40},
     {{"spin_us", true, "microseconds the heap thread polls before sleeping"}, T_UINT, 0, 1000000},
+    {{"reconnect_timeout", true, "seconds a client waits for tcmd to come back before failing"}, T_UINT, 0, 86400},
     {{"log_level", true, "error, warn, info or debug"}, T_LEVEL, 0, 3},
 };
 #define NSETTINGS (sizeof settings / sizeof settings[0])
@@ -88,6 +89,7 @@ static uint64_t *field(tcm_server_t *srv, const setting_t *s)
     if (!strcmp(n, "tcache_budget")) return &srv->tcache_budget;
     if (!strcmp(n, "xfer_budget")) return &srv->xfer_budget;
     if (!strcmp(n, "page_cache_cap")) return &srv->page_cache_cap;
+    if (!strcmp(n, "reconnect_timeout")) return &srv->reconnect_timeout;
     return NULL;
 }
 
@@ -97,6 +99,7 @@ void tcm__config_publish(tcm_server_t *srv)
     atomic_store(&c->tcache_budget, srv->tcache_budget);
     atomic_store(&c->xfer_budget, srv->xfer_budget);
     atomic_store(&c->page_cache_cap, srv->page_cache_cap);
+    atomic_store(&c->reconnect_ms, srv->reconnect_timeout * 1000);
     atomic_store(&srv->meta->stats.bytes_limit, atomic_load(&c->heap_limit));
     atomic_fetch_add(&c->gen, 1);
 }
@@ -154,11 +157,30 @@ int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool 
     } else {
         *field(srv, s) = v;
     }
+    if (!at_runtime)
+        srv->explicit_settings |= 1u << (s - settings);
     if (at_runtime) {
         tcm__config_publish(srv);
         tcm__log(TCM_LOG_INFO, "config: %s = %s", n, value);
     }
     return 0;
+}
+
+void tcm__config_adopt(tcm_server_t *srv)
+{
+    const tcm_config_t *c = &srv->meta->config;
+    struct { const char *name; uint64_t *field, value; } kept[] = {
+        {"heap_limit", &srv->heap_limit, atomic_load(&c->heap_limit)},
+        {"tcache_budget", &srv->tcache_budget, atomic_load(&c->tcache_budget)},
+        {"xfer_budget", &srv->xfer_budget, atomic_load(&c->xfer_budget)},
+        {"page_cache_cap", &srv->page_cache_cap, atomic_load(&c->page_cache_cap)},
+        {"reconnect_timeout", &srv->reconnect_timeout, atomic_load(&c->reconnect_ms) / 1000},
+    };
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
+        const setting_t *s = find(kept[i].name);
+        if (!(srv->explicit_settings & 1u << (s - settings)) && kept[i].value >= s->min && kept[i].value <= s->max)
+            *kept[i].field = kept[i].value;
+    }
 }
 
 int tcm__config_get(tcm_server_t *srv, const char *key, char *value, size_t len)

@@ -31,4 +31,8 @@ int tcm__config_load(tcm_server_t *srv, const char *path, bool at_runtime);
  * and after each change), bumping the generation clients watch. */
 void tcm__config_publish(tcm_server_t *srv);
 
+/* An adopted heap keeps its runtime settings (a resize, a budget set with
+ * tcmctl) unless this tcmd was given them on its command line or file. */
+void tcm__config_adopt(tcm_server_t *srv);
+
 #endif

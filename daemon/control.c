@@ -41,10 +41,10 @@ static void conn_close(tcm_conn_t *conn)
         return;
     conn->closing = true;
     if (conn->client) {
-        tcm__log(TCM_LOG_DEBUG, "client %u (pid %d): control connection closed", conn->client->id,
-                 (int)conn->client->pid);
+        tcm_client_rec_t *rec = conn->client->rec;
+        tcm__log(TCM_LOG_DEBUG, "client %u (pid %u): control connection closed", rec->id, rec->pid);
         conn->client->conn = NULL;
-        atomic_store_explicit(&conn->client->state, TCM_CL_DEAD, memory_order_release);
+        atomic_store_explicit(&rec->state, TCM_REC_DEAD, memory_order_release);
         tcm__heap_kick(conn->srv);
         conn->client = NULL;
     }
@@ -114,6 +114,56 @@ static bool allowed_to_change(tcm_conn_t *conn, const char *what)
     return false;
 }
 
+static void send_welcome(tcm_conn_t *conn, tcm_client_t *c, bool resumed)
+{
+    tcm_server_t *srv = conn->srv;
+    Tcm__Welcome w = TCM__WELCOME__INIT;
+    uint32_t sizes[TCM_NCLASSES];
+    for (unsigned i = 0; i < TCM_NCLASSES; i++)
+        sizes[i] = srv->h.classes[i].size;
+    w.version = TCM_PROTO_VERSION;
+    w.client_id = c->rec->id;
+    w.heap_name = srv->heap_name;
+    w.meta_name = srv->meta_name;
+    w.channel_name = c->rec->chan_name;
+    w.base_address = srv->base;
+    w.heap_size = srv->heap_size;
+    w.page_shift = TCM_PAGE_SHIFT;
+    w.n_class_size = TCM_NCLASSES;
+    w.class_size = sizes;
+    w.max_threads = srv->max_threads;
+    w.daemon_pid = (uint32_t)getpid();
+    w.token = c->rec->token;
+    w.resumed = resumed;
+    reply(conn, TCM__RESPONSE__BODY_WELCOME, &w);
+}
+
+/* A client of a previous tcmd takes its record back: same channel, caches,
+ * tag and counters. Only the process it belonged to may, with its token. */
+static void resume(tcm_conn_t *conn, const Tcm__Hello *hello)
+{
+    tcm_server_t *srv = conn->srv;
+    uint32_t hw = atomic_load(&srv->clients_hw);
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        if (!c || c->rec->id != hello->resume_client_id)
+            continue;
+        uint32_t state = atomic_load(&c->rec->state);
+        if (c->conn || (state != TCM_REC_ACTIVE && state != TCM_REC_EVICTED) || c->rec->token != hello->resume_token ||
+            c->rec->pid != (uint32_t)conn->pid)
+            break;
+        c->conn = conn;
+        conn->client = c;
+        atomic_fetch_add(&srv->meta->stats.clients_resumed, 1);
+        send_welcome(conn, c, true);
+        tcm__log(TCM_LOG_INFO, "client %u (pid %u) resumed", c->rec->id, c->rec->pid);
+        return;
+    }
+    tcm__log(TCM_LOG_WARN, "control: pid %d asked to resume client %u, which this heap does not have", (int)conn->pid,
+             hello->resume_client_id);
+    send_error(conn, ESRCH, "no such client to resume (the heap was replaced, or the client was reclaimed)");
+}
+
 static void handle_hello(tcm_conn_t *conn, const Tcm__Hello *hello)
 {
     tcm_server_t *srv = conn->srv;
@@ -130,6 +180,10 @@ static void handle_hello(tcm_conn_t *conn, const Tcm__Hello *hello)
         send_error(conn, EPROTONOSUPPORT, msg);
         return;
     }
+    if (hello->resume_client_id) {
+        resume(conn, hello);
+        return;
+    }
     tcm_client_t *c;
     int err = tcm__client_create(srv, conn->pid, conn->uid, &c);
     if (err) {
@@ -138,25 +192,8 @@ static void handle_hello(tcm_conn_t *conn, const Tcm__Hello *hello)
     }
     c->conn = conn;
     conn->client = c;
-
-    Tcm__Welcome w = TCM__WELCOME__INIT;
-    uint32_t sizes[TCM_NCLASSES];
-    for (unsigned i = 0; i < TCM_NCLASSES; i++)
-        sizes[i] = srv->h.classes[i].size;
-    w.version = TCM_PROTO_VERSION;
-    w.client_id = c->id;
-    w.heap_name = srv->heap_name;
-    w.meta_name = srv->meta_name;
-    w.channel_name = c->chan_name;
-    w.base_address = srv->base;
-    w.heap_size = srv->heap_size;
-    w.page_shift = TCM_PAGE_SHIFT;
-    w.n_class_size = TCM_NCLASSES;
-    w.class_size = sizes;
-    w.max_threads = srv->max_threads;
-    w.daemon_pid = (uint32_t)getpid();
-    reply(conn, TCM__RESPONSE__BODY_WELCOME, &w);
-    tcm__log(TCM_LOG_INFO, "client %u attached: pid %d uid %u", c->id, (int)c->pid, (unsigned)c->uid);
+    send_welcome(conn, c, false);
+    tcm__log(TCM_LOG_INFO, "client %u attached: pid %u uid %u", c->rec->id, c->rec->pid, c->rec->uid);
 }
 
 static void handle_ping(tcm_conn_t *conn, const Tcm__Ping *ping)
@@ -189,13 +226,13 @@ static void handle_stats(tcm_conn_t *conn)
     uint64_t count[TCM_LAT_BUCKETS];
     for (unsigned i = 0; i < TCM_LAT_BUCKETS; i++) {
         upper[i] = tcm__latency_upper_us(i);
-        count[i] = atomic_load(&srv->dstats.latency[i]);
+        count[i] = atomic_load(&srv->dstats->latency[i]);
     }
     Tcm__Histogram hist = TCM__HISTOGRAM__INIT;
     hist.n_upper_us = hist.n_count = TCM_LAT_BUCKETS;
     hist.upper_us = upper;
     hist.count = count;
-    hist.sum_ns = atomic_load(&srv->dstats.latency_sum_ns);
+    hist.sum_ns = atomic_load(&srv->dstats->latency_sum_ns);
     Tcm__Stats stats = TCM__STATS__INIT;
     stats.n_stat = n;
     stats.stat = stp;
@@ -218,19 +255,20 @@ static void handle_clients(tcm_conn_t *conn)
     uint32_t hw = atomic_load(&srv->clients_hw);
     for (uint32_t i = 0; i < hw; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
-        if (!c || atomic_load(&c->state) == TCM_CL_DEAD)
+        if (!c || atomic_load(&c->rec->state) == TCM_REC_DEAD)
             continue;
         Tcm__ClientInfo *ci = &infos[n];
         tcm__client_info__init(ci);
-        uint64_t out = atomic_load(&c->bytes_out), in = atomic_load(&c->bytes_back);
-        ci->client_id = c->id;
-        ci->pid = (uint32_t)c->pid;
-        ci->uid = (uint32_t)c->uid;
+        const tcm_client_rec_t *rec = c->rec;
+        uint64_t out = atomic_load(&rec->bytes_out), in = atomic_load(&rec->bytes_back);
+        ci->client_id = rec->id;
+        ci->pid = rec->pid;
+        ci->uid = rec->uid;
         ci->bytes_held = out > in ? out - in : 0;
         tcm__client_usage(srv, c, &ci->threads, &ci->bytes_cached);
-        ci->requests = atomic_load(&c->requests);
-        ci->errors = atomic_load(&c->errors);
-        ci->attached_unix = c->attached_unix;
+        ci->requests = atomic_load(&rec->requests);
+        ci->errors = atomic_load(&rec->errors);
+        ci->attached_unix = rec->attached_unix;
         ptrs[n++] = ci;
     }
     Tcm__Clients clients = TCM__CLIENTS__INIT;
@@ -410,19 +448,32 @@ static void handle_detach(tcm_conn_t *conn, const Tcm__Detach *d)
     uint32_t hw = atomic_load(&srv->clients_hw);
     for (uint32_t i = 0; i < hw; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
-        int expected = TCM_CL_ACTIVE;
-        if (c && c->id == d->client_id &&
-            atomic_compare_exchange_strong(&c->state, &expected, TCM_CL_EVICTED)) {
-            tcm__log(TCM_LOG_WARN, "client %u (pid %d) detached by an operator: its allocations now fail",
-                     c->id, (int)c->pid);
+        uint32_t expected = TCM_REC_ACTIVE;
+        if (c && c->rec->id == d->client_id &&
+            atomic_compare_exchange_strong(&c->rec->state, &expected, TCM_REC_EVICTED)) {
+            tcm__log(TCM_LOG_WARN, "client %u (pid %u) detached by an operator: its allocations now fail",
+                     c->rec->id, c->rec->pid);
             Tcm__Detached r = TCM__DETACHED__INIT;
-            r.client_id = c->id;
-            r.pid = (uint32_t)c->pid;
+            r.client_id = c->rec->id;
+            r.pid = c->rec->pid;
             reply(conn, TCM__RESPONSE__BODY_DETACHED, &r);
             return;
         }
     }
     send_error(conn, ENOENT, "no attached client with that id (tcmctl clients lists them)");
+}
+
+static void handle_check(tcm_conn_t *conn)
+{
+    tcm_server_t *srv = conn->srv;
+    uint64_t t0 = tcm__now_ns();
+    uint64_t bad = tcm__heap_command(srv, TCM_MBOX_CHECK);
+    Tcm__CheckResult r = TCM__CHECK_RESULT__INIT;
+    r.ok = bad == 0;
+    r.message = srv->mbox_text;
+    r.duration_us = (tcm__now_ns() - t0) / 1000;
+    tcm__log(r.ok ? TCM_LOG_INFO : TCM_LOG_ERROR, "check: %s", srv->mbox_text);
+    reply(conn, TCM__RESPONSE__BODY_CHECK, &r);
 }
 
 static void handle_frame(tcm_conn_t *conn, const uint8_t *data, size_t len)
@@ -480,9 +531,12 @@ static void handle_frame(tcm_conn_t *conn, const uint8_t *data, size_t len)
     case TCM__REQUEST__BODY_DETACH:
         handle_detach(conn, req->detach);
         break;
+    case TCM__REQUEST__BODY_CHECK:
+        handle_check(conn);
+        break;
     case TCM__REQUEST__BODY_BYE:
         if (conn->client)
-            atomic_store(&conn->client->said_bye, true);
+            atomic_store(&conn->client->rec->said_bye, 1);
         break;
     default:
         send_error(conn, EOPNOTSUPP, "unknown request");
@@ -577,9 +631,30 @@ static void on_reaped(uv_async_t *async)
     }
 }
 
+/* Adopted clients that have not reconnected have no connection whose EOF
+ * would tell us they died: their channel lock does. */
+static void on_liveness(uv_timer_t *timer)
+{
+    tcm_server_t *srv = timer->data;
+    uint32_t hw = atomic_load(&srv->clients_hw);
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        uint32_t state = c ? atomic_load(&c->rec->state) : TCM_REC_FREE;
+        if (!c || c->conn || (state != TCM_REC_ACTIVE && state != TCM_REC_EVICTED) || tcm__client_alive(c))
+            continue;
+        tcm__log(TCM_LOG_WARN, "client %u (pid %u) of the previous tcmd died before it reconnected", c->rec->id,
+                 c->rec->pid);
+        atomic_store_explicit(&c->rec->state, TCM_REC_DEAD, memory_order_release);
+        tcm__heap_kick(srv);
+    }
+}
+
 int tcm__control_start(tcm_server_t *srv)
 {
     int err;
+    uv_timer_init(srv->loop, &srv->liveness);
+    srv->liveness.data = srv;
+    uv_timer_start(&srv->liveness, on_liveness, 1000, 1000);
     uv_async_init(srv->loop, &srv->reaped_async, on_reaped);
     srv->reaped_async.data = srv;
     uv_pipe_init(srv->loop, &srv->listener, 0);
@@ -618,5 +693,6 @@ void tcm__control_close(tcm_server_t *srv)
     uv_walk(srv->loop, close_walk, srv);
     uv_run(srv->loop, UV_RUN_DEFAULT);
     on_reaped(&srv->reaped_async);
-    unlink(srv->socket_path);
+    if (!srv->keep_segments)
+        unlink(srv->socket_path); /* else new processes wait for the next tcmd */
 }

@@ -1,10 +1,13 @@
-/* heap.h — the daemon's heap state: page heap, central lists, page map.
- * Everything here is owned by the heap thread; functions ending in _ht must
- * only be called from it (or before it starts). */
+/* heap.h — the daemon's heap state: page heap, central lists, page map,
+ * object and owner maps, and the intents that make each change safe to
+ * interrupt. Everything here is owned by the heap thread; functions ending
+ * in _ht must only be called from it (or before it starts, or by the
+ * recovery pass). */
 #ifndef TCM_DAEMON_HEAP_H
 #define TCM_DAEMON_HEAP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tcm_layout.h"
@@ -17,68 +20,110 @@
     atomic_store_explicit(&(counter), atomic_load_explicit(&(counter), memory_order_relaxed) + (v), \
                           memory_order_relaxed)
 
-typedef struct tcm_class_stats {
-    _Atomic uint64_t spans;     /* spans cut for this class */
-    _Atomic uint64_t free_objs; /* objects in those spans not handed out */
-    _Atomic uint64_t refills;   /* batches handed to clients */
-    _Atomic uint64_t returns;   /* batches given back by clients */
-} tcm_class_stats_t;
+/* Orders the stores of a crash-consistent sequence: tcmd may be killed
+ * between any two of them, and the next tcmd reads them back from shared
+ * memory, so the compiler must not move one past another. (A killed
+ * process's executed stores all reach memory; only compiler reordering
+ * can break the order.) */
+#define TCM_PERSIST_BARRIER() atomic_signal_fence(memory_order_seq_cst)
 
 typedef struct tcm_heap {
     tcm_meta_hdr_t *meta;          /* read-write mapping */
+    tcm_state_hdr_t *state;        /* read-write mapping, tcmd only */
     tcm_class_info_t *classes;     /* in meta */
     uint8_t *page_class;           /* in meta */
     uint32_t *page_span;           /* in meta */
     tcm_span_t *spans;             /* in meta, [npages + 1] */
-    uint64_t *objmap;              /* private: 1 bit per 16 bytes, 1 = object handed out */
-    uint16_t *owners;              /* private: owner tag of each handed-out object,
-                                      indexed like objmap bits */
     tcm_root_t *roots;             /* in meta */
+    uint64_t *objmap;              /* in state: 1 bit per object slot, 1 = handed out */
+    uint16_t *owners;              /* in state: owner tag of each object, indexed like objmap bits */
+    tcm_class_stats_t *cstats;     /* in state */
     int heap_fd;
-    int meta_fd;                   /* -1: metadata is not a shm object (unit tests) */
+    int meta_fd;                   /* -1: not shm objects (unit tests); nothing to commit */
+    int state_fd;
     tcm_meta_layout_t ml;
+    tcm_state_layout_t sl;
     uint64_t heap_size;
     uint32_t npages;
-    uint32_t top;                  /* pages [top, limit) were never handed out */
+    /* derived, rebuilt by tcm__ph_rebuild_ht */
+    uint32_t top;                  /* mirror of state->top: pages [top, limit) were never handed out */
     uint32_t unused_spans;         /* chain of free span records through .next */
     uint32_t next_span_record;     /* records [next_span_record, npages] never used */
     uint32_t free_lists[TCM_PH_NLISTS + 1];
     uint64_t nonempty[(TCM_PH_NLISTS + 64) / 64 + 1]; /* bit i: free_lists[i] non-empty */
-    tcm_class_stats_t cstats[TCM_NCLASSES];
     uint64_t free_pages;           /* pages in FREE spans */
     uint64_t free_committed_pages; /* of those, known to be backed */
 } tcm_heap_t;
 
-/* Lay out a fresh metadata segment and point h at it (segments.c). */
-int tcm__meta_init(tcm_heap_t *h, void *meta, const tcm_meta_layout_t *ml, int meta_fd,
-                   int heap_fd, uint64_t heap_size, uint64_t base);
+/* Point h at a metadata and a state segment of a heap of heap_size bytes
+ * (segments.c). fresh: lay them out; else they hold an adopted heap whose
+ * derived parts the caller rebuilds. */
+int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, int heap_fd, int meta_fd, int state_fd,
+                     uint64_t heap_size, uint64_t base, uint32_t max_threads, bool fresh);
 
 /* spans */
 uint32_t tcm__span_new_ht(tcm_heap_t *h);
 void tcm__span_delete_ht(tcm_heap_t *h, uint32_t s);
 void tcm__span_list_push(tcm_heap_t *h, uint32_t *head, uint32_t s);
 void tcm__span_list_remove(tcm_heap_t *h, uint32_t *head, uint32_t s);
+/* The authoritative stores of making and unmaking an allocated span:
+ * record, page span and page class of every page. Idempotent, so a
+ * recovery can redo them. */
+void tcm__span_map_ht(tcm_heap_t *h, uint32_t s, uint32_t first, uint32_t npages, uint8_t state,
+                      uint8_t cls, uint32_t owner);
+void tcm__span_unmap_ht(tcm_heap_t *h, uint32_t first, uint32_t npages);
 
 /* page heap (pageheap.c) */
 void tcm__ph_init(tcm_heap_t *h);
+/* A free run of npages (aligned), committed; its record is in transit
+ * (state UNUSED) until the caller maps it. */
 int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *out);
-void tcm__ph_map_ht(tcm_heap_t *h, uint32_t s, uint8_t page_class);
-void tcm__ph_free_ht(tcm_heap_t *h, uint32_t s);
+/* Span s (already unmapped) back on the free lists, merged with its free
+ * neighbours; punches free runs beyond the page cache cap. */
+void tcm__ph_insert_free_ht(tcm_heap_t *h, uint32_t s);
 uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes);
 uint64_t tcm__ph_in_use_end_ht(tcm_heap_t *h); /* heap offset after the last page in use */
-bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen);
+/* Recovery: rebuild the free runs, their lists and the record allocator
+ * from the page map of the allocated spans. Returns repairs made. */
+uint64_t tcm__ph_rebuild_ht(tcm_heap_t *h);
 
 /* central lists (central.c) */
-/* Owner tags name the client an object was handed to (see server.h); the
- * daemon credits a returned object to its owner, whoever frees it. */
-uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint64_t *out,
-                                uint16_t owner, int *status);
-int tcm__central_return_ht(tcm_heap_t *h, unsigned cls, uint64_t off, uint16_t *owner);
+/* Hand out up to want objects of cls tagged owner. Each offset is logged in
+ * log[*logged] (and *logged bumped) before its bit is set, so a recovery
+ * can finish the handout; log may be the answer array itself. */
+uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint16_t owner, uint64_t *log,
+                                uint32_t *logged, int *status);
+/* Validate without changing anything: TCM_ST_OK for the exact start of a
+ * handed-out object of class cls (cls 0: any class). */
+int tcm__central_check_ht(const tcm_heap_t *h, unsigned cls, uint64_t off);
+/* Free an object that passed the check; returns its owner tag. *emptied is
+ * set when its span has no object handed out any more. */
+uint16_t tcm__central_free_ht(tcm_heap_t *h, uint64_t off, uint32_t *emptied);
+/* Give span s back to the page heap if it is still empty and not its
+ * class's only span with free objects (one is kept against churn). */
+bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep_last);
 uint64_t tcm__central_drop_empty_ht(tcm_heap_t *h);
+/* Free pages for a new span, giving kept empty spans back first when the
+ * heap is at its limit. */
+int tcm__pages_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *s);
+/* A page run owned by owner, made and unmade under the page intent. */
 int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, uint32_t owner,
                         uint64_t *off);
 int tcm__large_free_ht(tcm_heap_t *h, uint64_t off, uint64_t *bytes, uint32_t *owner);
-int tcm__object_class(const tcm_heap_t *h, uint64_t off, unsigned *cls); /* validation only */
+/* Validate a page-run free: the span record of the run at off. */
+int tcm__large_check_ht(const tcm_heap_t *h, uint64_t off, uint32_t *span);
+/* Recovery: free counts from the object map, central lists, class stats. */
+uint64_t tcm__central_rebuild_ht(tcm_heap_t *h);
+
+/* validate.c: page heap and central lists against the page map and the
+ * object map; false and the first inconsistency in why. */
+bool tcm__heap_validate_ht(tcm_heap_t *h, char *why, size_t whylen);
+
+/* Where the bits and owner tags of span s start. */
+static inline uint64_t tcm__span_bit0(const tcm_span_t *sp)
+{
+    return (uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE * 64;
+}
 
 static inline uint64_t tcm__page_off(uint32_t page)
 {

@@ -13,6 +13,7 @@
 
 #include "frame.h"
 #include "config.h"
+#include "crash.h"
 #include "log.h"
 #include "metrics.h"
 #include "prim.h"
@@ -39,6 +40,8 @@ static void usage(FILE *f)
             "  --metrics-port P  serve Prometheus metrics at http://ADDR:P/metrics\n"
             "  --metrics-addr A  address for --metrics-port (default 127.0.0.1)\n"
             "  --foreground      do not detach\n"
+            "  --discard-heap    replace the heap a previous tcmd left under this name\n"
+            "                    (by default it is adopted: same heap, same address)\n"
             "  --help\n",
             (unsigned long long)TCM_DEFAULT_BASE);
 }
@@ -92,17 +95,49 @@ static void on_signal(uv_signal_t *sig, int signum)
     uv_stop(sig->loop);
 }
 
+static uint32_t count_clients(tcm_server_t *srv, uint32_t state)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        n += c && atomic_load(&c->rec->state) == state;
+    }
+    return n;
+}
+
+/* Stopping: with clients attached the heap is left for the next tcmd;
+ * clients that just died are reclaimed first, so that a heap nobody uses
+ * any more is removed as before. */
+static void decide_what_stays(tcm_server_t *srv)
+{
+    for (int i = 0; i < 200 && count_clients(srv, TCM_REC_DEAD); i++)
+        tcm__sleep_ns(10000000);
+    uint32_t attached = count_clients(srv, TCM_REC_ACTIVE) + count_clients(srv, TCM_REC_EVICTED) +
+                        count_clients(srv, TCM_REC_DEAD);
+    if (attached) {
+        srv->keep_segments = true;
+        tcm__log(TCM_LOG_WARN, "%u clients are attached: leaving heap '%s' and socket %s for the next tcmd "
+                 "(clients wait for it; start tcmd with --discard-heap to replace the heap)",
+                 attached, srv->name, srv->socket_path);
+    }
+}
+
 static int run(tcm_server_t *srv, int ready_fd)
 {
     int rc = 1;
     srv->loop = uv_default_loop();
     srv->start_ns = tcm__now_ns();
-    if (tcm__segments_create(srv) != 0)
+    tcm__crash_init();
+    if (tcm__segments_open(srv) != 0)
         goto out;
+    if (srv->adopted)
+        tcm__config_adopt(srv);
     if (!srv->heap_limit || srv->heap_limit > srv->heap_size)
         srv->heap_limit = srv->heap_size;
     atomic_store(&srv->meta->config.heap_limit, srv->heap_limit & ~(uint64_t)(TCM_PAGE_SIZE - 1));
     tcm__config_publish(srv);
+    if (srv->adopted && tcm__recover(srv) != 0)
+        goto out_segments;
     if (tcm__heap_thread_start(srv) != 0)
         goto out_segments;
     if (tcm__control_start(srv) != 0)
@@ -117,30 +152,35 @@ static int run(tcm_server_t *srv, int ready_fd)
     srv->sighup.data = srv;
     uv_signal_start(&srv->sighup, on_sighup, SIGHUP);
     signal(SIGPIPE, SIG_IGN);
-    tcm__log(TCM_LOG_INFO, "tcmd %s ready: socket %s, heap %s %llu bytes at 0x%llx", TCM_VERSION_STRING,
-             srv->socket_path, srv->heap_name, (unsigned long long)srv->heap_size,
-             (unsigned long long)srv->base);
+    tcm__log(TCM_LOG_INFO, "tcmd %s ready: socket %s, heap %s %llu bytes at 0x%llx%s", TCM_VERSION_STRING,
+             srv->socket_path, srv->heap_name, (unsigned long long)srv->heap_size, (unsigned long long)srv->base,
+             srv->adopted ? " (adopted)" : "");
     if (ready_fd >= 0) {
         (void)!write(ready_fd, "k", 1);
         close(ready_fd);
         ready_fd = -1;
     }
     uv_run(srv->loop, UV_RUN_DEFAULT);
+    decide_what_stays(srv);
     rc = 0;
 out_thread:
     tcm__heap_thread_stop(srv);
     for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
-        if (c) {
-            if (c->conn)
-                c->conn = NULL;
+        if (!c)
+            continue;
+        c->conn = NULL;
+        atomic_store(&srv->clients[i], NULL);
+        if (srv->keep_segments)
+            tcm__client_unmap(srv, c);
+        else
             tcm__client_destroy(srv, c);
-            atomic_store(&srv->clients[i], NULL);
-        }
     }
     tcm__control_close(srv);
 out_segments:
-    tcm__segments_destroy(srv);
+    if (rc != 0)
+        srv->keep_segments = true; /* a failed start deletes nothing */
+    tcm__segments_close(srv);
 out:
     if (ready_fd >= 0)
         close(ready_fd);
@@ -159,12 +199,13 @@ int main(int argc, char **argv)
     srv->tcache_budget = 32ull << 20;
     srv->xfer_budget = 32ull << 20;
     srv->page_cache_cap = 64ull << 20;
-    srv->lock_fd = srv->heap_fd = srv->meta_fd = -1;
+    srv->reconnect_timeout = 30;
+    srv->lock_fd = srv->heap_fd = srv->meta_fd = srv->state_fd = -1;
     const char *config = NULL;
     char err[256];
 
     enum { O_SOCKET = 256, O_NAME, O_HEAP, O_BASE, O_THREADS, O_CONFIG, O_LOG, O_LEVEL, O_SPIN, O_FG, O_MPORT,
-           O_MADDR };
+           O_MADDR, O_DISCARD };
     static const struct option opts[] = {
         {"socket", required_argument, 0, O_SOCKET},  {"name", required_argument, 0, O_NAME},
         {"heap-size", required_argument, 0, O_HEAP}, {"base", required_argument, 0, O_BASE},
@@ -173,6 +214,7 @@ int main(int argc, char **argv)
         {"log-level", required_argument, 0, O_LEVEL}, {"spin-us", required_argument, 0, O_SPIN},
         {"foreground", no_argument, 0, O_FG},       {"help", no_argument, 0, 'h'},
         {"metrics-port", required_argument, 0, O_MPORT}, {"metrics-addr", required_argument, 0, O_MADDR},
+        {"discard-heap", no_argument, 0, O_DISCARD},
         {0, 0, 0, 0},
     };
     /* the config file first, so command-line options override it */
@@ -214,6 +256,7 @@ int main(int argc, char **argv)
         case O_CONFIG: break;
         case O_LOG: snprintf(srv->log_path, sizeof srv->log_path, "%.255s", optarg); break;
         case O_FG: srv->foreground = true; break;
+        case O_DISCARD: srv->discard_heap = true; break;
         case O_MPORT: {
             char *end;
             long port = strtol(optarg, &end, 10);

@@ -99,14 +99,14 @@ static void render(tcm_server_t *srv, text_t *t)
     family(t, "tcm_request_duration_seconds", "histogram", "ring request service time on the heap thread");
     uint64_t cum = 0;
     for (unsigned i = 0; i < TCM_LAT_BUCKETS; i++) {
-        cum += atomic_load(&srv->dstats.latency[i]);
+        cum += atomic_load(&srv->dstats->latency[i]);
         double up = tcm__latency_upper_us(i);
         if (isinf(up))
             put(t, "tcm_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
         else
             put(t, "tcm_request_duration_seconds_bucket{le=\"%g\"} %llu\n", up / 1e6, (unsigned long long)cum);
     }
-    put(t, "tcm_request_duration_seconds_sum %.9f\n", (double)atomic_load(&srv->dstats.latency_sum_ns) / 1e9);
+    put(t, "tcm_request_duration_seconds_sum %.9f\n", (double)atomic_load(&srv->dstats->latency_sum_ns) / 1e9);
     put(t, "tcm_request_duration_seconds_count %llu\n", (unsigned long long)cum);
 
     static const struct { const char *name, *help; } cls_fam[] = {
@@ -138,16 +138,16 @@ static void render(tcm_server_t *srv, text_t *t)
         family(t, cl_fam[f].name, cl_fam[f].type, cl_fam[f].help);
         for (uint32_t i = 0; i < hw; i++) {
             tcm_client_t *c = atomic_load(&srv->clients[i]);
-            if (!c || atomic_load(&c->state) == TCM_CL_DEAD)
+            if (!c || atomic_load(&c->rec->state) == TCM_REC_DEAD)
                 continue;
             uint32_t threads;
-            uint64_t cached, out = atomic_load(&c->bytes_out), back = atomic_load(&c->bytes_back), v;
+            uint64_t cached, out = atomic_load(&c->rec->bytes_out), back = atomic_load(&c->rec->bytes_back), v;
             tcm__client_usage(srv, c, &threads, &cached);
             v = f == 0 ? (out > back ? out - back : 0)
                 : f == 1 ? cached
-                : f == 2 ? atomic_load(&c->requests)
-                         : atomic_load(&c->errors);
-            put(t, "%s{client=\"%u\",pid=\"%d\"} %llu\n", cl_fam[f].name, c->id, (int)c->pid,
+                : f == 2 ? atomic_load(&c->rec->requests)
+                         : atomic_load(&c->rec->errors);
+            put(t, "%s{client=\"%u\",pid=\"%u\"} %llu\n", cl_fam[f].name, c->rec->id, c->rec->pid,
                 (unsigned long long)v);
         }
     }

@@ -4,6 +4,7 @@
  * its cap. Heap thread only. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "heap.h"
@@ -200,6 +201,8 @@ int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint3
         h->spans[s].npages = (uint32_t)want;
         h->spans[s].committed = 0;
         h->top += (uint32_t)want;
+        /* after commit_meta: pages below top have backed metadata */
+        atomic_store_explicit(&h->state->top, h->top, memory_order_relaxed);
         STAT_SET(h, bytes_top, (uint64_t)h->top * TCM_PAGE_SIZE);
     }
 
@@ -237,13 +240,27 @@ int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint3
     return TCM_ST_OK;
 }
 
-/* Point every page of an allocated span at it. */
-void tcm__ph_map_ht(tcm_heap_t *h, uint32_t s, uint8_t page_class)
+void tcm__span_map_ht(tcm_heap_t *h, uint32_t s, uint32_t first, uint32_t npages, uint8_t state,
+                      uint8_t cls, uint32_t owner)
 {
     tcm_span_t *sp = &h->spans[s];
-    for (uint32_t p = sp->first; p < sp->first + sp->npages; p++) {
+    sp->first = first;
+    sp->npages = npages;
+    sp->state = state;
+    sp->cls = cls;
+    sp->owner = owner;
+    uint8_t page_class = state == TCM_SPAN_LARGE ? TCM_PAGE_CLASS_LARGE : cls;
+    for (uint32_t p = first; p < first + npages; p++) {
         h->page_span[p] = s;
         h->page_class[p] = page_class;
+    }
+}
+
+void tcm__span_unmap_ht(tcm_heap_t *h, uint32_t first, uint32_t npages)
+{
+    for (uint32_t p = first; p < first + npages; p++) {
+        h->page_class[p] = TCM_PAGE_CLASS_FREE;
+        h->page_span[p] = 0;
     }
 }
 
@@ -277,14 +294,10 @@ static void insert_coalesced(tcm_heap_t *h, uint32_t s)
     free_insert(h, s);
 }
 
-void tcm__ph_free_ht(tcm_heap_t *h, uint32_t s)
+void tcm__ph_insert_free_ht(tcm_heap_t *h, uint32_t s)
 {
     tcm_span_t *sp = &h->spans[s];
     STAT_ADD(h, bytes_spans, -tcm__page_off(sp->npages));
-    for (uint32_t p = sp->first; p < sp->first + sp->npages; p++) {
-        h->page_class[p] = TCM_PAGE_CLASS_FREE;
-        h->page_span[p] = 0;
-    }
     sp->committed = 1;
     insert_coalesced(h, s);
 
@@ -342,15 +355,113 @@ uint64_t tcm__ph_in_use_end_ht(tcm_heap_t *h)
     return tcm__page_off(p + 1);
 }
 
-/* Whole-structure check for tests: lists agree with states, neighbours are
- * never both free, page map points at the right spans. */
+/* Recovery: every page below top is either in an allocated span (page
+ * class not 0; its record is authoritative) or free. Free runs get fresh
+ * records, merged to maximal runs, committed when the heap segment has no
+ * hole in them; records no allocated span uses go back to the allocator. */
+uint64_t tcm__ph_rebuild_ht(tcm_heap_t *h)
+{
+    uint64_t repairs = 0;
+    tcm__ph_init(h);
+    uint32_t top = atomic_load_explicit(&h->state->top, memory_order_relaxed);
+    if (top < 1 || top > h->npages)
+        top = h->npages;
+    /* an allocated page above top would mean top was lost: trust the pages */
+    for (uint32_t p = h->npages - 1; p >= top; p--)
+        if (h->page_class[p] != TCM_PAGE_CLASS_FREE) {
+            top = p + 1;
+            repairs++;
+            break;
+        }
+    h->top = top;
+    atomic_store_explicit(&h->state->top, top, memory_order_relaxed);
+
+    /* pass 1: records of allocated spans, checked against the page map */
+    uint8_t *used = calloc((size_t)h->npages + 2, 1);
+    uint32_t *bad = calloc((size_t)h->npages + 1, sizeof *bad), nbad = 0, max_used = 0;
+    if (!used || !bad) {
+        tcm__log(TCM_LOG_ERROR, "recovery: out of memory for %u pages", h->npages);
+        abort();
+    }
+    for (uint32_t p = 1; p < top;) {
+        uint8_t pc = h->page_class[p];
+        if (pc == TCM_PAGE_CLASS_FREE) {
+            p++;
+            continue;
+        }
+        uint32_t s = h->page_span[p];
+        tcm_span_t *sp = s && s <= h->npages ? &h->spans[s] : NULL;
+        bool ok = sp && !used[s] && sp->first == p && sp->npages >= 1 && (uint64_t)p + sp->npages <= top &&
+                  (pc == TCM_PAGE_CLASS_LARGE ? sp->state == TCM_SPAN_LARGE
+                                              : sp->state == TCM_SPAN_SMALL && sp->cls == pc && pc < TCM_NCLASSES &&
+                                                    sp->npages == h->classes[pc].span_pages);
+        for (uint32_t q = p; ok && q < p + sp->npages; q++)
+            ok = h->page_span[q] == s && h->page_class[q] == pc;
+        if (!ok) {
+            bad[nbad++] = p++;
+            continue;
+        }
+        used[s] = 1;
+        if (s > max_used)
+            max_used = s;
+        sp->prev = sp->next = 0;
+        sp->on_list = 0;
+        sp->committed = 0;
+        p += sp->npages;
+    }
+    h->next_span_record = max_used + 1;
+    for (uint32_t r = max_used; r >= 1; r--)
+        if (!used[r])
+            tcm__span_delete_ht(h, r);
+    /* should never happen: keep such a page out of circulation rather than
+     * risk handing out something that is in use */
+    for (uint32_t i = 0; i < nbad; i++) {
+        tcm__log(TCM_LOG_ERROR, "recovery: page %u (class %u, span %u) does not match its span record; "
+                 "kept as an unowned page run", bad[i], h->page_class[bad[i]], h->page_span[bad[i]]);
+        tcm__span_map_ht(h, tcm__span_new_ht(h), bad[i], 1, TCM_SPAN_LARGE, 0, 0);
+        repairs++;
+    }
+    free(used);
+    free(bad);
+
+    /* pass 2: maximal free runs */
+    uint64_t spans_bytes = 0;
+    for (uint32_t p = 1; p < top;) {
+        if (h->page_class[p] != TCM_PAGE_CLASS_FREE) {
+            spans_bytes += tcm__page_off(h->spans[h->page_span[p]].npages);
+            p += h->spans[h->page_span[p]].npages;
+            continue;
+        }
+        uint32_t q = p;
+        while (q < top && h->page_class[q] == TCM_PAGE_CLASS_FREE)
+            h->page_span[q++] = 0;
+        uint32_t s = tcm__span_new_ht(h);
+        h->spans[s].first = p;
+        h->spans[s].npages = q - p;
+        h->spans[s].committed = tcm__backed_range(h->heap_fd, tcm__page_off(p), tcm__page_off(q - p)) == 1;
+        free_insert(h, s);
+        p = q;
+    }
+    STAT_SET(h, bytes_spans, spans_bytes);
+    STAT_SET(h, bytes_top, (uint64_t)top * TCM_PAGE_SIZE);
+    publish_free_stats(h);
+    return repairs;
+}
+
+/* Page-heap part of the whole-heap check: lists agree with states,
+ * neighbours are never both free, the page map points at the right spans. */
 bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
 {
-    uint64_t pages = 0;
+    uint64_t pages = 0, committed = 0;
     for (unsigned li = 0; li <= TCM_PH_NLISTS; li++) {
+        bool bit = h->nonempty[li / 64] >> (li % 64) & 1;
+        if (bit != (h->free_lists[li] != 0)) {
+            snprintf(why, whylen, "free list %u: non-empty bit %d but head %u", li, bit, h->free_lists[li]);
+            return false;
+        }
         for (uint32_t s = h->free_lists[li], prev = 0; s; prev = s, s = h->spans[s].next) {
             tcm_span_t *sp = &h->spans[s];
-            if (sp->state != TCM_SPAN_FREE || sp->prev != prev || list_index(sp->npages) != li) {
+            if (sp->state != TCM_SPAN_FREE || sp->prev != prev || list_index(sp->npages) != li || !sp->on_list) {
                 snprintf(why, whylen, "free list %u: span %u state %u npages %u", li, s,
                          sp->state, sp->npages);
                 return false;
@@ -360,18 +471,31 @@ bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
                 return false;
             }
             pages += sp->npages;
+            if (sp->committed)
+                committed += sp->npages;
+            if (pages > h->npages) {
+                snprintf(why, whylen, "free list %u has a cycle", li);
+                return false;
+            }
         }
     }
-    if (pages != h->free_pages) {
-        snprintf(why, whylen, "free pages %llu != counted %llu", (unsigned long long)h->free_pages,
-                 (unsigned long long)pages);
+    if (pages != h->free_pages || committed != h->free_committed_pages) {
+        snprintf(why, whylen, "free pages %llu (committed %llu) but the lists hold %llu (%llu)",
+                 (unsigned long long)h->free_pages, (unsigned long long)h->free_committed_pages,
+                 (unsigned long long)pages, (unsigned long long)committed);
+        return false;
+    }
+    if (h->top != atomic_load_explicit(&h->state->top, memory_order_relaxed)) {
+        snprintf(why, whylen, "top %u but the state segment says %u", h->top, h->state->top);
         return false;
     }
     /* walk the heap in address order: every page below top is in one span */
     uint32_t p = 1, prev_state = TCM_SPAN_UNUSED;
+    uint64_t span_bytes = 0;
     while (p < h->top) {
         uint32_t s = h->page_span[p];
-        if (!s || h->spans[s].first != p || h->spans[s].npages == 0) {
+        if (!s || s > h->npages || h->spans[s].first != p || h->spans[s].npages == 0 ||
+            (uint64_t)p + h->spans[s].npages > h->top) {
             snprintf(why, whylen, "page %u is not the start of a span (span %u)", p, s);
             return false;
         }
@@ -380,7 +504,17 @@ bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
             snprintf(why, whylen, "free span %u at page %u follows another free span", s, p);
             return false;
         }
-        if (sp->state != TCM_SPAN_FREE) {
+        if (sp->state == TCM_SPAN_FREE) {
+            if (!sp->on_list) {
+                snprintf(why, whylen, "free span %u at page %u is on no list", s, p);
+                return false;
+            }
+            for (uint32_t q = p; q < p + sp->npages; q++)
+                if (h->page_class[q] != TCM_PAGE_CLASS_FREE) {
+                    snprintf(why, whylen, "page %u of free span %u has class %u", q, s, h->page_class[q]);
+                    return false;
+                }
+        } else if (sp->state == TCM_SPAN_SMALL || sp->state == TCM_SPAN_LARGE) {
             uint8_t want = sp->state == TCM_SPAN_LARGE ? TCM_PAGE_CLASS_LARGE : sp->cls;
             for (uint32_t q = p; q < p + sp->npages; q++)
                 if (h->page_span[q] != s || h->page_class[q] != want) {
@@ -388,9 +522,24 @@ bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
                              h->page_span[q], h->page_class[q]);
                     return false;
                 }
+            span_bytes += tcm__page_off(sp->npages);
+        } else {
+            snprintf(why, whylen, "page %u is in span %u of state %u", p, s, sp->state);
+            return false;
         }
         prev_state = sp->state;
         p += sp->npages;
+    }
+    for (uint32_t q = h->top; q < h->npages; q++)
+        if (h->page_class[q] != TCM_PAGE_CLASS_FREE) {
+            snprintf(why, whylen, "page %u above top %u has class %u", q, h->top, h->page_class[q]);
+            return false;
+        }
+    uint64_t stat = atomic_load_explicit(&h->meta->stats.bytes_spans, memory_order_relaxed);
+    if (stat != span_bytes) {
+        snprintf(why, whylen, "bytes_spans is %llu but allocated spans hold %llu", (unsigned long long)stat,
+                 (unsigned long long)span_bytes);
+        return false;
     }
     return true;
 }

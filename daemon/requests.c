@@ -1,17 +1,16 @@
-/* requests.c — the heap thread: drains every client's ring, validates and
- * answers each request, reclaims the caches of clients that went away, and
- * sleeps on the doorbell when there is nothing to do. The only writer of the
- * page heap, the central lists and the page map. */
+/* requests.c — one ring request: validated, recorded in the request intent,
+ * applied, answered and committed (docs/DESIGN.md, "One request, step by
+ * step"); and the redo of the request a crash interrupted. Heap thread only
+ * (and the recovery pass, before the heap thread starts). */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "crash.h"
 #include "log.h"
 #include "prim.h"
 #include "ring.h"
 #include "server.h"
+#include "stats.h"
 
 #define STAT_ADD(srv, f, v) atomic_fetch_add_explicit(&(srv)->meta->stats.f, (v), memory_order_relaxed)
 #define PER_CLIENT_BURST 64u /* requests served from one ring before the next ring */
@@ -19,38 +18,21 @@
 static void refuse(tcm_server_t *srv, tcm_client_t *c, const char *what, unsigned cls, uint64_t off,
                    int status)
 {
-    atomic_fetch_add_explicit(&c->errors, 1, memory_order_relaxed);
+    TCM_HT_ADD(c->rec->errors, 1);
     STAT_ADD(srv, refused, 1);
     if (status >= 0 && status < TCM_ST__COUNT)
-        TCM_HT_ADD(srv->dstats.refused[status], 1);
-    tcm__log_limited(TCM_LOG_WARN, "client %u (pid %d): refused %s class %u offset 0x%llx: %s", c->id,
-                     (int)c->pid, what, cls, (unsigned long long)off, tcm__status_msg(status));
-}
-
-static int op_refill(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsigned cls, uint32_t count)
-{
-    uint64_t offs[TCM_MAX_BATCH];
-    if (cls == 0 || cls >= TCM_NCLASSES)
-        return TCM_ST_BAD_CLASS;
-    if (count == 0 || count > TCM_MAX_BATCH)
-        return TCM_ST_BAD_COUNT;
-    int status;
-    uint32_t n = tcm__central_refill_ht(&srv->h, cls, count, offs, c->tag, &status);
-    TCM_HT_ADD(srv->h.cstats[cls].refills, 1);
-    memcpy(slot->offs, offs, n * sizeof offs[0]);
-    slot->nresult = n;
-    atomic_fetch_add_explicit(&c->bytes_out, (uint64_t)n * srv->h.classes[cls].size, memory_order_relaxed);
-    STAT_ADD(srv, bytes_clients, (uint64_t)n * srv->h.classes[cls].size);
-    return n ? TCM_ST_OK : status;
+        TCM_HT_ADD(srv->dstats->refused[status], 1);
+    tcm__log_limited(TCM_LOG_WARN, "client %u (pid %u): refused %s class %u offset 0x%llx: %s", c->rec->id,
+                     c->rec->pid, what, cls, (unsigned long long)off, tcm__status_msg(status));
 }
 
 /* Bytes of the client with this owner tag came back to the heap. If that
  * client has gone, they were counted as orphaned when it left. */
-static void credit(tcm_server_t *srv, uint16_t tag, uint64_t bytes)
+void tcm__credit_ht(tcm_server_t *srv, uint16_t tag, uint64_t bytes)
 {
     tcm_client_t *c = atomic_load_explicit(&srv->clients[tag & (TCM_MAX_CLIENTS - 1)], memory_order_acquire);
-    if (c && c->tag == tag) {
-        atomic_fetch_add_explicit(&c->bytes_back, bytes, memory_order_relaxed);
+    if (c && c->rec->tag == tag) {
+        TCM_HT_ADD(c->rec->bytes_back, bytes);
         return;
     }
     uint64_t orphaned = atomic_load_explicit(&srv->meta->stats.bytes_orphaned, memory_order_relaxed);
@@ -58,120 +40,11 @@ static void credit(tcm_server_t *srv, uint16_t tag, uint64_t bytes)
                           memory_order_relaxed);
 }
 
-/* Free objects of one class; returns the first refusal, and how many were
- * refused in *refused. Good objects are never lost to a bad neighbour. */
-static int free_objects(tcm_server_t *srv, tcm_client_t *c, unsigned cls, const uint64_t *offs,
-                        uint32_t n, uint32_t *refused, bool reclaiming)
+static void set_phase(tcm_req_intent_t *ri, uint32_t phase)
 {
-    int first = TCM_ST_OK;
-    uint32_t size = srv->h.classes[cls].size, bad = 0, good = 0;
-    uint16_t owner = 0, run_owner = 0;
-    uint64_t run = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        int st = tcm__central_return_ht(&srv->h, cls, offs[i], &owner);
-        if (st == TCM_ST_OK) {
-            good++;
-            if (owner != run_owner && run) { /* batches are mostly one owner's */
-                credit(srv, run_owner, run);
-                run = 0;
-            }
-            run_owner = owner;
-            run += size;
-            continue;
-        }
-        bad++;
-        if (first == TCM_ST_OK)
-            first = st;
-        if (!reclaiming)
-            refuse(srv, c, "free", cls, offs[i], st);
-    }
-    if (run)
-        credit(srv, run_owner, run);
-    STAT_ADD(srv, bytes_clients, -(uint64_t)good * size);
-    *refused = bad;
-    return first;
-}
-
-static int op_return(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsigned cls, uint32_t count)
-{
-    uint64_t offs[TCM_MAX_BATCH];
-    if (cls == 0 || cls >= TCM_NCLASSES)
-        return TCM_ST_BAD_CLASS;
-    if (count > TCM_MAX_BATCH)
-        return TCM_ST_BAD_COUNT;
-    /* copy first: the client may change the slot while we check it */
-    memcpy(offs, slot->offs, count * sizeof offs[0]);
-    TCM_HT_ADD(srv->h.cstats[cls].returns, 1);
-    uint32_t refused;
-    int st = free_objects(srv, c, cls, offs, count, &refused, false);
-    slot->result = refused;
-    return st;
-}
-
-static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, uint64_t npages,
-                          uint64_t align_pages)
-{
-    uint64_t off;
-    int st = tcm__large_alloc_ht(&srv->h, npages, align_pages ? align_pages : 1, c->tag, &off);
-    if (st == TCM_ST_OK) {
-        slot->result = off;
-        atomic_fetch_add_explicit(&c->bytes_out, npages << TCM_PAGE_SHIFT, memory_order_relaxed);
-        STAT_ADD(srv, bytes_clients, npages << TCM_PAGE_SHIFT);
-    }
-    return st;
-}
-
-static int op_free_pages(tcm_server_t *srv, tcm_client_t *c, uint64_t off)
-{
-    uint64_t bytes;
-    uint32_t owner;
-    int st = tcm__large_free_ht(&srv->h, off, &bytes, &owner);
-    if (st == TCM_ST_OK) {
-        credit(srv, (uint16_t)owner, bytes);
-        STAT_ADD(srv, bytes_clients, -bytes);
-    } else {
-        refuse(srv, c, "free of page run", 0, off, st);
-    }
-    return st;
-}
-
-static int op_root_set(tcm_server_t *srv, tcm_slot_t *slot, uint64_t off)
-{
-    char name[TCM_ROOT_NAME_MAX];
-    memcpy(name, slot->offs, sizeof name);
-    size_t len = strnlen(name, sizeof name);
-    if (len == 0 || len == sizeof name)
-        return TCM_ST_BAD_NAME;
-    if (off != UINT64_MAX && (off >= srv->heap_size || off < TCM_PAGE_SIZE))
-        return TCM_ST_BAD_OFFSET;
-    tcm_root_t *roots = srv->h.roots, *r = NULL, *empty = NULL;
-    for (unsigned i = 0; i < TCM_ROOTS; i++) {
-        if (roots[i].used && strcmp(roots[i].name, name) == 0) {
-            r = &roots[i];
-            break;
-        }
-        if (!roots[i].used && !empty)
-            empty = &roots[i];
-    }
-    if (!r && off == UINT64_MAX)
-        return TCM_ST_OK;
-    if (!r && !(r = empty))
-        return TCM_ST_NO_ROOM;
-    /* seqlock: readers retry while seq is odd or changed */
-    uint32_t seq = atomic_load_explicit(&r->seq, memory_order_relaxed);
-    atomic_store_explicit(&r->seq, seq + 1, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    if (off == UINT64_MAX) {
-        r->used = 0;
-        memset(r->name, 0, sizeof r->name);
-        r->off = 0;
-    } else {
-        memcpy(r->name, name, len + 1);
-        r->off = off;
-        r->used = 1;
-    }
-    atomic_store_explicit(&r->seq, seq + 2, memory_order_release);
-    return TCM_ST_OK;
+    TCM_PERSIST_BARRIER();
+    atomic_store_explicit(&ri->phase, phase, memory_order_relaxed);
+    TCM_PERSIST_BARRIER();
 }
 
 static void answer(tcm_slot_t *slot, int status)
@@ -183,40 +56,279 @@ static void answer(tcm_slot_t *slot, int status)
         tcm__wake(&slot->state, 1);
 }
 
-static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint32_t slot_index, bool dead)
+/* The request at ring position pos is done with: the tail moves past it
+ * (persisted first), then the intent is cleared, then the cell is freed. */
+static void commit(tcm_server_t *srv, tcm_client_t *c, uint64_t pos)
 {
-    if (slot_index >= c->lay.nslots) {
+    c->rec->tail = pos + 1;
+    set_phase(&srv->state->req, TCM_INTENT_NONE);
+    TCM_CRASH_POINT("commit");
+    tcm__ring_release(c->ring, c->lay.ring_cap, pos);
+}
+
+/* Free objects of one class. With an intent (a RETURN), each entry's
+ * status is logged before the object is freed, so a recovery neither
+ * misses a free nor mistakes its own earlier free for a double free.
+ * Returns the first refusal; *refused counts them; spans left empty are
+ * added to emptied[]. Good objects are never lost to a bad neighbour. */
+static int free_objects(tcm_server_t *srv, tcm_client_t *c, unsigned cls, const uint64_t *offs, uint32_t n,
+                        tcm_req_intent_t *ri, bool quiet, uint32_t *refused, uint32_t *emptied,
+                        uint32_t *nemptied)
+{
+    int first = TCM_ST_OK;
+    uint32_t size = srv->h.classes[cls].size, bad = 0, good = 0;
+    uint16_t run_owner = 0;
+    uint64_t run = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        int st = tcm__central_check_ht(&srv->h, cls, offs[i]);
+        if (ri) {
+            ri->st[i] = (uint8_t)st;
+            TCM_PERSIST_BARRIER();
+            ri->n = i + 1;
+            TCM_PERSIST_BARRIER();
+        }
+        if (st == TCM_ST_OK) {
+            uint32_t e;
+            uint16_t owner = tcm__central_free_ht(&srv->h, offs[i], &e);
+            if (e)
+                emptied[(*nemptied)++] = e;
+            good++;
+            if (owner != run_owner && run) { /* batches are mostly one owner's */
+                tcm__credit_ht(srv, run_owner, run);
+                run = 0;
+            }
+            run_owner = owner;
+            run += size;
+            if (i == n / 2)
+                TCM_CRASH_POINT("return_half");
+            continue;
+        }
+        bad++;
+        if (first == TCM_ST_OK)
+            first = st;
+        if (!quiet)
+            refuse(srv, c, "free", cls, offs[i], st);
+    }
+    if (run)
+        tcm__credit_ht(srv, run_owner, run);
+    STAT_ADD(srv, bytes_clients, -(uint64_t)good * size);
+    *refused = bad;
+    return first;
+}
+
+uint32_t tcm__free_objects_ht(tcm_server_t *srv, tcm_client_t *c, unsigned cls, const uint64_t *offs,
+                              uint32_t n)
+{
+    uint32_t refused, emptied[TCM_MAX_BATCH], nemptied = 0;
+    free_objects(srv, c, cls, offs, n, NULL, true, &refused, emptied, &nemptied);
+    for (uint32_t i = 0; i < nemptied; i++)
+        tcm__central_release_span_ht(&srv->h, emptied[i], true);
+    return n - refused;
+}
+
+static int op_refill(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsigned cls, uint32_t count)
+{
+    if (cls == 0 || cls >= TCM_NCLASSES)
+        return TCM_ST_BAD_CLASS;
+    if (count == 0 || count > TCM_MAX_BATCH)
+        return TCM_ST_BAD_COUNT;
+    tcm_req_intent_t *ri = &srv->state->req;
+    ri->count = count;
+    ri->owner = c->rec->tag;
+    ri->n = 0;
+    set_phase(ri, TCM_INTENT_APPLYING);
+    int status;
+    uint32_t n = tcm__central_refill_ht(&srv->h, cls, count, c->rec->tag, ri->offs, &ri->n, &status);
+    TCM_CRASH_POINT("refill");
+    TCM_HT_ADD(srv->h.cstats[cls].refills, 1);
+    memcpy(slot->offs, ri->offs, n * sizeof ri->offs[0]);
+    slot->nresult = n;
+    TCM_HT_ADD(c->rec->bytes_out, (uint64_t)n * srv->h.classes[cls].size);
+    STAT_ADD(srv, bytes_clients, (uint64_t)n * srv->h.classes[cls].size);
+    return n ? TCM_ST_OK : status;
+}
+
+static int op_return(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsigned cls, uint32_t count,
+                     uint32_t *emptied, uint32_t *nemptied)
+{
+    if (cls == 0 || cls >= TCM_NCLASSES)
+        return TCM_ST_BAD_CLASS;
+    if (count > TCM_MAX_BATCH)
+        return TCM_ST_BAD_COUNT;
+    tcm_req_intent_t *ri = &srv->state->req;
+    /* copy first: the client may change the slot while we check it */
+    memcpy(ri->offs, slot->offs, count * sizeof ri->offs[0]);
+    ri->count = count;
+    ri->n = 0;
+    set_phase(ri, TCM_INTENT_APPLYING);
+    TCM_HT_ADD(srv->h.cstats[cls].returns, 1);
+    uint32_t refused;
+    int st = free_objects(srv, c, cls, ri->offs, count, ri, false, &refused, emptied, nemptied);
+    slot->result = refused;
+    return st;
+}
+
+static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, uint64_t npages,
+                          uint64_t align_pages)
+{
+    tcm_heap_t *h = &srv->h;
+    if (!align_pages)
+        align_pages = 1;
+    if (npages > h->npages || align_pages > h->npages)
+        return TCM_ST_NOMEM;
+    if (npages == 0 || (align_pages & (align_pages - 1)))
+        return TCM_ST_BAD_COUNT;
+    uint32_t s;
+    int st = tcm__pages_alloc_ht(h, (uint32_t)npages, (uint32_t)align_pages, &s);
+    if (st != TCM_ST_OK)
+        return st;
+    tcm_req_intent_t *ri = &srv->state->req;
+    ri->span = s;
+    ri->first = h->spans[s].first;
+    ri->npages = h->spans[s].npages;
+    ri->owner = c->rec->tag;
+    set_phase(ri, TCM_INTENT_APPLYING);
+    TCM_CRASH_POINT("alloc_pages");
+    tcm__span_map_ht(h, s, ri->first, ri->npages, TCM_SPAN_LARGE, 0, ri->owner);
+    slot->result = tcm__page_off(ri->first);
+    TCM_HT_ADD(c->rec->bytes_out, npages << TCM_PAGE_SHIFT);
+    STAT_ADD(srv, bytes_clients, npages << TCM_PAGE_SHIFT);
+    return TCM_ST_OK;
+}
+
+static int op_free_pages(tcm_server_t *srv, tcm_client_t *c, uint64_t off)
+{
+    tcm_heap_t *h = &srv->h;
+    uint32_t s;
+    int st = tcm__large_check_ht(h, off, &s);
+    if (st != TCM_ST_OK) {
+        refuse(srv, c, "free of page run", 0, off, st);
+        return st;
+    }
+    tcm_req_intent_t *ri = &srv->state->req;
+    ri->span = s;
+    ri->first = h->spans[s].first;
+    ri->npages = h->spans[s].npages;
+    ri->owner = h->spans[s].owner;
+    set_phase(ri, TCM_INTENT_APPLYING);
+    tcm__span_unmap_ht(h, ri->first, ri->npages);
+    TCM_CRASH_POINT("free_pages");
+    tcm__ph_insert_free_ht(h, s);
+    uint64_t bytes = tcm__page_off(ri->npages);
+    tcm__credit_ht(srv, (uint16_t)ri->owner, bytes);
+    STAT_ADD(srv, bytes_clients, -bytes);
+    return TCM_ST_OK;
+}
+
+/* seqlock write; also completes one a crash left half-written (odd seq) */
+static void write_root(tcm_root_t *r, const char *name, uint64_t off)
+{
+    uint32_t seq = atomic_load_explicit(&r->seq, memory_order_relaxed);
+    if (!(seq & 1))
+        atomic_store_explicit(&r->seq, ++seq, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    TCM_CRASH_POINT("root_set");
+    if (off == UINT64_MAX) {
+        r->used = 0;
+        memset(r->name, 0, sizeof r->name);
+        r->off = 0;
+    } else {
+        size_t len = strnlen(name, TCM_ROOT_NAME_MAX - 1);
+        memset(r->name, 0, sizeof r->name);
+        memcpy(r->name, name, len);
+        r->off = off;
+        r->used = 1;
+    }
+    atomic_store_explicit(&r->seq, seq + 1, memory_order_release);
+}
+
+static int op_root_set(tcm_server_t *srv, tcm_slot_t *slot, uint64_t off)
+{
+    char name[TCM_ROOT_NAME_MAX];
+    memcpy(name, slot->offs, sizeof name);
+    size_t len = strnlen(name, sizeof name);
+    if (len == 0 || len == sizeof name)
+        return TCM_ST_BAD_NAME;
+    if (off != UINT64_MAX && (off >= srv->heap_size || off < TCM_PAGE_SIZE))
+        return TCM_ST_BAD_OFFSET;
+    tcm_root_t *roots = srv->h.roots;
+    int found = -1, empty = -1;
+    for (unsigned i = 0; i < TCM_ROOTS; i++) {
+        if (roots[i].used && strncmp(roots[i].name, name, sizeof name) == 0) {
+            found = (int)i;
+            break;
+        }
+        if (!roots[i].used && empty < 0)
+            empty = (int)i;
+    }
+    if (found < 0 && off == UINT64_MAX)
+        return TCM_ST_OK;
+    if (found < 0 && (found = empty) < 0)
+        return TCM_ST_NO_ROOM;
+    tcm_req_intent_t *ri = &srv->state->req;
+    ri->root = (uint32_t)found;
+    ri->arg = off;
+    memcpy(ri->name, name, sizeof name);
+    set_phase(ri, TCM_INTENT_APPLYING);
+    write_root(&roots[found], name, off);
+    return TCM_ST_OK;
+}
+
+static void count_latency(tcm_server_t *srv, uint64_t dt)
+{
+    unsigned bucket = 0;
+    while (bucket + 1 < TCM_LAT_BUCKETS && dt >= (uint64_t)TCM_LAT_BASE_NS << bucket)
+        bucket++;
+    TCM_HT_ADD(srv->dstats->latency[bucket], 1);
+    TCM_HT_ADD(srv->dstats->latency_sum_ns, dt);
+}
+
+/* The entry at ring position pos names slot_index. frees_only: the client
+ * is gone or evicted, so nothing is handed out to it. */
+static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint32_t slot_index, bool frees_only)
+{
+    tcm_slot_t *slot = slot_index < c->lay.nslots ? &c->slots[slot_index] : NULL;
+    if (!slot || atomic_load_explicit(&slot->state, memory_order_acquire) != TCM_SLOT_POSTED) {
         refuse(srv, c, "ring entry", 0, slot_index, TCM_ST_BAD_SLOT);
+        c->rec->tail = pos + 1; /* nothing to answer: a crash here only frees the cell later */
+        tcm__ring_release(c->ring, c->lay.ring_cap, pos);
         return;
     }
-    tcm_slot_t *slot = &c->slots[slot_index];
-    if (atomic_load_explicit(&slot->state, memory_order_acquire) != TCM_SLOT_POSTED) {
-        refuse(srv, c, "ring entry", 0, slot_index, TCM_ST_BAD_SLOT);
-        return;
-    }
-    uint32_t op = slot->op, cls = slot->cls, count = slot->count;
+    /* read each request field once: the slot is client memory */
+    uint32_t op = slot->op, cls = slot->cls, count = slot->count, req_seq = slot->req_seq;
     uint64_t arg = slot->arg, arg2 = slot->arg2;
-    atomic_fetch_add_explicit(&c->requests, 1, memory_order_relaxed);
+    TCM_HT_ADD(c->rec->requests, 1);
     STAT_ADD(srv, requests, 1);
     if (op < TCM_NOPS)
-        TCM_HT_ADD(srv->dstats.ops[op], 1);
+        TCM_HT_ADD(srv->dstats->ops[op], 1);
     uint64_t t0 = tcm__now_ns();
+
+    tcm_req_intent_t *ri = &srv->state->req;
+    ri->client = c->index;
+    ri->slot = slot_index;
+    ri->req_seq = req_seq;
+    ri->pos = pos;
+    ri->op = op;
+    ri->cls = cls;
+    set_phase(ri, TCM_INTENT_PICKED);
+    TCM_CRASH_POINT("picked");
+
     slot->nresult = 0;
     slot->result = 0;
+    uint32_t emptied[TCM_MAX_BATCH], nemptied = 0;
     int st;
     switch (op) {
     case TCM_OP_NOP:
         st = TCM_ST_OK;
         break;
     case TCM_OP_REFILL:
-        /* nobody would take the objects of a client that is gone */
-        st = dead ? TCM_ST_NOMEM : op_refill(srv, c, slot, cls, count);
+        st = frees_only ? TCM_ST_NOMEM : op_refill(srv, c, slot, cls, count);
         break;
     case TCM_OP_RETURN:
-        st = op_return(srv, c, slot, cls, count);
+        st = op_return(srv, c, slot, cls, count, emptied, &nemptied);
         break;
     case TCM_OP_ALLOC_PAGES:
-        st = dead ? TCM_ST_NOMEM : op_alloc_pages(srv, c, slot, arg, arg2);
+        st = frees_only ? TCM_ST_NOMEM : op_alloc_pages(srv, c, slot, arg, arg2);
         break;
     case TCM_OP_FREE_PAGES:
         st = op_free_pages(srv, c, arg);
@@ -232,274 +344,146 @@ static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint32_t slot_index, b
         op != TCM_OP_FREE_PAGES)
         refuse(srv, c, "request", cls, arg, st);
     answer(slot, st);
-    uint64_t dt = tcm__now_ns() - t0;
-    unsigned bucket = 0;
-    while (bucket + 1 < TCM_LAT_BUCKETS && dt >= (uint64_t)TCM_LAT_BASE_NS << bucket)
-        bucket++;
-    TCM_HT_ADD(srv->dstats.latency[bucket], 1);
-    TCM_HT_ADD(srv->dstats.latency_sum_ns, dt);
+    TCM_CRASH_POINT("answered");
+    commit(srv, c, pos);
+    /* after the commit: each is a transaction of its own */
+    for (uint32_t i = 0; i < nemptied; i++)
+        tcm__central_release_span_ht(&srv->h, emptied[i], true);
+    count_latency(srv, tcm__now_ns() - t0);
 }
 
-static bool serve_client(tcm_server_t *srv, tcm_client_t *c, bool dead)
+bool tcm__serve_client_ht(tcm_server_t *srv, tcm_client_t *c, bool frees_only)
 {
     uint32_t slot_index, n = 0;
-    while (n < PER_CLIENT_BURST && tcm__ring_pop(c->ring, c->lay.ring_cap, &c->tail, &slot_index)) {
-        serve_one(srv, c, slot_index, dead);
+    uint64_t pos = c->rec->tail;
+    while (n < PER_CLIENT_BURST && tcm__ring_peek(c->ring, c->lay.ring_cap, pos, &slot_index)) {
+        serve_one(srv, c, pos, slot_index, frees_only);
+        pos = c->rec->tail;
         n++;
     }
     return n != 0;
 }
 
-/* Free an array of client pointers that sat in a dead client's cache. */
-static uint64_t reclaim_array(tcm_server_t *srv, tcm_client_t *c, unsigned cls, void *const *arr,
-                              uint32_t n)
+/* ---- recovery: the request a crash interrupted ---- */
+
+static const char *op_name(uint32_t op)
 {
-    uint64_t offs[TCM_MAX_BATCH], got = 0;
-    for (uint32_t i = 0; i < n;) {
-        uint32_t k = 0;
-        for (; k < TCM_MAX_BATCH && i < n; i++)
-            offs[k++] = (uint64_t)(uintptr_t)arr[i] - srv->base;
-        uint32_t refused;
-        free_objects(srv, c, cls, offs, k, &refused, true);
-        got += k - refused;
-    }
-    return got;
+    return op < TCM_NOPS ? tcm__op_names[op] : "unknown operation";
 }
 
-/* The client's process is gone: everything in its thread caches, its
- * transfer tier and answered-but-unread refills comes back to the heap. */
-static void reclaim(tcm_server_t *srv, tcm_client_t *c)
+/* Set or clear the bit of the object at off (and its owner tag), touching
+ * nothing derived: the recovery pass rebuilds free counts and lists after. */
+static bool object_bit(tcm_heap_t *h, unsigned cls, uint64_t off, bool set, uint16_t owner)
 {
-    while (serve_client(srv, c, true)) /* frees it posted before dying */
-        ;
-    const tcm_chan_layout_t *l = &c->lay;
-    const tcm_class_info_t *ci = srv->h.classes;
-    tcm_chan_hdr_t *hdr = (tcm_chan_hdr_t *)c->chan;
-    uint64_t objects = 0;
-
-    for (uint32_t i = 0; i < l->nslots; i++) {
-        tcm_slot_t *slot = &c->slots[i];
-        /* read each field once: the channel is client memory */
-        uint32_t op = slot->op, cls = slot->cls, nresult = slot->nresult;
-        if (atomic_load(&slot->state) == TCM_SLOT_DONE && op == TCM_OP_REFILL && slot->status == TCM_ST_OK &&
-            cls > 0 && cls < TCM_NCLASSES) {
-            uint32_t n = nresult < TCM_MAX_BATCH ? nresult : TCM_MAX_BATCH;
-            uint64_t offs[TCM_MAX_BATCH];
-            memcpy(offs, slot->offs, n * sizeof offs[0]);
-            uint32_t refused;
-            free_objects(srv, c, cls, offs, n, &refused, true);
-            objects += n - refused;
-        }
+    if (off >= h->heap_size || off < TCM_PAGE_SIZE)
+        return false;
+    uint32_t s = h->page_span[off >> TCM_PAGE_SHIFT];
+    if (!s || s > h->npages || h->spans[s].state != TCM_SPAN_SMALL || h->spans[s].cls != cls)
+        return false;
+    const tcm_span_t *sp = &h->spans[s];
+    const tcm_class_info_t *ci = &h->classes[cls];
+    uint64_t rel = off - tcm__page_off(sp->first);
+    uint32_t i = (uint32_t)((rel * ci->recip) >> 32);
+    if ((uint64_t)i * ci->size != rel || i >= ci->span_objs)
+        return false;
+    uint64_t *word = &h->objmap[(uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE + i / 64];
+    if (set) {
+        *word |= 1ull << (i % 64);
+        h->owners[tcm__span_bit0(sp) + i] = owner;
+    } else {
+        *word &= ~(1ull << (i % 64));
     }
-    uint32_t hw = atomic_load_explicit(&hdr->tcache_hw, memory_order_acquire);
-    for (uint32_t t = 0; t < l->max_threads && t < hw; t++) {
-        uint8_t *tc = c->chan + l->off_tcaches + (uint64_t)t * l->tcache_stride;
-        tcm_bin_t *bins = ((tcm_tcache_t *)tc)->bins;
-        for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-            uint32_t n = bins[cls].count;
-            if (n > ci[cls].tcache_cap)
-                n = ci[cls].tcache_cap;
-            if (n)
-                objects += reclaim_array(srv, c, cls, (void *const *)(tc + l->bin_slot_off[cls]), n);
-        }
-    }
-    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-        uint32_t n = hdr->xfer[cls].count;
-        if (n > ci[cls].xfer_cap)
-            n = ci[cls].xfer_cap;
-        if (n)
-            objects += reclaim_array(srv, c, cls,
-                                     (void *const *)(c->chan + l->off_xfer + l->xfer_slot_off[cls]), n);
-    }
-    uint64_t out = atomic_load(&c->bytes_out), back = atomic_load(&c->bytes_back);
-    uint64_t held = out > back ? out - back : 0;
-    /* what it allocated and is still in use -- by itself until now, or by
-     * processes it handed objects to -- is orphaned until someone frees it */
-    bool bye = atomic_load(&c->said_bye);
-    STAT_ADD(srv, reclaimed_objects, objects);
-    STAT_ADD(srv, bytes_orphaned, held);
-    if (!bye)
-        STAT_ADD(srv, clients_died, 1);
-    tcm__log(bye && !held ? TCM_LOG_INFO : TCM_LOG_WARN,
-             "client %u (pid %d) %s: %llu cached objects reclaimed; %llu bytes it allocated are "
-             "still in use (by other processes, or leaked)",
-             c->id, (int)c->pid, bye ? "detached" : "died without detaching",
-             (unsigned long long)objects, (unsigned long long)held);
+    return true;
 }
 
-static void run_mailbox(tcm_server_t *srv)
+static bool intent_sane(tcm_server_t *srv, const tcm_req_intent_t *ri, tcm_client_t **c)
 {
-    pthread_mutex_lock(&srv->mbox_lock);
-    int cmd = atomic_exchange(&srv->mbox_cmd, TCM_MBOX_NONE);
-    uint64_t result = 0;
-    if (cmd == TCM_MBOX_RELEASE) {
-        /* measured, not estimated: what the tmpfs object stopped using */
-        int64_t before = tcm__backed_bytes(srv->heap_fd);
-        tcm__central_drop_empty_ht(&srv->h);
-        tcm__ph_release_ht(&srv->h, 0);
-        int64_t after = tcm__backed_bytes(srv->heap_fd);
-        result = before > after ? (uint64_t)(before - after) : 0;
-        STAT_ADD(srv, bytes_released, result);
-    } else if (cmd == TCM_MBOX_RESIZE) {
-        /* refuse to cut below the end of the highest page run in use */
-        uint64_t end = tcm__ph_in_use_end_ht(&srv->h);
-        if (srv->mbox_arg < end) {
-            result = end;
-        } else {
-            uint64_t old = atomic_load(&srv->meta->config.heap_limit);
-            atomic_store(&srv->meta->config.heap_limit, srv->mbox_arg);
-            if (srv->mbox_arg < old) { /* a smaller heap gives its free pages back */
-                tcm__central_drop_empty_ht(&srv->h);
-                STAT_ADD(srv, bytes_released, tcm__ph_release_ht(&srv->h, 0));
-            }
-        }
-    }
-    srv->mbox_result = result;
-    srv->mbox_done = true;
-    pthread_cond_broadcast(&srv->mbox_cond);
-    pthread_mutex_unlock(&srv->mbox_lock);
+    const tcm_heap_t *h = &srv->h;
+    *c = ri->client < TCM_MAX_CLIENTS ? atomic_load(&srv->clients[ri->client]) : NULL;
+    if (!*c || ri->slot >= (*c)->lay.nslots || ri->cls >= TCM_NCLASSES || ri->count > TCM_MAX_BATCH ||
+        ri->n > TCM_MAX_BATCH || ri->root >= TCM_ROOTS)
+        return false;
+    if ((ri->op == TCM_OP_ALLOC_PAGES || ri->op == TCM_OP_FREE_PAGES) &&
+        (ri->span == 0 || ri->span > h->npages || ri->first == 0 || ri->npages == 0 ||
+         (uint64_t)ri->first + ri->npages > h->top))
+        return false;
+    return true;
 }
 
-/* One pass over every client; true if anything was done. */
-static bool serve_all(tcm_server_t *srv)
+/* Finish (or roll back) the request in the intent. Recovery only: every
+ * client is mapped, no thread runs. */
+void tcm__resolve_intent_ht(tcm_server_t *srv, uint64_t *redone, uint64_t *rolled_back)
 {
-    bool work = false;
-    uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
-    for (uint32_t i = 0; i < hw; i++) {
-        tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
-        if (!c)
-            continue;
-        int state = atomic_load_explicit(&c->state, memory_order_acquire);
-        if (state == TCM_CL_ACTIVE || state == TCM_CL_EVICTED) {
-            work |= serve_client(srv, c, state == TCM_CL_EVICTED);
-        } else if (state == TCM_CL_DEAD) {
-            reclaim(srv, c);
-            atomic_store_explicit(&srv->clients[i], NULL, memory_order_release);
-            pthread_mutex_lock(&srv->reaped_lock);
-            c->next_reaped = srv->reaped;
-            srv->reaped = c;
-            pthread_mutex_unlock(&srv->reaped_lock);
-            uv_async_send(&srv->reaped_async);
-            work = true;
-        }
-    }
-    if (atomic_load_explicit(&srv->mbox_cmd, memory_order_acquire) != TCM_MBOX_NONE) {
-        run_mailbox(srv);
-        work = true;
-    }
-    return work;
-}
-
-static bool anything_pending(tcm_server_t *srv)
-{
-    if (atomic_load(&srv->stop) || atomic_load(&srv->mbox_cmd) != TCM_MBOX_NONE)
-        return true;
-    uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
-    for (uint32_t i = 0; i < hw; i++) {
-        tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
-        if (c && (atomic_load(&c->state) == TCM_CL_DEAD ||
-                  tcm__ring_ready(c->ring, c->lay.ring_cap, c->tail)))
-            return true;
-    }
-    return false;
-}
-
-static void *heap_thread_main(void *arg)
-{
-    tcm_server_t *srv = arg;
-    uint64_t idle_since = 0;
-    while (!atomic_load_explicit(&srv->stop, memory_order_acquire)) {
-        if (serve_all(srv)) {
-            idle_since = 0;
-            continue;
-        }
-        uint64_t now = tcm__now_ns();
-        if (!idle_since)
-            idle_since = now;
-        if (now - idle_since < atomic_load_explicit(&srv->spin_ns, memory_order_relaxed)) {
-            for (int i = 0; i < 64; i++)
-                tcm__cpu_relax();
-            continue;
-        }
-        uint32_t seq = atomic_load_explicit(&srv->bell->seq, memory_order_acquire);
-        atomic_store_explicit(&srv->meta->heap_sleeping, 1, memory_order_relaxed);
-        atomic_thread_fence(memory_order_seq_cst);
-        if (!anything_pending(srv)) {
-            tcm__wait(&srv->bell->seq, seq, 1000000000ll);
-            STAT_ADD(srv, wakeups, 1);
-        }
-        atomic_store_explicit(&srv->meta->heap_sleeping, 0, memory_order_relaxed);
-        idle_since = 0;
-    }
-    return NULL;
-}
-
-void tcm__heap_kick(tcm_server_t *srv)
-{
-    atomic_thread_fence(memory_order_seq_cst);
-    atomic_fetch_add_explicit(&srv->bell->seq, 1, memory_order_relaxed);
-    tcm__wake(&srv->bell->seq, 1);
-}
-
-/* Main thread: run a command on the heap thread and wait for its result. */
-uint64_t tcm__heap_command(tcm_server_t *srv, int cmd)
-{
-    pthread_mutex_lock(&srv->mbox_lock);
-    srv->mbox_done = false;
-    atomic_store_explicit(&srv->mbox_cmd, cmd, memory_order_release);
-    tcm__heap_kick(srv);
-    while (!srv->mbox_done)
-        pthread_cond_wait(&srv->mbox_cond, &srv->mbox_lock);
-    uint64_t r = srv->mbox_result;
-    pthread_mutex_unlock(&srv->mbox_lock);
-    return r;
-}
-
-/* Like tcm__heap_command, but gives up after timeout_ms (-ETIMEDOUT): for
- * health checks, which must answer even if the heap thread is stuck. */
-int tcm__heap_command_timed(tcm_server_t *srv, int cmd, int timeout_ms, uint64_t *result)
-{
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += timeout_ms / 1000;
-    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-    if (deadline.tv_nsec >= 1000000000) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000;
-    }
-    pthread_mutex_lock(&srv->mbox_lock);
-    srv->mbox_done = false;
-    atomic_store_explicit(&srv->mbox_cmd, cmd, memory_order_release);
-    tcm__heap_kick(srv);
-    int rc = 0;
-    while (!srv->mbox_done && rc == 0)
-        rc = pthread_cond_timedwait(&srv->mbox_cond, &srv->mbox_lock, &deadline);
-    *result = srv->mbox_result;
-    bool done = srv->mbox_done;
-    pthread_mutex_unlock(&srv->mbox_lock);
-    return done ? 0 : -ETIMEDOUT;
-}
-
-int tcm__heap_thread_start(tcm_server_t *srv)
-{
-    pthread_mutex_init(&srv->mbox_lock, NULL);
-    pthread_cond_init(&srv->mbox_cond, NULL);
-    pthread_mutex_init(&srv->reaped_lock, NULL);
-    int err = pthread_create(&srv->heap_thread, NULL, heap_thread_main, srv);
-    if (err) {
-        tcm__log(TCM_LOG_ERROR, "pthread_create(heap thread) failed: %s", strerror(err));
-        return -err;
-    }
-    srv->heap_thread_started = true;
-    return 0;
-}
-
-void tcm__heap_thread_stop(tcm_server_t *srv)
-{
-    if (!srv->heap_thread_started)
+    tcm_heap_t *h = &srv->h;
+    tcm_req_intent_t *ri = &srv->state->req;
+    uint32_t phase = atomic_load(&ri->phase);
+    if (phase == TCM_INTENT_NONE)
         return;
-    atomic_store(&srv->stop, true);
-    tcm__heap_kick(srv);
-    pthread_join(srv->heap_thread, NULL);
-    srv->heap_thread_started = false;
+    tcm_client_t *c;
+    if (!intent_sane(srv, ri, &c)) {
+        tcm__log(TCM_LOG_ERROR, "recovery: the interrupted request (client %u, op %u) cannot be resolved; dropped",
+                 ri->client, ri->op);
+        set_phase(ri, TCM_INTENT_NONE);
+        return;
+    }
+    tcm_slot_t *slot = &c->slots[ri->slot];
+    bool answered = !(atomic_load(&slot->state) == TCM_SLOT_POSTED && slot->req_seq == ri->req_seq);
+    if (phase == TCM_INTENT_PICKED || (ri->op == TCM_OP_REFILL && ri->n == 0)) {
+        if (answered) {
+            commit(srv, c, ri->pos);
+        } else {
+            set_phase(ri, TCM_INTENT_NONE); /* the cell is still full: served again */
+            (*rolled_back)++;
+        }
+        tcm__log(TCM_LOG_INFO, "recovery: interrupted %s of client %u (slot %u) %s", op_name(ri->op), c->rec->id,
+                 ri->slot, answered ? "was answered: committed" : "had not started: served again");
+        return;
+    }
+    int st = TCM_ST_OK;
+    switch (ri->op) {
+    case TCM_OP_REFILL:
+        for (uint32_t i = 0; i < ri->n; i++)
+            object_bit(h, ri->cls, ri->offs[i], true, (uint16_t)ri->owner);
+        if (!answered) {
+            memcpy(slot->offs, ri->offs, ri->n * sizeof ri->offs[0]);
+            slot->nresult = ri->n;
+        }
+        break;
+    case TCM_OP_RETURN: {
+        uint32_t refused = 0, count = ri->count;
+        for (uint32_t i = 0; i < count; i++) {
+            if (i >= ri->n) { /* not reached before the crash */
+                ri->st[i] = (uint8_t)tcm__central_check_ht(h, ri->cls, ri->offs[i]);
+                ri->n = i + 1;
+            }
+            if (ri->st[i] == TCM_ST_OK)
+                object_bit(h, ri->cls, ri->offs[i], false, 0);
+            else if (refused++ == 0)
+                st = ri->st[i];
+        }
+        if (!answered)
+            slot->result = refused;
+        break;
+    }
+    case TCM_OP_ALLOC_PAGES:
+        tcm__span_map_ht(h, ri->span, ri->first, ri->npages, TCM_SPAN_LARGE, 0, ri->owner);
+        if (!answered)
+            slot->result = tcm__page_off(ri->first);
+        break;
+    case TCM_OP_FREE_PAGES:
+        tcm__span_unmap_ht(h, ri->first, ri->npages);
+        break;
+    case TCM_OP_ROOT_SET:
+        ri->name[TCM_ROOT_NAME_MAX - 1] = 0;
+        write_root(&h->roots[ri->root], ri->name, ri->arg);
+        break;
+    default:
+        break;
+    }
+    if (!answered)
+        answer(slot, st);
+    commit(srv, c, ri->pos);
+    (*redone)++;
+    tcm__log(TCM_LOG_INFO, "recovery: interrupted %s of client %u (slot %u) redone%s", op_name(ri->op),
+             c->rec->id, ri->slot, answered ? "" : " and answered");
 }

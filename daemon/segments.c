@@ -1,5 +1,7 @@
-/* segments.c — creating and destroying the daemon's shared-memory segments:
- * the heap, the metadata, the name lock and each client's channel. */
+/* segments.c — the daemon's shared-memory segments: the heap, the metadata,
+ * the state segment and the name lock, created fresh or adopted from a
+ * previous tcmd (after checking they are this heap's and this layout's),
+ * and each client's channel. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -12,61 +14,159 @@
 #include "prim.h"
 #include "ring.h"
 #include "server.h"
+#include "util.h"
 
-int tcm__meta_init(tcm_heap_t *h, void *meta, const tcm_meta_layout_t *ml, int meta_fd,
-                   int heap_fd, uint64_t heap_size, uint64_t base)
+int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, int heap_fd, int meta_fd, int state_fd,
+                     uint64_t heap_size, uint64_t base, uint32_t max_threads, bool fresh)
 {
+    uint32_t npages = (uint32_t)(heap_size >> TCM_PAGE_SHIFT);
     tcm_meta_hdr_t *m = meta;
-    uint8_t *b = meta;
-    m->magic = TCM_META_MAGIC;
-    m->version = TCM_LAYOUT_VERSION;
-    m->page_shift = TCM_PAGE_SHIFT;
-    m->base = base;
-    m->heap_size = heap_size;
-    m->npages = (uint32_t)(heap_size >> TCM_PAGE_SHIFT);
-    m->nclasses = TCM_NCLASSES;
-    m->size = ml->size;
-    m->off_classes = ml->off_classes;
-    m->off_page_class = ml->off_page_class;
-    m->off_page_span = ml->off_page_span;
-    m->off_spans = ml->off_spans;
-    m->off_roots = ml->off_roots;
-    tcm__class_table_init((tcm_class_info_t *)(b + ml->off_classes));
-    atomic_store(&m->config.heap_limit, heap_size);
-    atomic_store(&m->config.tcache_budget, 32ull << 20); /* tcm__config_publish overrides */
-    atomic_store(&m->config.xfer_budget, 16ull << 20);
-    atomic_store(&m->config.page_cache_cap, 64ull << 20);
-    atomic_store(&m->config.gen, 1);
-    atomic_store(&m->stats.bytes_reserved, heap_size);
-    atomic_store(&m->stats.bytes_limit, heap_size);
+    tcm_state_hdr_t *st = state;
+    uint8_t *mb = meta, *sb = state;
+    tcm__meta_layout(&h->ml, npages);
+    tcm__state_layout(&h->sl, npages);
+    if (fresh) {
+        m->magic = TCM_META_MAGIC;
+        m->version = TCM_LAYOUT_VERSION;
+        m->page_shift = TCM_PAGE_SHIFT;
+        m->base = base;
+        m->heap_size = heap_size;
+        m->npages = npages;
+        m->nclasses = TCM_NCLASSES;
+        m->size = h->ml.size;
+        m->off_classes = h->ml.off_classes;
+        m->off_page_class = h->ml.off_page_class;
+        m->off_page_span = h->ml.off_page_span;
+        m->off_spans = h->ml.off_spans;
+        m->off_roots = h->ml.off_roots;
+        tcm__class_table_init((tcm_class_info_t *)(mb + h->ml.off_classes));
+        /* the settings themselves come from tcm__config_publish */
+        atomic_store(&m->config.heap_limit, heap_size);
+        atomic_store(&m->config.gen, 1);
+        atomic_store(&m->stats.bytes_reserved, heap_size);
+        atomic_store(&m->stats.bytes_limit, heap_size);
 
+        st->version = TCM_LAYOUT_VERSION;
+        st->page_shift = TCM_PAGE_SHIFT;
+        st->base = base;
+        st->heap_size = heap_size;
+        st->npages = npages;
+        st->max_threads = max_threads;
+        st->uid = (uint32_t)geteuid();
+        st->size = h->sl.size;
+        st->off_clients = h->sl.off_clients;
+        st->off_objmap = h->sl.off_objmap;
+        st->off_owners = h->sl.off_owners;
+        st->created_unix = (uint64_t)time(NULL);
+        atomic_store(&st->top, 1); /* page 0 is the doorbell page */
+        /* magic last (tcm__segments_open): a state segment without it is a
+         * heap whose creation never finished */
+    }
     h->meta = m;
-    h->classes = (tcm_class_info_t *)(b + ml->off_classes);
-    h->page_class = b + ml->off_page_class;
-    h->page_span = (uint32_t *)(b + ml->off_page_span);
-    h->spans = (tcm_span_t *)(b + ml->off_spans);
-    h->roots = (tcm_root_t *)(b + ml->off_roots);
-    /* daemon-private and sparse: only pages of small spans are ever touched */
-    h->objmap = tcm__reserve((uint64_t)m->npages * TCM_OBJMAP_WORDS_PER_PAGE * sizeof(uint64_t));
-    h->owners = tcm__reserve((uint64_t)m->npages * TCM_OBJMAP_WORDS_PER_PAGE * 64 * sizeof(uint16_t));
-    if (!h->objmap || !h->owners)
-        return -ENOMEM;
-    h->meta_fd = meta_fd;
-    h->ml = *ml;
+    h->state = st;
+    h->classes = (tcm_class_info_t *)(mb + h->ml.off_classes);
+    h->page_class = mb + h->ml.off_page_class;
+    h->page_span = (uint32_t *)(mb + h->ml.off_page_span);
+    h->spans = (tcm_span_t *)(mb + h->ml.off_spans);
+    h->roots = (tcm_root_t *)(mb + h->ml.off_roots);
+    h->objmap = (uint64_t *)(sb + h->sl.off_objmap);
+    h->owners = (uint16_t *)(sb + h->sl.off_owners);
+    h->cstats = st->cstats;
     h->heap_fd = heap_fd;
+    h->meta_fd = meta_fd;
+    h->state_fd = state_fd;
     h->heap_size = heap_size;
-    h->npages = m->npages;
+    h->npages = npages;
     tcm__ph_init(h);
+    h->top = atomic_load(&st->top);
     return 0;
 }
 
-int tcm__segments_create(tcm_server_t *srv)
+static void unlink_all(tcm_server_t *srv)
+{
+    char prefix[100];
+    snprintf(prefix, sizeof prefix, "/tcm.%s.ch.", srv->name);
+    int n = tcm__shm_unlink_prefix(prefix);
+    n += tcm__shm_unlink(srv->heap_name) == 0;
+    n += tcm__shm_unlink(srv->meta_name) == 0;
+    n += tcm__shm_unlink(srv->state_name) == 0;
+    if (n)
+        tcm__log(TCM_LOG_WARN, "removed %d segments of a previous heap named '%s'", n, srv->name);
+}
+
+/* What differs between a segment's header and this tcmd; NULL if it can be
+ * adopted. */
+static const char *adoption_problem(tcm_server_t *srv, const char *seg, int fd, uint64_t want_size, char *why,
+                                    size_t len)
+{
+    uint64_t size;
+    uid_t uid;
+    unsigned mode;
+    int err = tcm__shm_stat(fd, &size, &uid, &mode);
+    if (err)
+        snprintf(why, len, "%s: fstat failed: %s", seg, strerror(-err));
+    else if (uid != geteuid())
+        snprintf(why, len, "%s is owned by uid %u, this tcmd runs as uid %u", seg, (unsigned)uid,
+                 (unsigned)geteuid());
+    else if (size != want_size) {
+        char a[32], b[32];
+        snprintf(why, len, "%s is %s, a heap of --heap-size %s needs %s", seg, tcm__format_size(size, a, sizeof a),
+                 tcm__format_size(srv->heap_size, b, sizeof b), tcm__format_size(want_size, b, sizeof b));
+    } else
+        return NULL;
+    return why;
+}
+
+/* Check the headers of segments left by a previous tcmd; fills why. */
+static bool can_adopt(tcm_server_t *srv, const tcm_meta_hdr_t *m, const tcm_state_hdr_t *st, char *why, size_t len)
+{
+    if (m->magic != TCM_META_MAGIC)
+        snprintf(why, len, "%s is not a tcm metadata segment (bad magic)", srv->meta_name);
+    else if (m->version != TCM_LAYOUT_VERSION)
+        snprintf(why, len, "%s has layout version %u, this tcmd uses %u", srv->meta_name, m->version,
+                 TCM_LAYOUT_VERSION);
+    else if (st->version != TCM_LAYOUT_VERSION)
+        snprintf(why, len, "%s has layout version %u, this tcmd uses %u", srv->state_name, st->version,
+                 TCM_LAYOUT_VERSION);
+    else if (st->base != srv->base || m->base != srv->base)
+        snprintf(why, len, "%s is mapped at --base 0x%llx, this tcmd was given 0x%llx", srv->state_name,
+                 (unsigned long long)st->base, (unsigned long long)srv->base);
+    else if (st->heap_size != srv->heap_size || m->heap_size != srv->heap_size)
+        snprintf(why, len, "%s describes a heap of %llu bytes, --heap-size is %llu", srv->state_name,
+                 (unsigned long long)st->heap_size, (unsigned long long)srv->heap_size);
+    else if (st->max_threads != srv->max_threads)
+        snprintf(why, len, "%s was created with --max-threads %u, this tcmd was given %u", srv->state_name,
+                 st->max_threads, srv->max_threads);
+    else if (st->uid != geteuid())
+        snprintf(why, len, "%s belongs to uid %u, this tcmd runs as uid %u", srv->state_name, st->uid,
+                 (unsigned)geteuid());
+    else if (st->page_shift != TCM_PAGE_SHIFT || m->page_shift != TCM_PAGE_SHIFT || m->nclasses != TCM_NCLASSES)
+        snprintf(why, len, "%s has another page size or class table", srv->meta_name);
+    else
+        return true;
+    return false;
+}
+
+static int map_or_log(tcm_server_t *srv, int fd, uint64_t size, void *at, void **out, const char *what)
 {
     char err[256];
+    *out = tcm__map(fd, size, at, true, err, sizeof err);
+    if (!*out) {
+        tcm__log(TCM_LOG_ERROR, "cannot map %s: %s", what, err);
+        return -1;
+    }
+    (void)srv;
+    return 0;
+}
+
+int tcm__segments_open(tcm_server_t *srv)
+{
+    char why[320];
     snprintf(srv->lock_name, sizeof srv->lock_name, "/tcm.%s.lock", srv->name);
     snprintf(srv->heap_name, sizeof srv->heap_name, "/tcm.%s.heap", srv->name);
     snprintf(srv->meta_name, sizeof srv->meta_name, "/tcm.%s.meta", srv->name);
-    srv->heap_fd = srv->meta_fd = -1;
+    snprintf(srv->state_name, sizeof srv->state_name, "/tcm.%s.state", srv->name);
+    srv->heap_fd = srv->meta_fd = srv->state_fd = -1;
 
     srv->lock_fd = tcm__lock_name(srv->lock_name);
     if (srv->lock_fd < 0) {
@@ -76,98 +176,174 @@ int tcm__segments_create(tcm_server_t *srv)
             tcm__log(TCM_LOG_ERROR, "shm_open(%s) failed: %s", srv->lock_name, strerror(-srv->lock_fd));
         return srv->lock_fd;
     }
-    /* we hold the name: anything left under it belongs to a dead daemon */
-    char prefix[96];
-    snprintf(prefix, sizeof prefix, "/tcm.%s.", srv->name);
-    char ch_prefix[100];
-    snprintf(ch_prefix, sizeof ch_prefix, "%sch.", prefix);
-    int stale = tcm__shm_unlink_prefix(ch_prefix);
-    if (tcm__shm_unlink(srv->heap_name) == 0)
-        stale++;
-    if (tcm__shm_unlink(srv->meta_name) == 0)
-        stale++;
-    if (stale)
-        tcm__log(TCM_LOG_WARN, "removed %d stale segments of a previous tcmd named '%s'", stale, srv->name);
+    uint32_t npages = (uint32_t)(srv->heap_size >> TCM_PAGE_SHIFT);
+    tcm_meta_layout_t ml;
+    tcm_state_layout_t sl;
+    tcm__meta_layout(&ml, npages);
+    tcm__state_layout(&sl, npages);
+    srv->meta_size = ml.size;
+    srv->state_size = sl.size;
 
-    srv->heap_fd = tcm__shm_create(srv->heap_name, srv->heap_size, 0600);
-    if (srv->heap_fd < 0) {
-        tcm__log(TCM_LOG_ERROR, "shm_open(%s) failed: %s", srv->heap_name, strerror(-srv->heap_fd));
-        goto fail;
+    /* We hold the name. Segments under it are a previous tcmd's heap. */
+    if (srv->discard_heap) {
+        tcm__log(TCM_LOG_WARN, "--discard-heap: replacing any heap left under the name '%s'", srv->name);
+        unlink_all(srv);
     }
-    srv->heap = tcm__map(srv->heap_fd, srv->heap_size, (void *)(uintptr_t)srv->base, true, err, sizeof err);
-    if (!srv->heap) {
-        tcm__log(TCM_LOG_ERROR, "cannot map the heap at 0x%llx: %s", (unsigned long long)srv->base, err);
-        goto fail;
+    srv->heap_fd = tcm__shm_open(srv->heap_name, true);
+    srv->meta_fd = tcm__shm_open(srv->meta_name, true);
+    srv->state_fd = tcm__shm_open(srv->state_name, true);
+    bool fresh = srv->heap_fd < 0 && srv->meta_fd < 0 && srv->state_fd < 0;
+    if (!fresh) {
+        const tcm_state_hdr_t *st = NULL;
+        const tcm_meta_hdr_t *m = NULL;
+        if (srv->meta_fd >= 0)
+            m = tcm__map(srv->meta_fd, sizeof *m, NULL, false, why, sizeof why);
+        if (srv->state_fd >= 0)
+            st = tcm__map(srv->state_fd, sizeof *st, NULL, false, why, sizeof why);
+        bool incomplete = !st || st->magic != TCM_STATE_MAGIC || srv->heap_fd < 0 || srv->meta_fd < 0;
+        bool other_version = m && m->magic == TCM_META_MAGIC && m->version != TCM_LAYOUT_VERSION;
+        const char *problem = NULL;
+        if (other_version) {
+            snprintf(why, sizeof why, "%s has layout version %u, this tcmd uses %u", srv->meta_name, m->version,
+                     TCM_LAYOUT_VERSION);
+            problem = why;
+        } else if (!incomplete) {
+            if (!(problem = adoption_problem(srv, srv->heap_name, srv->heap_fd, srv->heap_size, why, sizeof why)) &&
+                !(problem = adoption_problem(srv, srv->meta_name, srv->meta_fd, ml.size, why, sizeof why)) &&
+                !(problem = adoption_problem(srv, srv->state_name, srv->state_fd, sl.size, why, sizeof why)) &&
+                !can_adopt(srv, m, st, why, sizeof why))
+                problem = why;
+        }
+        if (m)
+            tcm__unmap((void *)m, sizeof *m);
+        if (st)
+            tcm__unmap((void *)st, sizeof *st);
+        if (problem) {
+            tcm__log(TCM_LOG_ERROR, "cannot adopt the heap left under the name '%s': %s", srv->name, problem);
+            tcm__log(TCM_LOG_ERROR, "start tcmd with the options that heap was created with, or with "
+                     "--discard-heap to replace it (its contents are lost)");
+            goto fail;
+        }
+        if (incomplete) {
+            /* no client can attach before creation completes */
+            tcm__log(TCM_LOG_WARN, "the heap under the name '%s' was never completely created: replacing it",
+                     srv->name);
+            tcm__close(srv->heap_fd);
+            tcm__close(srv->meta_fd);
+            tcm__close(srv->state_fd);
+            srv->heap_fd = srv->meta_fd = srv->state_fd = -1;
+            unlink_all(srv);
+            fresh = true;
+        }
     }
-    int cerr = tcm__commit(srv->heap_fd, 0, TCM_PAGE_SIZE);
-    if (cerr) {
-        tcm__log(TCM_LOG_ERROR, "fallocate(%s, doorbell page) failed: %s", srv->heap_name, strerror(-cerr));
+    if (fresh) {
+        char prefix[100];
+        snprintf(prefix, sizeof prefix, "/tcm.%s.ch.", srv->name);
+        tcm__shm_unlink_prefix(prefix); /* channels of a heap that is gone */
+        struct { const char *name; uint64_t size; int *fd; } segs[] = {
+            {srv->heap_name, srv->heap_size, &srv->heap_fd},
+            {srv->meta_name, ml.size, &srv->meta_fd},
+            {srv->state_name, sl.size, &srv->state_fd}};
+        for (unsigned i = 0; i < 3; i++) {
+            *segs[i].fd = tcm__shm_create(segs[i].name, segs[i].size, 0600);
+            if (*segs[i].fd < 0) {
+                tcm__log(TCM_LOG_ERROR, "shm_open(%s) failed: %s", segs[i].name, strerror(-*segs[i].fd));
+                goto fail;
+            }
+        }
+    }
+
+    if (map_or_log(srv, srv->heap_fd, srv->heap_size, (void *)(uintptr_t)srv->base, (void **)&srv->heap, "the heap"))
+        goto fail;
+    int err = tcm__commit(srv->heap_fd, 0, TCM_PAGE_SIZE);
+    if (err) {
+        tcm__log(TCM_LOG_ERROR, "fallocate(%s, doorbell page) failed: %s", srv->heap_name, strerror(-err));
         goto fail;
     }
     srv->bell = (tcm_bell_t *)srv->heap;
-
-    tcm_meta_layout_t ml;
-    tcm__meta_layout(&ml, (uint32_t)(srv->heap_size >> TCM_PAGE_SHIFT));
-    srv->meta_size = ml.size;
-    srv->meta_fd = tcm__shm_create(srv->meta_name, ml.size, 0600);
-    if (srv->meta_fd < 0) {
-        tcm__log(TCM_LOG_ERROR, "shm_open(%s) failed: %s", srv->meta_name, strerror(-srv->meta_fd));
+    if (map_or_log(srv, srv->meta_fd, ml.size, NULL, (void **)&srv->meta, "the metadata") ||
+        map_or_log(srv, srv->state_fd, sl.size, NULL, (void **)&srv->state, "the state segment"))
         goto fail;
+    if (fresh) {
+        /* the headers, class table, roots and client records now; the
+         * per-page parts grow with the heap */
+        if ((err = tcm__commit(srv->meta_fd, 0, ml.off_page_class)) != 0 ||
+            (err = tcm__commit(srv->state_fd, 0, sl.off_objmap)) != 0) {
+            tcm__log(TCM_LOG_ERROR, "fallocate(metadata) failed: %s", strerror(-err));
+            goto fail;
+        }
     }
-    srv->meta = tcm__map(srv->meta_fd, ml.size, NULL, true, err, sizeof err);
-    if (!srv->meta) {
-        tcm__log(TCM_LOG_ERROR, "cannot map the metadata: %s", err);
-        goto fail;
-    }
-    /* the header, class table and roots now; the per-page parts grow with the heap */
-    int merr = tcm__commit(srv->meta_fd, 0, ml.off_page_class);
-    if (merr) {
-        tcm__log(TCM_LOG_ERROR, "fallocate(%s) failed: %s", srv->meta_name, strerror(-merr));
-        goto fail;
-    }
-    if (tcm__meta_init(&srv->h, srv->meta, &ml, srv->meta_fd, srv->heap_fd, srv->heap_size, srv->base) != 0) {
-        tcm__log(TCM_LOG_ERROR, "cannot reserve the owner map for %llu pages", (unsigned long long)(srv->heap_size >> TCM_PAGE_SHIFT));
-        goto fail;
-    }
+    tcm__heap_attach(&srv->h, srv->meta, srv->state, srv->heap_fd, srv->meta_fd, srv->state_fd, srv->heap_size,
+                     srv->base, srv->max_threads, fresh);
+    srv->dstats = &srv->state->dstats;
     tcm__chan_layout(&srv->chan_layout, srv->h.classes, srv->max_threads);
+    srv->adopted = !fresh;
+    if (fresh) {
+        atomic_signal_fence(memory_order_seq_cst);
+        srv->state->magic = TCM_STATE_MAGIC;
+    }
     return 0;
 
 fail:
-    tcm__segments_destroy(srv);
+    srv->keep_segments = true; /* never delete what we could not adopt */
+    tcm__segments_close(srv);
     return -1;
 }
 
-void tcm__segments_destroy(tcm_server_t *srv)
+void tcm__segments_close(tcm_server_t *srv)
 {
     if (srv->meta)
         tcm__unmap(srv->meta, srv->meta_size);
+    if (srv->state)
+        tcm__unmap(srv->state, srv->state_size);
     if (srv->heap)
         tcm__unmap(srv->heap, srv->heap_size);
     srv->meta = NULL;
+    srv->state = NULL;
     srv->heap = NULL;
-    if (srv->heap_fd >= 0) {
-        tcm__close(srv->heap_fd);
+    tcm__close(srv->heap_fd);
+    tcm__close(srv->meta_fd);
+    tcm__close(srv->state_fd);
+    srv->heap_fd = srv->meta_fd = srv->state_fd = -1;
+    if (!srv->keep_segments) {
         tcm__shm_unlink(srv->heap_name);
-    }
-    if (srv->meta_fd >= 0) {
-        tcm__close(srv->meta_fd);
         tcm__shm_unlink(srv->meta_name);
+        tcm__shm_unlink(srv->state_name);
     }
-    srv->heap_fd = srv->meta_fd = -1;
     if (srv->lock_fd >= 0) {
-        tcm__shm_unlink(srv->lock_name);
+        if (!srv->keep_segments)
+            tcm__shm_unlink(srv->lock_name);
         tcm__close(srv->lock_fd);
         srv->lock_fd = -1;
     }
 }
 
-static void init_channel(tcm_server_t *srv, tcm_client_t *c)
+static tcm_client_rec_t *records(tcm_server_t *srv)
+{
+    return (tcm_client_rec_t *)((uint8_t *)srv->state + srv->h.sl.off_clients);
+}
+
+static int map_channel(tcm_server_t *srv, tcm_client_t *c)
+{
+    char why[256];
+    c->lay = srv->chan_layout;
+    c->chan = tcm__map(c->chan_fd, c->lay.size, NULL, true, why, sizeof why);
+    if (!c->chan) {
+        tcm__log(TCM_LOG_ERROR, "cannot map channel %s: %s", c->rec->chan_name, why);
+        return -ENOMEM;
+    }
+    c->ring = (tcm_ring_t *)(c->chan + c->lay.off_ring);
+    c->slots = (tcm_slot_t *)(c->chan + c->lay.off_slots);
+    return 0;
+}
+
+static void init_channel(tcm_client_t *c)
 {
     const tcm_chan_layout_t *l = &c->lay;
     tcm_chan_hdr_t *hdr = (tcm_chan_hdr_t *)c->chan;
     hdr->magic = TCM_CHAN_MAGIC;
     hdr->version = TCM_LAYOUT_VERSION;
-    hdr->client_id = c->id;
+    hdr->client_id = c->rec->id;
     hdr->size = l->size;
     hdr->nslots = l->nslots;
     hdr->ring_cap = l->ring_cap;
@@ -180,61 +356,70 @@ static void init_channel(tcm_server_t *srv, tcm_client_t *c)
     hdr->off_xfer = l->off_xfer;
     memcpy(hdr->bin_slot_off, l->bin_slot_off, sizeof hdr->bin_slot_off);
     memcpy(hdr->xfer_slot_off, l->xfer_slot_off, sizeof hdr->xfer_slot_off);
-    c->ring = (tcm_ring_t *)(c->chan + l->off_ring);
-    c->slots = (tcm_slot_t *)(c->chan + l->off_slots);
     tcm__ring_init(c->ring, l->ring_cap);
-    (void)srv;
+}
+
+static void publish(tcm_server_t *srv, tcm_client_t *c)
+{
+    atomic_store_explicit(&srv->clients[c->index], c, memory_order_release);
+    if (c->index + 1 > atomic_load(&srv->clients_hw))
+        atomic_store(&srv->clients_hw, c->index + 1);
 }
 
 int tcm__client_create(tcm_server_t *srv, pid_t pid, uid_t uid, tcm_client_t **out)
 {
+    tcm_client_rec_t *recs = records(srv);
     uint32_t idx = TCM_MAX_CLIENTS;
     for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++)
-        if (!atomic_load_explicit(&srv->clients[i], memory_order_acquire)) {
+        if (!atomic_load_explicit(&srv->clients[i], memory_order_acquire) &&
+            atomic_load(&recs[i].state) == TCM_REC_FREE) {
             idx = i;
             break;
         }
     if (idx == TCM_MAX_CLIENTS)
         return -EMFILE;
-
     tcm_client_t *c = calloc(1, sizeof *c);
     if (!c)
         return -ENOMEM;
+    tcm_client_rec_t *rec = &recs[idx];
+    c->rec = rec;
     c->index = idx;
-    c->id = ++srv->next_client_id;
-    srv->slot_gen[idx] = (uint8_t)(srv->slot_gen[idx] % TCM_TAG_GENS + 1);
-    c->tag = (uint16_t)(srv->slot_gen[idx] << TCM_TAG_INDEX_BITS | idx);
-    c->pid = pid;
-    c->uid = uid;
-    c->attached_unix = (uint64_t)time(NULL);
-    c->lay = srv->chan_layout;
-    snprintf(c->chan_name, sizeof c->chan_name, "/tcm.%s.ch.%u", srv->name, c->id);
-    c->chan_fd = tcm__shm_create(c->chan_name, c->lay.size, 0600);
-    int err = c->chan_fd;
+    /* a FREE record is nobody's: fill it, then claim it */
+    rec->id = ++srv->state->next_client_id;
+    rec->gen = (uint8_t)(rec->gen % TCM_TAG_GENS + 1);
+    rec->tag = (uint16_t)(rec->gen << TCM_TAG_INDEX_BITS | idx);
+    rec->pid = (uint32_t)pid;
+    rec->uid = (uint32_t)uid;
+    rec->token = tcm__random64();
+    rec->attached_unix = (uint64_t)time(NULL);
+    rec->tail = 0;
+    atomic_store(&rec->said_bye, 0);
+    atomic_store(&rec->bytes_out, 0);
+    atomic_store(&rec->bytes_back, 0);
+    atomic_store(&rec->requests, 0);
+    atomic_store(&rec->errors, 0);
+    snprintf(rec->chan_name, sizeof rec->chan_name, "/tcm.%.47s.ch.%u", srv->name, rec->id);
+    atomic_signal_fence(memory_order_seq_cst);
+    atomic_store(&rec->state, TCM_REC_CREATING); /* a crash from here: recovery unlinks the channel */
+
+    int err = c->chan_fd = tcm__shm_create(rec->chan_name, srv->chan_layout.size, 0600);
     if (err < 0) {
-        tcm__log(TCM_LOG_ERROR, "shm_open(%s) failed: %s", c->chan_name, strerror(-err));
+        tcm__log(TCM_LOG_ERROR, "shm_open(%s) failed: %s", rec->chan_name, strerror(-err));
         goto out_free;
     }
     if (uid != geteuid() && geteuid() == 0)
         tcm__shm_chown(c->chan_fd, uid);
     /* header, ring and slots are written at once; thread caches and the
      * transfer tier are backed by the client as they grow */
-    if ((err = tcm__commit(c->chan_fd, 0, c->lay.off_tcaches)) != 0) {
-        tcm__log(TCM_LOG_ERROR, "fallocate(%s) failed: %s", c->chan_name, strerror(-err));
+    if ((err = tcm__commit(c->chan_fd, 0, srv->chan_layout.off_tcaches)) != 0) {
+        tcm__log(TCM_LOG_ERROR, "fallocate(%s) failed: %s", rec->chan_name, strerror(-err));
         goto out_unlink;
     }
-    char why[256];
-    c->chan = tcm__map(c->chan_fd, c->lay.size, NULL, true, why, sizeof why);
-    if (!c->chan) {
-        tcm__log(TCM_LOG_ERROR, "cannot map channel %s: %s", c->chan_name, why);
-        err = -ENOMEM;
+    if ((err = map_channel(srv, c)) != 0)
         goto out_unlink;
-    }
-    init_channel(srv, c);
-    atomic_store_explicit(&c->state, TCM_CL_ACTIVE, memory_order_relaxed);
-    atomic_store_explicit(&srv->clients[idx], c, memory_order_release);
-    if (idx + 1 > atomic_load(&srv->clients_hw))
-        atomic_store(&srv->clients_hw, idx + 1);
+    init_channel(c);
+    atomic_store_explicit(&rec->state, TCM_REC_ACTIVE, memory_order_release);
+    publish(srv, c);
     atomic_fetch_add(&srv->meta->stats.clients_attached, 1);
     atomic_fetch_add(&srv->meta->stats.clients_total, 1);
     *out = c;
@@ -242,17 +427,63 @@ int tcm__client_create(tcm_server_t *srv, pid_t pid, uid_t uid, tcm_client_t **o
 
 out_unlink:
     tcm__close(c->chan_fd);
-    tcm__shm_unlink(c->chan_name);
+    tcm__shm_unlink(rec->chan_name);
 out_free:
+    atomic_store(&rec->state, TCM_REC_FREE);
     free(c);
     return err;
 }
 
-void tcm__client_destroy(tcm_server_t *srv, tcm_client_t *c)
+int tcm__client_map(tcm_server_t *srv, uint32_t index, tcm_client_t **out)
 {
+    tcm_client_rec_t *rec = &records(srv)[index];
+    tcm_client_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    c->rec = rec;
+    c->index = index;
+    rec->chan_name[sizeof rec->chan_name - 1] = 0;
+    c->chan_fd = tcm__shm_open(rec->chan_name, true);
+    uint64_t size;
+    uid_t uid;
+    unsigned mode;
+    int err = c->chan_fd < 0 ? c->chan_fd : tcm__shm_stat(c->chan_fd, &size, &uid, &mode);
+    if (!err && size != srv->chan_layout.size)
+        err = -EPROTO;
+    if (!err)
+        err = map_channel(srv, c);
+    if (err) {
+        tcm__log(TCM_LOG_WARN, "client %u (pid %u): cannot reopen channel %s: %s", rec->id, rec->pid,
+                 rec->chan_name, strerror(-err));
+        tcm__close(c->chan_fd);
+        free(c);
+        return err;
+    }
+    publish(srv, c);
+    *out = c;
+    return 0;
+}
+
+bool tcm__client_alive(tcm_client_t *c)
+{
+    return tcm__lock_try_exclusive(c->chan_fd) == -EWOULDBLOCK;
+}
+
+void tcm__client_unmap(tcm_server_t *srv, tcm_client_t *c)
+{
+    (void)srv;
     tcm__unmap(c->chan, c->lay.size);
     tcm__close(c->chan_fd);
-    tcm__shm_unlink(c->chan_name);
+    free(c);
+}
+
+void tcm__client_destroy(tcm_server_t *srv, tcm_client_t *c)
+{
+    tcm_client_rec_t *rec = c->rec;
+    tcm__unmap(c->chan, c->lay.size);
+    tcm__close(c->chan_fd);
+    tcm__shm_unlink(rec->chan_name);
+    atomic_store(&rec->state, TCM_REC_FREE);
     atomic_fetch_sub(&srv->meta->stats.clients_attached, 1);
     free(c);
 }

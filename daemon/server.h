@@ -13,66 +13,39 @@
 #include "heap.h"
 #include "tcm_layout.h"
 
-#define TCM_VERSION_STRING "0.1.0"
-#define TCM_MAX_CLIENTS 1024u
-/* An owner tag is a client's table index plus a generation of that index,
+#define TCM_VERSION_STRING "0.2.0"
+/* An owner tag is a client's record index plus a generation of that index,
  * so objects of a departed client are not credited to the next one there. */
 #define TCM_TAG_INDEX_BITS 10u
 #define TCM_TAG_GENS 63u /* generations 1..63; tag 0 is nobody */
+_Static_assert(TCM_MAX_CLIENTS == 1u << TCM_TAG_INDEX_BITS, "tags index the client records");
 #define TCM_DEFAULT_BASE 0x7e8000000000ull
 #define TCM_DEFAULT_HEAP (1ull << 30)
 
-enum tcm_client_state {
-    TCM_CL_ACTIVE = 1, /* attached; the heap thread serves its ring */
-    TCM_CL_DEAD = 2,   /* its socket closed: reclaim its caches */
-    TCM_CL_EVICTED = 3, /* detached by an operator: frees only, until it exits */
-};
-
 typedef struct tcm_conn tcm_conn_t;
 
-/* An attached client. Created by the main thread, served and finally reaped
- * by the heap thread, freed by the main thread. */
+/* An attached client: its persistent record (state segment) plus what this
+ * tcmd needs to serve it. Created by the main thread (attach, adoption),
+ * served and finally reaped by the heap thread, freed by the main thread. */
 typedef struct tcm_client {
-    _Atomic int state;        /* enum tcm_client_state */
-    uint32_t index;           /* in server.clients */
-    uint16_t tag;             /* owner tag of what it allocates */
-    uint32_t id;
-    pid_t pid;                /* from SO_PEERCRED */
-    uid_t uid;
-    uint64_t attached_unix;
-    char chan_name[96];
+    tcm_client_rec_t *rec;    /* in the state segment */
+    uint32_t index;           /* of rec, and in server.clients */
     int chan_fd;
     uint8_t *chan;            /* the daemon's mapping of the channel */
     tcm_chan_layout_t lay;    /* private copy: the channel header is untrusted */
     tcm_ring_t *ring;
     tcm_slot_t *slots;
-    uint64_t tail;            /* heap thread: ring consumer position */
-    /* heap thread writes, main thread reads. bytes_back counts this
-     * client's allocations that came back to the heap, whoever freed them */
-    _Atomic uint64_t bytes_out, bytes_back, requests, errors;
-    _Atomic bool said_bye;    /* detached on purpose, not killed */
-    tcm_conn_t *conn;         /* main thread: its control connection */
+    tcm_conn_t *conn;         /* main thread: its control connection; NULL between adoption and resume */
     struct tcm_client *next_reaped;
 } tcm_client_t;
 
-enum tcm_mbox_cmd { TCM_MBOX_NONE = 0, TCM_MBOX_RELEASE = 1, TCM_MBOX_RESIZE = 2, TCM_MBOX_NOP = 3 };
+enum tcm_mbox_cmd {
+    TCM_MBOX_NONE = 0, TCM_MBOX_RELEASE = 1, TCM_MBOX_RESIZE = 2, TCM_MBOX_NOP = 3, TCM_MBOX_CHECK = 4,
+};
 
 #define TCM_OP_NAMES(X)                                                                       \
     X(NOP, "nop") X(REFILL, "refill") X(RETURN, "return") X(ALLOC_PAGES, "alloc_pages")        \
     X(FREE_PAGES, "free_pages") X(ROOT_SET, "root_set")
-#define TCM_NOPS 6u
-/* Request service time: bucket i counts requests under 250 ns << i; the
- * last bucket is everything slower. */
-#define TCM_LAT_BUCKETS 16u
-#define TCM_LAT_BASE_NS 250u
-
-/* The daemon's own counters: heap thread writes, main thread reads. */
-typedef struct tcm_daemon_stats {
-    _Atomic uint64_t ops[TCM_NOPS];
-    _Atomic uint64_t refused[TCM_ST__COUNT];
-    _Atomic uint64_t latency[TCM_LAT_BUCKETS];
-    _Atomic uint64_t latency_sum_ns;
-} tcm_daemon_stats_t;
 
 typedef struct tcm_server {
     /* settings, fixed after start */
@@ -90,13 +63,21 @@ typedef struct tcm_server {
     uint64_t tcache_budget;
     uint64_t xfer_budget;
     uint64_t page_cache_cap;
+    uint64_t reconnect_timeout; /* seconds */
+
+    bool discard_heap;        /* --discard-heap: replace segments left by a previous tcmd */
+    uint32_t explicit_settings; /* bit per config.c setting given on the command line or file */
 
     /* segments */
-    char heap_name[96], meta_name[96], lock_name[96];
-    int heap_fd, meta_fd, lock_fd;
+    char heap_name[96], meta_name[96], state_name[96], lock_name[96];
+    int heap_fd, meta_fd, state_fd, lock_fd;
     uint8_t *heap;
     tcm_meta_hdr_t *meta;
     uint64_t meta_size;
+    tcm_state_hdr_t *state;
+    uint64_t state_size;
+    bool adopted;             /* this tcmd took over segments of a previous one */
+    bool keep_segments;       /* at exit: clients are attached, leave the heap to the next tcmd */
     tcm_bell_t *bell;
     tcm_chan_layout_t chan_layout;
 
@@ -106,14 +87,12 @@ typedef struct tcm_server {
     bool heap_thread_started;
     _Atomic bool stop;
     _Atomic uint64_t spin_ns; /* how long the heap thread polls before sleeping */
-    tcm_daemon_stats_t dstats;
+    tcm_daemon_stats_t *dstats; /* in the state segment */
 
     /* clients: slots written by the main thread (attach) and the heap thread
      * (reap), read by both */
     tcm_client_t *_Atomic clients[TCM_MAX_CLIENTS];
     _Atomic uint32_t clients_hw; /* indices below this may be in use */
-    uint32_t next_client_id;
-    uint8_t slot_gen[TCM_MAX_CLIENTS]; /* generation of each index's last tag */
     pthread_mutex_t reaped_lock;
     tcm_client_t *reaped;        /* reclaimed, waiting for the main thread */
     uv_async_t reaped_async;
@@ -124,12 +103,14 @@ typedef struct tcm_server {
     _Atomic int mbox_cmd;
     uint64_t mbox_arg;
     uint64_t mbox_result;
+    char mbox_text[256];      /* CHECK: the first inconsistency found */
     bool mbox_done;
 
     /* libuv */
     uv_loop_t *loop;
     uv_pipe_t listener;
     uv_signal_t sigterm, sigint, sighup;
+    uv_timer_t liveness;      /* adopted clients not yet resumed: are they alive? */
     uv_tcp_t metrics;
     char metrics_addr[64];
     int metrics_port; /* 0: no /metrics endpoint */
@@ -137,12 +118,30 @@ typedef struct tcm_server {
 } tcm_server_t;
 
 /* segments.c */
-int tcm__segments_create(tcm_server_t *srv);
-void tcm__segments_destroy(tcm_server_t *srv);
+int tcm__segments_open(tcm_server_t *srv);     /* create, or adopt what a previous tcmd left */
+void tcm__segments_close(tcm_server_t *srv);   /* unlinks them unless keep_segments */
 int tcm__client_create(tcm_server_t *srv, pid_t pid, uid_t uid, tcm_client_t **out);
-void tcm__client_destroy(tcm_server_t *srv, tcm_client_t *c);
+int tcm__client_map(tcm_server_t *srv, uint32_t index, tcm_client_t **out); /* an adopted record */
+void tcm__client_destroy(tcm_server_t *srv, tcm_client_t *c);              /* unlinks, frees the record */
+void tcm__client_unmap(tcm_server_t *srv, tcm_client_t *c);                /* keeps both */
+bool tcm__client_alive(tcm_client_t *c); /* liveness lock of an adopted client */
 
-/* requests.c: the heap thread */
+/* recovery.c: make an adopted heap consistent before any thread runs */
+int tcm__recover(tcm_server_t *srv);
+
+/* requests.c: one ring request, served or redone */
+bool tcm__serve_client_ht(tcm_server_t *srv, tcm_client_t *c, bool frees_only);
+void tcm__resolve_intent_ht(tcm_server_t *srv, uint64_t *redone, uint64_t *rolled_back);
+void tcm__credit_ht(tcm_server_t *srv, uint16_t tag, uint64_t bytes);
+
+/* reclaim.c: the caches of a client that went away */
+void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c);
+
+/* validate.c: the whole-heap validator; false and the first inconsistency
+ * in why. live: clients may be running (their caches are read racily). */
+bool tcm__validate_ht(tcm_server_t *srv, char *why, size_t whylen);
+
+/* heapthread.c: the heap thread */
 int tcm__heap_thread_start(tcm_server_t *srv);
 void tcm__heap_thread_stop(tcm_server_t *srv);
 void tcm__heap_kick(tcm_server_t *srv);

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "prim.h"
 
@@ -14,15 +15,13 @@ const char *const tcm__op_names[TCM_NOPS] = {
 #undef TCM_OP_NAME
 };
 
-static const char *const heap_docs[] = {
-#define TCM_STAT_DOC(name, doc) doc,
-    TCM_HEAP_STATS(TCM_STAT_DOC)
-#undef TCM_STAT_DOC
-};
-static const char *const heap_names[] = {
-#define TCM_STAT_NAME(name, doc) #name,
-    TCM_HEAP_STATS(TCM_STAT_NAME)
-#undef TCM_STAT_NAME
+static const struct {
+    const char *name, *doc;
+    bool counter;
+} heap_stats[] = {
+#define TCM_STAT_ROW(name, kind, doc) {#name, doc, #kind[0] == 'C'},
+    TCM_HEAP_STATS(TCM_STAT_ROW)
+#undef TCM_STAT_ROW
 };
 
 void tcm__client_usage(const tcm_server_t *srv, const tcm_client_t *c, uint32_t *threads, uint64_t *cached)
@@ -67,16 +66,6 @@ static tcm_stat_row_t *row(tcm_stat_row_t *rows, size_t *n, size_t max, const ch
     return r;
 }
 
-static bool is_counter(const char *name)
-{
-    static const char *const counters[] = {"bytes_released", "requests", "refused", "wakeups",
-                                           "clients_total", "clients_died", "reclaimed_objects"};
-    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
-        if (strcmp(name, counters[i]) == 0)
-            return true;
-    return false;
-}
-
 size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
 {
     size_t n = 0;
@@ -84,9 +73,9 @@ size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
     atomic_store(&srv->meta->stats.bytes_committed, backed > 0 ? (uint64_t)backed : 0);
     atomic_store(&srv->meta->stats.bytes_limit, atomic_load(&srv->meta->config.heap_limit));
     const _Atomic uint64_t *vals = (const _Atomic uint64_t *)&srv->meta->stats;
-    for (size_t i = 0; i < sizeof heap_names / sizeof heap_names[0]; i++)
-        row(rows, &n, max, heap_names[i], heap_docs[i], atomic_load_explicit(&vals[i], memory_order_relaxed),
-            is_counter(heap_names[i]));
+    for (size_t i = 0; i < sizeof heap_stats / sizeof heap_stats[0]; i++)
+        row(rows, &n, max, heap_stats[i].name, heap_stats[i].doc,
+            atomic_load_explicit(&vals[i], memory_order_relaxed), heap_stats[i].counter);
 
     uint64_t cached = 0;
     uint32_t hw = atomic_load(&srv->clients_hw);
@@ -94,7 +83,7 @@ size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
         tcm_client_t *c = atomic_load(&srv->clients[i]);
         uint32_t threads;
         uint64_t ccached;
-        if (c && atomic_load(&c->state) == TCM_CL_ACTIVE) {
+        if (c && atomic_load(&c->rec->state) == TCM_REC_ACTIVE) {
             tcm__client_usage(srv, c, &threads, &ccached);
             cached += ccached;
         }
@@ -110,12 +99,15 @@ size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
         r->is_float = true;
         r->fvalue = in_use ? (double)(backed > 0 ? backed : 0) / (double)in_use : 0.0;
     }
-    row(rows, &n, max, "uptime_seconds", "seconds since tcmd started", (tcm__now_ns() - srv->start_ns) / 1000000000,
+    row(rows, &n, max, "uptime_seconds", "seconds since this tcmd started", (tcm__now_ns() - srv->start_ns) / 1000000000,
         false);
+    uint64_t now = (uint64_t)time(NULL), born = srv->state->created_unix;
+    row(rows, &n, max, "heap_age_seconds", "seconds since the heap was created (it outlives tcmd restarts)",
+        now > born ? now - born : 0, false);
     char name[48];
     for (unsigned op = 0; op < TCM_NOPS; op++) {
         snprintf(name, sizeof name, "requests_%s", tcm__op_names[op]);
-        row(rows, &n, max, name, "ring requests served, by operation", atomic_load(&srv->dstats.ops[op]), true);
+        row(rows, &n, max, name, "ring requests served, by operation", atomic_load(&srv->dstats->ops[op]), true);
     }
     for (int st = 1; st < TCM_ST__COUNT; st++) {
         if (st == TCM_ST_NOMEM || st == TCM_ST_NO_ROOM)
@@ -123,7 +115,7 @@ size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
         snprintf(name, sizeof name, "refused_%s", tcm__status_name(st));
         for (char *p = name; *p; p++)
             *p = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
-        row(rows, &n, max, name, "requests or objects refused, by reason", atomic_load(&srv->dstats.refused[st]),
+        row(rows, &n, max, name, "requests or objects refused, by reason", atomic_load(&srv->dstats->refused[st]),
             true);
     }
     return n;

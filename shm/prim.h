@@ -31,6 +31,11 @@ int tcm__release(int fd, uint64_t off, uint64_t len);
  * /dev/shm instead of a SIGBUS at the first write. */
 int tcm__populate(void *addr, uint64_t len);
 int64_t tcm__backed_bytes(int fd); /* allocated blocks of the object */
+/* 1 when [off, off + len) of the object has no hole, 0 when it has one,
+ * -errno on failure. */
+int tcm__backed_range(int fd, uint64_t off, uint64_t len);
+/* Size and owner of a shared-memory object. */
+int tcm__shm_stat(int fd, uint64_t *size, uid_t *uid, unsigned *mode);
 
 /* Wakeups on a 32-bit word in shared memory (futex, not process-private). */
 int tcm__wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns);
@@ -38,9 +43,19 @@ void tcm__wake(_Atomic uint32_t *word, int n);
 
 /* An exclusive lock held for the life of the process: one daemon per name. */
 int tcm__lock_name(const char *name); /* fd (keep open) or -errno */
+/* Advisory lock on an open file description: a client holds its channel
+ * shared for as long as it lives; tcmd tries it exclusively to learn
+ * whether the client is still there. 0, -EWOULDBLOCK when held elsewhere,
+ * or -errno. */
+int tcm__lock_shared(int fd);
+int tcm__lock_try_exclusive(int fd);
 
 int tcm__peer_cred(int sockfd, pid_t *pid, uid_t *uid, gid_t *gid);
 uint64_t tcm__now_ns(void);
+uint64_t tcm__random64(void);        /* unpredictable, for resume tokens */
+void tcm__sleep_ns(uint64_t ns);
+bool tcm__path_exists(const char *path);
+void tcm__kill_self(void) __attribute__((noreturn)); /* SIGKILL: test crash points */
 
 static inline void tcm__cpu_relax(void)
 {

@@ -11,7 +11,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -156,6 +158,25 @@ int64_t tcm__backed_bytes(int fd)
     return (int64_t)st.st_blocks * 512;
 }
 
+int tcm__backed_range(int fd, uint64_t off, uint64_t len)
+{
+    off_t hole = lseek(fd, (off_t)off, SEEK_HOLE);
+    if (hole < 0)
+        return -errno;
+    return (uint64_t)hole >= off + len ? 1 : 0;
+}
+
+int tcm__shm_stat(int fd, uint64_t *size, uid_t *uid, unsigned *mode)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return -errno;
+    *size = (uint64_t)st.st_size;
+    *uid = st.st_uid;
+    *mode = (unsigned)st.st_mode & 07777;
+    return 0;
+}
+
 int tcm__wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns)
 {
     struct timespec ts, *tsp = NULL;
@@ -186,6 +207,16 @@ int tcm__lock_name(const char *name)
     return fd;
 }
 
+int tcm__lock_shared(int fd)
+{
+    return flock(fd, LOCK_SH | LOCK_NB) == 0 ? 0 : -errno;
+}
+
+int tcm__lock_try_exclusive(int fd)
+{
+    return flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : -errno;
+}
+
 int tcm__peer_cred(int sockfd, pid_t *pid, uid_t *uid, gid_t *gid)
 {
     struct ucred cred;
@@ -203,6 +234,32 @@ uint64_t tcm__now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t tcm__random64(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
+        v = tcm__now_ns() ^ ((uint64_t)getpid() << 32);
+    return v;
+}
+
+void tcm__sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+bool tcm__path_exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+void tcm__kill_self(void)
+{
+    kill(getpid(), SIGKILL);
+    _exit(137);
 }
 
 int tcm__shm_unlink_prefix(const char *prefix)

@@ -3,10 +3,12 @@
  *
  * Producers (the client's threads) claim a position with a CAS on head and
  * publish the cell by storing seq = pos + 1 (release). The single consumer
- * (the heap thread) keeps its own tail in private memory, takes the cell when
- * seq == tail + 1 (acquire) and frees it with seq = tail + cap. Cells are
- * client-writable: the consumer acts only on an exact sequence match, so a
- * corrupt ring stalls that client alone and never the daemon.
+ * (the heap thread) keeps its tail where clients cannot write it (the
+ * client's record in the state segment), reads the cell when seq == tail + 1
+ * (acquire) and frees it with seq = tail + cap only once the request is
+ * committed. Cells are client-writable: the consumer acts only on an exact
+ * sequence match, so a corrupt ring stalls that client alone and never the
+ * daemon.
  *
  * Wakeup (no lost wakeups): the heap thread reads bell.seq, stores
  * heap_sleeping = 1, fences, scans every ring once more and only then waits
@@ -51,16 +53,45 @@ static inline bool tcm__ring_push(tcm_ring_t *r, uint32_t cap, uint32_t slot)
     }
 }
 
-/* Consumer side; *tail is the consumer's private position. */
-static inline bool tcm__ring_pop(tcm_ring_t *r, uint32_t cap, uint64_t *tail, uint32_t *slot)
+/* Consumer side: the slot named by the cell at position pos, if that cell
+ * is full. The cell stays full until tcm__ring_release, so a consumer that
+ * dies while serving it finds it again. */
+static inline bool tcm__ring_peek(tcm_ring_t *r, uint32_t cap, uint64_t pos, uint32_t *slot)
 {
-    tcm_ring_cell_t *cell = &r->cells[*tail & (cap - 1)];
+    tcm_ring_cell_t *cell = &r->cells[pos & (cap - 1)];
     uint64_t seq = atomic_load_explicit(&cell->seq, memory_order_acquire);
-    if (seq != *tail + 1)
+    if (seq != pos + 1)
         return false;
     *slot = cell->slot;
-    atomic_store_explicit(&cell->seq, *tail + cap, memory_order_release);
+    return true;
+}
+
+/* Consumer side: the request at pos is committed; its cell may be reused. */
+static inline void tcm__ring_release(tcm_ring_t *r, uint32_t cap, uint64_t pos)
+{
+    atomic_store_explicit(&r->cells[pos & (cap - 1)].seq, pos + cap, memory_order_release);
+}
+
+/* Consumer side, both at once; *tail is the consumer's position. */
+static inline bool tcm__ring_pop(tcm_ring_t *r, uint32_t cap, uint64_t *tail, uint32_t *slot)
+{
+    if (!tcm__ring_peek(r, cap, *tail, slot))
+        return false;
+    tcm__ring_release(r, cap, *tail);
     (*tail)++;
+    return true;
+}
+
+/* Recovery: a consumer killed between committing position tail - 1 and
+ * freeing its cell left the cell full; free it. */
+static inline bool tcm__ring_repair(tcm_ring_t *r, uint32_t cap, uint64_t tail)
+{
+    if (tail == 0)
+        return false;
+    tcm_ring_cell_t *cell = &r->cells[(tail - 1) & (cap - 1)];
+    if (atomic_load_explicit(&cell->seq, memory_order_acquire) != tail)
+        return false;
+    tcm__ring_release(r, cap, tail - 1);
     return true;
 }
 

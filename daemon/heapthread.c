@@ -1,0 +1,217 @@
+/* heapthread.c — the heap thread's loop: serve every client's ring, reclaim
+ * the caches of clients that went away, run the main thread's commands
+ * (release, resize, check) and sleep on the doorbell when there is nothing
+ * to do. The only writer of the page heap, the central lists, the page map
+ * and the object map. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "prim.h"
+#include "ring.h"
+#include "server.h"
+#include "tcm_assert.h"
+
+#define STAT_ADD(srv, f, v) atomic_fetch_add_explicit(&(srv)->meta->stats.f, (v), memory_order_relaxed)
+#define EXPENSIVE_CHECK_EVERY 4096u /* requests between whole-heap validations (assert level 3) */
+
+static void run_mailbox(tcm_server_t *srv)
+{
+    pthread_mutex_lock(&srv->mbox_lock);
+    int cmd = atomic_exchange(&srv->mbox_cmd, TCM_MBOX_NONE);
+    uint64_t result = 0;
+    if (cmd == TCM_MBOX_RELEASE) {
+        /* measured, not estimated: what the tmpfs object stopped using */
+        int64_t before = tcm__backed_bytes(srv->heap_fd);
+        tcm__central_drop_empty_ht(&srv->h);
+        tcm__ph_release_ht(&srv->h, 0);
+        int64_t after = tcm__backed_bytes(srv->heap_fd);
+        result = before > after ? (uint64_t)(before - after) : 0;
+        STAT_ADD(srv, bytes_released, result);
+    } else if (cmd == TCM_MBOX_RESIZE) {
+        /* refuse to cut below the end of the highest page run in use */
+        uint64_t end = tcm__ph_in_use_end_ht(&srv->h);
+        if (srv->mbox_arg < end) {
+            result = end;
+        } else {
+            uint64_t old = atomic_load(&srv->meta->config.heap_limit);
+            atomic_store(&srv->meta->config.heap_limit, srv->mbox_arg);
+            if (srv->mbox_arg < old) { /* a smaller heap gives its free pages back */
+                tcm__central_drop_empty_ht(&srv->h);
+                STAT_ADD(srv, bytes_released, tcm__ph_release_ht(&srv->h, 0));
+            }
+        }
+    } else if (cmd == TCM_MBOX_CHECK) {
+        result = tcm__validate_ht(srv, srv->mbox_text, sizeof srv->mbox_text) ? 0 : 1;
+    }
+    srv->mbox_result = result;
+    srv->mbox_done = true;
+    pthread_cond_broadcast(&srv->mbox_cond);
+    pthread_mutex_unlock(&srv->mbox_lock);
+}
+
+static void reap(tcm_server_t *srv, uint32_t i, tcm_client_t *c)
+{
+    tcm__reclaim_ht(srv, c);
+    atomic_store_explicit(&c->rec->state, TCM_REC_REAPED, memory_order_release);
+    atomic_store_explicit(&srv->clients[i], NULL, memory_order_release);
+    pthread_mutex_lock(&srv->reaped_lock);
+    c->next_reaped = srv->reaped;
+    srv->reaped = c;
+    pthread_mutex_unlock(&srv->reaped_lock);
+    uv_async_send(&srv->reaped_async);
+}
+
+/* One pass over every client; true if anything was done. */
+static bool serve_all(tcm_server_t *srv)
+{
+    bool work = false;
+    uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
+        if (!c)
+            continue;
+        uint32_t state = atomic_load_explicit(&c->rec->state, memory_order_acquire);
+        if (state == TCM_REC_ACTIVE || state == TCM_REC_EVICTED) {
+            work |= tcm__serve_client_ht(srv, c, state == TCM_REC_EVICTED);
+        } else if (state == TCM_REC_DEAD) {
+            reap(srv, i, c);
+            work = true;
+        }
+    }
+    if (atomic_load_explicit(&srv->mbox_cmd, memory_order_acquire) != TCM_MBOX_NONE) {
+        run_mailbox(srv);
+        work = true;
+    }
+    return work;
+}
+
+static bool anything_pending(tcm_server_t *srv)
+{
+    if (atomic_load(&srv->stop) || atomic_load(&srv->mbox_cmd) != TCM_MBOX_NONE)
+        return true;
+    uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
+        if (c && (atomic_load(&c->rec->state) == TCM_REC_DEAD ||
+                  tcm__ring_ready(c->ring, c->lay.ring_cap, c->rec->tail)))
+            return true;
+    }
+    return false;
+}
+
+/* Assert level 3: the whole heap is checked every few thousand requests. */
+static void expensive_check(tcm_server_t *srv, uint64_t *next_check)
+{
+    uint64_t served = atomic_load_explicit(&srv->meta->stats.requests, memory_order_relaxed);
+    if (served < *next_check)
+        return;
+    *next_check = served + EXPENSIVE_CHECK_EVERY;
+    char why[256];
+    if (!tcm__validate_ht(srv, why, sizeof why)) {
+        tcm__log(TCM_LOG_ERROR, "heap validation failed after %llu requests: %s", (unsigned long long)served, why);
+        tcm__assert_fail("tcm__validate_ht(srv)", __FILE__, __LINE__);
+    }
+}
+
+static void *heap_thread_main(void *arg)
+{
+    tcm_server_t *srv = arg;
+    uint64_t idle_since = 0, next_check = 0;
+    while (!atomic_load_explicit(&srv->stop, memory_order_acquire)) {
+        if (serve_all(srv)) {
+            idle_since = 0;
+            if (TCM_EXPENSIVE_CHECKS)
+                expensive_check(srv, &next_check);
+            continue;
+        }
+        uint64_t now = tcm__now_ns();
+        if (!idle_since)
+            idle_since = now;
+        if (now - idle_since < atomic_load_explicit(&srv->spin_ns, memory_order_relaxed)) {
+            for (int i = 0; i < 64; i++)
+                tcm__cpu_relax();
+            continue;
+        }
+        uint32_t seq = atomic_load_explicit(&srv->bell->seq, memory_order_acquire);
+        atomic_store_explicit(&srv->meta->heap_sleeping, 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (!anything_pending(srv)) {
+            tcm__wait(&srv->bell->seq, seq, 1000000000ll);
+            STAT_ADD(srv, wakeups, 1);
+        }
+        atomic_store_explicit(&srv->meta->heap_sleeping, 0, memory_order_relaxed);
+        idle_since = 0;
+    }
+    return NULL;
+}
+
+void tcm__heap_kick(tcm_server_t *srv)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    atomic_fetch_add_explicit(&srv->bell->seq, 1, memory_order_relaxed);
+    tcm__wake(&srv->bell->seq, 1);
+}
+
+/* Main thread: run a command on the heap thread and wait for its result. */
+uint64_t tcm__heap_command(tcm_server_t *srv, int cmd)
+{
+    uint64_t result;
+    tcm__heap_command_timed(srv, cmd, -1, &result);
+    return result;
+}
+
+/* Like tcm__heap_command, but gives up after timeout_ms (-ETIMEDOUT) unless
+ * it is negative: for health checks, which must answer even if the heap
+ * thread is stuck. */
+int tcm__heap_command_timed(tcm_server_t *srv, int cmd, int timeout_ms, uint64_t *result)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    if (timeout_ms >= 0) {
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+        if (deadline.tv_nsec >= 1000000000) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000;
+        }
+    }
+    pthread_mutex_lock(&srv->mbox_lock);
+    srv->mbox_done = false;
+    atomic_store_explicit(&srv->mbox_cmd, cmd, memory_order_release);
+    tcm__heap_kick(srv);
+    int rc = 0;
+    while (!srv->mbox_done && rc == 0)
+        rc = timeout_ms < 0 ? pthread_cond_wait(&srv->mbox_cond, &srv->mbox_lock)
+                            : pthread_cond_timedwait(&srv->mbox_cond, &srv->mbox_lock, &deadline);
+    *result = srv->mbox_result;
+    bool done = srv->mbox_done;
+    pthread_mutex_unlock(&srv->mbox_lock);
+    return done ? 0 : -ETIMEDOUT;
+}
+
+int tcm__heap_thread_start(tcm_server_t *srv)
+{
+    pthread_mutex_init(&srv->mbox_lock, NULL);
+    pthread_cond_init(&srv->mbox_cond, NULL);
+    pthread_mutex_init(&srv->reaped_lock, NULL);
+    int err = pthread_create(&srv->heap_thread, NULL, heap_thread_main, srv);
+    if (err) {
+        tcm__log(TCM_LOG_ERROR, "pthread_create(heap thread) failed: %s", strerror(err));
+        return -err;
+    }
+    srv->heap_thread_started = true;
+    return 0;
+}
+
+void tcm__heap_thread_stop(tcm_server_t *srv)
+{
+    if (!srv->heap_thread_started)
+        return;
+    atomic_store(&srv->stop, true);
+    tcm__heap_kick(srv);
+    pthread_join(srv->heap_thread, NULL);
+    srv->heap_thread_started = false;
+}

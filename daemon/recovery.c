@@ -1,0 +1,192 @@
+/* recovery.c — making an adopted heap consistent (docs/DESIGN.md, "Recovery
+ * pass"): clients' records and channels, the page intent, the request
+ * intent, the rings, every derived structure rebuilt from the authoritative
+ * ones, the caches of clients that died, then the validator. Runs in the
+ * main thread before the heap thread and the control socket start. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "prim.h"
+#include "ring.h"
+#include "server.h"
+#include "util.h"
+
+#define STAT_ADD(srv, f, v) atomic_fetch_add_explicit(&(srv)->meta->stats.f, (v), memory_order_relaxed)
+#define STAT_SET(srv, f, v) atomic_store_explicit(&(srv)->meta->stats.f, (v), memory_order_relaxed)
+
+uint64_t tcm__census_ht(const tcm_heap_t *h, uint64_t *held);
+
+typedef struct report {
+    uint32_t adopted, dead, dropped;
+    uint64_t redone, rolled_back, repairs, reclaimed_bytes;
+} report_t;
+
+static tcm_client_rec_t *record(tcm_server_t *srv, uint32_t i)
+{
+    return (tcm_client_rec_t *)((uint8_t *)srv->state + srv->h.sl.off_clients) + i;
+}
+
+/* Map the channel of every client that was attached; drop records of
+ * clients that never finished attaching or were already reclaimed. */
+static void adopt_clients(tcm_server_t *srv, report_t *r)
+{
+    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
+        tcm_client_rec_t *rec = record(srv, i);
+        uint32_t state = atomic_load(&rec->state);
+        if (state == TCM_REC_FREE)
+            continue;
+        rec->chan_name[sizeof rec->chan_name - 1] = 0;
+        tcm_client_t *c;
+        if ((state == TCM_REC_ACTIVE || state == TCM_REC_EVICTED || state == TCM_REC_DEAD) &&
+            tcm__client_map(srv, i, &c) == 0) {
+            c->conn = NULL;
+            r->adopted++;
+            continue;
+        }
+        /* CREATING: it never got its Welcome; REAPED: nothing left in it;
+         * a channel that is gone: nothing to reclaim from */
+        tcm__log(state == TCM_REC_ACTIVE ? TCM_LOG_WARN : TCM_LOG_INFO, "recovery: client %u (pid %u) %s: record dropped",
+                 rec->id, rec->pid,
+                 state == TCM_REC_CREATING ? "was still attaching"
+                 : state == TCM_REC_REAPED ? "was already reclaimed"
+                                           : "has no channel any more");
+        tcm__shm_unlink(rec->chan_name);
+        atomic_store(&rec->state, TCM_REC_FREE);
+        r->dropped++;
+    }
+}
+
+static bool page_intent_sane(const tcm_heap_t *h, const tcm_page_intent_t *pi)
+{
+    return pi->span >= 1 && pi->span <= h->npages && pi->first >= 1 && pi->npages >= 1 &&
+           (uint64_t)pi->first + pi->npages <= h->npages &&
+           (pi->kind == TCM_PAGES_UNMAP || pi->state == TCM_SPAN_LARGE ||
+            (pi->state == TCM_SPAN_SMALL && pi->cls >= 1 && pi->cls < TCM_NCLASSES &&
+             h->classes[pi->cls].span_pages == pi->npages));
+}
+
+/* A span being made or unmade: both are redone (no object of a span being
+ * made has been handed out yet; a span being unmade is empty). */
+static void resolve_page_intent(tcm_server_t *srv, report_t *r)
+{
+    tcm_heap_t *h = &srv->h;
+    tcm_page_intent_t *pi = &srv->state->page;
+    uint32_t kind = atomic_load(&pi->kind);
+    if (kind == TCM_PAGES_NONE)
+        return;
+    if (!page_intent_sane(h, pi)) {
+        tcm__log(TCM_LOG_ERROR, "recovery: the interrupted span change (span %u, pages %u+%u) is not sane; dropped",
+                 pi->span, pi->first, pi->npages);
+    } else if (kind == TCM_PAGES_MAP) {
+        tcm__span_map_ht(h, pi->span, pi->first, pi->npages, pi->state, pi->cls, pi->owner);
+        if (pi->state == TCM_SPAN_SMALL)
+            memset(&h->objmap[(uint64_t)pi->first * TCM_OBJMAP_WORDS_PER_PAGE], 0,
+                   (h->classes[pi->cls].span_objs + 63) / 64 * 8);
+        if ((uint64_t)pi->first + pi->npages > atomic_load(&srv->state->top))
+            atomic_store(&srv->state->top, pi->first + pi->npages);
+        tcm__log(TCM_LOG_INFO, "recovery: span %u (pages %u+%u) was being made: completed", pi->span, pi->first,
+                 pi->npages);
+        r->redone++;
+    } else {
+        tcm__span_unmap_ht(h, pi->first, pi->npages);
+        tcm__log(TCM_LOG_INFO, "recovery: span %u (pages %u+%u) was being freed: completed", pi->span, pi->first,
+                 pi->npages);
+        r->redone++;
+    }
+    atomic_signal_fence(memory_order_seq_cst);
+    atomic_store(&pi->kind, TCM_PAGES_NONE);
+}
+
+/* Gauges and each client's bytes back, from the owner map. */
+static void recount(tcm_server_t *srv)
+{
+    uint64_t *held = calloc(65536, sizeof *held);
+    if (!held) {
+        tcm__log(TCM_LOG_ERROR, "recovery: out of memory");
+        abort();
+    }
+    uint64_t total = tcm__census_ht(&srv->h, held), live = 0, attached = 0;
+    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        if (!c)
+            continue;
+        tcm_client_rec_t *rec = c->rec;
+        uint64_t h = held[rec->tag], out = atomic_load(&rec->bytes_out);
+        if (h > out)
+            atomic_store(&rec->bytes_out, out = h);
+        atomic_store(&rec->bytes_back, out - h);
+        live += h;
+        held[rec->tag] = 0;
+        attached++;
+    }
+    STAT_SET(srv, bytes_clients, total);
+    STAT_SET(srv, bytes_orphaned, total - live);
+    STAT_SET(srv, clients_attached, attached);
+    free(held);
+}
+
+int tcm__recover(tcm_server_t *srv)
+{
+    uint64_t t0 = tcm__now_ns();
+    report_t r = {0};
+    tcm_heap_t *h = &srv->h;
+    srv->state->adoptions++;
+    STAT_ADD(srv, restarts, 1);
+    char age[32];
+    tcm__log(TCM_LOG_WARN, "adopting the heap left by a previous tcmd (created %s ago, adoption %llu)",
+             tcm__format_age((uint64_t)time(NULL) - srv->state->created_unix, age, sizeof age),
+             (unsigned long long)srv->state->adoptions);
+
+    adopt_clients(srv, &r);
+    resolve_page_intent(srv, &r);
+    tcm__resolve_intent_ht(srv, &r.redone, &r.rolled_back);
+    uint32_t rings = 0;
+    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        if (c && tcm__ring_repair(c->ring, c->lay.ring_cap, c->rec->tail))
+            rings++;
+    }
+    r.repairs += tcm__ph_rebuild_ht(h);
+    r.repairs += tcm__central_rebuild_ht(h);
+    recount(srv);
+
+    /* who is still there: a live client holds its channel's lock */
+    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        uint32_t state = c ? atomic_load(&c->rec->state) : TCM_REC_FREE;
+        if ((state == TCM_REC_ACTIVE || state == TCM_REC_EVICTED) && !tcm__client_alive(c)) {
+            tcm__log(TCM_LOG_WARN, "recovery: client %u (pid %u) died while no tcmd was running", c->rec->id,
+                     c->rec->pid);
+            atomic_store(&c->rec->state, TCM_REC_DEAD);
+        }
+    }
+    /* reclaim the dead before anyone is served: a reclaim interrupted by the
+     * crash is redone, and nothing they cached may be handed out first */
+    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        if (!c || atomic_load(&c->rec->state) != TCM_REC_DEAD)
+            continue;
+        tcm__reclaim_ht(srv, c);
+        atomic_store(&srv->clients[i], NULL);
+        tcm__client_destroy(srv, c);
+        r.dead++;
+    }
+    STAT_ADD(srv, recovery_redone, r.redone);
+    STAT_ADD(srv, recovery_rolled_back, r.rolled_back);
+    STAT_ADD(srv, recovery_repairs, r.repairs + rings);
+
+    char why[256];
+    bool ok = tcm__validate_ht(srv, why, sizeof why);
+    uint64_t us = (tcm__now_ns() - t0) / 1000;
+    STAT_SET(srv, last_recovery_us, us);
+    tcm__log(ok ? TCM_LOG_WARN : TCM_LOG_ERROR,
+             "recovery done in %llu us: %u pages below top, %u clients adopted (%u died in the gap), %u records "
+             "dropped, %llu operations redone, %llu requests to serve again, %u rings and %llu structures repaired; "
+             "validator: %s",
+             (unsigned long long)us, h->top, r.adopted - r.dead, r.dead, r.dropped, (unsigned long long)r.redone,
+             (unsigned long long)r.rolled_back, rings, (unsigned long long)r.repairs, why);
+    return 0;
+}

@@ -1,0 +1,255 @@
+/* validate.c — the whole-heap validator. It recomputes every derived
+ * structure from the authoritative ones and compares: page map against
+ * span records, page-heap free lists, central lists and free counts against
+ * the object map, the gauges, every client's held bytes against the owner
+ * map, the roots, and the objects sitting in clients' caches. Run by the heap
+ * thread (tcmctl check, after every recovery, periodically at assert level
+ * 3) or before it starts; names the first inconsistency it finds. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen);
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        snprintf(why, whylen, __VA_ARGS__);                                                        \
+        goto fail;                                                                                 \
+    } while (0)
+
+/* Spans of each class with free objects are exactly the spans on its list. */
+static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
+{
+    uint64_t central_free = 0;
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+        uint64_t listed = 0;
+        for (uint32_t s = h->meta->central_head[cls], prev = 0; s; prev = s, s = h->spans[s].next) {
+            const tcm_span_t *sp = &h->spans[s];
+            if (s > h->npages || sp->state != TCM_SPAN_SMALL || sp->cls != cls || sp->prev != prev || !sp->on_list)
+                FAIL("central list %u: span %u (state %u class %u) does not belong there", cls, s, sp->state,
+                     sp->cls);
+            if (++listed > h->npages)
+                FAIL("central list %u has a cycle", cls);
+        }
+    }
+    uint64_t spans[TCM_NCLASSES] = {0}, free_objs[TCM_NCLASSES] = {0};
+    for (uint32_t p = 1; p < h->top;) {
+        if (h->page_class[p] == TCM_PAGE_CLASS_FREE) {
+            p++;
+            continue;
+        }
+        uint32_t s = h->page_span[p];
+        const tcm_span_t *sp = &h->spans[s];
+        p += sp->npages;
+        if (sp->state != TCM_SPAN_SMALL)
+            continue;
+        const tcm_class_info_t *ci = &h->classes[sp->cls];
+        const uint64_t *map = &h->objmap[(uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE];
+        uint32_t words = (ci->span_objs + 63) / 64, used = 0;
+        for (uint32_t w = 0; w < words; w++) {
+            uint64_t valid = (w == words - 1 && ci->span_objs % 64) ? (1ull << (ci->span_objs % 64)) - 1 : ~0ull;
+            if (map[w] & ~valid)
+                FAIL("span %u (class %u): object map has bits past its last object", s, sp->cls);
+            used += (uint32_t)__builtin_popcountll(map[w]);
+        }
+        if (sp->nfree != ci->span_objs - used)
+            FAIL("span %u (class %u): free count %u but the object map says %u", s, sp->cls, sp->nfree,
+                 ci->span_objs - used);
+        if ((sp->nfree != 0) != (sp->on_list != 0))
+            FAIL("span %u (class %u): %u free objects but %s its central list", s, sp->cls, sp->nfree,
+                 sp->on_list ? "on" : "not on");
+        if (sp->scan > 0 && sp->nfree) {
+            for (uint32_t w = 0; w < sp->scan && w < words; w++)
+                if (~map[w] & ((w == words - 1 && ci->span_objs % 64) ? (1ull << (ci->span_objs % 64)) - 1 : ~0ull))
+                    FAIL("span %u (class %u): a free object lies before its scan hint %u", s, sp->cls, sp->scan);
+        }
+        spans[sp->cls]++;
+        free_objs[sp->cls] += sp->nfree;
+        central_free += (uint64_t)sp->nfree * ci->size;
+    }
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
+        if (atomic_load(&h->cstats[cls].spans) != spans[cls] || atomic_load(&h->cstats[cls].free_objs) != free_objs[cls])
+            FAIL("class %u: counts say %llu spans and %llu free objects, the heap has %llu and %llu", cls,
+                 (unsigned long long)atomic_load(&h->cstats[cls].spans),
+                 (unsigned long long)atomic_load(&h->cstats[cls].free_objs), (unsigned long long)spans[cls],
+                 (unsigned long long)free_objs[cls]);
+    if (atomic_load(&h->meta->stats.bytes_central_free) != central_free)
+        FAIL("bytes_central_free is %llu, the central lists hold %llu",
+             (unsigned long long)atomic_load(&h->meta->stats.bytes_central_free), (unsigned long long)central_free);
+    return true;
+fail:
+    return false;
+}
+
+/* held[tag]: bytes of live objects and page runs owned by each tag. */
+static uint64_t census(const tcm_heap_t *h, uint64_t *held)
+{
+    uint64_t total = 0;
+    for (uint32_t p = 1; p < h->top;) {
+        if (h->page_class[p] == TCM_PAGE_CLASS_FREE) {
+            p++;
+            continue;
+        }
+        const tcm_span_t *sp = &h->spans[h->page_span[p]];
+        p += sp->npages;
+        if (sp->state == TCM_SPAN_LARGE) {
+            held[sp->owner & 0xffff] += tcm__page_off(sp->npages);
+            total += tcm__page_off(sp->npages);
+            continue;
+        }
+        const tcm_class_info_t *ci = &h->classes[sp->cls];
+        const uint64_t *map = &h->objmap[(uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE];
+        const uint16_t *owners = &h->owners[tcm__span_bit0(sp)];
+        for (uint32_t w = 0; w < (ci->span_objs + 63) / 64; w++)
+            for (uint64_t bits = map[w]; bits; bits &= bits - 1) {
+                held[owners[w * 64 + (unsigned)__builtin_ctzll(bits)]] += ci->size;
+                total += ci->size;
+            }
+    }
+    return total;
+}
+
+uint64_t tcm__census_ht(const tcm_heap_t *h, uint64_t *held)
+{
+    return census(h, held);
+}
+
+static bool check_ownership(tcm_server_t *srv, char *why, size_t whylen)
+{
+    uint64_t *held = calloc(65536, sizeof *held);
+    if (!held)
+        FAIL("out of memory");
+    uint64_t total = census(&srv->h, held), live = 0;
+    if (atomic_load(&srv->meta->stats.bytes_clients) != total)
+        FAIL("bytes_clients is %llu, handed-out objects and page runs add up to %llu",
+             (unsigned long long)atomic_load(&srv->meta->stats.bytes_clients), (unsigned long long)total);
+    uint32_t hw = atomic_load(&srv->clients_hw);
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        if (!c)
+            continue;
+        uint64_t out = atomic_load(&c->rec->bytes_out), back = atomic_load(&c->rec->bytes_back);
+        if (out - back != held[c->rec->tag])
+            FAIL("client %u (pid %u): allocated %llu, %llu came back, but it owns %llu", c->rec->id, c->rec->pid,
+                 (unsigned long long)out, (unsigned long long)back, (unsigned long long)held[c->rec->tag]);
+        live += held[c->rec->tag];
+        held[c->rec->tag] = 0;
+    }
+    if (atomic_load(&srv->meta->stats.bytes_orphaned) != total - live)
+        FAIL("bytes_orphaned is %llu, departed clients own %llu",
+             (unsigned long long)atomic_load(&srv->meta->stats.bytes_orphaned), (unsigned long long)(total - live));
+    free(held);
+    return true;
+fail:
+    free(held);
+    return false;
+}
+
+static bool check_roots(tcm_server_t *srv, char *why, size_t whylen)
+{
+    for (unsigned i = 0; i < TCM_ROOTS; i++) {
+        const tcm_root_t *r = &srv->h.roots[i];
+        if (atomic_load(&r->seq) & 1)
+            FAIL("root %u is half-written (odd sequence %u)", i, atomic_load(&r->seq));
+        if (r->used && (strnlen(r->name, TCM_ROOT_NAME_MAX) == TCM_ROOT_NAME_MAX || !r->name[0] ||
+                        r->off >= srv->heap_size))
+            FAIL("root %u: bad name or offset 0x%llx", i, (unsigned long long)r->off);
+    }
+    return true;
+fail:
+    return false;
+}
+
+/* Was off just given back by this client (a RETURN it has not yet taken off
+ * its bin counts)? */
+static bool in_return_slot(const tcm_client_t *c, unsigned cls, uint64_t off)
+{
+    for (uint32_t i = 0; i < c->lay.nslots; i++) {
+        const tcm_slot_t *slot = &c->slots[i];
+        if (slot->op != TCM_OP_RETURN || slot->cls != cls)
+            continue;
+        uint32_t n = slot->count < TCM_MAX_BATCH ? slot->count : TCM_MAX_BATCH;
+        for (uint32_t k = 0; k < n; k++)
+            if (slot->offs[k] == off)
+                return true;
+    }
+    return false;
+}
+
+/* Every pointer in a running client's caches is an object handed out, of
+ * the class its bin says. The client changes its caches while we read; an
+ * object it has just returned may still be below a bin's count until its
+ * RETURN completes, so those are allowed. */
+static bool check_array(tcm_server_t *srv, const tcm_client_t *c, unsigned cls, void *const *arr, uint32_t n,
+                        const char *where, char *why, size_t whylen)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t off = (uint64_t)(uintptr_t)arr[i] - srv->base;
+        int st = tcm__central_check_ht(&srv->h, cls, off);
+        if (st == TCM_ST_OK || (st == TCM_ST_DOUBLE_FREE && in_return_slot(c, cls, off)))
+            continue;
+        FAIL("client %u (pid %u): %s of class %u holds offset 0x%llx: %s", c->rec->id, c->rec->pid, where, cls,
+             (unsigned long long)off, tcm__status_msg(st));
+    }
+    return true;
+fail:
+    return false;
+}
+
+static bool check_caches(tcm_server_t *srv, char *why, size_t whylen)
+{
+    const tcm_class_info_t *ci = srv->h.classes;
+    uint32_t hw = atomic_load(&srv->clients_hw);
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        uint32_t state = c ? atomic_load(&c->rec->state) : TCM_REC_FREE;
+        if (state != TCM_REC_ACTIVE && state != TCM_REC_EVICTED)
+            continue;
+        const tcm_chan_layout_t *l = &c->lay;
+        const tcm_chan_hdr_t *hdr = (const tcm_chan_hdr_t *)c->chan;
+        uint32_t thw = atomic_load_explicit(&hdr->tcache_hw, memory_order_acquire);
+        for (uint32_t t = 0; t < l->max_threads && t < thw; t++) {
+            const uint8_t *tc = c->chan + l->off_tcaches + (uint64_t)t * l->tcache_stride;
+            const tcm_bin_t *bins = ((const tcm_tcache_t *)tc)->bins;
+            for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+                uint32_t n = bins[cls].count < ci[cls].tcache_cap ? bins[cls].count : ci[cls].tcache_cap;
+                if (!check_array(srv, c, cls, (void *const *)(tc + l->bin_slot_off[cls]), n, "a thread cache", why,
+                                 whylen))
+                    return false;
+            }
+        }
+        for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+            uint32_t n = hdr->xfer[cls].count < ci[cls].xfer_cap ? hdr->xfer[cls].count : ci[cls].xfer_cap;
+            if (!check_array(srv, c, cls, (void *const *)(c->chan + l->off_xfer + l->xfer_slot_off[cls]), n,
+                             "the transfer tier", why, whylen))
+                return false;
+        }
+    }
+    return true;
+}
+
+bool tcm__heap_validate_ht(tcm_heap_t *h, char *why, size_t whylen)
+{
+    return tcm__ph_validate(h, why, whylen) && check_central(h, why, whylen);
+}
+
+bool tcm__validate_ht(tcm_server_t *srv, char *why, size_t whylen)
+{
+    tcm_heap_t *h = &srv->h;
+    atomic_fetch_add(&srv->meta->stats.validations, 1);
+    bool ok = tcm__heap_validate_ht(h, why, whylen) && check_ownership(srv, why, whylen) && check_roots(srv, why, whylen) && check_caches(srv, why, whylen);
+    if (atomic_load(&srv->state->req.phase) != TCM_INTENT_NONE || atomic_load(&srv->state->page.kind) != TCM_PAGES_NONE) {
+        snprintf(why, whylen, "an intent is still open between two operations");
+        ok = false;
+    }
+    if (!ok)
+        atomic_fetch_add(&srv->meta->stats.validation_failures, 1);
+    else
+        snprintf(why, whylen, "%u pages below top, %llu bytes handed out", h->top,
+                 (unsigned long long)atomic_load(&srv->meta->stats.bytes_clients));
+    return ok;
+}
