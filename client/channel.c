@@ -1,11 +1,10 @@
 /* channel.c — the client side of the ring: post a request on a slot, ring
  * the doorbell, spin briefly, then sleep on the slot's futex until the
- * daemon answers. A daemon that disappeared is noticed by its socket. */
+ * daemon answers. A daemon that disappeared is noticed by its socket; the
+ * call then waits (bounded) for the next tcmd and resumes with it. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <poll.h>
 #include <sched.h>
-#include <sys/socket.h>
 
 #include "client.h"
 #include "prim.h"
@@ -28,22 +27,28 @@ static char tsan_daemon;
 #define SPIN_NS 20000ll          /* a served request takes about a microsecond */
 #define WAIT_SLICE_NS 100000000ll /* between checks that the daemon is alive */
 
-static bool daemon_gone(void)
+#define AWAY_SLICE_NS 20000000ll   /* while tcmd is away: how often to look for the next one */
+#define LOST_RETRY_NS 1000000000ull /* after giving up: how often a call tries once more */
+
+/* After a resume: tcmd adopted us and wants to hear from us. */
+static void resume_if_asked(void)
 {
-    struct pollfd pfd = {.fd = tcm__proc.sock, .events = POLLIN | POLLRDHUP};
-    if (poll(&pfd, 1, 0) <= 0)
-        return false;
-    if (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))
-        return true;
-    char c;
-    return recv(tcm__proc.sock, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+    if (atomic_load_explicit(&tcm__proc.chan_hdr->resume_wanted, memory_order_relaxed))
+        tcm__await_daemon();
 }
 
 int tcm__call(tcm_slot_t *slot, uint32_t slot_index)
 {
     tcm_proc_t *pr = &tcm__proc;
-    if (pr->daemon_lost)
-        return TCM_ST_NOMEM;
+    if (pr->daemon_lost) {
+        uint64_t now = tcm__now_ns();
+        if (now < pr->lost_retry_ns)
+            return TCM_ST_NOMEM;
+        pr->lost_retry_ns = now + LOST_RETRY_NS;
+        pr->outage_deadline_ns = now; /* one try */
+        if (tcm__await_daemon() != 0)
+            return TCM_ST_NOMEM;
+    }
     DAEMON_RELEASE();
     atomic_store_explicit(&slot->waiting, 0, memory_order_relaxed);
     slot->req_seq++;
@@ -57,6 +62,7 @@ int tcm__call(tcm_slot_t *slot, uint32_t slot_index)
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(&slot->state, memory_order_acquire) == TCM_SLOT_DONE) {
             DAEMON_ACQUIRE();
+            resume_if_asked();
             return slot->status;
         }
         tcm__cpu_relax();
@@ -65,16 +71,30 @@ int tcm__call(tcm_slot_t *slot, uint32_t slot_index)
     }
     atomic_store_explicit(&slot->waiting, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
+    /* While tcmd is away the request stays posted: the next tcmd serves the
+     * rings of the clients it adopts, so the answer may come before we have
+     * even reconnected. */
+    bool away = false;
     while (atomic_load_explicit(&slot->state, memory_order_acquire) != TCM_SLOT_DONE) {
-        int r = tcm__wait(&slot->state, TCM_SLOT_POSTED, WAIT_SLICE_NS);
-        if (r == -ETIMEDOUT && daemon_gone()) {
+        int r = tcm__wait(&slot->state, TCM_SLOT_POSTED, away ? AWAY_SLICE_NS : WAIT_SLICE_NS);
+        if (r != -ETIMEDOUT || (!away && !tcm__daemon_gone()))
+            continue;
+        away = true;
+        int a = tcm__await_daemon();
+        if (a == 0)
+            away = false;
+        else if (a != -EAGAIN) {
             pr->daemon_lost = true;
-            tcm__warn_once("lost the connection to tcmd: allocations now fail with ENOMEM");
+            pr->lost_retry_ns = tcm__now_ns() + LOST_RETRY_NS;
+            tcm__warn_once(a == -ETIMEDOUT ? "tcmd did not come back in time: allocations fail with ENOMEM "
+                                             "until it does"
+                                           : "tcmd does not know this process any more: allocations fail with ENOMEM");
             return TCM_ST_NOMEM;
         }
     }
     atomic_store_explicit(&slot->waiting, 0, memory_order_relaxed);
     DAEMON_ACQUIRE();
+    resume_if_asked();
     return slot->status;
 }
 

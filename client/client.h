@@ -44,10 +44,18 @@ typedef struct tcm_proc {
     pthread_mutex_t attach_lock;
     _Atomic bool attached;
     uint32_t epoch;             /* bumped by tcm_shutdown and in a fork child */
-    bool daemon_lost;           /* the daemon went away: allocation fails */
+    bool daemon_lost;           /* tcmd went away and did not come back in time: allocation fails */
+    uint64_t lost_retry_ns;     /* when a call may try to resume again after daemon_lost */
+    uint64_t outage_deadline_ns;/* while tcmd is away: when to give up waiting (0: not away) */
+    _Atomic uint32_t conn_gen;  /* bumped by each successful resume */
     pid_t pid;
     int sock;                   /* control connection; its EOF tells the daemon we left */
+    int chan_fd;                /* our own open file description of the channel, locked shared
+                                   for as long as we are attached: a tcmd that lost our socket
+                                   learns from the lock whether we are still alive */
     uint32_t client_id;
+    uint64_t token;             /* what a resume presents */
+    uint64_t heap_id;           /* of the heap mapped now */
     char socket_path[108];
 
     /* segments */
@@ -82,8 +90,16 @@ extern TCM_HIDDEN tcm_proc_t tcm__proc;
 
 /* lifecycle.c */
 TCM_HIDDEN int tcm__ensure_attached(void);
+/* tcmd went away (its socket closed): reconnect to the one now on the same
+ * socket as the same client. 0 when connected (again), -EAGAIN while still
+ * waiting, another -errno when this process must give up. */
+TCM_HIDDEN int tcm__await_daemon(void);
+TCM_HIDDEN bool tcm__daemon_gone(void); /* our control socket was hung up */
 TCM_HIDDEN void tcm__fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 TCM_HIDDEN void tcm__warn_once(const char *what);
+/* A line on stderr only when TCM_VERBOSE is set: routine events (a tcmd
+ * restart ridden through) stay out of the application's output. */
+TCM_HIDDEN void tcm__note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* channel.c: one request on a slot; returns the slot's status or
  * TCM_ST_NOMEM when the daemon is gone. */

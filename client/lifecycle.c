@@ -24,6 +24,7 @@ tcm_proc_t tcm__proc = {
     .tcache_lock = PTHREAD_MUTEX_INITIALIZER,
     .spare_lock = PTHREAD_MUTEX_INITIALIZER,
     .sock = -1,
+    .chan_fd = -1,
 };
 
 TCM_HIDDEN void tcm__thread_key_init(void);
@@ -44,6 +45,19 @@ void tcm__warn_once(const char *what)
     fprintf(stderr, "tcm: %s\n", what);
 }
 
+void tcm__note(const char *fmt, ...)
+{
+    const char *v = getenv("TCM_VERBOSE");
+    if (!v || !*v || *v == '0')
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "tcm: %s\n", msg);
+}
+
 /* Tell the daemon this is a deliberate detach, then close. */
 static void say_bye(void)
 {
@@ -60,9 +74,15 @@ static void say_bye(void)
 
 static void at_exit(void)
 {
-    /* the kernel closes the socket; the daemon reclaims every cache */
-    if (atomic_load(&tcm__proc.attached))
-        say_bye();
+    /* the kernel closes the socket; the daemon reclaims every cache. A tcmd
+     * that replaced the one we knew should hear the Bye too. */
+    if (!atomic_load(&tcm__proc.attached) || tcm__proc.pid != getpid())
+        return;
+    if (tcm__daemon_gone()) {
+        tcm__proc.outage_deadline_ns = tcm__now_ns(); /* one try, no waiting */
+        tcm__await_daemon();
+    }
+    say_bye();
 }
 
 static void fork_prepare(void)
@@ -91,8 +111,11 @@ static void fork_child(void)
      * metadata mapped, they are the same in the new attachment */
     tcm__unmap(pr->chan, pr->lay.size);
     pr->chan = NULL;
+    tcm__close(pr->chan_fd); /* the parent's lock stays the parent's */
+    pr->chan_fd = -1;
     tcm__close(pr->sock);
     pr->sock = -1;
+    pr->outage_deadline_ns = 0;
     free(pr->tcache_used);
     pr->tcache_used = NULL;
     atomic_store(&pr->nthreads, 0);
@@ -116,8 +139,9 @@ static int map_segments(const Tcm__Welcome *w, char *err, size_t errlen)
     tcm_proc_t *pr = &tcm__proc;
     int fd;
     if (pr->heap && (strcmp(pr->heap_name, w->heap_name) != 0 || (uintptr_t)pr->heap != w->base_address ||
-                     pr->heap_size != w->heap_size)) {
-        /* a different daemon than before a shutdown or fork */
+                     pr->heap_size != w->heap_size || pr->heap_id != w->heap_id)) {
+        /* another heap than before a shutdown or fork (another daemon, or
+         * the same name replaced with --discard-heap) */
         tcm__unmap(pr->heap, pr->heap_size);
         tcm__unmap((void *)pr->meta, pr->meta_size);
         pr->heap = NULL;
@@ -167,6 +191,13 @@ static int map_segments(const Tcm__Welcome *w, char *err, size_t errlen)
         pr->spans = (const tcm_span_t *)(mb + pr->meta->off_spans);
         pr->roots = (const tcm_root_t *)(mb + pr->meta->off_roots);
         pr->bell = (tcm_bell_t *)pr->heap;
+        pr->heap_id = pr->meta->heap_id;
+        if (pr->heap_id != w->heap_id) {
+            snprintf(err, errlen, "metadata segment %s belongs to another heap than the daemon's welcome", w->meta_name);
+            tcm__unmap((void *)pr->meta, pr->meta_size);
+            pr->meta = NULL;
+            goto fail_heap;
+        }
     }
     for (unsigned c = 0; c < TCM_NCLASSES; c++)
         if (pr->classes[c].size != w->class_size[c] || tcm__class_size(c) != w->class_size[c]) {
@@ -180,15 +211,29 @@ static int map_segments(const Tcm__Welcome *w, char *err, size_t errlen)
     }
     tcm__chan_layout(&pr->lay, pr->classes, w->max_threads);
     pr->chan = tcm__map(fd, pr->lay.size, NULL, true, err, errlen);
-    tcm__close(fd);
-    if (!pr->chan)
+    if (!pr->chan) {
+        tcm__close(fd);
         return -ENOMEM;
+    }
+    /* held for as long as we are attached: our liveness, for a tcmd that
+     * adopts us after its predecessor died */
+    int lerr = tcm__lock_shared(fd);
+    if (lerr) {
+        snprintf(err, errlen, "flock(%s) failed: %s", w->channel_name, strerror(-lerr));
+        tcm__close(fd);
+        tcm__unmap(pr->chan, pr->lay.size);
+        pr->chan = NULL;
+        return lerr;
+    }
+    pr->chan_fd = fd;
     pr->chan_hdr = (tcm_chan_hdr_t *)pr->chan;
     if (pr->chan_hdr->magic != TCM_CHAN_MAGIC || pr->chan_hdr->client_id != w->client_id ||
         pr->chan_hdr->size != pr->lay.size || pr->chan_hdr->off_tcaches != pr->lay.off_tcaches) {
         snprintf(err, errlen, "channel %s does not match libtcm's layout (version mismatch)", w->channel_name);
         tcm__unmap(pr->chan, pr->lay.size);
         pr->chan = NULL;
+        tcm__close(pr->chan_fd);
+        pr->chan_fd = -1;
         return -EPROTO;
     }
     pr->ring = (tcm_ring_t *)(pr->chan + pr->lay.off_ring);
@@ -202,6 +247,52 @@ fail_heap:
     return -EIO;
 }
 
+/* How long to wait for a tcmd that is restarting: $TCM_RECONNECT_TIMEOUT
+ * seconds, else what tcmd published, else 30 s. */
+static uint64_t reconnect_timeout_ns(void)
+{
+    const char *env = getenv("TCM_RECONNECT_TIMEOUT");
+    if (env && *env)
+        return (uint64_t)(strtod(env, NULL) * 1e9);
+    if (tcm__proc.meta)
+        return atomic_load_explicit(&tcm__proc.meta->config.reconnect_ms, memory_order_relaxed) * 1000000ull;
+    return 30000000000ull;
+}
+
+/* One Hello on a new connection; the answer in *out (a Welcome or an Error). */
+static int handshake(const char *socket_path, uint32_t resume_id, uint64_t token, int *fd_out, Tcm__Response **out)
+{
+    int fd = tcm__connect(socket_path);
+    if (fd < 0)
+        return fd;
+    Tcm__Request req = TCM__REQUEST__INIT;
+    Tcm__Hello hello = TCM__HELLO__INIT;
+    hello.version = TCM_PROTO_VERSION;
+    hello.pid = (uint32_t)getpid();
+    hello.resume_client_id = resume_id;
+    hello.resume_token = token;
+    req.version = TCM_PROTO_VERSION;
+    req.body_case = TCM__REQUEST__BODY_HELLO;
+    req.hello = &hello;
+    int rc = tcm__frame_send(fd, &req);
+    Tcm__Response *resp = rc ? NULL : tcm__frame_recv(fd, 10000);
+    if (!resp) {
+        rc = rc ? rc : -errno;
+        tcm__close(fd);
+        return rc;
+    }
+    *fd_out = fd;
+    *out = resp;
+    return 0;
+}
+
+/* A tcmd whose socket file is there but that does not answer, or that
+ * hangs up during the handshake, is restarting. */
+static bool restarting(int err, const char *socket_path)
+{
+    return (err == -ECONNREFUSED && tcm__path_exists(socket_path)) || err == -ECONNRESET || err == -EPIPE;
+}
+
 static int attach_locked(const char *socket_path)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -210,22 +301,21 @@ static int attach_locked(const char *socket_path)
     pthread_once(&once, once_init);
     if (!socket_path)
         socket_path = tcm__default_socket(path, sizeof path);
-    int fd = tcm__connect(socket_path);
-    if (fd < 0)
-        return fd;
-
-    Tcm__Request req = TCM__REQUEST__INIT;
-    Tcm__Hello hello = TCM__HELLO__INIT;
-    hello.version = TCM_PROTO_VERSION;
-    hello.pid = (uint32_t)getpid();
-    req.version = TCM_PROTO_VERSION;
-    req.body_case = TCM__REQUEST__BODY_HELLO;
-    req.hello = &hello;
-    int rc = tcm__frame_send(fd, &req);
-    Tcm__Response *resp = rc ? NULL : tcm__frame_recv(fd, 10000);
-    if (!resp) {
-        rc = rc ? rc : -errno;
-        goto out_sock;
+    int fd, rc;
+    Tcm__Response *resp;
+    uint64_t deadline = 0;
+    while ((rc = handshake(socket_path, 0, 0, &fd, &resp)) != 0) {
+        uint64_t now = tcm__now_ns();
+        if (!restarting(rc, socket_path))
+            return rc;
+        if (!deadline) {
+            deadline = now + reconnect_timeout_ns();
+            tcm__note("tcmd on %s does not answer (restarting?): waiting up to %.0f s", socket_path,
+                      (double)(deadline - now) / 1e9);
+        }
+        if (now >= deadline)
+            return rc;
+        tcm__sleep_ns(20000000);
     }
     if (resp->body_case == TCM__RESPONSE__BODY_ERROR) {
         fprintf(stderr, "tcm: tcmd refused to attach: %s\n", resp->error->message);
@@ -248,13 +338,17 @@ static int attach_locked(const char *socket_path)
     if (!pr->tcache_used) {
         tcm__unmap(pr->chan, pr->lay.size);
         pr->chan = NULL;
+        tcm__close(pr->chan_fd);
+        pr->chan_fd = -1;
         rc = -ENOMEM;
         goto out_resp;
     }
     pr->client_id = resp->welcome->client_id;
+    pr->token = resp->welcome->token;
     pr->sock = fd;
     pr->pid = getpid();
     pr->daemon_lost = false;
+    pr->outage_deadline_ns = 0;
     if (socket_path != pr->socket_path)
         snprintf(pr->socket_path, sizeof pr->socket_path, "%s", socket_path);
     atomic_store(&tcm__page_class, (const uint8_t *)pr->meta + pr->meta->off_page_class);
@@ -267,8 +361,58 @@ static int attach_locked(const char *socket_path)
 
 out_resp:
     tcm__response__free_unpacked(resp, NULL);
-out_sock:
     tcm__close(fd);
+    return rc;
+}
+
+bool tcm__daemon_gone(void)
+{
+    return tcm__socket_hung_up(tcm__proc.sock);
+}
+
+int tcm__await_daemon(void)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    pthread_mutex_lock(&pr->attach_lock);
+    int rc = 0;
+    if (!atomic_load(&pr->attached)) {
+        rc = -ENOTCONN;
+        goto out;
+    }
+    if (!tcm__daemon_gone()) { /* another thread reconnected */
+        pr->outage_deadline_ns = 0;
+        goto out;
+    }
+    uint64_t now = tcm__now_ns();
+    if (!pr->outage_deadline_ns) {
+        pr->outage_deadline_ns = now + reconnect_timeout_ns();
+        tcm__note("lost the connection to tcmd on %s: waiting up to %.0f s for it to come back", pr->socket_path,
+                  (double)(pr->outage_deadline_ns - now) / 1e9);
+    }
+    int fd;
+    Tcm__Response *resp;
+    rc = handshake(pr->socket_path, pr->client_id, pr->token, &fd, &resp);
+    if (rc == 0) {
+        if (resp->body_case == TCM__RESPONSE__BODY_WELCOME && resp->welcome->resumed &&
+            resp->welcome->client_id == pr->client_id) {
+            tcm__close(pr->sock);
+            pr->sock = fd;
+            atomic_fetch_add(&pr->conn_gen, 1);
+            pr->outage_deadline_ns = 0;
+            pr->daemon_lost = false;
+            tcm__note("reconnected to tcmd (pid %u) as client %u", resp->welcome->daemon_pid, pr->client_id);
+        } else {
+            fprintf(stderr, "tcm: the tcmd now on %s does not know this process: %s\n", pr->socket_path,
+                    resp->body_case == TCM__RESPONSE__BODY_ERROR ? resp->error->message : "unexpected answer");
+            tcm__close(fd);
+            rc = -ESRCH;
+        }
+        tcm__response__free_unpacked(resp, NULL);
+    } else {
+        rc = now >= pr->outage_deadline_ns ? -ETIMEDOUT : -EAGAIN;
+    }
+out:
+    pthread_mutex_unlock(&pr->attach_lock);
     return rc;
 }
 
@@ -312,6 +456,8 @@ void tcm_shutdown(void)
      * still holds a stale cache pointer lands in the slow path, not a fault. */
     tcm__close(pr->sock);
     pr->sock = -1;
+    tcm__close(pr->chan_fd);
+    pr->chan_fd = -1;
     free(pr->tcache_used);
     pr->tcache_used = NULL;
     atomic_store(&pr->nthreads, 0);

@@ -213,6 +213,7 @@ typedef struct tcm_meta_hdr {
     uint64_t off_page_span;  /* uint32_t[npages]: span index of a page */
     uint64_t off_spans;      /* tcm_span_t[npages + 1] */
     uint64_t off_roots;      /* tcm_root_t[TCM_ROOTS] */
+    uint64_t heap_id;        /* random, fixed at creation: tells a heap from a replaced one of the same name */
     uint32_t central_head[TCM_NCLASSES]; /* derived: spans of a class with free objects */
     alignas(TCM_CACHELINE) _Atomic uint32_t heap_sleeping; /* heap thread asleep */
     alignas(TCM_CACHELINE) tcm_config_t config;
@@ -323,6 +324,9 @@ typedef struct tcm_chan_hdr {
     tcm_xfer_t xfer[TCM_NCLASSES]; /* client-written; guarded by the client's own locks */
     _Atomic uint32_t tcache_hw;    /* client-written: thread caches [0, hw) were ever used;
                                       the daemon reads no further (untouched pages stay holes) */
+    _Atomic uint32_t resume_wanted; /* tcmd-written: set by a tcmd that adopted this client and
+                                       cleared when it resumes; the client reconnects on its
+                                       next slow path when it sees it */
 } tcm_chan_hdr_t;
 _Static_assert(offsetof(tcm_chan_hdr_t, off_ring) == 40 && offsetof(tcm_chan_hdr_t, bin_slot_off) == 80,
                "channel header is shared");

@@ -134,6 +134,7 @@ static void send_welcome(tcm_conn_t *conn, tcm_client_t *c, bool resumed)
     w.max_threads = srv->max_threads;
     w.daemon_pid = (uint32_t)getpid();
     w.token = c->rec->token;
+    w.heap_id = srv->meta->heap_id;
     w.resumed = resumed;
     reply(conn, TCM__RESPONSE__BODY_WELCOME, &w);
 }
@@ -154,6 +155,7 @@ static void resume(tcm_conn_t *conn, const Tcm__Hello *hello)
             break;
         c->conn = conn;
         conn->client = c;
+        atomic_store(&((tcm_chan_hdr_t *)c->chan)->resume_wanted, 0);
         atomic_fetch_add(&srv->meta->stats.clients_resumed, 1);
         send_welcome(conn, c, true);
         tcm__log(TCM_LOG_INFO, "client %u (pid %u) resumed", c->rec->id, c->rec->pid);
@@ -693,6 +695,10 @@ void tcm__control_close(tcm_server_t *srv)
     uv_walk(srv->loop, close_walk, srv);
     uv_run(srv->loop, UV_RUN_DEFAULT);
     on_reaped(&srv->reaped_async);
-    if (!srv->keep_segments)
-        unlink(srv->socket_path); /* else new processes wait for the next tcmd */
+    /* libuv removes the socket file when it closes the listener; a heap left
+     * for the next tcmd keeps one, so that new processes wait for it */
+    if (srv->keep_segments)
+        tcm__socket_placeholder(srv->socket_path);
+    else
+        unlink(srv->socket_path);
 }

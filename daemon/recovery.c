@@ -157,10 +157,15 @@ int tcm__recover(tcm_server_t *srv)
     for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
         uint32_t state = c ? atomic_load(&c->rec->state) : TCM_REC_FREE;
-        if ((state == TCM_REC_ACTIVE || state == TCM_REC_EVICTED) && !tcm__client_alive(c)) {
+        if (state != TCM_REC_ACTIVE && state != TCM_REC_EVICTED)
+            continue;
+        if (!tcm__client_alive(c)) {
             tcm__log(TCM_LOG_WARN, "recovery: client %u (pid %u) died while no tcmd was running", c->rec->id,
                      c->rec->pid);
             atomic_store(&c->rec->state, TCM_REC_DEAD);
+        } else {
+            /* it reconnects on its next slow path */
+            atomic_store(&((tcm_chan_hdr_t *)c->chan)->resume_wanted, 1);
         }
     }
     /* reclaim the dead before anyone is served: a reclaim interrupted by the

@@ -39,6 +39,7 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, int heap_fd, int me
         m->off_page_span = h->ml.off_page_span;
         m->off_spans = h->ml.off_spans;
         m->off_roots = h->ml.off_roots;
+        m->heap_id = tcm__random64();
         tcm__class_table_init((tcm_class_info_t *)(mb + h->ml.off_classes));
         /* the settings themselves come from tcm__config_publish */
         atomic_store(&m->config.heap_limit, heap_size);

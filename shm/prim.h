@@ -51,6 +51,12 @@ int tcm__lock_shared(int fd);
 int tcm__lock_try_exclusive(int fd);
 
 int tcm__peer_cred(int sockfd, pid_t *pid, uid_t *uid, gid_t *gid);
+/* The peer of a connected stream socket has gone (EOF, hang-up or error);
+ * never blocks. */
+bool tcm__socket_hung_up(int sockfd);
+/* Leave a unix socket file at path that nobody listens on: connecting
+ * gives ECONNREFUSED, which clients read as "tcmd is restarting". */
+int tcm__socket_placeholder(const char *path);
 uint64_t tcm__now_ns(void);
 uint64_t tcm__random64(void);        /* unpredictable, for resume tokens */
 void tcm__sleep_ns(uint64_t ns);

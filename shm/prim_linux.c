@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -234,6 +236,36 @@ uint64_t tcm__now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+bool tcm__socket_hung_up(int sockfd)
+{
+    struct pollfd pfd = {.fd = sockfd, .events = POLLIN | POLLRDHUP};
+    if (sockfd < 0)
+        return true;
+    if (poll(&pfd, 1, 0) <= 0)
+        return false;
+    if (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))
+        return true;
+    char c;
+    return recv(sockfd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+int tcm__socket_placeholder(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path)
+        return -ENAMETOOLONG;
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    unlink(path);
+    mode_t old = umask(0077);
+    int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 ? 0 : -errno;
+    umask(old);
+    close(fd);
+    return rc;
 }
 
 uint64_t tcm__random64(void)

@@ -24,33 +24,35 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-void tt_daemon_start(tcm_test_daemon_t *d, const char *const *extra)
+static pid_t spawn_daemon(tcm_test_daemon_t *d, const char *const *extra, const char *const *env)
 {
-    static int seq;
-    seq++;
-    snprintf(d->socket, sizeof d->socket, "/tmp/tcmtest-%d-%d.sock", (int)getpid(), seq);
-    snprintf(d->name, sizeof d->name, "test%d-%d", (int)getpid(), seq);
-    snprintf(d->log, sizeof d->log, "/tmp/tcmtest-%d-%d.log", (int)getpid(), seq);
     const char *argv[32] = {TCMD_PATH, "--foreground", "--socket", d->socket, "--name", d->name,
                             "--log", d->log, "--log-level", "debug"};
     int argc = 10;
     for (int i = 0; extra && extra[i] && argc < 31; i++)
         argv[argc++] = extra[i];
     argv[argc] = NULL;
-    d->pid = fork();
-    CHECK(d->pid >= 0);
-    if (d->pid == 0) {
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
         /* the daemon dies with the test, and never holds ctest's pipes */
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         int null = open("/dev/null", O_RDWR);
         dup2(null, 0);
         dup2(null, 1);
         dup2(null, 2);
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
         execv(TCMD_PATH, (char *const *)argv);
         perror("execv tcmd");
         _exit(127);
     }
-    for (int i = 0; i < 500; i++) {
+    return pid;
+}
+
+static void wait_listening(tcm_test_daemon_t *d)
+{
+    for (int i = 0; i < 1000; i++) {
         int fd = tcm__connect(d->socket);
         if (fd >= 0) {
             close(fd);
@@ -59,13 +61,80 @@ void tt_daemon_start(tcm_test_daemon_t *d, const char *const *extra)
         }
         int st;
         if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-            fprintf(stderr, "tcmd exited during start (status %d); log %s\n", st, d->log);
+            fprintf(stderr, "tcmd exited during start (status %d); log %s:\n", st, d->log);
+            char cmd[200];
+            snprintf(cmd, sizeof cmd, "tail -20 %s >&2", d->log);
+            (void)!system(cmd);
             abort();
         }
         sleep_ms(10);
     }
     fprintf(stderr, "tcmd did not start listening on %s\n", d->socket);
     abort();
+}
+
+void tt_daemon_start(tcm_test_daemon_t *d, const char *const *extra)
+{
+    static int seq;
+    seq++;
+    snprintf(d->socket, sizeof d->socket, "/tmp/tcmtest-%d-%d.sock", (int)getpid(), seq);
+    snprintf(d->name, sizeof d->name, "test%d-%d", (int)getpid(), seq);
+    snprintf(d->log, sizeof d->log, "/tmp/tcmtest-%d-%d.log", (int)getpid(), seq);
+    d->pid = spawn_daemon(d, extra, NULL);
+    wait_listening(d);
+}
+
+void tt_daemon_restart(tcm_test_daemon_t *d, const char *const *extra, const char *const *env)
+{
+    d->pid = spawn_daemon(d, extra, env);
+    wait_listening(d);
+}
+
+int tt_daemon_run_fail(tcm_test_daemon_t *d, const char *const *extra, char *out, size_t outlen)
+{
+    unlink(d->log);
+    pid_t pid = spawn_daemon(d, extra, NULL);
+    int st = tt_wait(pid, 20000);
+    out[0] = 0;
+    FILE *f = fopen(d->log, "r");
+    if (f) {
+        size_t n = fread(out, 1, outlen - 1, f);
+        out[n] = 0;
+        fclose(f);
+    }
+    return st;
+}
+
+void tt_daemon_kill(tcm_test_daemon_t *d)
+{
+    CHECK_EQ(kill(d->pid, SIGKILL), 0);
+    int st;
+    CHECK_EQ(waitpid(d->pid, &st, 0), d->pid);
+    CHECK(WIFSIGNALED(st));
+}
+
+int tt_daemon_wait_exit(tcm_test_daemon_t *d, int timeout_ms)
+{
+    return tt_wait(d->pid, timeout_ms);
+}
+
+bool tt_segment_exists(const tcm_test_daemon_t *d, const char *suffix)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/dev/shm/tcm.%s.%s", d->name, suffix);
+    return access(path, F_OK) == 0;
+}
+
+int tt_tcmctl(const tcm_test_daemon_t *d, const char *args, char *out, size_t outlen)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s --socket %s %s 2>&1", TCMCTL_PATH, d->socket, args);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    size_t n = fread(out, 1, outlen - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
 bool tt_daemon_alive(const tcm_test_daemon_t *d)

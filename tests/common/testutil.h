@@ -16,6 +16,20 @@ typedef struct tcm_test_daemon {
 
 /* Start tcmd --foreground with extra arguments (NULL-terminated list). */
 void tt_daemon_start(tcm_test_daemon_t *d, const char *const *extra_args);
+/* Start another tcmd on d's socket and name (after the last one is gone),
+ * with extra arguments and environment entries ("KEY=VALUE", NULL-ended). */
+void tt_daemon_restart(tcm_test_daemon_t *d, const char *const *extra_args, const char *const *env);
+/* Start tcmd on d's socket and name and wait for it to exit (a start that
+ * must fail); returns its exit status and leaves its log in out. */
+int tt_daemon_run_fail(tcm_test_daemon_t *d, const char *const *extra_args, char *out, size_t outlen);
+/* SIGKILL, and wait until it is gone. */
+void tt_daemon_kill(tcm_test_daemon_t *d);
+/* Wait for a tcmd that dies by itself (a crash point); returns its status. */
+int tt_daemon_wait_exit(tcm_test_daemon_t *d, int timeout_ms);
+/* Does shm object /tcm.NAME.SUFFIX exist? */
+bool tt_segment_exists(const tcm_test_daemon_t *d, const char *suffix);
+/* Run tcmctl --socket d->socket ARGS; output in out; returns the exit status. */
+int tt_tcmctl(const tcm_test_daemon_t *d, const char *args, char *out, size_t outlen);
 /* SIGTERM, wait, and check it exited 0 and removed its segments. */
 void tt_daemon_stop(tcm_test_daemon_t *d);
 bool tt_daemon_alive(const tcm_test_daemon_t *d);

@@ -1,0 +1,408 @@
+/* tcmd restarts without losing the heap: killed with SIGKILL and started
+ * again under load, stopped with SIGTERM while clients are attached (the
+ * upgrade path), a client that dies while no tcmd runs, a tcmd that never
+ * comes back, and segments that must not be adopted. Real processes, a real
+ * daemon; each case runs in its own forked child. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "tcm.h"
+#include "testutil.h"
+
+typedef struct shared {
+    _Atomic int stop;
+    _Atomic int ready;
+    _Atomic uint64_t ops, failures;
+} shared_t;
+
+static shared_t *sh;
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+typedef struct obj {
+    uint64_t tag, size;
+} obj_t;
+
+/* Allocate, tag, check and free objects of every size until told to stop;
+ * page runs and big batches keep the daemon busy. A NULL counts as a
+ * failure; a corrupt object aborts. */
+static int workload(void *arg)
+{
+    uint64_t seed = 0x9e3779b97f4a7c15ull * (uint64_t)(uintptr_t)arg + 1;
+    enum { LIVE = 256 };
+    obj_t *live[LIVE] = {0};
+    CHECK_EQ(tcm_init(NULL), 0);
+    atomic_fetch_add(&sh->ready, 1);
+    while (!atomic_load(&sh->stop)) {
+        size_t i = rnd(&seed) % LIVE;
+        if (live[i]) {
+            CHECK_EQ(live[i]->tag, (uint64_t)(uintptr_t)live[i] ^ live[i]->size);
+            tcm_free(live[i]);
+            live[i] = NULL;
+        }
+        uint64_t r = rnd(&seed) % 100;
+        size_t size = r < 60 ? 16 + rnd(&seed) % 2000 : r < 95 ? 4096 + rnd(&seed) % 60000 : 300000 + rnd(&seed) % 600000;
+        obj_t *o = tcm_malloc(size);
+        if (!o) {
+            atomic_fetch_add(&sh->failures, 1);
+            continue;
+        }
+        o->size = size;
+        o->tag = (uint64_t)(uintptr_t)o ^ size;
+        live[i] = o;
+        atomic_fetch_add(&sh->ops, 1);
+    }
+    for (size_t i = 0; i < LIVE; i++)
+        if (live[i]) {
+            CHECK_EQ(live[i]->tag, (uint64_t)(uintptr_t)live[i] ^ live[i]->size);
+            tcm_free(live[i]);
+        }
+    tcm_shutdown();
+    return 0;
+}
+
+static void wait_ops(uint64_t more)
+{
+    uint64_t want = atomic_load(&sh->ops) + more, t0 = now_ms();
+    while (atomic_load(&sh->ops) < want) {
+        if (now_ms() - t0 > 60000) {
+            fprintf(stderr, "workload stalled at %llu ops\n", (unsigned long long)atomic_load(&sh->ops));
+            abort();
+        }
+        sleep_ms(5);
+    }
+}
+
+static void expect_consistent(const tcm_test_daemon_t *d)
+{
+    char out[1024];
+    int rc = tt_tcmctl(d, "check", out, sizeof out);
+    if (rc != 0) {
+        fprintf(stderr, "tcmctl check: %s", out);
+        abort();
+    }
+}
+
+static pid_t *start_workers(int n)
+{
+    static pid_t pids[8];
+    memset(sh, 0, sizeof *sh);
+    for (int i = 0; i < n; i++)
+        pids[i] = tt_fork(workload, (void *)(uintptr_t)(i + 1));
+    while (atomic_load(&sh->ready) < n)
+        sleep_ms(5);
+    wait_ops(1000);
+    return pids;
+}
+
+static void stop_workers(pid_t *pids, int n)
+{
+    atomic_store(&sh->stop, 1);
+    for (int i = 0; i < n; i++)
+        tt_wait_ok(pids[i], 60000);
+}
+
+/* SIGKILL at work, five times: the clients wait, resume, and carry on
+ * without one failed allocation; a root set before survives. */
+static int test_kill_under_load(void *arg)
+{
+    (void)arg;
+    tcm_test_daemon_t d;
+    tt_daemon_start(&d, NULL);
+    char helper[256];
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s produce restart_root >/dev/null", tt_path("tcm_test_helper", helper, sizeof helper));
+    CHECK_EQ(system(cmd), 0);
+    pid_t *pids = start_workers(2);
+    for (int k = 0; k < 5; k++) {
+        sleep_ms(30 + 20 * k);
+        tt_daemon_kill(&d);
+        tt_daemon_restart(&d, NULL, NULL);
+        wait_ops(500);
+    }
+    CHECK_EQ(tt_stat(&d, "restarts"), 5);
+    CHECK_GE(tt_stat(&d, "clients_resumed"), 5);
+    CHECK_EQ(tt_stat(&d, "validation_failures"), 0);
+    expect_consistent(&d);
+    stop_workers(pids, 2);
+    CHECK_EQ(atomic_load(&sh->failures), 0);
+    snprintf(cmd, sizeof cmd, "%s consume restart_root >/dev/null", helper);
+    CHECK_EQ(system(cmd), 0);
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
+    CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
+    CHECK_EQ(tt_stat(&d, "refused"), 0);
+    CHECK_EQ(tt_stat(&d, "clients_died"), 0); /* they said Bye to the tcmd of the day */
+    expect_consistent(&d);
+    tt_daemon_stop(&d);
+    return 0;
+}
+
+/* SIGTERM with clients attached leaves the heap and the socket; the next
+ * tcmd adopts them (the upgrade path): no failed allocation. Once the clients
+ * are gone, SIGTERM removes everything as before. */
+static int test_upgrade(void *arg)
+{
+    (void)arg;
+    tcm_test_daemon_t d;
+    tt_daemon_start(&d, NULL);
+    pid_t *pids = start_workers(2);
+    for (int k = 0; k < 3; k++) {
+        CHECK_EQ(kill(d.pid, SIGTERM), 0);
+        int st = tt_daemon_wait_exit(&d, 10000);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        CHECK(tt_segment_exists(&d, "heap") && tt_segment_exists(&d, "meta") && tt_segment_exists(&d, "state"));
+        CHECK_EQ(access(d.socket, F_OK), 0); /* new processes wait for the next tcmd */
+        tt_daemon_restart(&d, NULL, NULL);
+        wait_ops(500);
+    }
+    expect_consistent(&d);
+    stop_workers(pids, 2);
+    CHECK_EQ(atomic_load(&sh->failures), 0);
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
+    CHECK_EQ(tt_stat(&d, "restarts"), 3);
+    tt_daemon_stop(&d); /* checks the segments and the socket are gone */
+    return 0;
+}
+
+/* A client that dies while no tcmd runs is found by the next one (its
+ * channel lock is free) and reclaimed like any other dead client. */
+static int cacher(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(NULL), 0);
+    void *p[1000];
+    for (int i = 0; i < 1000; i++)
+        CHECK((p[i] = tcm_malloc(1000)) != NULL);
+    for (int i = 0; i < 1000; i++)
+        tcm_free(p[i]);
+    CHECK(tcm_malloc(100000) != NULL); /* still in use when it dies */
+    atomic_store(&sh->ready, 1);
+    for (;;)
+        pause();
+}
+
+static int test_death_in_gap(void *arg)
+{
+    (void)arg;
+    tcm_test_daemon_t d;
+    tt_daemon_start(&d, NULL);
+    memset(sh, 0, sizeof *sh);
+    pid_t pid = tt_fork(cacher, NULL);
+    while (!atomic_load(&sh->ready))
+        sleep_ms(5);
+    uint64_t reclaimed = tt_stat(&d, "reclaimed_objects");
+    tt_daemon_kill(&d);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    tt_daemon_restart(&d, NULL, NULL);
+    CHECK_EQ(tt_stat(&d, "clients_attached"), 0);
+    CHECK_EQ(tt_stat(&d, "clients_died"), 1);
+    CHECK_GE(tt_stat(&d, "reclaimed_objects") - reclaimed, 500);
+    CHECK_GE(tt_stat(&d, "bytes_orphaned"), 100000);
+    CHECK_LE(tt_stat(&d, "bytes_orphaned"), 100000 + 100000 / 8);
+    expect_consistent(&d);
+
+    /* and one that dies after the restart but before it needed tcmd again:
+     * no connection tells us, its lock does */
+    memset(sh, 0, sizeof *sh);
+    pid = tt_fork(cacher, NULL);
+    while (!atomic_load(&sh->ready))
+        sleep_ms(5);
+    tt_daemon_kill(&d);
+    tt_daemon_restart(&d, NULL, NULL);
+    CHECK_EQ(tt_stat(&d, "clients_attached"), 1);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
+    CHECK_EQ(tt_stat(&d, "clients_died"), 2);
+    expect_consistent(&d);
+    tt_daemon_stop(&d);
+    return 0;
+}
+
+/* No tcmd comes back: the call waits TCM_RECONNECT_TIMEOUT, then NULL and
+ * ENOMEM, one message, and later calls fail at once. */
+static int abandoned(void *arg)
+{
+    const char *errfile = arg;
+    int fd = open(errfile, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 2);
+    setenv("TCM_RECONNECT_TIMEOUT", "1", 1);
+    CHECK_EQ(tcm_init(NULL), 0);
+    void *keep = tcm_malloc(64);
+    atomic_store(&sh->ready, 1);
+    while (!atomic_load(&sh->stop))
+        sleep_ms(5);
+    uint64_t t0 = now_ms();
+    errno = 0;
+    CHECK(tcm_malloc(1 << 20) == NULL); /* a page run needs tcmd */
+    CHECK_EQ(errno, ENOMEM);
+    uint64_t waited = now_ms() - t0;
+    CHECK_GE(waited, 900);
+    CHECK_LT(waited, 10000);
+    t0 = now_ms();
+    for (int i = 0; i < 10; i++)
+        CHECK(tcm_malloc(1 << 20) == NULL);
+    CHECK_LT(now_ms() - t0, 500);
+    tcm_free(keep); /* the hit path still works */
+    return 0;
+}
+
+static int test_no_comeback(void *arg)
+{
+    (void)arg;
+    tcm_test_daemon_t d;
+    tt_daemon_start(&d, NULL);
+    memset(sh, 0, sizeof *sh);
+    char errfile[128];
+    snprintf(errfile, sizeof errfile, "/tmp/tcmtest-%d-abandoned.err", (int)getpid());
+    pid_t pid = tt_fork(abandoned, errfile);
+    while (!atomic_load(&sh->ready))
+        sleep_ms(5);
+    tt_daemon_kill(&d);
+    atomic_store(&sh->stop, 1);
+    tt_wait_ok(pid, 30000);
+    FILE *f = fopen(errfile, "r");
+    CHECK(f != NULL);
+    char line[512];
+    int lines = 0, gave_up = 0;
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        gave_up += strstr(line, "did not come back") != NULL;
+    }
+    fclose(f);
+    unlink(errfile);
+    CHECK_EQ(gave_up, 1);
+    CHECK_EQ(lines, 1);
+    tt_daemon_restart(&d, NULL, NULL);
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
+    tt_daemon_stop(&d);
+    return 0;
+}
+
+static void patch_u32(const tcm_test_daemon_t *d, const char *suffix, off_t off, uint32_t v)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/dev/shm/tcm.%s.%s", d->name, suffix);
+    int fd = open(path, O_RDWR);
+    CHECK_GE(fd, 0);
+    CHECK_EQ(pwrite(fd, &v, sizeof v, off), (ssize_t)sizeof v);
+    close(fd);
+}
+
+static void expect_refused(tcm_test_daemon_t *d, const char *const *args, const char *want)
+{
+    char log[8192];
+    int st = tt_daemon_run_fail(d, args, log, sizeof log);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 1 || !strstr(log, want)) {
+        fprintf(stderr, "expected a refusal mentioning '%s'; status 0x%x, log:\n%s\n", want, st, log);
+        abort();
+    }
+    /* nothing was deleted */
+    CHECK(tt_segment_exists(d, "heap") && tt_segment_exists(d, "meta") && tt_segment_exists(d, "state"));
+}
+
+/* Segments of another size, base, thread count, layout version or owner are
+ * refused with a message that says what differs; --discard-heap replaces
+ * them. */
+static int test_refusals(void *arg)
+{
+    (void)arg;
+    tcm_test_daemon_t d;
+    const char *small[] = {"--heap-size", "64M", NULL};
+    tt_daemon_start(&d, small);
+    CHECK_EQ(tcm_init(d.socket), 0);
+    void *p = tcm_malloc(1000);
+    CHECK(p != NULL);
+    CHECK_EQ(tcm_root_set("kept", p), 0);
+    tcm_shutdown();
+    tt_daemon_kill(&d);
+
+    const char *bigger[] = {"--heap-size", "128M", NULL};
+    expect_refused(&d, bigger, "--heap-size 128");
+    const char *base[] = {"--heap-size", "64M", "--base", "0x7f0000000000", NULL};
+    expect_refused(&d, base, "--base");
+    const char *threads[] = {"--heap-size", "64M", "--max-threads", "8", NULL};
+    expect_refused(&d, threads, "--max-threads 256");
+    patch_u32(&d, "state", 8, 1); /* tcm_state_hdr_t.version */
+    expect_refused(&d, small, "layout version 1");
+    patch_u32(&d, "state", 8, 3);
+    expect_refused(&d, small, "layout version 3");
+    patch_u32(&d, "state", 8, 2);
+    if (geteuid() == 0) {
+        char path[160];
+        snprintf(path, sizeof path, "/dev/shm/tcm.%s.meta", d.name);
+        CHECK_EQ(chown(path, 65534, (gid_t)-1), 0);
+        expect_refused(&d, small, "owned by uid 65534");
+        CHECK_EQ(chown(path, 0, (gid_t)-1), 0);
+    }
+    /* with the right options the heap is adopted, root and all */
+    tt_daemon_restart(&d, small, NULL);
+    CHECK_EQ(tt_stat(&d, "restarts"), 1);
+    CHECK(tcm_root_get("kept") != NULL);
+    tcm_shutdown();
+    tt_daemon_kill(&d);
+    const char *discard[] = {"--heap-size", "64M", "--discard-heap", NULL};
+    tt_daemon_restart(&d, discard, NULL);
+    CHECK_EQ(tt_stat(&d, "restarts"), 0);
+    CHECK(tcm_root_get("kept") == NULL); /* a fresh heap */
+    tcm_shutdown();
+    tt_daemon_stop(&d);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(sh != MAP_FAILED);
+    struct { const char *name; int (*fn)(void *); } tests[] = {
+        {"kill_under_load", test_kill_under_load}, {"upgrade", test_upgrade},
+        {"death_in_gap", test_death_in_gap},       {"no_comeback", test_no_comeback},
+        {"refusals", test_refusals},
+    };
+    int n = (int)(sizeof tests / sizeof tests[0]), passed = 0;
+    for (int i = 0; i < n; i++) {
+        if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
+            continue;
+        int st = tt_wait(tt_fork(tests[i].fn, NULL), 240000);
+        bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        printf("%s %s\n", ok ? "ok  " : "FAIL", tests[i].name);
+        passed += ok;
+        if (!ok)
+            fprintf(stderr, "restart.%s failed (status 0x%x)\n", tests[i].name, st);
+    }
+    int ran = argc > 1 ? 1 : n;
+    printf("restart: %d passed, %d failed\n", passed, ran - passed);
+    return passed == ran ? 0 : 1;
+}
