@@ -42,6 +42,7 @@ typedef struct tcm_thread {
 
 typedef struct tcm_proc {
     pthread_mutex_t attach_lock;
+    pthread_mutex_t conn_lock;  /* one thread at a time reconnects; taken inside attach_lock, never around it */
     _Atomic bool attached;
     uint32_t epoch;             /* bumped by tcm_shutdown and in a fork child */
     bool daemon_lost;           /* tcmd went away and did not come back in time: allocation fails */

@@ -21,6 +21,7 @@ _Atomic uint64_t tcm__heap_granules;
 const uint8_t *_Atomic tcm__page_class;
 tcm_proc_t tcm__proc = {
     .attach_lock = PTHREAD_MUTEX_INITIALIZER,
+    .conn_lock = PTHREAD_MUTEX_INITIALIZER,
     .tcache_lock = PTHREAD_MUTEX_INITIALIZER,
     .spare_lock = PTHREAD_MUTEX_INITIALIZER,
     .sock = -1,
@@ -88,10 +89,12 @@ static void at_exit(void)
 static void fork_prepare(void)
 {
     pthread_mutex_lock(&tcm__proc.attach_lock);
+    pthread_mutex_lock(&tcm__proc.conn_lock);
 }
 
 static void fork_parent(void)
 {
+    pthread_mutex_unlock(&tcm__proc.conn_lock);
     pthread_mutex_unlock(&tcm__proc.attach_lock);
 }
 
@@ -99,6 +102,7 @@ static void fork_child(void)
 {
     tcm_proc_t *pr = &tcm__proc;
     pthread_mutex_init(&pr->attach_lock, NULL);
+    pthread_mutex_init(&pr->conn_lock, NULL);
     pthread_mutex_init(&pr->tcache_lock, NULL);
     pthread_mutex_init(&pr->spare_lock, NULL);
     for (unsigned c = 0; c < TCM_NCLASSES; c++)
@@ -306,8 +310,11 @@ static int attach_locked(const char *socket_path)
     uint64_t deadline = 0;
     while ((rc = handshake(socket_path, 0, 0, &fd, &resp)) != 0) {
         uint64_t now = tcm__now_ns();
-        if (!restarting(rc, socket_path))
+        /* once a restart is under way, the socket file may be missing for a moment */
+        if (!restarting(rc, socket_path) && !(deadline && rc == -ENOENT)) {
+            tcm__note("attach to %s failed: %s", socket_path, strerror(-rc));
             return rc;
+        }
         if (!deadline) {
             deadline = now + reconnect_timeout_ns();
             tcm__note("tcmd on %s does not answer (restarting?): waiting up to %.0f s", socket_path,
@@ -373,7 +380,7 @@ bool tcm__daemon_gone(void)
 int tcm__await_daemon(void)
 {
     tcm_proc_t *pr = &tcm__proc;
-    pthread_mutex_lock(&pr->attach_lock);
+    pthread_mutex_lock(&pr->conn_lock);
     int rc = 0;
     if (!atomic_load(&pr->attached)) {
         rc = -ENOTCONN;
@@ -412,7 +419,7 @@ int tcm__await_daemon(void)
         rc = now >= pr->outage_deadline_ns ? -ETIMEDOUT : -EAGAIN;
     }
 out:
-    pthread_mutex_unlock(&pr->attach_lock);
+    pthread_mutex_unlock(&pr->conn_lock);
     return rc;
 }
 

@@ -661,16 +661,27 @@ int tcm__control_start(tcm_server_t *srv)
     srv->reaped_async.data = srv;
     uv_pipe_init(srv->loop, &srv->listener, 0);
     srv->listener.data = srv;
+    /* bound under a temporary name and renamed over the path, so that the
+     * path never disappears: clients waiting through a restart see the old
+     * socket refuse, then the new one answer */
+    char tmp[sizeof srv->socket_path + 8];
+    snprintf(tmp, sizeof tmp, "%s.new", srv->socket_path);
+    unlink(tmp);
     mode_t old = umask(0077); /* the socket is owner-only */
-    err = uv_pipe_bind(&srv->listener, srv->socket_path);
+    err = uv_pipe_bind(&srv->listener, tmp);
     umask(old);
     if (err) {
-        tcm__log(TCM_LOG_ERROR, "bind(%s) failed: %s", srv->socket_path, uv_strerror(err));
+        tcm__log(TCM_LOG_ERROR, "bind(%s) failed: %s", tmp, uv_strerror(err));
         return err;
     }
     err = uv_listen((uv_stream_t *)&srv->listener, 128, on_connection);
     if (err) {
-        tcm__log(TCM_LOG_ERROR, "listen(%s) failed: %s", srv->socket_path, uv_strerror(err));
+        tcm__log(TCM_LOG_ERROR, "listen(%s) failed: %s", tmp, uv_strerror(err));
+        return err;
+    }
+    if (rename(tmp, srv->socket_path) != 0) {
+        err = -errno;
+        tcm__log(TCM_LOG_ERROR, "rename(%s, %s) failed: %s", tmp, srv->socket_path, strerror(errno));
         return err;
     }
     return 0;

@@ -301,7 +301,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "tcmd: a daemon is already running on %s\n", srv->socket_path);
         return 1;
     }
-    unlink(srv->socket_path); /* stale socket of a dead daemon */
+    /* a stale socket of a dead daemon stays until the new one replaces it */
 
     FILE *log = stderr;
     if (!srv->foreground && !srv->log_path[0])

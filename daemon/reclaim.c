@@ -5,6 +5,7 @@
  * freed is refused as a double free, silently. Heap thread only. */
 #include <string.h>
 
+#include "crash.h"
 #include "log.h"
 #include "server.h"
 
@@ -22,6 +23,7 @@ static uint64_t reclaim_array(tcm_server_t *srv, tcm_client_t *c, unsigned cls, 
         for (; k < TCM_MAX_BATCH && i < n; i++)
             offs[k++] = (uint64_t)(uintptr_t)arr[i] - srv->base;
         got += tcm__free_objects_ht(srv, c, cls, offs, k);
+        TCM_CRASH_POINT("reclaim");
     }
     return got;
 }

@@ -190,8 +190,9 @@ int tcm__recover(tcm_server_t *srv)
     tcm__log(ok ? TCM_LOG_WARN : TCM_LOG_ERROR,
              "recovery done in %llu us: %u pages below top, %u clients adopted (%u died in the gap), %u records "
              "dropped, %llu operations redone, %llu requests to serve again, %u rings and %llu structures repaired; "
-             "validator: %s",
+             "validator: %s%s",
              (unsigned long long)us, h->top, r.adopted - r.dead, r.dead, r.dropped, (unsigned long long)r.redone,
-             (unsigned long long)r.rolled_back, rings, (unsigned long long)r.repairs, why);
+             (unsigned long long)r.rolled_back, rings, (unsigned long long)r.repairs, ok ? "consistent, " : "FAILED: ",
+             why);
     return 0;
 }

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "crash.h"
 #include "log.h"
 #include "prim.h"
 #include "ring.h"
@@ -402,6 +403,7 @@ int tcm__client_create(tcm_server_t *srv, pid_t pid, uid_t uid, tcm_client_t **o
     snprintf(rec->chan_name, sizeof rec->chan_name, "/tcm.%.47s.ch.%u", srv->name, rec->id);
     atomic_signal_fence(memory_order_seq_cst);
     atomic_store(&rec->state, TCM_REC_CREATING); /* a crash from here: recovery unlinks the channel */
+    TCM_CRASH_POINT("client_create");
 
     int err = c->chan_fd = tcm__shm_create(rec->chan_name, srv->chan_layout.size, 0600);
     if (err < 0) {

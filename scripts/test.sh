@@ -43,6 +43,14 @@ reap_daemons() {
     echo "test.sh: warning: the tests left ${#pids[@]} tcmd process(es) of $1 running" \
          "(pid ${pids[*]}); stopping them" >&2
     kill "${pids[@]}" 2>/dev/null || true
+    sleep 1
+  fi
+  # a failed test can leave a heap behind for a next tcmd that never comes
+  local left
+  left=$(find /dev/shm -maxdepth 1 -name 'tcm.test*' 2>/dev/null | wc -l)
+  if ((left)); then
+    echo "test.sh: warning: removing $left shared-memory segments the tests left behind" >&2
+    find /dev/shm -maxdepth 1 -name 'tcm.test*' -delete 2>/dev/null || true
   fi
 }
 

@@ -75,12 +75,17 @@ static void wait_listening(tcm_test_daemon_t *d)
 
 void tt_daemon_start(tcm_test_daemon_t *d, const char *const *extra)
 {
+    tt_daemon_start_env(d, extra, NULL);
+}
+
+void tt_daemon_start_env(tcm_test_daemon_t *d, const char *const *extra, const char *const *env)
+{
     static int seq;
     seq++;
     snprintf(d->socket, sizeof d->socket, "/tmp/tcmtest-%d-%d.sock", (int)getpid(), seq);
     snprintf(d->name, sizeof d->name, "test%d-%d", (int)getpid(), seq);
     snprintf(d->log, sizeof d->log, "/tmp/tcmtest-%d-%d.log", (int)getpid(), seq);
-    d->pid = spawn_daemon(d, extra, NULL);
+    d->pid = spawn_daemon(d, extra, env);
     wait_listening(d);
 }
 

@@ -16,6 +16,7 @@ typedef struct tcm_test_daemon {
 
 /* Start tcmd --foreground with extra arguments (NULL-terminated list). */
 void tt_daemon_start(tcm_test_daemon_t *d, const char *const *extra_args);
+void tt_daemon_start_env(tcm_test_daemon_t *d, const char *const *extra_args, const char *const *env);
 /* Start another tcmd on d's socket and name (after the last one is gone),
  * with extra arguments and environment entries ("KEY=VALUE", NULL-ended). */
 void tt_daemon_restart(tcm_test_daemon_t *d, const char *const *extra_args, const char *const *env);

@@ -20,14 +20,15 @@
 #include "check.h"
 #include "tcm.h"
 #include "testutil.h"
+#include "workload.h"
 
 typedef struct shared {
     _Atomic int stop;
     _Atomic int ready;
-    _Atomic uint64_t ops, failures;
 } shared_t;
 
-static shared_t *sh;
+static shared_t *sh; /* for the single-purpose children below */
+static wl_shared_t *wl;
 
 static void sleep_ms(int ms)
 {
@@ -42,68 +43,6 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-typedef struct obj {
-    uint64_t tag, size;
-} obj_t;
-
-/* Allocate, tag, check and free objects of every size until told to stop;
- * page runs and big batches keep the daemon busy. A NULL counts as a
- * failure; a corrupt object aborts. */
-static int workload(void *arg)
-{
-    uint64_t seed = 0x9e3779b97f4a7c15ull * (uint64_t)(uintptr_t)arg + 1;
-    enum { LIVE = 256 };
-    obj_t *live[LIVE] = {0};
-    CHECK_EQ(tcm_init(NULL), 0);
-    atomic_fetch_add(&sh->ready, 1);
-    while (!atomic_load(&sh->stop)) {
-        size_t i = rnd(&seed) % LIVE;
-        if (live[i]) {
-            CHECK_EQ(live[i]->tag, (uint64_t)(uintptr_t)live[i] ^ live[i]->size);
-            tcm_free(live[i]);
-            live[i] = NULL;
-        }
-        uint64_t r = rnd(&seed) % 100;
-        size_t size = r < 60 ? 16 + rnd(&seed) % 2000 : r < 95 ? 4096 + rnd(&seed) % 60000 : 300000 + rnd(&seed) % 600000;
-        obj_t *o = tcm_malloc(size);
-        if (!o) {
-            atomic_fetch_add(&sh->failures, 1);
-            continue;
-        }
-        o->size = size;
-        o->tag = (uint64_t)(uintptr_t)o ^ size;
-        live[i] = o;
-        atomic_fetch_add(&sh->ops, 1);
-    }
-    for (size_t i = 0; i < LIVE; i++)
-        if (live[i]) {
-            CHECK_EQ(live[i]->tag, (uint64_t)(uintptr_t)live[i] ^ live[i]->size);
-            tcm_free(live[i]);
-        }
-    tcm_shutdown();
-    return 0;
-}
-
-static void wait_ops(uint64_t more)
-{
-    uint64_t want = atomic_load(&sh->ops) + more, t0 = now_ms();
-    while (atomic_load(&sh->ops) < want) {
-        if (now_ms() - t0 > 60000) {
-            fprintf(stderr, "workload stalled at %llu ops\n", (unsigned long long)atomic_load(&sh->ops));
-            abort();
-        }
-        sleep_ms(5);
-    }
-}
-
 static void expect_consistent(const tcm_test_daemon_t *d)
 {
     char out[1024];
@@ -114,49 +53,31 @@ static void expect_consistent(const tcm_test_daemon_t *d)
     }
 }
 
-static pid_t *start_workers(int n)
-{
-    static pid_t pids[8];
-    memset(sh, 0, sizeof *sh);
-    for (int i = 0; i < n; i++)
-        pids[i] = tt_fork(workload, (void *)(uintptr_t)(i + 1));
-    while (atomic_load(&sh->ready) < n)
-        sleep_ms(5);
-    wait_ops(1000);
-    return pids;
-}
-
-static void stop_workers(pid_t *pids, int n)
-{
-    atomic_store(&sh->stop, 1);
-    for (int i = 0; i < n; i++)
-        tt_wait_ok(pids[i], 60000);
-}
-
 /* SIGKILL at work, five times: the clients wait, resume, and carry on
  * without one failed allocation; a root set before survives. */
 static int test_kill_under_load(void *arg)
 {
     (void)arg;
+    setpgid(0, 0);
     tcm_test_daemon_t d;
     tt_daemon_start(&d, NULL);
     char helper[256];
     char cmd[512];
     snprintf(cmd, sizeof cmd, "%s produce restart_root >/dev/null", tt_path("tcm_test_helper", helper, sizeof helper));
     CHECK_EQ(system(cmd), 0);
-    pid_t *pids = start_workers(2);
+    pid_t pids[2];
+    wl_start(wl, 2, pids, 1000);
     for (int k = 0; k < 5; k++) {
         sleep_ms(30 + 20 * k);
         tt_daemon_kill(&d);
         tt_daemon_restart(&d, NULL, NULL);
-        wait_ops(500);
+        wl_wait_ops(wl, 500);
     }
     CHECK_EQ(tt_stat(&d, "restarts"), 5);
     CHECK_GE(tt_stat(&d, "clients_resumed"), 5);
     CHECK_EQ(tt_stat(&d, "validation_failures"), 0);
     expect_consistent(&d);
-    stop_workers(pids, 2);
-    CHECK_EQ(atomic_load(&sh->failures), 0);
+    CHECK_EQ(wl_stop(wl, 2, pids), 0);
     snprintf(cmd, sizeof cmd, "%s consume restart_root >/dev/null", helper);
     CHECK_EQ(system(cmd), 0);
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
@@ -174,9 +95,11 @@ static int test_kill_under_load(void *arg)
 static int test_upgrade(void *arg)
 {
     (void)arg;
+    setpgid(0, 0);
     tcm_test_daemon_t d;
     tt_daemon_start(&d, NULL);
-    pid_t *pids = start_workers(2);
+    pid_t pids[2];
+    wl_start(wl, 2, pids, 1000);
     for (int k = 0; k < 3; k++) {
         CHECK_EQ(kill(d.pid, SIGTERM), 0);
         int st = tt_daemon_wait_exit(&d, 10000);
@@ -184,11 +107,10 @@ static int test_upgrade(void *arg)
         CHECK(tt_segment_exists(&d, "heap") && tt_segment_exists(&d, "meta") && tt_segment_exists(&d, "state"));
         CHECK_EQ(access(d.socket, F_OK), 0); /* new processes wait for the next tcmd */
         tt_daemon_restart(&d, NULL, NULL);
-        wait_ops(500);
+        wl_wait_ops(wl, 500);
     }
     expect_consistent(&d);
-    stop_workers(pids, 2);
-    CHECK_EQ(atomic_load(&sh->failures), 0);
+    CHECK_EQ(wl_stop(wl, 2, pids), 0);
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
     CHECK_EQ(tt_stat(&d, "restarts"), 3);
     tt_daemon_stop(&d); /* checks the segments and the socket are gone */
@@ -215,6 +137,7 @@ static int cacher(void *arg)
 static int test_death_in_gap(void *arg)
 {
     (void)arg;
+    setpgid(0, 0);
     tcm_test_daemon_t d;
     tt_daemon_start(&d, NULL);
     memset(sh, 0, sizeof *sh);
@@ -282,6 +205,7 @@ static int abandoned(void *arg)
 static int test_no_comeback(void *arg)
 {
     (void)arg;
+    setpgid(0, 0);
     tcm_test_daemon_t d;
     tt_daemon_start(&d, NULL);
     memset(sh, 0, sizeof *sh);
@@ -339,6 +263,7 @@ static void expect_refused(tcm_test_daemon_t *d, const char *const *args, const 
 static int test_refusals(void *arg)
 {
     (void)arg;
+    setpgid(0, 0);
     tcm_test_daemon_t d;
     const char *small[] = {"--heap-size", "64M", NULL};
     tt_daemon_start(&d, small);
@@ -386,6 +311,7 @@ int main(int argc, char **argv)
 {
     sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(sh != MAP_FAILED);
+    wl = wl_shared();
     struct { const char *name; int (*fn)(void *); } tests[] = {
         {"kill_under_load", test_kill_under_load}, {"upgrade", test_upgrade},
         {"death_in_gap", test_death_in_gap},       {"no_comeback", test_no_comeback},
@@ -395,7 +321,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
             continue;
-        int st = tt_wait(tt_fork(tests[i].fn, NULL), 240000);
+        pid_t pid = tt_fork(tests[i].fn, NULL);
+        int st = tt_wait(pid, 240000);
+        kill(-pid, SIGKILL); /* whatever a failed case left running */
         bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
         printf("%s %s\n", ok ? "ok  " : "FAIL", tests[i].name);
         passed += ok;

@@ -1,0 +1,36 @@
+/* workload.h — a multi-process heap workload for restart and crash tests:
+ * worker processes allocate objects of every size (page runs included),
+ * tag them, hand some to other workers through a shared exchange, check
+ * every object they free, empty their caches now and then (spans go back
+ * to the page heap) and set roots. A NULL from tcm_malloc is counted, a
+ * corrupt object or a doubly handed-out one aborts the worker. */
+#ifndef TCM_WORKLOAD_H
+#define TCM_WORKLOAD_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define WL_EXCHANGE 1024
+
+typedef struct wl_shared {
+    _Atomic int stop;
+    _Atomic int ready;
+    _Atomic uint64_t ops, failures, handed_over;
+    _Atomic uint64_t exchange[WL_EXCHANGE]; /* heap offsets, 0 = empty */
+} wl_shared_t;
+
+/* Shared memory for the workers; call once, before forking them. */
+wl_shared_t *wl_shared(void);
+/* Fork n workers (ids 1..n), wait until each attached and min_ops ran. */
+void wl_start(wl_shared_t *sh, int n, pid_t *pids, uint64_t min_ops);
+/* The same in two steps: fork them; wait until all attached. */
+void wl_spawn(wl_shared_t *sh, int n, pid_t *pids);
+void wl_wait_ready(wl_shared_t *sh, int n);
+/* Wait until the workers did `more` operations (aborts after 60 s). */
+void wl_wait_ops(wl_shared_t *sh, uint64_t more);
+/* Tell them to stop, wait for them; then free what is left in the
+ * exchange from this process. Returns the failures counted. */
+uint64_t wl_stop(wl_shared_t *sh, int n, pid_t *pids);
+
+#endif

@@ -1,0 +1,169 @@
+/* tcmd killed by a test crash point between two steps of each mutating
+ * operation (split, coalesce, refill, return, page runs, root set, span
+ * making and unmaking, commit, release, reclaim, client creation), while
+ * worker processes run the shared workload: the next tcmd recovers, its
+ * validator is clean, the workers carry on without a failed allocation, and
+ * everything comes back once they are done. Each point runs in its own child
+ * with its own daemon. */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "tcm.h"
+#include "testutil.h"
+#include "workload.h"
+
+#define WORKERS 2
+
+static wl_shared_t *wl;
+
+typedef struct point {
+    const char *name;
+    int hit;         /* crash at this hit of the point */
+    int (*trigger)(tcm_test_daemon_t *d); /* beyond the workload, if the point needs it */
+} point_t;
+
+static int trigger_release(tcm_test_daemon_t *d)
+{
+    char out[512];
+    for (int i = 0; i < 20; i++) { /* until the point kills tcmd; then tcmctl just fails */
+        tt_tcmctl(d, "release", out, sizeof out);
+        usleep(20000);
+    }
+    return 0;
+}
+
+/* a client that dies with full caches */
+static int cacher(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(NULL), 0);
+    static void *p[3000];
+    for (int i = 0; i < 3000; i++)
+        CHECK((p[i] = tcm_malloc(64 + i % 900)) != NULL);
+    for (int i = 0; i < 3000; i++)
+        tcm_free(p[i]);
+    raise(SIGKILL);
+    return 0;
+}
+
+static int trigger_reclaim(tcm_test_daemon_t *d)
+{
+    (void)d;
+    pid_t pid = tt_fork(cacher, NULL);
+    waitpid(pid, NULL, 0);
+    return 0;
+}
+
+/* a client attaching while tcmd dies: it waits and attaches to the next */
+static int late_attacher(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(NULL), 0);
+    void *p = tcm_malloc(100);
+    CHECK(p != NULL);
+    tcm_free(p);
+    tcm_shutdown();
+    return 0;
+}
+
+static pid_t attacher;
+
+static int trigger_attach(tcm_test_daemon_t *d)
+{
+    (void)d;
+    attacher = tt_fork(late_attacher, NULL);
+    return 0;
+}
+
+static const point_t points[] = {
+    {"picked", 40, NULL},      {"refill", 25, NULL},      {"refill_span", 9, NULL},
+    {"return_half", 20, NULL}, {"alloc_pages", 6, NULL},  {"free_pages", 6, NULL},
+    {"root_set", 2, NULL},     {"span_map", 5, NULL},     {"span_unmap", 3, NULL},
+    {"split", 7, NULL},        {"coalesce", 4, NULL},     {"commit", 60, NULL},
+    {"answered", 33, NULL},    {"release", 2, trigger_release}, {"reclaim", 2, trigger_reclaim},
+    {"client_create", 3, trigger_attach},
+};
+
+static void expect_consistent(const tcm_test_daemon_t *d)
+{
+    char out[1024];
+    if (tt_tcmctl(d, "check", out, sizeof out) != 0) {
+        fprintf(stderr, "tcmctl check: %s", out);
+        abort();
+    }
+}
+
+static int run_point(void *arg)
+{
+    const point_t *pt = arg;
+    setpgid(0, 0); /* main kills the group: nothing of a failed point outlives it */
+    wl = wl_shared();
+    char spec[96];
+    snprintf(spec, sizeof spec, "TCM_TEST_CRASH_AT=%s:%d", pt->name, pt->hit);
+    const char *env[] = {spec, NULL};
+    tcm_test_daemon_t d;
+    tt_daemon_start_env(&d, NULL, env);
+    pid_t pids[WORKERS];
+    attacher = 0;
+    wl_spawn(wl, WORKERS, pids); /* the point may kill tcmd before they have all attached */
+    if (pt->trigger)
+        pt->trigger(&d);
+    /* the point kills tcmd with SIGKILL */
+    int st = tt_daemon_wait_exit(&d, 60000);
+    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL) {
+        fprintf(stderr, "crash point %s: tcmd ended with status 0x%x, not SIGKILL\n", pt->name, st);
+        return 1;
+    }
+    tt_daemon_restart(&d, NULL, NULL);
+    wl_wait_ready(wl, WORKERS);
+    char log[1 << 16];
+    FILE *f = fopen(d.log, "r");
+    CHECK(f != NULL);
+    size_t n = fread(log, 1, sizeof log - 1, f);
+    log[n] = 0;
+    fclose(f);
+    CHECK(strstr(log, "recovery done") != NULL);
+    CHECK(strstr(log, "validator: consistent") != NULL);
+    CHECK_EQ(tt_stat(&d, "validation_failures"), 0);
+    wl_wait_ops(wl, 2000);
+    expect_consistent(&d);
+    CHECK_EQ(wl_stop(wl, WORKERS, pids), 0);
+    if (attacher)
+        tt_wait_ok(attacher, 60000);
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
+    CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
+    CHECK_EQ(tt_stat(&d, "refused"), 0);
+    expect_consistent(&d);
+    fprintf(stderr, "crash point %-14s hit %2d: recovered (%llu redone, %llu served again)\n", pt->name, pt->hit,
+           (unsigned long long)tt_stat(&d, "recovery_redone"), (unsigned long long)tt_stat(&d, "recovery_rolled_back"));
+    tt_daemon_stop(&d);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int npoints = (int)(sizeof points / sizeof points[0]), passed = 0, ran = 0;
+    for (int i = 0; i < npoints; i++) {
+        bool wanted = argc == 1;
+        for (int a = 1; a < argc; a++)
+            wanted |= strcmp(argv[a], points[i].name) == 0;
+        if (!wanted)
+            continue;
+        ran++;
+        pid_t pid = tt_fork(run_point, (void *)&points[i]);
+        int st = tt_wait(pid, 180000);
+        kill(-pid, SIGKILL);
+        bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        passed += ok;
+        if (!ok)
+            fprintf(stderr, "crash point %s FAILED (status 0x%x)\n", points[i].name, st);
+    }
+    printf("crashpoints: %d passed, %d failed\n", passed, ran - passed);
+    return passed == ran ? 0 : 1;
+}
