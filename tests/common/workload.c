@@ -17,7 +17,7 @@
 #define LIVE 256
 
 typedef struct obj {
-    uint64_t tag, size;
+    uint64_t tag, size, serial; /* serial: unique per allocation of the whole run */
 } obj_t;
 
 static wl_shared_t *wl;
@@ -32,12 +32,17 @@ static uint64_t rnd(uint64_t *s)
 
 static uint64_t tag_of(const obj_t *o)
 {
-    return (uint64_t)(uintptr_t)o * 0x9e3779b97f4a7c15ull ^ o->size;
+    return ((uint64_t)(uintptr_t)o * 0x9e3779b97f4a7c15ull ^ o->size) + o->serial * 0xbf58476d1ce4e5b9ull;
 }
 
-static void check_and_free(obj_t *o)
+/* want: the tag this process wrote (0 for an object from another process,
+ * which can only be checked against itself). Two processes handed the same
+ * object write different serials, so the first to free it notices. */
+static void check_and_free(obj_t *o, uint64_t want)
 {
     CHECK_EQ(o->tag, tag_of(o));
+    if (want)
+        CHECK_EQ(o->tag, want);
     CHECK_GE(tcm_usable_size(o), o->size);
     unsigned char *tail = (unsigned char *)o + o->size - 1;
     CHECK_EQ(*tail, (unsigned char)o->tag);
@@ -57,6 +62,7 @@ static obj_t *make(uint64_t *seed)
         return NULL;
     }
     o->size = size;
+    o->serial = atomic_fetch_add(&wl->serial, 1) + 1;
     o->tag = tag_of(o);
     *((unsigned char *)o + size - 1) = (unsigned char)o->tag;
     return o;
@@ -66,6 +72,7 @@ static int worker(void *arg)
 {
     uint64_t id = (uint64_t)(uintptr_t)arg, seed = 0x2545f4914f6cdd1dull * id + 7;
     obj_t *live[LIVE] = {0};
+    uint64_t tags[LIVE] = {0};
     CHECK_EQ(tcm_init(NULL), 0);
     atomic_fetch_add(&wl->ready, 1);
     for (uint64_t op = 1; !atomic_load(&wl->stop); op++) {
@@ -81,28 +88,30 @@ static int worker(void *arg)
         } else if (r < 20) { /* from another process */
             uint64_t off = atomic_exchange(&wl->exchange[rnd(&seed) % WL_EXCHANGE], 0);
             if (off)
-                check_and_free(tcm_from_offset(off));
+                check_and_free(tcm_from_offset(off), 0);
         } else {
             if (live[i])
-                check_and_free(live[i]);
+                check_and_free(live[i], tags[i]);
             live[i] = make(&seed);
+            tags[i] = live[i] ? live[i]->tag : 0;
         }
         if (op % 3000 == 0) { /* everything back: spans empty and go back to the page heap */
             char name[32];
             snprintf(name, sizeof name, "wl-%llu", (unsigned long long)id);
             for (size_t k = 0; k < LIVE; k++)
                 if (live[k]) {
-                    check_and_free(live[k]);
+                    check_and_free(live[k], tags[k]);
                     live[k] = NULL;
                 }
             live[0] = make(&seed);
+            tags[0] = live[0] ? live[0]->tag : 0;
             CHECK_NE(tcm_root_set(name, live[0]), -EINVAL);
         }
         atomic_fetch_add(&wl->ops, 1);
     }
     for (size_t k = 0; k < LIVE; k++)
         if (live[k])
-            check_and_free(live[k]);
+            check_and_free(live[k], tags[k]);
     tcm_shutdown();
     return 0;
 }
@@ -170,7 +179,7 @@ uint64_t wl_stop(wl_shared_t *sh, int n, pid_t *pids)
         if (!attached)
             CHECK_EQ(tcm_init(NULL), 0);
         attached = true;
-        check_and_free(tcm_from_offset(off));
+        check_and_free(tcm_from_offset(off), 0);
     }
     if (attached)
         tcm_shutdown();

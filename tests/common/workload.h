@@ -16,7 +16,7 @@
 typedef struct wl_shared {
     _Atomic int stop;
     _Atomic int ready;
-    _Atomic uint64_t ops, failures, handed_over;
+    _Atomic uint64_t ops, failures, handed_over, serial;
     _Atomic uint64_t exchange[WL_EXCHANGE]; /* heap offsets, 0 = empty */
 } wl_shared_t;
 
