@@ -138,10 +138,14 @@ static void once_init(void)
     atexit(at_exit);
 }
 
-static int map_segments(const Tcm__Welcome *w, char *err, size_t errlen)
+enum { FD_HEAP, FD_META, FD_CHANNEL, NFDS };
+
+/* Map the segments of a Welcome from the descriptors that came with it
+ * (the heap read-write at the daemon's base, the metadata read-only, the
+ * channel read-write); fds are consumed. */
+static int map_segments(const Tcm__Welcome *w, int *fds, char *err, size_t errlen)
 {
     tcm_proc_t *pr = &tcm__proc;
-    int fd;
     if (pr->heap && (strcmp(pr->heap_name, w->heap_name) != 0 || (uintptr_t)pr->heap != w->base_address ||
                      pr->heap_size != w->heap_size || pr->heap_id != w->heap_id)) {
         /* another heap than before a shutdown or fork (another daemon, or
@@ -154,38 +158,24 @@ static int map_segments(const Tcm__Welcome *w, char *err, size_t errlen)
         atomic_store(&tcm__heap_bytes, 0);
     }
     if (!pr->heap) {
-        if ((fd = tcm__shm_open(w->heap_name, true)) < 0) {
-            snprintf(err, errlen, "shm_open(%s) failed: %s", w->heap_name, strerror(-fd));
-            return fd;
-        }
-        pr->heap = tcm__map(fd, w->heap_size, (void *)(uintptr_t)w->base_address, true, err, errlen);
-        int e = errno;
-        tcm__close(fd);
+        pr->heap = tcm__map(fds[FD_HEAP], w->heap_size, (void *)(uintptr_t)w->base_address, true, err, errlen);
         if (!pr->heap)
-            return -e;
+            return -errno;
         pr->heap_size = w->heap_size;
         snprintf(pr->heap_name, sizeof pr->heap_name, "%s", w->heap_name);
 
-        if ((fd = tcm__shm_open(w->meta_name, false)) < 0) {
-            snprintf(err, errlen, "shm_open(%s) failed: %s", w->meta_name, strerror(-fd));
+        const tcm_meta_hdr_t *m = tcm__map(fds[FD_META], sizeof *m, NULL, false, err, errlen);
+        if (!m)
             goto fail_heap;
-        }
-        const tcm_meta_hdr_t *m = tcm__map(fd, sizeof *m, NULL, false, err, errlen);
-        if (!m) {
-            tcm__close(fd);
-            goto fail_heap;
-        }
         uint64_t msize = m->size;
-        bool ok = m->magic == TCM_META_MAGIC && m->version == TCM_LAYOUT_VERSION &&
-                  m->base == w->base_address && m->heap_size == w->heap_size && m->page_shift == TCM_PAGE_SHIFT;
+        bool ok = m->magic == TCM_META_MAGIC && m->version == TCM_LAYOUT_VERSION && m->base == w->base_address &&
+                  m->heap_size == w->heap_size && m->page_shift == TCM_PAGE_SHIFT && m->heap_id == w->heap_id;
         tcm__unmap((void *)m, sizeof *m);
         if (!ok) {
             snprintf(err, errlen, "metadata segment %s does not match the daemon's welcome", w->meta_name);
-            tcm__close(fd);
             goto fail_heap;
         }
-        pr->meta = tcm__map(fd, msize, NULL, false, err, errlen);
-        tcm__close(fd);
+        pr->meta = tcm__map(fds[FD_META], msize, NULL, false, err, errlen);
         if (!pr->meta)
             goto fail_heap;
         pr->meta_size = msize;
@@ -196,12 +186,6 @@ static int map_segments(const Tcm__Welcome *w, char *err, size_t errlen)
         pr->roots = (const tcm_root_t *)(mb + pr->meta->off_roots);
         pr->bell = (tcm_bell_t *)pr->heap;
         pr->heap_id = pr->meta->heap_id;
-        if (pr->heap_id != w->heap_id) {
-            snprintf(err, errlen, "metadata segment %s belongs to another heap than the daemon's welcome", w->meta_name);
-            tcm__unmap((void *)pr->meta, pr->meta_size);
-            pr->meta = NULL;
-            goto fail_heap;
-        }
     }
     for (unsigned c = 0; c < TCM_NCLASSES; c++)
         if (pr->classes[c].size != w->class_size[c] || tcm__class_size(c) != w->class_size[c]) {
@@ -209,27 +193,15 @@ static int map_segments(const Tcm__Welcome *w, char *err, size_t errlen)
             return -EPROTO;
         }
 
-    if ((fd = tcm__shm_open(w->channel_name, true)) < 0) {
-        snprintf(err, errlen, "shm_open(%s) failed: %s", w->channel_name, strerror(-fd));
-        return fd;
-    }
     tcm__chan_layout(&pr->lay, pr->classes, w->max_threads);
-    pr->chan = tcm__map(fd, pr->lay.size, NULL, true, err, errlen);
-    if (!pr->chan) {
-        tcm__close(fd);
+    pr->chan = tcm__map(fds[FD_CHANNEL], pr->lay.size, NULL, true, err, errlen);
+    if (!pr->chan)
         return -ENOMEM;
-    }
-    /* held for as long as we are attached: our liveness, for a tcmd that
-     * adopts us after its predecessor died */
-    int lerr = tcm__lock_shared(fd);
-    if (lerr) {
-        snprintf(err, errlen, "flock(%s) failed: %s", w->channel_name, strerror(-lerr));
-        tcm__close(fd);
-        tcm__unmap(pr->chan, pr->lay.size);
-        pr->chan = NULL;
-        return lerr;
-    }
-    pr->chan_fd = fd;
+    /* our own open file description of the channel, which tcmd locked
+     * before handing it over: the lock lives as long as we keep it, and
+     * tells a tcmd that adopts us later whether we are still alive */
+    pr->chan_fd = fds[FD_CHANNEL];
+    fds[FD_CHANNEL] = -1;
     pr->chan_hdr = (tcm_chan_hdr_t *)pr->chan;
     if (pr->chan_hdr->magic != TCM_CHAN_MAGIC || pr->chan_hdr->client_id != w->client_id ||
         pr->chan_hdr->size != pr->lay.size || pr->chan_hdr->off_tcaches != pr->lay.off_tcaches) {
@@ -263,9 +235,20 @@ static uint64_t reconnect_timeout_ns(void)
     return 30000000000ull;
 }
 
-/* One Hello on a new connection; the answer in *out (a Welcome or an Error). */
-static int handshake(const char *socket_path, uint32_t resume_id, uint64_t token, int *fd_out, Tcm__Response **out)
+static void close_fds(int *fds, int n)
 {
+    for (int i = 0; i < n; i++)
+        tcm__close(fds[i]);
+}
+
+/* One Hello on a new connection; the answer in *out (a Welcome or an
+ * Error), and the descriptors that came with it in fds (-1 where none). */
+static int handshake(const char *socket_path, uint32_t resume_id, uint64_t token, int *fd_out, Tcm__Response **out,
+                     int fds[NFDS])
+{
+    int nfds = 0;
+    for (int i = 0; i < NFDS; i++)
+        fds[i] = -1;
     int fd = tcm__connect(socket_path);
     if (fd < 0)
         return fd;
@@ -279,10 +262,11 @@ static int handshake(const char *socket_path, uint32_t resume_id, uint64_t token
     req.body_case = TCM__REQUEST__BODY_HELLO;
     req.hello = &hello;
     int rc = tcm__frame_send(fd, &req);
-    Tcm__Response *resp = rc ? NULL : tcm__frame_recv(fd, 10000);
+    Tcm__Response *resp = rc ? NULL : tcm__frame_recv_fds(fd, 10000, fds, NFDS, &nfds);
     if (!resp) {
         rc = rc ? rc : -errno;
         tcm__close(fd);
+        close_fds(fds, nfds);
         return rc;
     }
     *fd_out = fd;
@@ -305,10 +289,10 @@ static int attach_locked(const char *socket_path)
     pthread_once(&once, once_init);
     if (!socket_path)
         socket_path = tcm__default_socket(path, sizeof path);
-    int fd, rc;
+    int fd, rc, fds[NFDS];
     Tcm__Response *resp;
     uint64_t deadline = 0;
-    while ((rc = handshake(socket_path, 0, 0, &fd, &resp)) != 0) {
+    while ((rc = handshake(socket_path, 0, 0, &fd, &resp, fds)) != 0) {
         uint64_t now = tcm__now_ns();
         /* once a restart is under way, the socket file may be missing for a moment */
         if (!restarting(rc, socket_path) && !(deadline && rc == -ENOENT)) {
@@ -336,7 +320,12 @@ static int attach_locked(const char *socket_path)
         rc = -EPROTO;
         goto out_resp;
     }
-    rc = map_segments(resp->welcome, err, sizeof err);
+    if (fds[FD_HEAP] < 0 || fds[FD_META] < 0 || fds[FD_CHANNEL] < 0) {
+        fprintf(stderr, "tcm: tcmd on %s sent no segments with its welcome\n", socket_path);
+        rc = -EPROTO;
+        goto out_resp;
+    }
+    rc = map_segments(resp->welcome, fds, err, sizeof err);
     if (rc) {
         fprintf(stderr, "tcm: cannot attach to tcmd on %s: %s\n", socket_path, err);
         goto out_resp;
@@ -364,11 +353,13 @@ static int attach_locked(const char *socket_path)
     atomic_store(&tcm__heap_granules, pr->heap_size >> TCM_GRANULE_SHIFT);
     atomic_store(&pr->attached, true);
     tcm__response__free_unpacked(resp, NULL);
+    close_fds(fds, NFDS); /* the mappings keep the segments */
     return 0;
 
 out_resp:
     tcm__response__free_unpacked(resp, NULL);
     tcm__close(fd);
+    close_fds(fds, NFDS);
     return rc;
 }
 
@@ -396,9 +387,10 @@ int tcm__await_daemon(void)
         tcm__note("lost the connection to tcmd on %s: waiting up to %.0f s for it to come back", pr->socket_path,
                   (double)(pr->outage_deadline_ns - now) / 1e9);
     }
-    int fd;
+    int fd, fds[NFDS];
     Tcm__Response *resp;
-    rc = handshake(pr->socket_path, pr->client_id, pr->token, &fd, &resp);
+    rc = handshake(pr->socket_path, pr->client_id, pr->token, &fd, &resp, fds);
+    close_fds(fds, NFDS); /* a resume keeps its mappings */
     if (rc == 0) {
         if (resp->body_case == TCM__RESPONSE__BODY_WELCOME && resp->welcome->resumed &&
             resp->welcome->client_id == pr->client_id) {

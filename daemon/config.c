@@ -8,9 +8,10 @@
 #include <string.h>
 
 #include "log.h"
+#include "prim.h"
 #include "util.h"
 
-enum setting_type { T_SIZE, T_UINT, T_ADDR, T_LEVEL };
+enum setting_type { T_SIZE, T_UINT, T_ADDR, T_LEVEL, T_GROUP };
 
 typedef struct setting {
     tcm_setting_info_t info;
@@ -29,6 +30,8 @@ static const setting_t settings[] = {
     {{"spin_us", true, "microseconds the heap thread polls before sleeping"}, T_UINT, 0, 1000000},
     {{"reconnect_timeout", true, "seconds a client waits for tcmd to come back before failing"}, T_UINT, 0, 86400},
     {{"log_level", true, "error, warn, info or debug"}, T_LEVEL, 0, 3},
+    {{"allow_group", false, "group (name or id) whose members may attach besides tcmd's own user"}, T_GROUP, 0,
+     UINT32_MAX},
 };
 #define NSETTINGS (sizeof settings / sizeof settings[0])
 
@@ -69,6 +72,13 @@ static int parse(const setting_t *s, const char *text, uint64_t *v)
         if (s->type == T_ADDR && (*v & ((1u << 21) - 1)))
             return -EINVAL; /* 2 MiB aligned */
         break;
+    case T_GROUP: {
+        gid_t gid;
+        if (tcm__group_id(text, &gid) != 0)
+            return -EINVAL;
+        *v = gid;
+        break;
+    }
     case T_LEVEL:
         for (uint64_t i = 0; i < 4; i++)
             if (strcmp(text, level_names[i]) == 0) {
@@ -117,6 +127,8 @@ int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool 
         if (s->type == T_LEVEL)
             snprintf(err, errlen, "bad value '%s' for %s: expected error, warn, info or debug", value,
                      s->info.name);
+        else if (s->type == T_GROUP)
+            snprintf(err, errlen, "bad value '%s' for %s: no such group", value, s->info.name);
         else
             snprintf(err, errlen, "bad value '%s' for %s: expected %s from %llu to %llu", value, s->info.name,
                      s->type == T_SIZE ? "a size (e.g. 64M)" : "a number", (unsigned long long)s->min,
@@ -134,6 +146,9 @@ int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool 
     const char *n = s->info.name;
     if (!strcmp(n, "max_threads")) {
         srv->max_threads = (uint32_t)v;
+    } else if (!strcmp(n, "allow_group")) {
+        srv->allow_group = (gid_t)v;
+        srv->allow_group_set = true;
     } else if (!strcmp(n, "spin_us")) {
         atomic_store(&srv->spin_ns, v * 1000);
     } else if (!strcmp(n, "log_level")) {
@@ -195,6 +210,8 @@ int tcm__config_get(tcm_server_t *srv, const char *key, char *value, size_t len)
         snprintf(value, len, "%llu", (unsigned long long)(atomic_load(&srv->spin_ns) / 1000));
     else if (!strcmp(n, "log_level"))
         snprintf(value, len, "%s", level_names[tcm__log_level()]);
+    else if (!strcmp(n, "allow_group"))
+        snprintf(value, len, srv->allow_group_set ? "%u" : "", (unsigned)srv->allow_group);
     else if (!strcmp(n, "base"))
         snprintf(value, len, "0x%llx", (unsigned long long)srv->base);
     else if (!strcmp(n, "heap_limit") && srv->meta)

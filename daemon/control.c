@@ -87,6 +87,28 @@ static void reply(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body)
     send_response(conn, &resp);
 }
 
+/* The Welcome of a new client carries its segments as descriptors: the
+ * heap read-write, the metadata read-only (a read-only open file
+ * description cannot be mapped writable) and its own open file description
+ * of its channel, already holding the liveness lock. Sent directly, not
+ * through libuv's write queue, which cannot carry descriptors. */
+static int reply_with_fds(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body, const int *fds, int nfds)
+{
+    Tcm__Response resp = TCM__RESPONSE__INIT;
+    resp.body_case = which;
+    resp.welcome = body;
+    size_t len;
+    uint8_t *buf = tcm__frame_pack(&resp.base, &len);
+    uv_os_fd_t sock;
+    int err = !buf ? -ENOMEM
+              : uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe) || uv_fileno((uv_handle_t *)&conn->pipe, &sock)
+                  ? -EBUSY
+                  : tcm__send_with_fds(sock, buf, len, fds, nfds);
+    free(buf);
+    return err;
+}
+
+static bool refuse_access(tcm_conn_t *conn, const char *what);
 static void send_error(tcm_conn_t *conn, uint32_t code, const char *msg)
 {
     Tcm__Response resp = TCM__RESPONSE__INIT;
@@ -105,16 +127,35 @@ static bool allowed_to_change(tcm_conn_t *conn, const char *what)
 {
     if (conn->uid == geteuid() || conn->uid == 0)
         return true;
+    return refuse_access(conn, what);
+}
+
+/* Attaching is also for the members of --allow-group: the segments reach
+ * them as descriptors, the metadata read-only. */
+static bool allowed_to_attach(tcm_conn_t *conn)
+{
+    tcm_server_t *srv = conn->srv;
+    uv_os_fd_t fd;
+    if (conn->uid == geteuid() || conn->uid == 0 ||
+        (srv->allow_group_set && uv_fileno((uv_handle_t *)&conn->pipe, &fd) == 0 &&
+         tcm__peer_in_group(fd, conn->gid, srv->allow_group)))
+        return true;
+    return refuse_access(conn, "attaching");
+}
+
+static bool refuse_access(tcm_conn_t *conn, const char *what)
+{
     char msg[160];
-    snprintf(msg, sizeof msg, "permission denied: %s needs uid %u or root (you are uid %u)", what,
-             (unsigned)geteuid(), (unsigned)conn->uid);
+    snprintf(msg, sizeof msg, "permission denied: %s needs uid %u or root%s (you are uid %u)", what,
+             (unsigned)geteuid(), strcmp(what, "attaching") == 0 && conn->srv->allow_group_set ? " or the allowed group" : "",
+             (unsigned)conn->uid);
     tcm__log_limited(TCM_LOG_WARN, "control: pid %d uid %u refused: %s", (int)conn->pid, (unsigned)conn->uid,
                      what);
     send_error(conn, EACCES, msg);
     return false;
 }
 
-static void send_welcome(tcm_conn_t *conn, tcm_client_t *c, bool resumed)
+static int send_welcome(tcm_conn_t *conn, tcm_client_t *c, bool resumed)
 {
     tcm_server_t *srv = conn->srv;
     Tcm__Welcome w = TCM__WELCOME__INIT;
@@ -136,7 +177,21 @@ static void send_welcome(tcm_conn_t *conn, tcm_client_t *c, bool resumed)
     w.token = c->rec->token;
     w.heap_id = srv->meta->heap_id;
     w.resumed = resumed;
-    reply(conn, TCM__RESPONSE__BODY_WELCOME, &w);
+    if (resumed) { /* it has its mappings and its channel */
+        reply(conn, TCM__RESPONSE__BODY_WELCOME, &w);
+        return 0;
+    }
+    int fds[3] = {tcm__shm_open(srv->heap_name, true), tcm__shm_open(srv->meta_name, false),
+                  tcm__shm_open(c->rec->chan_name, true)};
+    int err = fds[0] < 0 ? fds[0] : fds[1] < 0 ? fds[1] : fds[2] < 0 ? fds[2] : tcm__lock_shared(fds[2]);
+    if (!err)
+        err = reply_with_fds(conn, TCM__RESPONSE__BODY_WELCOME, &w, fds, 3);
+    for (int i = 0; i < 3; i++)
+        tcm__close(fds[i]);
+    if (err)
+        tcm__log(TCM_LOG_WARN, "client %u (pid %u): cannot send its welcome: %s", c->rec->id, c->rec->pid,
+                 strerror(-err));
+    return err;
 }
 
 /* A client of a previous tcmd takes its record back: same channel, caches,
@@ -169,7 +224,7 @@ static void resume(tcm_conn_t *conn, const Tcm__Hello *hello)
 static void handle_hello(tcm_conn_t *conn, const Tcm__Hello *hello)
 {
     tcm_server_t *srv = conn->srv;
-    if (!allowed_to_change(conn, "attaching"))
+    if (!allowed_to_attach(conn))
         return;
     if (conn->client) {
         send_error(conn, EALREADY, "already attached on this connection");
@@ -194,7 +249,10 @@ static void handle_hello(tcm_conn_t *conn, const Tcm__Hello *hello)
     }
     c->conn = conn;
     conn->client = c;
-    send_welcome(conn, c, false);
+    if (send_welcome(conn, c, false) != 0) {
+        conn_close(conn); /* the client is reclaimed (it has nothing) */
+        return;
+    }
     tcm__log(TCM_LOG_INFO, "client %u attached: pid %u uid %u", c->rec->id, c->rec->pid, c->rec->uid);
 }
 
@@ -677,6 +735,11 @@ int tcm__control_start(tcm_server_t *srv)
     err = uv_listen((uv_stream_t *)&srv->listener, 128, on_connection);
     if (err) {
         tcm__log(TCM_LOG_ERROR, "listen(%s) failed: %s", tmp, uv_strerror(err));
+        return err;
+    }
+    if (srv->allow_group_set && (err = tcm__path_share(tmp, srv->allow_group, 0660)) != 0) {
+        tcm__log(TCM_LOG_ERROR, "chown/chmod(%s, group %u) failed: %s", tmp, (unsigned)srv->allow_group,
+                 strerror(-err));
         return err;
     }
     if (rename(tmp, srv->socket_path) != 0) {

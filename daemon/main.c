@@ -40,14 +40,17 @@ static void usage(FILE *f)
             "  --metrics-port P  serve Prometheus metrics at http://ADDR:P/metrics\n"
             "  --metrics-addr A  address for --metrics-port (default 127.0.0.1)\n"
             "  --foreground      do not detach\n"
+            "  --allow-group G   members of group G may attach too (the segments reach them as\n"
+            "                    descriptors; the metadata read-only)\n"
             "  --discard-heap    replace the heap a previous tcmd left under this name\n"
             "                    (by default it is adopted: same heap, same address)\n"
             "  --help\n",
             (unsigned long long)TCM_DEFAULT_BASE);
 }
 
-/* mkdir -p of the socket's directory, owner-only. */
-static int make_socket_dir(const char *path)
+/* mkdir -p of the socket's directory, owner-only (with --allow-group, the
+ * group may pass through the one it creates). */
+static int make_socket_dir(const char *path, tcm_server_t *srv)
 {
     char dir[108];
     snprintf(dir, sizeof dir, "%.107s", path);
@@ -62,9 +65,12 @@ static int make_socket_dir(const char *path)
             *p = '/';
         }
     }
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-        return -errno;
-    return 0;
+    if (mkdir(dir, 0700) == 0) {
+        if (srv->allow_group_set)
+            return tcm__path_share(dir, srv->allow_group, 0710);
+        return 0;
+    }
+    return errno == EEXIST ? 0 : -errno;
 }
 
 static uint32_t fnv1a(const char *s)
@@ -205,7 +211,7 @@ int main(int argc, char **argv)
     char err[256];
 
     enum { O_SOCKET = 256, O_NAME, O_HEAP, O_BASE, O_THREADS, O_CONFIG, O_LOG, O_LEVEL, O_SPIN, O_FG, O_MPORT,
-           O_MADDR, O_DISCARD };
+           O_MADDR, O_DISCARD, O_GROUP };
     static const struct option opts[] = {
         {"socket", required_argument, 0, O_SOCKET},  {"name", required_argument, 0, O_NAME},
         {"heap-size", required_argument, 0, O_HEAP}, {"base", required_argument, 0, O_BASE},
@@ -214,7 +220,7 @@ int main(int argc, char **argv)
         {"log-level", required_argument, 0, O_LEVEL}, {"spin-us", required_argument, 0, O_SPIN},
         {"foreground", no_argument, 0, O_FG},       {"help", no_argument, 0, 'h'},
         {"metrics-port", required_argument, 0, O_MPORT}, {"metrics-addr", required_argument, 0, O_MADDR},
-        {"discard-heap", no_argument, 0, O_DISCARD},
+        {"discard-heap", no_argument, 0, O_DISCARD}, {"allow-group", required_argument, 0, O_GROUP},
         {0, 0, 0, 0},
     };
     /* the config file first, so command-line options override it */
@@ -257,6 +263,7 @@ int main(int argc, char **argv)
         case O_LOG: snprintf(srv->log_path, sizeof srv->log_path, "%.255s", optarg); break;
         case O_FG: srv->foreground = true; break;
         case O_DISCARD: srv->discard_heap = true; break;
+        case O_GROUP: key = "allow_group"; break;
         case O_MPORT: {
             char *end;
             long port = strtol(optarg, &end, 10);
@@ -290,7 +297,7 @@ int main(int argc, char **argv)
     if (!srv->name[0])
         snprintf(srv->name, sizeof srv->name, "u%u-%08x", (unsigned)getuid(), fnv1a(srv->socket_path));
 
-    int dir_err = make_socket_dir(srv->socket_path);
+    int dir_err = make_socket_dir(srv->socket_path, srv);
     if (dir_err) {
         fprintf(stderr, "tcmd: cannot create the directory of %s: %s\n", srv->socket_path, strerror(-dir_err));
         return 1;

@@ -410,8 +410,7 @@ int tcm__client_create(tcm_server_t *srv, pid_t pid, uid_t uid, tcm_client_t **o
         tcm__log(TCM_LOG_ERROR, "shm_open(%s) failed: %s", rec->chan_name, strerror(-err));
         goto out_free;
     }
-    if (uid != geteuid() && geteuid() == 0)
-        tcm__shm_chown(c->chan_fd, uid);
+    /* 0600 and never chowned: the client gets it as a descriptor */
     /* header, ring and slots are written at once; thread caches and the
      * transfer tier are backed by the client as they grow */
     if ((err = tcm__commit(c->chan_fd, 0, srv->chan_layout.off_tcaches)) != 0) {

@@ -66,6 +66,8 @@ typedef struct tcm_server {
     uint64_t reconnect_timeout; /* seconds */
 
     bool discard_heap;        /* --discard-heap: replace segments left by a previous tcmd */
+    bool allow_group_set;     /* --allow-group: its members may attach too */
+    gid_t allow_group;
     uint32_t explicit_settings; /* bit per config.c setting given on the command line or file */
 
     /* segments */

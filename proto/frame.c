@@ -1,6 +1,7 @@
 /* frame.c — framing for the control protocol. */
 #define _GNU_SOURCE
 #include "frame.h"
+#include "prim.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -60,7 +61,8 @@ static int write_all(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
-static int read_all(int fd, uint8_t *p, size_t n, int timeout_ms)
+/* fds (may be NULL): descriptors that come with the bytes are collected */
+static int read_all(int fd, uint8_t *p, size_t n, int timeout_ms, int *fds, int maxfds, int *nfds)
 {
     while (n) {
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
@@ -71,11 +73,13 @@ static int read_all(int fd, uint8_t *p, size_t n, int timeout_ms)
             return -errno;
         if (r == 0)
             return -ETIMEDOUT;
-        ssize_t got = recv(fd, p, n, 0);
+        long got = fds ? tcm__recv_with_fds(fd, p, n, fds, maxfds, nfds) : (long)recv(fd, p, n, 0);
+        if (got < 0 && !fds)
+            got = -errno;
         if (got < 0) {
-            if (errno == EINTR || errno == EAGAIN)
+            if (got == -EINTR || got == -EAGAIN)
                 continue;
-            return -errno;
+            return (int)got;
         }
         if (got == 0)
             return -ECONNRESET;
@@ -98,8 +102,13 @@ int tcm__frame_send(int fd, const Tcm__Request *req)
 
 Tcm__Response *tcm__frame_recv(int fd, int timeout_ms)
 {
+    return tcm__frame_recv_fds(fd, timeout_ms, NULL, 0, NULL);
+}
+
+Tcm__Response *tcm__frame_recv_fds(int fd, int timeout_ms, int *fds, int maxfds, int *nfds)
+{
     uint8_t hdr[4];
-    int err = read_all(fd, hdr, 4, timeout_ms);
+    int err = read_all(fd, hdr, 4, timeout_ms, fds, maxfds, nfds);
     if (err) {
         errno = -err;
         return NULL;
@@ -114,7 +123,7 @@ Tcm__Response *tcm__frame_recv(int fd, int timeout_ms)
         errno = ENOMEM;
         return NULL;
     }
-    err = read_all(fd, buf, n, timeout_ms);
+    err = read_all(fd, buf, n, timeout_ms, fds, maxfds, nfds);
     Tcm__Response *resp = err ? NULL : tcm__response__unpack(NULL, n, buf);
     free(buf);
     if (!resp)

@@ -23,6 +23,8 @@ int tcm__frame_next(const uint8_t *buf, size_t len, const uint8_t **payload, siz
  * read one Response (NULL on error, errno set). timeout_ms < 0 waits forever. */
 int tcm__frame_send(int fd, const Tcm__Request *req);
 Tcm__Response *tcm__frame_recv(int fd, int timeout_ms);
+/* The same, collecting descriptors sent with the frame (SCM_RIGHTS). */
+Tcm__Response *tcm__frame_recv_fds(int fd, int timeout_ms, int *fds, int maxfds, int *nfds);
 
 /* Connect to a unix socket path; fd or -errno. */
 int tcm__connect(const char *path);

@@ -13,7 +13,10 @@
 int tcm__shm_create(const char *name, uint64_t size, unsigned mode); /* fd or -errno */
 int tcm__shm_open(const char *name, bool writable);                  /* fd or -errno */
 int tcm__shm_unlink(const char *name);
-int tcm__shm_chown(int fd, uid_t uid);
+/* Give a file (a socket, its directory) to a group, with mode. */
+int tcm__path_share(const char *path, gid_t gid, unsigned mode);
+/* A group's id from its name or number; -ENOENT if there is none. */
+int tcm__group_id(const char *name, gid_t *gid);
 void tcm__close(int fd);
 
 /* Map fd at exactly `at` (MAP_FIXED_NOREPLACE) or anywhere (at == NULL).
@@ -54,6 +57,16 @@ int tcm__peer_cred(int sockfd, pid_t *pid, uid_t *uid, gid_t *gid);
 /* The peer of a connected stream socket has gone (EOF, hang-up or error);
  * never blocks. */
 bool tcm__socket_hung_up(int sockfd);
+/* Is gid the primary or a supplementary group of the socket's peer? */
+bool tcm__peer_in_group(int sockfd, gid_t primary, gid_t gid);
+/* Send len bytes and, with the first of them, nfds descriptors
+ * (SCM_RIGHTS), in one go on a non-blocking socket: 0, or -errno
+ * (-EAGAIN when the socket buffer cannot take it all now). */
+int tcm__send_with_fds(int sockfd, const void *buf, size_t len, const int *fds, int nfds);
+/* Receive up to len bytes; descriptors that came with them (close-on-exec)
+ * are added to fds[*nfds..maxfds), extra ones are closed. Bytes read, or
+ * -errno; 0 at EOF. */
+long tcm__recv_with_fds(int sockfd, void *buf, size_t len, int *fds, int maxfds, int *nfds);
 /* Leave a unix socket file at path that nobody listens on: connecting
  * gives ECONNREFUSED, which clients read as "tcmd is restarting". */
 int tcm__socket_placeholder(const char *path);

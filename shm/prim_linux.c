@@ -5,6 +5,8 @@
 #include "prim.h"
 
 #include <dirent.h>
+#include <grp.h>
+#include <stdlib.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -52,9 +54,26 @@ int tcm__shm_unlink(const char *name)
     return shm_unlink(name) == 0 ? 0 : -errno;
 }
 
-int tcm__shm_chown(int fd, uid_t uid)
+int tcm__path_share(const char *path, gid_t gid, unsigned mode)
 {
-    return fchown(fd, uid, (gid_t)-1) == 0 ? 0 : -errno;
+    if (chown(path, (uid_t)-1, gid) != 0 || chmod(path, (mode_t)mode) != 0)
+        return -errno;
+    return 0;
+}
+
+int tcm__group_id(const char *name, gid_t *gid)
+{
+    char *end;
+    unsigned long v = strtoul(name, &end, 10);
+    if (*name && !*end) {
+        *gid = (gid_t)v;
+        return 0;
+    }
+    struct group *g = getgrnam(name);
+    if (!g)
+        return -ENOENT;
+    *gid = g->gr_gid;
+    return 0;
 }
 
 void tcm__close(int fd)
@@ -249,6 +268,77 @@ bool tcm__socket_hung_up(int sockfd)
         return true;
     char c;
     return recv(sockfd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+bool tcm__peer_in_group(int sockfd, gid_t primary, gid_t gid)
+{
+    if (primary == gid)
+        return true;
+    gid_t groups[256];
+    socklen_t len = sizeof groups;
+    if (getsockopt(sockfd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0)
+        return false;
+    for (size_t i = 0; i < len / sizeof groups[0]; i++)
+        if (groups[i] == gid)
+            return true;
+    return false;
+}
+
+int tcm__send_with_fds(int sockfd, const void *buf, size_t len, const int *fds, int nfds)
+{
+    union {
+        char space[CMSG_SPACE(sizeof(int) * 8)];
+        struct cmsghdr align;
+    } control;
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (nfds > 8)
+        return -EINVAL;
+    if (nfds > 0) {
+        memset(&control, 0, sizeof control);
+        msg.msg_control = control.space;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+        memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+    }
+    ssize_t n = sendmsg(sockfd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0)
+        return -errno;
+    return (size_t)n == len ? 0 : -EAGAIN;
+}
+
+long tcm__recv_with_fds(int sockfd, void *buf, size_t len, int *fds, int maxfds, int *nfds)
+{
+    union {
+        char space[CMSG_SPACE(sizeof(int) * 8)];
+        struct cmsghdr align;
+    } control;
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.space,
+                         .msg_controllen = sizeof control.space};
+    ssize_t n;
+    do
+        n = recvmsg(sockfd, &msg, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        int got[8];
+        memcpy(got, CMSG_DATA(cm), (k > 8 ? 8 : k) * sizeof(int));
+        for (size_t i = 0; i < k && i < 8; i++) {
+            if (*nfds < maxfds)
+                fds[(*nfds)++] = got[i];
+            else
+                close(got[i]);
+        }
+    }
+    return (long)n;
 }
 
 int tcm__socket_placeholder(const char *path)

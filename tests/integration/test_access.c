@@ -1,0 +1,144 @@
+/* Clients of another user, let in by --allow-group, get the segments as
+ * descriptors: the heap read-write, the metadata read-only. Checked from
+ * such a client: it allocates and frees, it cannot open any segment by
+ * name, cannot make its metadata mapping writable, dies writing to it, and
+ * rides through a tcmd restart like any client. A process outside the
+ * group cannot attach. Needs root (to change users); skipped otherwise. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "tcm.h"
+#include "testutil.h"
+
+#define NOBODY 65534
+#define GROUP 65534
+
+static tcm_test_daemon_t d;
+static _Atomic int *phase;
+
+static void become(uid_t uid, gid_t gid)
+{
+    gid_t groups[1] = {gid};
+    CHECK_EQ(setgroups(1, groups), 0);
+    CHECK_EQ(setgid(gid), 0);
+    CHECK_EQ(setuid(uid), 0);
+}
+
+/* The metadata mapping of this process, from /proc/self/maps. */
+static void *find_mapping(const char *suffix, char perms[5])
+{
+    char want[128], line[512];
+    snprintf(want, sizeof want, "/dev/shm/tcm.%s.%s", d.name, suffix);
+    FILE *f = fopen("/proc/self/maps", "r");
+    CHECK(f != NULL);
+    void *addr = NULL;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, want)) {
+            unsigned long lo;
+            CHECK_EQ(sscanf(line, "%lx-%*x %4s", &lo, perms), 2);
+            addr = (void *)lo;
+            break;
+        }
+    fclose(f);
+    return addr;
+}
+
+static int write_meta(void *arg)
+{
+    *(volatile char *)arg = 1; /* must fault */
+    return 0;
+}
+
+static int outsider(void *arg)
+{
+    (void)arg;
+    become(NOBODY, GROUP - 1);
+    CHECK_NE(tcm_init(d.socket), 0);
+    return 0;
+}
+
+static int member(void *arg)
+{
+    (void)arg;
+    become(NOBODY, GROUP);
+    CHECK_EQ(tcm_init(d.socket), 0);
+    void *p[1000];
+    for (int i = 0; i < 1000; i++)
+        CHECK((p[i] = tcm_malloc(16 + i * 37)) != NULL);
+    void *big = tcm_malloc(3 << 20);
+    CHECK(big != NULL);
+    memset(big, 7, 3 << 20);
+
+    const char *suffixes[] = {"meta", "state", "heap", "lock"};
+    for (int i = 0; i < 4; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "/dev/shm/tcm.%s.%s", d.name, suffixes[i]);
+        errno = 0;
+        CHECK_EQ(open(path, O_RDWR), -1);
+        CHECK_EQ(errno, EACCES);
+        CHECK_EQ(open(path, O_RDONLY), -1);
+    }
+    char perms[5] = "";
+    void *meta = find_mapping("meta", perms);
+    CHECK(meta != NULL);
+    CHECK_EQ(perms[1], '-'); /* r--s */
+    CHECK_EQ(perms[3], 's');
+    errno = 0;
+    CHECK_EQ(mprotect(meta, 4096, PROT_READ | PROT_WRITE), -1);
+    CHECK_EQ(errno, EACCES);
+    int st = tt_wait(tt_fork(write_meta, meta), 10000);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+    void *heap = find_mapping("heap", perms);
+    CHECK(heap != NULL && perms[1] == 'w');
+
+    /* ride through a restart, then give everything back */
+    atomic_store(phase, 1);
+    while (atomic_load(phase) != 2)
+        usleep(1000);
+    tcm_free(big);
+    CHECK((big = tcm_malloc(5 << 20)) != NULL); /* a page run: needs the new tcmd */
+    tcm_free(big);
+    for (int i = 0; i < 1000; i++)
+        tcm_free(p[i]);
+    tcm_shutdown();
+    return 0;
+}
+
+int main(void)
+{
+    if (geteuid() != 0) {
+        printf("access: skipped (needs root to run clients as another user)\n");
+        return 77;
+    }
+    phase = mmap(NULL, sizeof *phase, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(phase != MAP_FAILED);
+    const char *args[] = {"--allow-group", "65534", NULL};
+    tt_daemon_start(&d, args);
+    tt_wait_ok(tt_fork(outsider, NULL), 20000);
+    pid_t pid = tt_fork(member, NULL);
+    while (atomic_load(phase) != 1)
+        usleep(1000);
+    tt_daemon_kill(&d);
+    tt_daemon_restart(&d, args, NULL);
+    atomic_store(phase, 2);
+    tt_wait_ok(pid, 30000);
+    CHECK_EQ(tt_stat(&d, "clients_resumed"), 1);
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
+    CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
+    char out[512];
+    CHECK_EQ(tt_tcmctl(&d, "check", out, sizeof out), 0);
+    tt_daemon_stop(&d);
+    printf("access: 1 passed, 0 failed\n");
+    return 0;
+}
