@@ -1,0 +1,75 @@
+/* heap.c — laying out a fresh metadata and state segment, and pointing the
+ * heap thread's view (tcm_heap_t) at the parts of either segment. */
+#include <time.h>
+#include <unistd.h>
+
+#include "heap.h"
+#include "prim.h"
+
+int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, int heap_fd, int meta_fd, int state_fd,
+                     uint64_t heap_size, uint64_t base, uint32_t max_threads, bool fresh)
+{
+    uint32_t npages = (uint32_t)(heap_size >> TCM_PAGE_SHIFT);
+    tcm_meta_hdr_t *m = meta;
+    tcm_state_hdr_t *st = state;
+    uint8_t *mb = meta, *sb = state;
+    tcm__meta_layout(&h->ml, npages);
+    tcm__state_layout(&h->sl, npages);
+    if (fresh) {
+        m->magic = TCM_META_MAGIC;
+        m->version = TCM_LAYOUT_VERSION;
+        m->page_shift = TCM_PAGE_SHIFT;
+        m->base = base;
+        m->heap_size = heap_size;
+        m->npages = npages;
+        m->nclasses = TCM_NCLASSES;
+        m->size = h->ml.size;
+        m->off_classes = h->ml.off_classes;
+        m->off_page_class = h->ml.off_page_class;
+        m->off_page_span = h->ml.off_page_span;
+        m->off_spans = h->ml.off_spans;
+        m->off_roots = h->ml.off_roots;
+        m->heap_id = tcm__random64();
+        tcm__class_table_init((tcm_class_info_t *)(mb + h->ml.off_classes));
+        /* the settings themselves come from tcm__config_publish */
+        atomic_store(&m->config.heap_limit, heap_size);
+        atomic_store(&m->config.gen, 1);
+        atomic_store(&m->stats.bytes_reserved, heap_size);
+        atomic_store(&m->stats.bytes_limit, heap_size);
+
+        st->version = TCM_LAYOUT_VERSION;
+        st->page_shift = TCM_PAGE_SHIFT;
+        st->base = base;
+        st->heap_size = heap_size;
+        st->npages = npages;
+        st->max_threads = max_threads;
+        st->uid = (uint32_t)geteuid();
+        st->size = h->sl.size;
+        st->off_clients = h->sl.off_clients;
+        st->off_objmap = h->sl.off_objmap;
+        st->off_owners = h->sl.off_owners;
+        st->created_unix = (uint64_t)time(NULL);
+        atomic_store(&st->top, 1); /* page 0 is the doorbell page */
+        /* magic last (tcm__segments_open): a state segment without it is a
+         * heap whose creation never finished */
+    }
+    h->meta = m;
+    h->state = st;
+    h->classes = (tcm_class_info_t *)(mb + h->ml.off_classes);
+    h->page_class = mb + h->ml.off_page_class;
+    h->page_span = (uint32_t *)(mb + h->ml.off_page_span);
+    h->spans = (tcm_span_t *)(mb + h->ml.off_spans);
+    h->roots = (tcm_root_t *)(mb + h->ml.off_roots);
+    h->objmap = (uint64_t *)(sb + h->sl.off_objmap);
+    h->owners = (uint16_t *)(sb + h->sl.off_owners);
+    h->cstats = st->cstats;
+    h->heap_fd = heap_fd;
+    h->meta_fd = meta_fd;
+    h->state_fd = state_fd;
+    h->heap_size = heap_size;
+    h->npages = npages;
+    tcm__ph_init(h);
+    h->top = atomic_load(&st->top);
+    return 0;
+}
+
