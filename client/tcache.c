@@ -234,14 +234,15 @@ static void thread_exit(void *arg)
          * have gone must not keep their memory pinned (release could not
          * give it back while the process idles) */
         thread_flush(thr, true);
+        /* the transfer tier trades objects between threads: with at most
+         * one thread left it only pins memory. Trimmed through this
+         * thread's slot, so before its index is given to a new thread. */
+        if (atomic_fetch_sub(&pr->nthreads, 1) <= 2)
+            trim_xfer(0);
         thr->tc->in_use = 0;
         pthread_mutex_lock(&pr->tcache_lock);
         pr->tcache_used[thr->index] = 0;
         pthread_mutex_unlock(&pr->tcache_lock);
-        /* the transfer tier trades objects between threads: with at most
-         * one thread left it only pins memory */
-        if (atomic_fetch_sub(&pr->nthreads, 1) <= 2)
-            trim_xfer(0);
     }
     if (tcm__tls_thread == thr)
         thread_forget();

@@ -11,6 +11,7 @@
 #include "heap.h"
 #include "log.h"
 #include "prim.h"
+#include "tcm_assert.h"
 
 #define STAT_ADD(h, f, v) atomic_fetch_add_explicit(&(h)->meta->stats.f, (v), memory_order_relaxed)
 #define STAT_SET(h, f, v) atomic_store_explicit(&(h)->meta->stats.f, (v), memory_order_relaxed)
@@ -145,6 +146,7 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
                 TCM_PERSIST_BARRIER();
                 map[w] |= 1ull << b;
                 owners[w * 64 + b] = owner;
+                TCM_ASSERT_INTERNAL(sp->nfree > 0);
                 sp->nfree--;
             }
             sp->scan = w;
@@ -200,6 +202,7 @@ uint16_t tcm__central_free_ht(tcm_heap_t *h, uint64_t off, uint32_t *emptied)
     tcm_span_t *sp = &h->spans[s];
     unsigned cls = sp->cls;
     const tcm_class_info_t *ci = &h->classes[cls];
+    TCM_ASSERT(sp->nfree < ci->span_objs);
     uint16_t owner = h->owners[tcm__span_bit0(sp) + i];
     span_map(h, sp)[i / 64] &= ~(1ull << (i % 64));
     if (i / 64 < sp->scan)

@@ -9,6 +9,7 @@
 
 #include "crash.h"
 #include "heap.h"
+#include "tcm_assert.h"
 #include "log.h"
 #include "prim.h"
 
@@ -67,6 +68,9 @@ static unsigned list_index(uint32_t npages)
 static void free_insert(tcm_heap_t *h, uint32_t s)
 {
     tcm_span_t *sp = &h->spans[s];
+    TCM_ASSERT(sp->npages >= 1 && (uint64_t)sp->first + sp->npages <= h->top);
+    TCM_ASSERT_INTERNAL(h->page_class[sp->first] == TCM_PAGE_CLASS_FREE &&
+                        h->page_class[sp->first + sp->npages - 1] == TCM_PAGE_CLASS_FREE);
     unsigned li = list_index(sp->npages);
     sp->state = TCM_SPAN_FREE;
     sp->cls = 0;
@@ -300,6 +304,7 @@ static void insert_coalesced(tcm_heap_t *h, uint32_t s)
 void tcm__ph_insert_free_ht(tcm_heap_t *h, uint32_t s)
 {
     tcm_span_t *sp = &h->spans[s];
+    TCM_ASSERT(!sp->on_list);
     STAT_ADD(h, bytes_spans, -tcm__page_off(sp->npages));
     sp->committed = 1;
     insert_coalesced(h, s);

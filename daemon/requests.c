@@ -11,6 +11,7 @@
 #include "ring.h"
 #include "server.h"
 #include "stats.h"
+#include "tcm_assert.h"
 
 #define STAT_ADD(srv, f, v) atomic_fetch_add_explicit(&(srv)->meta->stats.f, (v), memory_order_relaxed)
 #define PER_CLIENT_BURST 64u /* requests served from one ring before the next ring */
@@ -60,7 +61,10 @@ static void answer(tcm_slot_t *slot, int status)
  * (persisted first), then the intent is cleared, then the cell is freed. */
 static void commit(tcm_server_t *srv, tcm_client_t *c, uint64_t pos)
 {
+    TCM_ASSERT(pos == c->rec->tail || pos + 1 == c->rec->tail); /* the latter: a recovery finishing it */
+    TCM_ASSERT_INTERNAL(atomic_load_explicit(&srv->state->page.kind, memory_order_relaxed) == TCM_PAGES_NONE);
     c->rec->tail = pos + 1;
+    TCM_CRASH_POINT("tail");
     set_phase(&srv->state->req, TCM_INTENT_NONE);
     TCM_CRASH_POINT("commit");
     tcm__ring_release(c->ring, c->lay.ring_cap, pos);
