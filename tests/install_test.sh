@@ -16,9 +16,16 @@ sock=$prefix/tcmd.sock
 trap 'if [[ -n $daemon ]]; then kill "$daemon" 2>/dev/null || true; fi; rm -rf "$prefix"' EXIT
 
 cmake --install "$build" --prefix "$prefix" > /dev/null
-for f in bin/tcmd bin/tcmctl include/tcm.h lib/libtcm.a lib/libtcm.so lib/pkgconfig/tcm.pc; do
+for f in bin/tcmd bin/tcmctl include/tcm.h lib/libtcm.a lib/libtcm.so lib/pkgconfig/tcm.pc \
+         lib/systemd/system/tcmd.service etc/default/tcmd etc/tcm/tcmd.conf; do
   [[ -e $prefix/$f ]] || { echo "not installed: $f"; exit 1; }
 done
+unit=$prefix/lib/systemd/system/tcmd.service
+grep -q '^Restart=on-failure' "$unit"
+grep -q '^ExecStart=.*/tcmd --foreground --config .*tcmd.conf \$TCMD_OPTIONS' "$unit"
+grep -q '^RuntimeDirectoryPreserve=yes' "$unit"
+# the installed settings file is one tcmd accepts
+"$prefix/bin/tcmd" --config "$prefix/etc/tcm/tcmd.conf" --help > /dev/null
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 cat > "$prefix/prog.c" <<'C'
 #include <stdio.h>
