@@ -143,6 +143,62 @@ void bench_daemon_add_arg(const char *arg)
     extra_args[n_extra_args++] = (char *)arg;
 }
 
+void bench_daemon_clear_args(void)
+{
+    n_extra_args = 0;
+}
+
+static void spawn(bench_daemon_t *d)
+{
+    pid_t me = getpid();
+    d->pid = fork();
+    if (d->pid < 0) {
+        perror("bench: fork");
+        exit(1);
+    }
+    if (d->pid == 0) {
+        /* never outlive the harness, even if it is killed */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != me)
+            _exit(1);
+        char *argv[8 + BENCH_DAEMON_MAX_ARGS + 1] = {"tcmd", "--foreground", "--socket", d->socket,
+                                                     "--name", d->name, "--log-level", "warn"};
+        for (int i = 0; i < n_extra_args; i++)
+            argv[8 + i] = extra_args[i];
+        execv(d->tcmd, argv);
+        fprintf(stderr, "bench: exec %s: %s\n", d->tcmd, strerror(errno));
+        _exit(127);
+    }
+    for (int tries = 0;; tries++) {
+        int status;
+        if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+            fprintf(stderr, "bench: tcmd exited before listening (status 0x%x)\n", status);
+            exit(1);
+        }
+        if (socket_accepts(d->socket))
+            break;
+        if (tries == 100000) {
+            fprintf(stderr, "bench: tcmd did not listen on %s within 10 s\n", d->socket);
+            bench_daemon_stop(d);
+            exit(1);
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 100 * 1000}, NULL);
+    }
+}
+
+void bench_daemon_kill(bench_daemon_t *d)
+{
+    kill(d->pid, SIGKILL);
+    waitpid(d->pid, NULL, 0);
+}
+
+double bench_daemon_restart(bench_daemon_t *d)
+{
+    double t0 = bench_now();
+    spawn(d);
+    return bench_now() - t0;
+}
+
 void bench_daemon_start(bench_daemon_t *d, const char *tcmd)
 {
     char self[PATH_MAX], guess[PATH_MAX + 8];
@@ -164,44 +220,12 @@ void bench_daemon_start(bench_daemon_t *d, const char *tcmd)
     snprintf(tcmctl_path, sizeof tcmctl_path, "%s", tcmd);
     char *cut = strrchr(tcmctl_path, '/');
     snprintf(cut ? cut + 1 : tcmctl_path, sizeof tcmctl_path - (size_t)(cut ? cut + 1 - tcmctl_path : 0), "tcmctl");
-    pid_t me = getpid();
-    char name[32];
-    snprintf(d->socket, sizeof d->socket, "/tmp/tcm-bench-%d.sock", (int)me);
-    snprintf(name, sizeof name, "bench%d", (int)me);
-
-    d->pid = fork();
-    if (d->pid < 0) {
-        perror("bench: fork");
-        exit(1);
-    }
-    if (d->pid == 0) {
-        /* never outlive the harness, even if it is killed */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != me)
-            _exit(1);
-        char *argv[8 + BENCH_DAEMON_MAX_ARGS + 1] = {"tcmd", "--foreground", "--socket", d->socket,
-                                                     "--name", name, "--log-level", "warn"};
-        for (int i = 0; i < n_extra_args; i++)
-            argv[8 + i] = extra_args[i];
-        execv(tcmd, argv);
-        fprintf(stderr, "bench: exec %s: %s\n", tcmd, strerror(errno));
-        _exit(127);
-    }
-    for (int tries = 0;; tries++) {
-        int status;
-        if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
-            fprintf(stderr, "bench: tcmd exited before listening (status 0x%x)\n", status);
-            exit(1);
-        }
-        if (socket_accepts(d->socket))
-            break;
-        if (tries == 1000) {
-            fprintf(stderr, "bench: tcmd did not listen on %s within 10 s\n", d->socket);
-            bench_daemon_stop(d);
-            exit(1);
-        }
-        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
-    }
+    static char path[PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s", tcmd);
+    d->tcmd = path;
+    snprintf(d->socket, sizeof d->socket, "/tmp/tcm-bench-%d.sock", (int)getpid());
+    snprintf(d->name, sizeof d->name, "bench%d", (int)getpid());
+    spawn(d);
     /* children after fork attach with tcm_init(NULL), which reads it */
     setenv("TCM_SOCKET", d->socket, 1);
     int rc = tcm_init(d->socket);

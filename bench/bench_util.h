@@ -58,14 +58,21 @@ uint64_t bench_parse_size(const char *opt, const char *s);
 typedef struct {
     pid_t pid;
     char socket[108];
+    char name[32];
+    const char *tcmd;
 } bench_daemon_t;
 void bench_daemon_start(bench_daemon_t *d, const char *tcmd);
 void bench_daemon_stop(bench_daemon_t *d);
+/* SIGKILL tcmd (the heap stays); start another on the same socket and name
+ * (it adopts the heap); returns the seconds until its socket accepted. */
+void bench_daemon_kill(bench_daemon_t *d);
+double bench_daemon_restart(bench_daemon_t *d);
 
 /* Extra tcmd arguments (e.g. "--heap-size", "64G") for the next
  * bench_daemon_start; the strings must outlive it. At most 8. */
 #define BENCH_DAEMON_MAX_ARGS 8
 void bench_daemon_add_arg(const char *arg);
+void bench_daemon_clear_args(void);
 
 /* Runs `tcmctl --socket D --json COMMAND` (tcmctl next to the tcmd started)
  * and returns the integer value of "KEY" in its answer, or -1. */

@@ -27,6 +27,11 @@ static int commit_maps(tcm_heap_t *h, uint32_t first, uint32_t n)
 {
     if (h->state_fd < 0)
         return 0;
+    bool all = true; /* spans are cut and freed over and over: fallocate once */
+    for (uint32_t p = first; p < first + n && all; p++)
+        all = h->maps_backed[p / 64] >> (p % 64) & 1;
+    if (all)
+        return 0;
     const tcm_state_layout_t *l = &h->sl;
     struct { uint64_t off, per_page; } parts[] = {
         {l->off_objmap, TCM_OBJMAP_WORDS_PER_PAGE * sizeof(uint64_t)},
@@ -41,6 +46,8 @@ static int commit_maps(tcm_heap_t *h, uint32_t first, uint32_t n)
             return err;
         }
     }
+    for (uint32_t p = first; p < first + n; p++)
+        h->maps_backed[p / 64] |= 1ull << (p % 64);
     return 0;
 }
 
@@ -140,11 +147,9 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
                 unsigned b = (unsigned)__builtin_ctzll(free_bits);
                 free_bits &= free_bits - 1;
                 /* logged first: a recovery finishes what is logged */
-                log[n] = base_off + (uint64_t)(w * 64 + b) * ci->size;
-                TCM_PERSIST_BARRIER();
-                *logged = ++n;
-                TCM_PERSIST_BARRIER();
-                map[w] |= 1ull << b;
+                TCM_PERSIST_STORE(log[n], base_off + (uint64_t)(w * 64 + b) * ci->size);
+                TCM_PERSIST_STORE(*logged, ++n);
+                TCM_PERSIST_STORE(map[w], map[w] | 1ull << b);
                 owners[w * 64 + b] = owner;
                 TCM_ASSERT_INTERNAL(sp->nfree > 0);
                 sp->nfree--;
@@ -184,36 +189,71 @@ static int locate(const tcm_heap_t *h, uint64_t off, uint32_t *span, uint32_t *i
     return TCM_ST_OK;
 }
 
-int tcm__central_check_ht(const tcm_heap_t *h, unsigned cls, uint64_t off)
+int tcm__central_check_ht(const tcm_heap_t *h, unsigned cls, uint64_t off, tcm_obj_loc_t *loc)
 {
     uint32_t s, i;
     int st = locate(h, off, &s, &i);
     if (st == TCM_ST_OK && cls && h->spans[s].cls != cls)
         return TCM_ST_NOT_OBJECT;
+    if (st == TCM_ST_OK && loc)
+        *loc = (tcm_obj_loc_t){s, i};
     return st;
 }
 
-uint16_t tcm__central_free_ht(tcm_heap_t *h, uint64_t off, uint32_t *emptied)
+/* The object-map and list part of a free; the caller counts the bytes. */
+static inline uint16_t free_one(tcm_heap_t *h, uint32_t s, uint32_t i, uint32_t *emptied)
 {
-    uint32_t s, i;
-    *emptied = 0;
-    if (locate(h, off, &s, &i) != TCM_ST_OK)
-        return 0; /* a recovery redoing a free that was already applied */
     tcm_span_t *sp = &h->spans[s];
-    unsigned cls = sp->cls;
-    const tcm_class_info_t *ci = &h->classes[cls];
+    const tcm_class_info_t *ci = &h->classes[sp->cls];
     TCM_ASSERT(sp->nfree < ci->span_objs);
-    uint16_t owner = h->owners[tcm__span_bit0(sp) + i];
-    span_map(h, sp)[i / 64] &= ~(1ull << (i % 64));
+    uint64_t *word = &span_map(h, sp)[i / 64];
+    TCM_PERSIST_STORE(*word, *word & ~(1ull << (i % 64)));
     if (i / 64 < sp->scan)
         sp->scan = i / 64;
-    STAT_ADD(h, bytes_central_free, ci->size);
-    TCM_HT_ADD(h->cstats[cls].free_objs, 1);
     if (sp->nfree++ == 0)
-        tcm__span_list_push(h, &h->meta->central_head[cls], s);
-    if (sp->nfree == ci->span_objs)
-        *emptied = s;
-    return owner;
+        tcm__span_list_push(h, &h->meta->central_head[sp->cls], s);
+    *emptied = sp->nfree == ci->span_objs ? s : 0;
+    return h->owners[tcm__span_bit0(sp) + i];
+}
+
+uint16_t tcm__central_free_ht(tcm_heap_t *h, tcm_obj_loc_t loc, uint32_t *emptied)
+{
+    unsigned cls = h->spans[loc.span].cls;
+    STAT_ADD(h, bytes_central_free, h->classes[cls].size);
+    TCM_HT_ADD(h->cstats[cls].free_objs, 1);
+    return free_one(h, loc.span, loc.idx, emptied);
+}
+
+uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *offs, uint32_t n, uint8_t *st,
+                               uint32_t *applied, uint16_t *owners, uint32_t *emptied, uint32_t *nemptied)
+{
+    uint32_t refused = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t s, idx;
+        int r = locate(h, offs[i], &s, &idx);
+        if (r == TCM_ST_OK && h->spans[s].cls != cls)
+            r = TCM_ST_NOT_OBJECT;
+        /* logged before the object is freed: a recovery neither misses this
+         * free nor mistakes it for a double free */
+        TCM_PERSIST_STORE(st[i], (uint8_t)r);
+        TCM_PERSIST_STORE(*applied, i + 1);
+        if (r != TCM_ST_OK) {
+            refused++;
+            continue;
+        }
+        uint32_t e;
+        owners[i] = free_one(h, s, idx, &e);
+        if (e)
+            emptied[(*nemptied)++] = e;
+        if (i == n / 2)
+            TCM_CRASH_POINT("return_half");
+    }
+    uint32_t freed = n - refused;
+    if (cls > 0 && cls < TCM_NCLASSES && freed) {
+        STAT_ADD(h, bytes_central_free, (uint64_t)freed * h->classes[cls].size);
+        TCM_HT_ADD(h->cstats[cls].free_objs, freed);
+    }
+    return refused;
 }
 
 bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep_last)

@@ -1,5 +1,6 @@
 /* heap.c — laying out a fresh metadata and state segment, and pointing the
  * heap thread's view (tcm_heap_t) at the parts of either segment. */
+#include <errno.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,6 +69,9 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, int heap_fd, int me
     h->state_fd = state_fd;
     h->heap_size = heap_size;
     h->npages = npages;
+    h->maps_backed = tcm__reserve(((uint64_t)npages + 63) / 64 * sizeof(uint64_t));
+    if (!h->maps_backed)
+        return -ENOMEM;
     tcm__ph_init(h);
     h->top = atomic_load(&st->top);
     return 0;

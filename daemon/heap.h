@@ -26,6 +26,10 @@
  * process's executed stores all reach memory; only compiler reordering
  * can break the order.) */
 #define TCM_PERSIST_BARRIER() atomic_signal_fence(memory_order_seq_cst)
+/* The same order for a few stores on a hot loop, without making the
+ * compiler forget everything else: volatile accesses stay in program order
+ * among themselves. */
+#define TCM_PERSIST_STORE(lvalue, value) (*(volatile __typeof__(lvalue) *)&(lvalue) = (value))
 
 typedef struct tcm_heap {
     tcm_meta_hdr_t *meta;          /* read-write mapping */
@@ -53,6 +57,8 @@ typedef struct tcm_heap {
     uint64_t nonempty[(TCM_PH_NLISTS + 64) / 64 + 1]; /* bit i: free_lists[i] non-empty */
     uint64_t free_pages;           /* pages in FREE spans */
     uint64_t free_committed_pages; /* of those, known to be backed */
+    uint64_t *maps_backed;         /* private: bit per heap page whose object- and owner-map
+                                      entries are known to be backed (never punched) */
 } tcm_heap_t;
 
 /* Point h at a metadata and a state segment of a heap of heap_size bytes
@@ -93,12 +99,25 @@ uint64_t tcm__ph_rebuild_ht(tcm_heap_t *h);
  * can finish the handout; log may be the answer array itself. */
 uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint16_t owner, uint64_t *log,
                                 uint32_t *logged, int *status);
+/* Where a handed-out object is: its span and its index in the span. */
+typedef struct tcm_obj_loc {
+    uint32_t span, idx;
+} tcm_obj_loc_t;
 /* Validate without changing anything: TCM_ST_OK for the exact start of a
- * handed-out object of class cls (cls 0: any class). */
-int tcm__central_check_ht(const tcm_heap_t *h, unsigned cls, uint64_t off);
-/* Free an object that passed the check; returns its owner tag. *emptied is
- * set when its span has no object handed out any more. */
-uint16_t tcm__central_free_ht(tcm_heap_t *h, uint64_t off, uint32_t *emptied);
+ * handed-out object of class cls (cls 0: any class), and where it is (loc
+ * may be NULL). */
+int tcm__central_check_ht(const tcm_heap_t *h, unsigned cls, uint64_t off, tcm_obj_loc_t *loc);
+/* Free an object that passed the check (nothing changed since); returns
+ * its owner tag. *emptied is set when its span has no object handed out any
+ * more. */
+uint16_t tcm__central_free_ht(tcm_heap_t *h, tcm_obj_loc_t loc, uint32_t *emptied);
+/* Free n objects of class cls: st[i] gets each entry's status and *applied
+ * counts the entries done, both stored before the object is freed (so a
+ * recovery can finish the batch); owners[i] is the owner tag of each freed
+ * object; spans left empty are added to emptied[]. Returns how many were
+ * refused. Good objects are never lost to a bad neighbour. */
+uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *offs, uint32_t n, uint8_t *st,
+                               uint32_t *applied, uint16_t *owners, uint32_t *emptied, uint32_t *nemptied);
 /* Give span s back to the page heap if it is still empty and not its
  * class's only span with free objects (one is kept against churn). */
 bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep_last);

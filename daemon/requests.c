@@ -70,61 +70,47 @@ static void commit(tcm_server_t *srv, tcm_client_t *c, uint64_t pos)
     tcm__ring_release(c->ring, c->lay.ring_cap, pos);
 }
 
-/* Free objects of one class. With an intent (a RETURN), each entry's
- * status is logged before the object is freed, so a recovery neither
- * misses a free nor mistakes its own earlier free for a double free.
- * Returns the first refusal; *refused counts them; spans left empty are
- * added to emptied[]. Good objects are never lost to a bad neighbour. */
+/* Free objects of one class, logged in st (the request intent's, for a
+ * RETURN), and credit each to its owner. Returns the first refusal;
+ * *refused counts them; spans left empty are added to emptied[]. */
 static int free_objects(tcm_server_t *srv, tcm_client_t *c, unsigned cls, const uint64_t *offs, uint32_t n,
-                        tcm_req_intent_t *ri, bool quiet, uint32_t *refused, uint32_t *emptied,
+                        uint8_t *st, uint32_t *applied, bool quiet, uint32_t *refused, uint32_t *emptied,
                         uint32_t *nemptied)
 {
+    uint16_t owners[TCM_MAX_BATCH];
+    *refused = tcm__central_return_ht(&srv->h, cls, offs, n, st, applied, owners, emptied, nemptied);
     int first = TCM_ST_OK;
-    uint32_t size = srv->h.classes[cls].size, bad = 0, good = 0;
+    uint32_t size = srv->h.classes[cls].size, good = 0;
     uint16_t run_owner = 0;
     uint64_t run = 0;
     for (uint32_t i = 0; i < n; i++) {
-        int st = tcm__central_check_ht(&srv->h, cls, offs[i]);
-        if (ri) {
-            ri->st[i] = (uint8_t)st;
-            TCM_PERSIST_BARRIER();
-            ri->n = i + 1;
-            TCM_PERSIST_BARRIER();
-        }
-        if (st == TCM_ST_OK) {
-            uint32_t e;
-            uint16_t owner = tcm__central_free_ht(&srv->h, offs[i], &e);
-            if (e)
-                emptied[(*nemptied)++] = e;
-            good++;
-            if (owner != run_owner && run) { /* batches are mostly one owner's */
-                tcm__credit_ht(srv, run_owner, run);
-                run = 0;
-            }
-            run_owner = owner;
-            run += size;
-            if (i == n / 2)
-                TCM_CRASH_POINT("return_half");
+        if (st[i] != TCM_ST_OK) {
+            if (first == TCM_ST_OK)
+                first = st[i];
+            if (!quiet)
+                refuse(srv, c, "free", cls, offs[i], st[i]);
             continue;
         }
-        bad++;
-        if (first == TCM_ST_OK)
-            first = st;
-        if (!quiet)
-            refuse(srv, c, "free", cls, offs[i], st);
+        good++;
+        if (owners[i] != run_owner && run) { /* batches are mostly one owner's */
+            tcm__credit_ht(srv, run_owner, run);
+            run = 0;
+        }
+        run_owner = owners[i];
+        run += size;
     }
     if (run)
         tcm__credit_ht(srv, run_owner, run);
     STAT_ADD(srv, bytes_clients, -(uint64_t)good * size);
-    *refused = bad;
     return first;
 }
 
 uint32_t tcm__free_objects_ht(tcm_server_t *srv, tcm_client_t *c, unsigned cls, const uint64_t *offs,
                               uint32_t n)
 {
-    uint32_t refused, emptied[TCM_MAX_BATCH], nemptied = 0;
-    free_objects(srv, c, cls, offs, n, NULL, true, &refused, emptied, &nemptied);
+    uint32_t refused, applied, emptied[TCM_MAX_BATCH], nemptied = 0;
+    uint8_t st[TCM_MAX_BATCH];
+    free_objects(srv, c, cls, offs, n, st, &applied, true, &refused, emptied, &nemptied);
     for (uint32_t i = 0; i < nemptied; i++)
         tcm__central_release_span_ht(&srv->h, emptied[i], true);
     return n - refused;
@@ -167,7 +153,7 @@ static int op_return(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
     set_phase(ri, TCM_INTENT_APPLYING);
     TCM_HT_ADD(srv->h.cstats[cls].returns, 1);
     uint32_t refused;
-    int st = free_objects(srv, c, cls, ri->offs, count, ri, false, &refused, emptied, nemptied);
+    int st = free_objects(srv, c, cls, ri->offs, count, ri->st, &ri->n, false, &refused, emptied, nemptied);
     slot->result = refused;
     return st;
 }
@@ -457,7 +443,7 @@ void tcm__resolve_intent_ht(tcm_server_t *srv, uint64_t *redone, uint64_t *rolle
         uint32_t refused = 0, count = ri->count;
         for (uint32_t i = 0; i < count; i++) {
             if (i >= ri->n) { /* not reached before the crash */
-                ri->st[i] = (uint8_t)tcm__central_check_ht(h, ri->cls, ri->offs[i]);
+                ri->st[i] = (uint8_t)tcm__central_check_ht(h, ri->cls, ri->offs[i], NULL);
                 ri->n = i + 1;
             }
             if (ri->st[i] == TCM_ST_OK)

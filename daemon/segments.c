@@ -208,8 +208,12 @@ int tcm__segments_open(tcm_server_t *srv)
             goto fail;
         }
     }
-    tcm__heap_attach(&srv->h, srv->meta, srv->state, srv->heap_fd, srv->meta_fd, srv->state_fd, srv->heap_size,
-                     srv->base, srv->max_threads, fresh);
+    if (tcm__heap_attach(&srv->h, srv->meta, srv->state, srv->heap_fd, srv->meta_fd, srv->state_fd,
+                         srv->heap_size, srv->base, srv->max_threads, fresh) != 0) {
+        tcm__log(TCM_LOG_ERROR, "cannot reserve memory for a heap of %llu pages",
+                 (unsigned long long)(srv->heap_size >> TCM_PAGE_SHIFT));
+        goto fail;
+    }
     srv->dstats = &srv->state->dstats;
     tcm__chan_layout(&srv->chan_layout, srv->h.classes, srv->max_threads);
     srv->adopted = !fresh;

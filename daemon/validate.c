@@ -189,7 +189,7 @@ static bool check_array(tcm_server_t *srv, const tcm_client_t *c, unsigned cls, 
 {
     for (uint32_t i = 0; i < n; i++) {
         uint64_t off = (uint64_t)(uintptr_t)arr[i] - srv->base;
-        int st = tcm__central_check_ht(&srv->h, cls, off);
+        int st = tcm__central_check_ht(&srv->h, cls, off, NULL);
         if (st == TCM_ST_OK || (st == TCM_ST_DOUBLE_FREE && in_return_slot(c, cls, off)))
             continue;
         FAIL("client %u (pid %u): %s of class %u holds offset 0x%llx: %s", c->rec->id, c->rec->pid, where, cls,

@@ -53,6 +53,7 @@ static void reset(void)
         munmap(srv.meta, ml.size);
         munmap(srv.state, sl.size);
         munmap(client.chan, client.lay.size);
+        munmap(srv.h.maps_backed, (HEAP >> TCM_PAGE_SHIFT) / 8);
         tcm__release(heap_fd, 0, HEAP);
     }
     memset(&srv, 0, sizeof srv);

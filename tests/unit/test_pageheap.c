@@ -30,10 +30,11 @@ static void validate(void)
 /* What a RETURN does with one object: check, then free. */
 static int give_back(unsigned cls, uint64_t off, uint16_t *owner)
 {
-    int st = tcm__central_check_ht(&h, cls, off);
+    tcm_obj_loc_t loc;
+    int st = tcm__central_check_ht(&h, cls, off, &loc);
     if (st == TCM_ST_OK) {
         uint32_t emptied;
-        *owner = tcm__central_free_ht(&h, off, &emptied);
+        *owner = tcm__central_free_ht(&h, loc, &emptied);
         if (emptied)
             tcm__central_release_span_ht(&h, emptied, true);
     }
@@ -136,8 +137,8 @@ static void test_objects(void)
     CHECK_EQ(st, TCM_ST_OK);
     CHECK_EQ(n, 512);
     for (uint32_t i = 0; i < n; i++) {
-        CHECK_EQ(tcm__central_check_ht(&h, cls, offs[i]), TCM_ST_OK);
-        CHECK_EQ(tcm__central_check_ht(&h, 0, offs[i]), TCM_ST_OK);
+        CHECK_EQ(tcm__central_check_ht(&h, cls, offs[i], NULL), TCM_ST_OK);
+        CHECK_EQ(tcm__central_check_ht(&h, 0, offs[i], NULL), TCM_ST_OK);
         for (uint32_t j = 0; j < i; j++)
             CHECK_NE(offs[i], offs[j]);
     }
