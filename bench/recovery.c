@@ -60,8 +60,8 @@ int main(int argc, char **argv)
             bench_daemon_t d;
             bench_daemon_start(&d, tcmd);
             void **objs = malloc((live[li] ? live[li] : 1) * sizeof *objs);
-            for (uint64_t i = 0; i < live[li]; i++) /* 16 B to 1 KiB: many spans of many classes */
-                if (!(objs[i] = tcm_malloc(16 + (i * 7919) % 1009))) {
+            for (uint64_t i = 0; i < live[li]; i++) /* 16 to 256 B: many spans of many classes */
+                if (!(objs[i] = tcm_malloc(16 + (i * 7919) % 241))) {
                     fprintf(stderr, "recovery: heap full after %llu objects\n", (unsigned long long)i);
                     return 1;
                 }
