@@ -11,9 +11,6 @@
 
 #define STAT_ADD(srv, f, v) atomic_fetch_add_explicit(&(srv)->meta->stats.f, (v), memory_order_relaxed)
 
-uint32_t tcm__free_objects_ht(tcm_server_t *srv, tcm_client_t *c, unsigned cls, const uint64_t *offs,
-                              uint32_t n);
-
 /* Free an array of client pointers that sat in a dead client's cache. */
 static uint64_t reclaim_array(tcm_server_t *srv, tcm_client_t *c, unsigned cls, void *const *arr, uint32_t n)
 {

@@ -135,6 +135,9 @@ int tcm__recover(tcm_server_t *srv);
 bool tcm__serve_client_ht(tcm_server_t *srv, tcm_client_t *c, bool frees_only);
 void tcm__resolve_intent_ht(tcm_server_t *srv, uint64_t *redone, uint64_t *rolled_back);
 void tcm__credit_ht(tcm_server_t *srv, uint16_t tag, uint64_t bytes);
+/* Free objects a dead client cached (quietly: refusals are expected);
+ * returns how many were freed. */
+uint32_t tcm__free_objects_ht(tcm_server_t *srv, tcm_client_t *c, unsigned cls, const uint64_t *offs, uint32_t n);
 
 /* reclaim.c: the caches of a client that went away */
 void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c);

@@ -212,6 +212,10 @@ try:
     r = subprocess.run([TCMCTL, "--socket", os.path.join(tmp, "nope.sock"), "ping"], capture_output=True, text=True)
     check(r.returncode == 3, "cannot connect is 3")
     check(ctl("config", "--help").stdout.startswith("usage:"), "per-command help")
+
+    # the whole-heap validator: consistent, and its JSON
+    c = js("check")
+    check(c["ok"] is True and "pages below top" in c["message"], "check: consistent")
 finally:
     daemon.terminate()
     rc = daemon.wait(timeout=10)

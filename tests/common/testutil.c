@@ -150,6 +150,12 @@ bool tt_daemon_alive(const tcm_test_daemon_t *d)
 void tt_daemon_stop(tcm_test_daemon_t *d)
 {
     CHECK(tt_daemon_alive(d));
+    /* every test that stops its daemon ends with the whole-heap validator */
+    char out[1024];
+    if (tt_tcmctl(d, "check", out, sizeof out) != 0) {
+        fprintf(stderr, "tcmctl check before stopping tcmd: %s", out);
+        abort();
+    }
     kill(d->pid, SIGTERM);
     int st = tt_wait(d->pid, 10000);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
