@@ -30,14 +30,19 @@ tcm_proc_t tcm__proc = {
 
 TCM_HIDDEN void tcm__thread_key_init(void);
 
-void tcm__fatal(const char *fmt, ...)
+static void say(const char *fmt, va_list ap)
 {
     char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    fprintf(stderr, "tcm: %s\n", msg);
+}
+
+void tcm__fatal(const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    say(fmt, ap);
     va_end(ap);
-    fprintf(stderr, "tcm: %s\n", msg);
     abort();
 }
 
@@ -51,12 +56,10 @@ void tcm__note(const char *fmt, ...)
     const char *v = getenv("TCM_VERBOSE");
     if (!v || !*v || *v == '0')
         return;
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    say(fmt, ap);
     va_end(ap);
-    fprintf(stderr, "tcm: %s\n", msg);
 }
 
 /* Tell the daemon this is a deliberate detach, then close. */

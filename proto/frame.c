@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 uint8_t *tcm__frame_pack(const ProtobufCMessage *msg, size_t *len)
@@ -129,23 +128,6 @@ Tcm__Response *tcm__frame_recv_fds(int fd, int timeout_ms, int *fds, int maxfds,
     if (!resp)
         errno = err ? -err : EPROTO;
     return resp;
-}
-
-int tcm__connect(const char *path)
-{
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof sa.sun_path)
-        return -ENAMETOOLONG;
-    strcpy(sa.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        int err = -errno;
-        close(fd);
-        return err;
-    }
-    return fd;
 }
 
 const char *tcm__default_socket(char *buf, size_t len)

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prim.h" /* tcm__connect */
 #include "tcm.pb-c.h"
 
 #define TCM_PROTO_VERSION 1u
@@ -26,8 +27,6 @@ Tcm__Response *tcm__frame_recv(int fd, int timeout_ms);
 /* The same, collecting descriptors sent with the frame (SCM_RIGHTS). */
 Tcm__Response *tcm__frame_recv_fds(int fd, int timeout_ms, int *fds, int maxfds, int *nfds);
 
-/* Connect to a unix socket path; fd or -errno. */
-int tcm__connect(const char *path);
 /* The default socket: $TCM_SOCKET, else $XDG_RUNTIME_DIR/tcm/tcmd.sock, else
  * /tmp/tcm-UID/tcmd.sock. */
 const char *tcm__default_socket(char *buf, size_t len);

@@ -53,6 +53,8 @@ int tcm__lock_name(const char *name); /* fd (keep open) or -errno */
 int tcm__lock_shared(int fd);
 int tcm__lock_try_exclusive(int fd);
 
+/* Connect to a unix socket path; fd or -errno. */
+int tcm__connect(const char *path);
 int tcm__peer_cred(int sockfd, pid_t *pid, uid_t *uid, gid_t *gid);
 /* The peer of a connected stream socket has gone (EOF, hang-up or error);
  * never blocks. */

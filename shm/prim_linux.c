@@ -341,15 +341,35 @@ long tcm__recv_with_fds(int sockfd, void *buf, size_t len, int *fds, int maxfds,
     return (long)n;
 }
 
+/* A unix stream socket and the address of path; fd or -errno. */
+static int unix_socket(const char *path, struct sockaddr_un *sa)
+{
+    *sa = (struct sockaddr_un){.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa->sun_path)
+        return -ENAMETOOLONG;
+    strcpy(sa->sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    return fd < 0 ? -errno : fd;
+}
+
+int tcm__connect(const char *path)
+{
+    struct sockaddr_un sa;
+    int fd = unix_socket(path, &sa);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    return fd;
+}
+
 int tcm__socket_placeholder(const char *path)
 {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof sa.sun_path)
-        return -ENAMETOOLONG;
-    strcpy(sa.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa;
+    int fd = unix_socket(path, &sa);
     if (fd < 0)
-        return -errno;
+        return fd;
     unlink(path);
     mode_t old = umask(0077);
     int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 ? 0 : -errno;

@@ -130,16 +130,21 @@ bool tt_segment_exists(const tcm_test_daemon_t *d, const char *suffix)
     return access(path, F_OK) == 0;
 }
 
-int tt_tcmctl(const tcm_test_daemon_t *d, const char *args, char *out, size_t outlen)
+int tt_run(const char *cmd, char *out, size_t outlen)
 {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s --socket %s %s 2>&1", TCMCTL_PATH, d->socket, args);
     FILE *p = popen(cmd, "r");
     CHECK(p != NULL);
     size_t n = fread(out, 1, outlen - 1, p);
     out[n] = 0;
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+int tt_tcmctl(const tcm_test_daemon_t *d, const char *args, char *out, size_t outlen)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s --socket %s %s 2>&1", TCMCTL_PATH, d->socket, args);
+    return tt_run(cmd, out, outlen);
 }
 
 bool tt_daemon_alive(const tcm_test_daemon_t *d)

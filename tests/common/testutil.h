@@ -29,6 +29,8 @@ void tt_daemon_kill(tcm_test_daemon_t *d);
 int tt_daemon_wait_exit(tcm_test_daemon_t *d, int timeout_ms);
 /* Does shm object /tcm.NAME.SUFFIX exist? */
 bool tt_segment_exists(const tcm_test_daemon_t *d, const char *suffix);
+/* Run a shell command; its stdout in out; returns the exit status. */
+int tt_run(const char *cmd, char *out, size_t outlen);
 /* Run tcmctl --socket d->socket ARGS; output in out; returns the exit status. */
 int tt_tcmctl(const tcm_test_daemon_t *d, const char *args, char *out, size_t outlen);
 /* SIGTERM, wait, and check it exited 0 and removed its segments. */

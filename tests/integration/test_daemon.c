@@ -15,29 +15,19 @@
 #include "tcm.h"
 #include "testutil.h"
 
-static int run_cmd(const char *cmd, char *out, size_t len)
-{
-    FILE *f = popen(cmd, "r");
-    CHECK(f != NULL);
-    size_t n = fread(out, 1, len - 1, f);
-    out[n] = 0;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 static void test_second_daemon(const tcm_test_daemon_t *d)
 {
     char cmd[512], out[4096];
     /* same socket */
     snprintf(cmd, sizeof cmd, "%s --foreground --socket %s --name other%d 2>&1", TCMD_PATH, d->socket, (int)getpid());
-    CHECK_EQ(run_cmd(cmd, out, sizeof out), 1);
+    CHECK_EQ(tt_run(cmd, out, sizeof out), 1);
     CHECK(strstr(out, "already running") != NULL);
     /* same shm name on another socket */
     snprintf(cmd, sizeof cmd, "%s --foreground --socket %s.2 --name %s 2>&1", TCMD_PATH, d->socket, d->name);
-    CHECK_EQ(run_cmd(cmd, out, sizeof out), 1);
+    CHECK_EQ(tt_run(cmd, out, sizeof out), 1);
     /* bad arguments */
     snprintf(cmd, sizeof cmd, "%s --heap-size banana 2>&1", TCMD_PATH);
-    CHECK_EQ(run_cmd(cmd, out, sizeof out), 2);
+    CHECK_EQ(tt_run(cmd, out, sizeof out), 2);
     CHECK(tt_daemon_alive(d));
 }
 
@@ -106,38 +96,38 @@ static void test_tcmctl(const tcm_test_daemon_t *d)
     char cmd[512], out[16384];
     void *p = tcm_malloc(1 << 20); /* something to see */
     snprintf(cmd, sizeof cmd, "%s --socket %s ping", TCMCTL_PATH, d->socket);
-    CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
+    CHECK_EQ(tt_run(cmd, out, sizeof out), 0);
     CHECK(strstr(out, "alive") != NULL);
     snprintf(cmd, sizeof cmd, "%s --socket %s --json ping", TCMCTL_PATH, d->socket);
-    CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
+    CHECK_EQ(tt_run(cmd, out, sizeof out), 0);
     char want[64];
     snprintf(want, sizeof want, "\"daemon_pid\":%d", (int)d->pid);
     CHECK(strstr(out, want) != NULL);
 
     snprintf(cmd, sizeof cmd, "%s --socket %s --json stats", TCMCTL_PATH, d->socket);
-    CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
+    CHECK_EQ(tt_run(cmd, out, sizeof out), 0);
     char *v = strstr(out, "\"bytes_clients\":");
     CHECK(v != NULL);
     CHECK_GE(strtoull(v + strlen("\"bytes_clients\":"), NULL, 10), 1 << 20);
     snprintf(cmd, sizeof cmd, "%s --socket %s stats", TCMCTL_PATH, d->socket);
-    CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
+    CHECK_EQ(tt_run(cmd, out, sizeof out), 0);
     CHECK(strstr(out, "bytes_committed") != NULL);
 
     snprintf(cmd, sizeof cmd, "%s --socket %s --json clients", TCMCTL_PATH, d->socket);
-    CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
+    CHECK_EQ(tt_run(cmd, out, sizeof out), 0);
     snprintf(want, sizeof want, "\"pid\":%d,", (int)getpid());
     CHECK(strstr(out, want) != NULL);
     v = strstr(strstr(out, want), "\"bytes_held\":");
     CHECK_GE(strtoull(v + strlen("\"bytes_held\":"), NULL, 10), 1 << 20);
     snprintf(cmd, sizeof cmd, "%s --socket %s clients", TCMCTL_PATH, d->socket);
-    CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
+    CHECK_EQ(tt_run(cmd, out, sizeof out), 0);
     CHECK(strstr(out, "held") != NULL);
 
     /* exit codes: usage 2, cannot connect 3 */
     snprintf(cmd, sizeof cmd, "%s --socket %s frobnicate 2>&1", TCMCTL_PATH, d->socket);
-    CHECK_EQ(run_cmd(cmd, out, sizeof out), 2);
+    CHECK_EQ(tt_run(cmd, out, sizeof out), 2);
     snprintf(cmd, sizeof cmd, "%s --socket /nonexistent/tcm.sock ping 2>&1", TCMCTL_PATH);
-    CHECK_EQ(run_cmd(cmd, out, sizeof out), 3);
+    CHECK_EQ(tt_run(cmd, out, sizeof out), 3);
     CHECK(strstr(out, "is tcmd running") != NULL);
     tcm_free(p);
 }
@@ -162,12 +152,12 @@ static void test_detached_start(void)
     char sock[108], cmd[512], out[4096];
     snprintf(sock, sizeof sock, "/tmp/tcmtest-bg-%d.sock", (int)getpid());
     snprintf(cmd, sizeof cmd, "%s --socket %s --name bg%d --log /dev/null", TCMD_PATH, sock, (int)getpid());
-    CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
+    CHECK_EQ(tt_run(cmd, out, sizeof out), 0);
     int fd = tcm__connect(sock);
     CHECK_GE(fd, 0);
     close(fd);
     snprintf(cmd, sizeof cmd, "%s --socket %s --json ping", TCMCTL_PATH, sock);
-    CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
+    CHECK_EQ(tt_run(cmd, out, sizeof out), 0);
     pid_t pid = (pid_t)strtol(strstr(out, "\"daemon_pid\":") + 13, NULL, 10);
     CHECK_GT(pid, 0);
     CHECK_EQ(kill(pid, SIGTERM), 0);
