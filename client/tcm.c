@@ -148,20 +148,12 @@ void *tcm_root_get(const char *name)
     if (!name || !*name || strlen(name) >= TCM_ROOT_NAME_MAX || tcm__ensure_attached() != 0)
         return NULL;
     for (unsigned i = 0; i < TCM_ROOTS; i++) {
-        const tcm_root_t *r = &tcm__proc.roots[i];
-        for (;;) {
-            uint32_t s1 = atomic_load_explicit(&r->seq, memory_order_acquire);
-            if (s1 & 1)
-                continue;
-            bool match = r->used && strncmp(r->name, name, TCM_ROOT_NAME_MAX) == 0;
-            uint64_t off = r->off;
-            atomic_thread_fence(memory_order_acquire);
-            if (atomic_load_explicit(&r->seq, memory_order_relaxed) != s1)
-                continue;
-            if (match)
-                return off < tcm__proc.heap_size ? tcm__proc.heap + off : NULL;
-            break;
-        }
+        bool used;
+        uint64_t off;
+        char cur[TCM_ROOT_NAME_MAX];
+        tcm__root_read(&tcm__proc.roots[i], &used, &off, cur);
+        if (used && strcmp(cur, name) == 0)
+            return off < tcm__proc.heap_size ? tcm__proc.heap + off : NULL;
     }
     return NULL;
 }

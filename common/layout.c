@@ -2,6 +2,8 @@
  * identically by the daemon, the client library and the tests. */
 #include "tcm_layout.h"
 
+#include <string.h>
+
 const uint8_t tcm__class_lut[65] = {
     1,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16,
     17, 17, 18, 18, 19, 19, 20, 20, 21, 21, 22, 22, 23, 23, 24, 24, 25,
@@ -139,4 +141,40 @@ void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages)
     l->off_owners = off;
     off = align_up(off + (uint64_t)npages * TCM_OBJMAP_WORDS_PER_PAGE * 64 * sizeof(uint16_t), 4096);
     l->size = off;
+}
+
+void tcm__root_read(const tcm_root_t *r, bool *used, uint64_t *off, char name[TCM_ROOT_NAME_MAX])
+{
+    uint64_t words[TCM_ROOT_NAME_MAX / 8];
+    for (;;) {
+        uint32_t seq = atomic_load_explicit(&r->seq, memory_order_acquire);
+        if (seq & 1)
+            continue;
+        *used = atomic_load_explicit(&r->used, memory_order_relaxed) != 0;
+        *off = atomic_load_explicit(&r->off, memory_order_relaxed);
+        for (unsigned i = 0; i < TCM_ROOT_NAME_MAX / 8; i++)
+            words[i] = atomic_load_explicit(&r->name[i], memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&r->seq, memory_order_relaxed) == seq)
+            break;
+    }
+    memcpy(name, words, TCM_ROOT_NAME_MAX);
+    name[TCM_ROOT_NAME_MAX - 1] = 0;
+}
+
+void tcm__root_write(tcm_root_t *r, const char *name, uint64_t off)
+{
+    uint64_t words[TCM_ROOT_NAME_MAX / 8] = {0};
+    bool clear = off == UINT64_MAX;
+    if (!clear)
+        memcpy(words, name, strnlen(name, TCM_ROOT_NAME_MAX - 1));
+    uint32_t seq = atomic_load_explicit(&r->seq, memory_order_relaxed);
+    if (!(seq & 1))
+        atomic_store_explicit(&r->seq, ++seq, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    for (unsigned i = 0; i < TCM_ROOT_NAME_MAX / 8; i++)
+        atomic_store_explicit(&r->name[i], words[i], memory_order_relaxed);
+    atomic_store_explicit(&r->off, clear ? 0 : off, memory_order_relaxed);
+    atomic_store_explicit(&r->used, clear ? 0 : 1, memory_order_relaxed);
+    atomic_store_explicit(&r->seq, seq + 1, memory_order_release);
 }

@@ -47,6 +47,7 @@
 #define TCM_LAYOUT_H
 
 #include <stdalign.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -186,14 +187,23 @@ typedef struct tcm_heap_stats {
 /* Named shared pointers. W: the heap thread, under a seqlock (seq odd while
  * being written; release fence after making it odd, release store of the
  * even value). R: clients and the main thread retry while seq is odd or
- * changed. Authoritative. */
+ * changed. Every field is read and written with relaxed atomic accesses
+ * (the name a word at a time) through tcm__root_read/tcm__root_write only.
+ * Authoritative. */
 typedef struct tcm_root {
     _Atomic uint32_t seq;
-    uint32_t used;
-    uint64_t off;
-    char name[TCM_ROOT_NAME_MAX];
+    _Atomic uint32_t used;
+    _Atomic uint64_t off;
+    _Atomic uint64_t name[TCM_ROOT_NAME_MAX / 8]; /* the bytes of a NUL-padded name */
 } tcm_root_t;
 _Static_assert(sizeof(tcm_root_t) == 64, "root is shared");
+
+/* A consistent copy of a root (name NUL-terminated); retries while it is
+ * being written. */
+void tcm__root_read(const tcm_root_t *r, bool *used, uint64_t *off, char name[TCM_ROOT_NAME_MAX]);
+/* The seqlock write (heap thread); completes one a crash left with an odd
+ * sequence. off == UINT64_MAX clears the root. */
+void tcm__root_write(tcm_root_t *r, const char *name, uint64_t off);
 
 /* W: tcmd when it creates the segment (geometry, fixed afterwards); the heap
  * thread (central_head, heap_sleeping); see tcm_config_t and TCM_HEAP_STATS.

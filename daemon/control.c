@@ -474,20 +474,11 @@ static void handle_roots(tcm_conn_t *conn)
     static char names[TCM_ROOTS][TCM_ROOT_NAME_MAX];
     size_t n = 0;
     for (unsigned i = 0; i < TCM_ROOTS; i++) {
-        const tcm_root_t *r = &srv->h.roots[i];
-        uint32_t seq;
-        uint64_t off;
         bool used;
-        do { /* the heap thread writes roots under a seqlock */
-            seq = atomic_load_explicit(&r->seq, memory_order_acquire);
-            used = r->used;
-            off = r->off;
-            memcpy(names[n], r->name, TCM_ROOT_NAME_MAX);
-            atomic_thread_fence(memory_order_acquire);
-        } while ((seq & 1) || atomic_load_explicit(&r->seq, memory_order_relaxed) != seq);
+        uint64_t off;
+        tcm__root_read(&srv->h.roots[i], &used, &off, names[n]);
         if (!used)
             continue;
-        names[n][TCM_ROOT_NAME_MAX - 1] = 0;
         tcm__root_info__init(&infos[n]);
         infos[n].name = names[n];
         infos[n].offset = off;

@@ -210,28 +210,6 @@ static int op_free_pages(tcm_server_t *srv, tcm_client_t *c, uint64_t off)
     return TCM_ST_OK;
 }
 
-/* seqlock write; also completes one a crash left half-written (odd seq) */
-static void write_root(tcm_root_t *r, const char *name, uint64_t off)
-{
-    uint32_t seq = atomic_load_explicit(&r->seq, memory_order_relaxed);
-    if (!(seq & 1))
-        atomic_store_explicit(&r->seq, ++seq, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    TCM_CRASH_POINT("root_set");
-    if (off == UINT64_MAX) {
-        r->used = 0;
-        memset(r->name, 0, sizeof r->name);
-        r->off = 0;
-    } else {
-        size_t len = strnlen(name, TCM_ROOT_NAME_MAX - 1);
-        memset(r->name, 0, sizeof r->name);
-        memcpy(r->name, name, len);
-        r->off = off;
-        r->used = 1;
-    }
-    atomic_store_explicit(&r->seq, seq + 1, memory_order_release);
-}
-
 static int op_root_set(tcm_server_t *srv, tcm_slot_t *slot, uint64_t off)
 {
     char name[TCM_ROOT_NAME_MAX];
@@ -244,11 +222,15 @@ static int op_root_set(tcm_server_t *srv, tcm_slot_t *slot, uint64_t off)
     tcm_root_t *roots = srv->h.roots;
     int found = -1, empty = -1;
     for (unsigned i = 0; i < TCM_ROOTS; i++) {
-        if (roots[i].used && strncmp(roots[i].name, name, sizeof name) == 0) {
+        bool used;
+        uint64_t cur;
+        char cur_name[TCM_ROOT_NAME_MAX];
+        tcm__root_read(&roots[i], &used, &cur, cur_name);
+        if (used && strcmp(cur_name, name) == 0) {
             found = (int)i;
             break;
         }
-        if (!roots[i].used && empty < 0)
+        if (!used && empty < 0)
             empty = (int)i;
     }
     if (found < 0 && off == UINT64_MAX)
@@ -260,7 +242,8 @@ static int op_root_set(tcm_server_t *srv, tcm_slot_t *slot, uint64_t off)
     ri->arg = off;
     memcpy(ri->name, name, sizeof name);
     set_phase(ri, TCM_INTENT_APPLYING);
-    write_root(&roots[found], name, off);
+    TCM_CRASH_POINT("root_set");
+    tcm__root_write(&roots[found], name, off);
     return TCM_ST_OK;
 }
 
@@ -465,7 +448,7 @@ void tcm__resolve_intent_ht(tcm_server_t *srv, uint64_t *redone, uint64_t *rolle
         break;
     case TCM_OP_ROOT_SET:
         ri->name[TCM_ROOT_NAME_MAX - 1] = 0;
-        write_root(&h->roots[ri->root], ri->name, ri->arg);
+        tcm__root_write(&h->roots[ri->root], ri->name, ri->arg);
         break;
     default:
         break;

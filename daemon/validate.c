@@ -155,9 +155,12 @@ static bool check_roots(tcm_server_t *srv, char *why, size_t whylen)
         const tcm_root_t *r = &srv->h.roots[i];
         if (atomic_load(&r->seq) & 1)
             FAIL("root %u is half-written (odd sequence %u)", i, atomic_load(&r->seq));
-        if (r->used && (strnlen(r->name, TCM_ROOT_NAME_MAX) == TCM_ROOT_NAME_MAX || !r->name[0] ||
-                        r->off >= srv->heap_size))
-            FAIL("root %u: bad name or offset 0x%llx", i, (unsigned long long)r->off);
+        bool used;
+        uint64_t off;
+        char name[TCM_ROOT_NAME_MAX];
+        tcm__root_read(r, &used, &off, name);
+        if (used && (!name[0] || off >= srv->heap_size || off < TCM_PAGE_SIZE))
+            FAIL("root %u: bad name or offset 0x%llx", i, (unsigned long long)off);
     }
     return true;
 fail:

@@ -217,6 +217,28 @@ static void test_limit(void)
     atomic_store(&h.meta->config.heap_limit, HEAP);
 }
 
+/* The root seqlock: a write completes one a crash left half-done (odd
+ * sequence), and a read sees whole values only. */
+static void test_roots(void)
+{
+    tcm_root_t *r = &h.roots[3];
+    bool used;
+    uint64_t off;
+    char name[TCM_ROOT_NAME_MAX];
+    tcm__root_write(r, "table", 0x4000);
+    tcm__root_read(r, &used, &off, name);
+    CHECK(used && off == 0x4000 && strcmp(name, "table") == 0);
+    atomic_store(&r->seq, atomic_load(&r->seq) + 1); /* killed half-way through a write */
+    atomic_store(&r->name[0], 0x6161616161616161ull);
+    tcm__root_write(r, "other", 0x8000); /* the redo */
+    CHECK_EQ(atomic_load(&r->seq) % 2, 0);
+    tcm__root_read(r, &used, &off, name);
+    CHECK(used && off == 0x8000 && strcmp(name, "other") == 0);
+    tcm__root_write(r, "", UINT64_MAX);
+    tcm__root_read(r, &used, &off, name);
+    CHECK(!used && off == 0 && name[0] == 0);
+}
+
 int main(void)
 {
     setup();
@@ -224,6 +246,7 @@ int main(void)
     test_objects();
     test_release();
     test_limit();
-    printf("pageheap: 4 passed, 0 failed\n");
+    test_roots();
+    printf("pageheap: 5 passed, 0 failed\n");
     return 0;
 }
