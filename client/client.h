@@ -45,12 +45,13 @@ typedef struct tcm_proc {
     pthread_mutex_t conn_lock;  /* one thread at a time reconnects; taken inside attach_lock, never around it */
     _Atomic bool attached;
     uint32_t epoch;             /* bumped by tcm_shutdown and in a fork child */
-    bool daemon_lost;           /* tcmd went away and did not come back in time: allocation fails */
-    uint64_t lost_retry_ns;     /* when a call may try to resume again after daemon_lost */
-    uint64_t outage_deadline_ns;/* while tcmd is away: when to give up waiting (0: not away) */
+    /* read by every thread's slow path, written by the one that reconnects */
+    _Atomic bool daemon_lost;   /* tcmd went away and did not come back in time: allocation fails */
+    _Atomic uint64_t lost_retry_ns;      /* when a call may try to resume again after daemon_lost */
+    _Atomic uint64_t outage_deadline_ns; /* while tcmd is away: when to give up waiting (0: not away) */
     _Atomic uint32_t conn_gen;  /* bumped by each successful resume */
     pid_t pid;
-    int sock;                   /* control connection; its EOF tells the daemon we left */
+    _Atomic int sock;           /* control connection; its EOF tells the daemon we left */
     int chan_fd;                /* our own open file description of the channel, locked shared
                                    for as long as we are attached: a tcmd that lost our socket
                                    learns from the lock whether we are still alive */

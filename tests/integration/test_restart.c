@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -85,6 +86,79 @@ static int test_kill_under_load(void *arg)
     CHECK_EQ(tt_stat(&d, "refused"), 0);
     CHECK_EQ(tt_stat(&d, "clients_died"), 0); /* they said Bye to the tcmd of the day */
     expect_consistent(&d);
+    tt_daemon_stop(&d);
+    return 0;
+}
+
+/* One process, several threads, all needing tcmd when it goes: one of them
+ * reconnects, the others wait for it, nobody fails. */
+static _Atomic uint64_t *thread_ops, *thread_failures;
+
+static void *page_runs(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&sh->stop)) {
+        void *p = tcm_malloc(300000 + (atomic_load(thread_ops) % 7) * 8192);
+        if (!p) {
+            atomic_fetch_add(thread_failures, 1);
+            continue;
+        }
+        *(volatile char *)p = 1;
+        tcm_free(p);
+        atomic_fetch_add(thread_ops, 1);
+    }
+    return NULL;
+}
+
+static int threaded(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(NULL), 0);
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, page_runs, NULL);
+    atomic_store(&sh->ready, 1);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    tcm_shutdown();
+    return 0;
+}
+
+static void wait_thread_ops(uint64_t more)
+{
+    uint64_t want = atomic_load(thread_ops) + more, t0 = now_ms();
+    while (atomic_load(thread_ops) < want) {
+        CHECK_LT(now_ms() - t0, 60000);
+        sleep_ms(2);
+    }
+}
+
+static int test_threads(void *arg)
+{
+    (void)arg;
+    setpgid(0, 0);
+    tcm_test_daemon_t d;
+    tt_daemon_start(&d, NULL);
+    memset(sh, 0, sizeof *sh);
+    thread_ops = mmap(NULL, 2 * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(thread_ops != MAP_FAILED);
+    thread_failures = thread_ops + 1;
+    pid_t pid = tt_fork(threaded, NULL);
+    while (!atomic_load(&sh->ready))
+        sleep_ms(2);
+    wait_thread_ops(200);
+    for (int k = 0; k < 3; k++) {
+        tt_daemon_kill(&d);
+        sleep_ms(50); /* every thread is waiting by now */
+        tt_daemon_restart(&d, NULL, NULL);
+        wait_thread_ops(200);
+    }
+    atomic_store(&sh->stop, 1);
+    tt_wait_ok(pid, 60000);
+    CHECK_EQ(atomic_load(thread_failures), 0);
+    CHECK_EQ(tt_stat(&d, "clients_resumed"), 3); /* once per restart, not once per thread */
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
+    CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
     tt_daemon_stop(&d);
     return 0;
 }
@@ -313,7 +387,7 @@ int main(int argc, char **argv)
     CHECK(sh != MAP_FAILED);
     wl = wl_shared();
     struct { const char *name; int (*fn)(void *); } tests[] = {
-        {"kill_under_load", test_kill_under_load}, {"upgrade", test_upgrade},
+        {"kill_under_load", test_kill_under_load}, {"threads", test_threads}, {"upgrade", test_upgrade},
         {"death_in_gap", test_death_in_gap},       {"no_comeback", test_no_comeback},
         {"refusals", test_refusals},
     };
