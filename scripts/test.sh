@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Build and run the test suite: a warnings-as-errors RelWithDebInfo build
-# (build-ci), then an ASan+UBSan build (build-asan).
-#   --quick  skip the ASan pass
-#   --tsan   also run a ThreadSanitizer build (build-tsan)
+# (build-ci), then an ASan+UBSan build (build-asan), then a ThreadSanitizer
+# build (build-tsan); the sanitizer builds also run the whole-heap validator
+# every few thousand requests (assert level 3).
+#   --quick    only the first pass
+#   --no-tsan  skip the ThreadSanitizer pass
 # JOBS (default 2) sets the build and ctest parallelism. Exits non-zero if
 # any build or test fails.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 quick=0
-tsan=0
+tsan=1
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=1 ;;
-    --tsan) tsan=1 ;;
-    -h|--help) sed -n '2,8s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --no-tsan) tsan=0 ;;
+    --tsan) tsan=1 ;; # the default; kept for old command lines
+    -h|--help) sed -n '2,9s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -82,7 +85,7 @@ run_pass ci build-ci -DTCM_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTCM_SAN
 if ((!quick)); then
   run_pass asan build-asan -DTCM_SANITIZE=address -DTCM_WERROR=ON -DTCM_BUILD_BENCH=OFF
 fi
-if ((tsan)); then
+if ((tsan && !quick)); then
   run_pass tsan build-tsan -DTCM_SANITIZE=thread -DTCM_WERROR=ON -DTCM_BUILD_BENCH=OFF
 fi
 
