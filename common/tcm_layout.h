@@ -141,7 +141,8 @@ typedef struct tcm_config {
     _Atomic uint64_t xfer_budget;    /* bytes per process, transfer tier */
     _Atomic uint64_t page_cache_cap; /* free committed bytes kept before release */
     _Atomic uint64_t reconnect_ms;   /* how long a client waits for tcmd to come back */
-    uint64_t reserved[2];
+    _Atomic uint64_t decay_ms;       /* page heap untouched this long: its cache goes back to the OS */
+    uint64_t reserved[1];
 } tcm_config_t;
 _Static_assert(sizeof(tcm_config_t) == 64, "config is shared");
 
@@ -176,7 +177,8 @@ _Static_assert(sizeof(tcm_config_t) == 64, "config is shared");
     X(recovery_repairs, C, "inconsistencies a recovery found and repaired")                    \
     X(last_recovery_us, G, "duration of the last recovery pass")                               \
     X(validations, C, "whole-heap validations run")                                            \
-    X(validation_failures, C, "whole-heap validations that found an inconsistency")
+    X(validation_failures, C, "whole-heap validations that found an inconsistency")                 \
+    X(decays, C, "times an idle page heap gave its cached pages back by itself")
 
 typedef struct tcm_heap_stats {
 #define TCM_STAT_FIELD(name, kind, doc) _Atomic uint64_t name;

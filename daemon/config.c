@@ -29,6 +29,8 @@ static const setting_t settings[] = {
     {{"page_cache_cap", true, "free committed bytes kept before pages go back to the OS"}, T_SIZE, 0, 64ull << 40},
     {{"spin_us", true, "microseconds the heap thread polls before sleeping"}, T_UINT, 0, 1000000},
     {{"reconnect_timeout", true, "seconds a client waits for tcmd to come back before failing"}, T_UINT, 0, 86400},
+    {{"decay_ms", true, "a page heap untouched this long gives its cached pages back (0: never)"}, T_UINT, 0,
+     86400000},
     {{"log_level", true, "error, warn, info or debug"}, T_LEVEL, 0, 3},
     {{"allow_group", false, "group (name or id) whose members may attach besides tcmd's own user"}, T_GROUP, 0,
      UINT32_MAX},
@@ -100,6 +102,7 @@ static uint64_t *field(tcm_server_t *srv, const setting_t *s)
     if (!strcmp(n, "xfer_budget")) return &srv->xfer_budget;
     if (!strcmp(n, "page_cache_cap")) return &srv->page_cache_cap;
     if (!strcmp(n, "reconnect_timeout")) return &srv->reconnect_timeout;
+    if (!strcmp(n, "decay_ms")) return &srv->decay_ms;
     return NULL;
 }
 
@@ -110,6 +113,7 @@ void tcm__config_publish(tcm_server_t *srv)
     atomic_store(&c->xfer_budget, srv->xfer_budget);
     atomic_store(&c->page_cache_cap, srv->page_cache_cap);
     atomic_store(&c->reconnect_ms, srv->reconnect_timeout * 1000);
+    atomic_store(&c->decay_ms, srv->decay_ms);
     atomic_store(&srv->meta->stats.bytes_limit, atomic_load(&c->heap_limit));
     atomic_fetch_add(&c->gen, 1);
 }
@@ -190,6 +194,7 @@ void tcm__config_adopt(tcm_server_t *srv)
         {"xfer_budget", &srv->xfer_budget, atomic_load(&c->xfer_budget)},
         {"page_cache_cap", &srv->page_cache_cap, atomic_load(&c->page_cache_cap)},
         {"reconnect_timeout", &srv->reconnect_timeout, atomic_load(&c->reconnect_ms) / 1000},
+        {"decay_ms", &srv->decay_ms, atomic_load(&c->decay_ms)},
     };
     for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
         const setting_t *s = find(kept[i].name);

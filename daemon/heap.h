@@ -57,6 +57,7 @@ typedef struct tcm_heap {
     uint64_t nonempty[(TCM_PH_NLISTS + 64) / 64 + 1]; /* bit i: free_lists[i] non-empty */
     uint64_t free_pages;           /* pages in FREE spans */
     uint64_t free_committed_pages; /* of those, known to be backed */
+    uint64_t last_change_ns;       /* when pages were last cut or freed (decay starts from it) */
     uint64_t *maps_backed;         /* private: bit per heap page whose object- and owner-map
                                       entries are known to be backed (never punched) */
 } tcm_heap_t;

@@ -17,19 +17,44 @@
 #define STAT_ADD(srv, f, v) atomic_fetch_add_explicit(&(srv)->meta->stats.f, (v), memory_order_relaxed)
 #define EXPENSIVE_CHECK_EVERY 4096u /* requests between whole-heap validations (assert level 3) */
 
+/* Give every free page back, measured from the segment's blocks. */
+static uint64_t release_all(tcm_server_t *srv)
+{
+    int64_t before = tcm__backed_bytes(srv->heap_fd);
+    tcm__central_drop_empty_ht(&srv->h);
+    tcm__ph_release_ht(&srv->h, 0);
+    int64_t after = tcm__backed_bytes(srv->heap_fd);
+    uint64_t released = before > after ? (uint64_t)(before - after) : 0;
+    STAT_ADD(srv, bytes_released, released);
+    return released;
+}
+
+/* Memory comes back by itself: a page heap nobody has cut from or freed to
+ * for decay_ms gives back the free pages it keeps committed (up to
+ * page_cache_cap) and the empty span it keeps per class, once per quiet
+ * spell. */
+static void decay(tcm_server_t *srv, uint64_t now)
+{
+    uint64_t decay_ns = atomic_load_explicit(&srv->meta->config.decay_ms, memory_order_relaxed) * 1000000ull;
+    tcm_heap_t *h = &srv->h;
+    if (!decay_ns || now - h->last_change_ns < decay_ns || srv->decayed_at == h->last_change_ns)
+        return;
+    srv->decayed_at = h->last_change_ns;
+    uint64_t released = release_all(srv);
+    h->last_change_ns = srv->decayed_at; /* what the release itself freed is not activity */
+    STAT_ADD(srv, decays, 1);
+    if (released)
+        tcm__log(TCM_LOG_DEBUG, "decay: the page heap was quiet for %llu ms: %llu bytes given back",
+                 (unsigned long long)(decay_ns / 1000000), (unsigned long long)released);
+}
+
 static void run_mailbox(tcm_server_t *srv)
 {
     pthread_mutex_lock(&srv->mbox_lock);
     int cmd = atomic_exchange(&srv->mbox_cmd, TCM_MBOX_NONE);
     uint64_t result = 0;
     if (cmd == TCM_MBOX_RELEASE) {
-        /* measured, not estimated: what the tmpfs object stopped using */
-        int64_t before = tcm__backed_bytes(srv->heap_fd);
-        tcm__central_drop_empty_ht(&srv->h);
-        tcm__ph_release_ht(&srv->h, 0);
-        int64_t after = tcm__backed_bytes(srv->heap_fd);
-        result = before > after ? (uint64_t)(before - after) : 0;
-        STAT_ADD(srv, bytes_released, result);
+        result = release_all(srv); /* measured, not estimated: what the tmpfs object stopped using */
     } else if (cmd == TCM_MBOX_RESIZE) {
         /* refuse to cut below the end of the highest page run in use */
         uint64_t end = tcm__ph_in_use_end_ht(&srv->h);
@@ -128,6 +153,7 @@ static void *heap_thread_main(void *arg)
             continue;
         }
         uint64_t now = tcm__now_ns();
+        decay(srv, now);
         if (!idle_since)
             idle_since = now;
         if (now - idle_since < atomic_load_explicit(&srv->spin_ns, memory_order_relaxed)) {
@@ -197,6 +223,7 @@ int tcm__heap_thread_start(tcm_server_t *srv)
     pthread_mutex_init(&srv->mbox_lock, NULL);
     pthread_cond_init(&srv->mbox_cond, NULL);
     pthread_mutex_init(&srv->reaped_lock, NULL);
+    srv->h.last_change_ns = srv->decayed_at = tcm__now_ns(); /* a quiet spell starts now */
     int err = pthread_create(&srv->heap_thread, NULL, heap_thread_main, srv);
     if (err) {
         tcm__log(TCM_LOG_ERROR, "pthread_create(heap thread) failed: %s", strerror(err));

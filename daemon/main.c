@@ -206,6 +206,7 @@ int main(int argc, char **argv)
     srv->xfer_budget = 32ull << 20;
     srv->page_cache_cap = 64ull << 20;
     srv->reconnect_timeout = 30;
+    srv->decay_ms = 10000;
     srv->lock_fd = srv->heap_fd = srv->meta_fd = srv->state_fd = -1;
     const char *config = NULL;
     char err[256];

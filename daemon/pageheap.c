@@ -192,6 +192,7 @@ int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint3
     uint64_t want = (uint64_t)npages + align_pages - 1;
     if (want > h->npages)
         return TCM_ST_NOMEM;
+    h->last_change_ns = tcm__now_ns();
 
     uint32_t s = find_free(h, (uint32_t)want, limit_pages);
     if (s) {
@@ -305,6 +306,7 @@ void tcm__ph_insert_free_ht(tcm_heap_t *h, uint32_t s)
 {
     tcm_span_t *sp = &h->spans[s];
     TCM_ASSERT(!sp->on_list);
+    h->last_change_ns = tcm__now_ns();
     STAT_ADD(h, bytes_spans, -tcm__page_off(sp->npages));
     sp->committed = 1;
     insert_coalesced(h, s);

@@ -64,6 +64,7 @@ typedef struct tcm_server {
     uint64_t xfer_budget;
     uint64_t page_cache_cap;
     uint64_t reconnect_timeout; /* seconds */
+    uint64_t decay_ms;
 
     bool discard_heap;        /* --discard-heap: replace segments left by a previous tcmd */
     bool allow_group_set;     /* --allow-group: its members may attach too */
@@ -90,6 +91,7 @@ typedef struct tcm_server {
     _Atomic bool stop;
     _Atomic uint64_t spin_ns; /* how long the heap thread polls before sleeping */
     tcm_daemon_stats_t *dstats; /* in the state segment */
+    uint64_t decayed_at;      /* heap thread: the quiet spell the last decay was for */
 
     /* clients: slots written by the main thread (attach) and the heap thread
      * (reap), read by both */

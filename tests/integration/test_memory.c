@@ -1,10 +1,14 @@
 /* Memory really goes back: after a workload frees everything and
  * `tcmctl release`, the heap segment's allocated blocks (st_blocks, as the
- * daemon reports them) fall below 5% of their peak. */
+ * daemon reports them) fall below 5% of their peak; and without any command,
+ * once the page heap has been quiet for decay_ms, below 10%. */
 #define _GNU_SOURCE
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -12,18 +16,23 @@
 #include "testutil.h"
 
 static _Atomic int *phase; /* shared with the child */
+static const char *socket_path;
 
+/* arg: stay attached and idle after freeing everything (until phase 3) */
 static int workload(void *arg)
 {
-    (void)arg;
+    bool idle = arg != NULL;
+    CHECK_EQ(tcm_init(socket_path), 0);
     enum { SMALL = 200000, LARGE = 64 };
     static void *small[SMALL], *large[LARGE];
     for (int i = 0; i < SMALL; i++) {
         small[i] = tcm_malloc(64 + (i % 16) * 48); /* ~100 MiB over many classes */
+        CHECK(small[i] != NULL);
         memset(small[i], 1, 64);
     }
     for (int i = 0; i < LARGE; i++) {
         large[i] = tcm_malloc(1 << 20);
+        CHECK(large[i] != NULL);
         memset(large[i], 1, 1 << 20); /* 64 MiB of page runs */
     }
     atomic_store(phase, 1);
@@ -33,18 +42,65 @@ static int workload(void *arg)
         tcm_free(small[i]);
     for (int i = 0; i < LARGE; i++)
         tcm_free(large[i]);
+    if (idle) {
+        atomic_store(phase, 3);
+        while (atomic_load(phase) != 4)
+            usleep(1000);
+    }
     tcm_shutdown();
     return 0;
+}
+
+/* No tcmctl command: a process frees everything and idles, attached; the
+ * daemon gives its cached pages back once decay_ms has passed. */
+static void wait_phase(pid_t pid, int want)
+{
+    for (int t = 0; atomic_load(phase) != want; t++) {
+        CHECK_LT(t, 60000);
+        CHECK_EQ(waitpid(pid, NULL, WNOHANG), 0); /* the child is still there */
+        usleep(1000);
+    }
+}
+
+static void test_decay(void)
+{
+    tcm_test_daemon_t d;
+    tt_daemon_start(&d, NULL);
+    socket_path = d.socket;
+    char out[512];
+    /* the process's own caches small, so that what is measured is the daemon's */
+    CHECK_EQ(tt_tcmctl(&d, "config set tcache_budget 256K", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 0", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(&d, "config set decay_ms 500", out, sizeof out), 0);
+    atomic_store(phase, 0);
+    pid_t pid = tt_fork(workload, (void *)1);
+    wait_phase(pid, 1);
+    uint64_t peak = tt_stat(&d, "bytes_committed");
+    atomic_store(phase, 2);
+    wait_phase(pid, 3);
+    uint64_t decays = tt_stat(&d, "decays"), now = peak;
+    for (int i = 0; i < 500 && now * 10 >= peak; i++) {
+        usleep(10000);
+        now = tt_stat(&d, "bytes_committed");
+    }
+    printf("decay: peak %llu, %llu committed after the quiet spell (%.2f%%)\n", (unsigned long long)peak,
+           (unsigned long long)now, 100.0 * (double)now / (double)peak);
+    CHECK_LT(now * 10, peak); /* under 10% of peak, with the process still attached */
+    CHECK_GT(tt_stat(&d, "decays"), decays);
+    CHECK_EQ(tt_stat(&d, "clients_attached"), 1);
+    atomic_store(phase, 4);
+    tt_wait_ok(pid, 60000);
+    tt_daemon_stop(&d);
 }
 
 int main(void)
 {
     tcm_test_daemon_t d;
     tt_daemon_start(&d, NULL);
+    socket_path = d.socket;
     phase = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     pid_t pid = tt_fork(workload, NULL);
-    while (atomic_load(phase) != 1)
-        usleep(1000);
+    wait_phase(pid, 1);
     uint64_t peak = tt_stat(&d, "bytes_committed");
     CHECK_GE(peak, 100ull << 20);
     atomic_store(phase, 2);
@@ -74,6 +130,7 @@ int main(void)
     tcm_free(p);
     tcm_shutdown();
     tt_daemon_stop(&d);
-    printf("memory: 1 passed, 0 failed\n");
+    test_decay();
+    printf("memory: 2 passed, 0 failed\n");
     return 0;
 }
