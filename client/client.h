@@ -35,6 +35,7 @@ typedef struct tcm_thread {
     uint64_t capacity;           /* sum over bins of max * size */
     uint64_t budget;             /* bytes this thread may cache */
     uint64_t config_gen;
+    uint32_t flush_seen;         /* chan_hdr.flush_gen last acted on */
     uint32_t epoch;              /* tcm__proc.epoch when registered */
     uint32_t refill[TCM_NCLASSES]; /* slow start: objects fetched per miss */
     uint32_t backed[TCM_NCLASSES]; /* bin slots known to be backed by tmpfs */
@@ -86,6 +87,13 @@ typedef struct tcm_proc {
     pthread_mutex_t xfer_lock[TCM_NCLASSES];
     uint32_t xfer_backed[TCM_NCLASSES]; /* under xfer_lock: slots backed by tmpfs */
     _Atomic uint64_t xfer_bytes;
+    _Atomic bool xfer_used;     /* a thread took from or gave to the transfer tier since the
+                                   background thread last looked */
+
+    /* the background thread (background.c) */
+    pthread_t bg_thread;
+    bool bg_running;
+    _Atomic bool bg_stop;
 } tcm_proc_t;
 
 extern TCM_HIDDEN tcm_proc_t tcm__proc;
@@ -118,5 +126,10 @@ TCM_HIDDEN void *tcm__large_alloc(size_t size, size_t align);
 TCM_HIDDEN void tcm__flush_all(void);
 TCM_HIDDEN void tcm__thread_reset_after_fork(void);
 TCM_HIDDEN int tcm__return_objects(unsigned cls, void **objs, uint32_t n);
+TCM_HIDDEN void tcm__trim_xfer(uint64_t keep_bytes);
+
+/* background.c: one thread per attached process */
+TCM_HIDDEN void tcm__bg_start(void);
+TCM_HIDDEN void tcm__bg_stop(void);
 
 #endif

@@ -89,8 +89,15 @@ static void at_exit(void)
     say_bye();
 }
 
+/* The background thread is stopped across fork: the child inherits none of
+ * its locks or half-done work, and a process with no threads of its own
+ * forks single-threaded (which ThreadSanitizer, for one, requires). */
+static bool bg_was_running;
+
 static void fork_prepare(void)
 {
+    bg_was_running = tcm__proc.bg_running;
+    tcm__bg_stop();
     pthread_mutex_lock(&tcm__proc.attach_lock);
     pthread_mutex_lock(&tcm__proc.conn_lock);
 }
@@ -99,6 +106,8 @@ static void fork_parent(void)
 {
     pthread_mutex_unlock(&tcm__proc.conn_lock);
     pthread_mutex_unlock(&tcm__proc.attach_lock);
+    if (bg_was_running)
+        tcm__bg_start();
 }
 
 static void fork_child(void)
@@ -111,6 +120,7 @@ static void fork_child(void)
     for (unsigned c = 0; c < TCM_NCLASSES; c++)
         pthread_mutex_init(&pr->xfer_lock[c], NULL);
     pr->epoch++;
+    pr->bg_running = false; /* it starts when the child attaches */
     tcm__thread_reset_after_fork();
     if (!atomic_load(&pr->attached))
         return;
@@ -357,6 +367,7 @@ static int attach_locked(const char *socket_path)
     atomic_store(&pr->attached, true);
     tcm__response__free_unpacked(resp, NULL);
     close_fds(fds, NFDS); /* the mappings keep the segments */
+    tcm__bg_start();
     return 0;
 
 out_resp:
@@ -450,6 +461,7 @@ void tcm_shutdown(void)
         pthread_mutex_unlock(&pr->attach_lock);
         return;
     }
+    tcm__bg_stop(); /* before the flush: it uses the transfer tier too */
     tcm__flush_all();
     say_bye();
     pr->epoch++;

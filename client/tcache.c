@@ -14,6 +14,7 @@ TCM_TLS tcm_tcache_t *tcm__tls_tc = &tcm__empty_tcache;
 TCM_TLS tcm_thread_t *tcm__tls_thread;
 tcm_tcache_t tcm__empty_tcache;
 
+#define NOMEM_WAIT_NS 64000000ull /* a full heap: wait up to ~128 ms for other processes' caches */
 #define MIN_THREAD_BUDGET (256u << 10)
 #define MAX_THREAD_BUDGET (8u << 20)
 
@@ -90,6 +91,8 @@ static void release_objects(unsigned cls, void **objs, uint32_t n, bool to_daemo
         memcpy(xfer_slots(cls) + x->count, objs + (n - take), take * sizeof(void *));
         x->count += take;
         pthread_mutex_unlock(&pr->xfer_lock[cls]);
+        if (take)
+            atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
         atomic_fetch_add_explicit(&pr->xfer_bytes, (uint64_t)take * ci->size, memory_order_relaxed);
         n -= take;
     }
@@ -106,17 +109,23 @@ static uint32_t take_from_xfer(unsigned cls, void **dst, uint32_t want)
     memcpy(dst, xfer_slots(cls) + (x->count - k), k * sizeof(void *));
     x->count -= k;
     pthread_mutex_unlock(&pr->xfer_lock[cls]);
+    if (k)
+        atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
     atomic_fetch_sub_explicit(&pr->xfer_bytes, (uint64_t)k * pr->classes[cls].size, memory_order_relaxed);
     return k;
 }
 
-static uint32_t take_from_daemon(tcm_thread_t *thr, unsigned cls, void **dst, uint32_t want)
+/* *asked: on NOMEM, how many other processes tcmd asked to give back what
+ * they cache (then a retry soon may succeed). */
+static uint32_t take_from_daemon(tcm_thread_t *thr, unsigned cls, void **dst, uint32_t want, uint64_t *asked)
 {
     tcm_slot_t *slot = &tcm__proc.slots[thr->index];
     slot->op = TCM_OP_REFILL;
     slot->cls = cls;
     slot->count = want;
+    *asked = 0;
     if (tcm__call(slot, thr->index) != TCM_ST_OK) {
+        *asked = slot->status == TCM_ST_NOMEM ? slot->result : 0;
         atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
         return 0;
     }
@@ -171,7 +180,7 @@ static void shrink_to_budget(tcm_thread_t *thr)
 
 /* Give the process's transfer tier back to the daemon, largest classes
  * first, until it holds at most keep_bytes. */
-static void trim_xfer(uint64_t keep_bytes)
+void tcm__trim_xfer(uint64_t keep_bytes)
 {
     tcm_proc_t *pr = &tcm__proc;
     for (unsigned cls = TCM_NCLASSES - 1; cls >= 1 && atomic_load(&pr->xfer_bytes) > keep_bytes; cls--) {
@@ -186,15 +195,23 @@ static void trim_xfer(uint64_t keep_bytes)
     }
 }
 
+static void thread_flush(tcm_thread_t *thr, bool to_daemon);
+
 static void check_config(tcm_thread_t *thr)
 {
+    /* the heap is full and tcmd asked every process for what it caches */
+    uint32_t flush = atomic_load_explicit(&tcm__proc.chan_hdr->flush_gen, memory_order_relaxed);
+    if (tcm_unlikely(flush != thr->flush_seen)) {
+        thr->flush_seen = flush;
+        thread_flush(thr, true);
+    }
     uint64_t gen = atomic_load_explicit(&tcm__proc.meta->config.gen, memory_order_acquire);
     if (tcm_likely(gen == thr->config_gen))
         return;
     thr->config_gen = gen;
     thr->budget = thread_budget();
     shrink_to_budget(thr);
-    trim_xfer(atomic_load_explicit(&tcm__proc.meta->config.xfer_budget, memory_order_relaxed));
+    tcm__trim_xfer(atomic_load_explicit(&tcm__proc.meta->config.xfer_budget, memory_order_relaxed));
 }
 
 static void thread_flush(tcm_thread_t *thr, bool to_daemon)
@@ -215,7 +232,7 @@ static void flush_for_nomem(void)
 {
     if (tcm__tls_thread)
         thread_flush(tcm__tls_thread, true);
-    trim_xfer(0);
+    tcm__trim_xfer(0);
 }
 
 static void thread_forget(void)
@@ -238,7 +255,7 @@ static void thread_exit(void *arg)
          * one thread left it only pins memory. Trimmed through this
          * thread's slot, so before its index is given to a new thread. */
         if (atomic_fetch_sub(&pr->nthreads, 1) <= 2)
-            trim_xfer(0);
+            tcm__trim_xfer(0);
         thr->tc->in_use = 0;
         pthread_mutex_lock(&pr->tcache_lock);
         pr->tcache_used[thr->index] = 0;
@@ -298,6 +315,7 @@ static tcm_thread_t *thread_register(void)
     thr->index = idx;
     thr->epoch = pr->epoch;
     thr->config_gen = atomic_load(&pr->meta->config.gen);
+    thr->flush_seen = atomic_load(&pr->chan_hdr->flush_gen);
     thr->budget = thread_budget();
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
         thr->refill[cls] = 2;
@@ -333,13 +351,19 @@ static bool refill(tcm_thread_t *thr, unsigned cls)
     grow(thr, cls, want);
     if (want > b->max)
         want = b->max;
+    uint64_t asked = 0;
     uint32_t got = take_from_xfer(cls, b->slots, want);
     if (!got)
-        got = take_from_daemon(thr, cls, b->slots, want);
+        got = take_from_daemon(thr, cls, b->slots, want, &asked);
     if (!got && !tcm__proc.daemon_lost) {
         flush_for_nomem();
         grow(thr, cls, want);
-        got = take_from_daemon(thr, cls, b->slots, want < b->max ? want : b->max);
+        got = take_from_daemon(thr, cls, b->slots, want < b->max ? want : b->max, &asked);
+        /* other processes are giving back what they cache: wait for it a little */
+        for (uint64_t ns = 1000000; !got && asked && ns <= NOMEM_WAIT_NS; ns *= 2) {
+            tcm__sleep_ns(ns);
+            got = take_from_daemon(thr, cls, b->slots, want < b->max ? want : b->max, &asked);
+        }
     }
     b->count = got;
     if (thr->refill[cls] < ci->batch)
@@ -347,7 +371,7 @@ static bool refill(tcm_thread_t *thr, unsigned cls)
     return got != 0;
 }
 
-static int alloc_pages(size_t size, size_t align, uint64_t *off)
+static int alloc_pages(size_t size, size_t align, uint64_t *off, uint64_t *asked)
 {
     uint32_t idx;
     tcm_slot_t *slot = tcm__slot_acquire(&idx);
@@ -356,6 +380,7 @@ static int alloc_pages(size_t size, size_t align, uint64_t *off)
     slot->arg2 = align > TCM_PAGE_SIZE ? align >> TCM_PAGE_SHIFT : 1;
     int st = tcm__call(slot, idx);
     *off = slot->result;
+    *asked = st == TCM_ST_NOMEM ? slot->result : 0;
     tcm__slot_release(slot);
     return st;
 }
@@ -367,10 +392,15 @@ void *tcm__large_alloc(size_t size, size_t align)
         errno = ENOMEM;
         return NULL;
     }
-    int st = alloc_pages(size, align, &off);
+    uint64_t asked;
+    int st = alloc_pages(size, align, &off, &asked);
     if (st == TCM_ST_NOMEM && !tcm__proc.daemon_lost) {
         flush_for_nomem();
-        st = alloc_pages(size, align, &off);
+        st = alloc_pages(size, align, &off, &asked);
+        for (uint64_t ns = 1000000; st == TCM_ST_NOMEM && asked && ns <= NOMEM_WAIT_NS; ns *= 2) {
+            tcm__sleep_ns(ns);
+            st = alloc_pages(size, align, &off, &asked);
+        }
     }
     if (st != TCM_ST_OK) {
         errno = ENOMEM;

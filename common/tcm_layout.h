@@ -52,7 +52,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TCM_LAYOUT_VERSION 2u
+#define TCM_LAYOUT_VERSION 3u
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
 #define TCM_CHAN_MAGIC 0x4e4148434d4354ull /* "TCMCHAN" */
 #define TCM_STATE_MAGIC 0x4554415453434d54ull /* "TCMSTATE" */
@@ -178,7 +178,8 @@ _Static_assert(sizeof(tcm_config_t) == 64, "config is shared");
     X(last_recovery_us, G, "duration of the last recovery pass")                               \
     X(validations, C, "whole-heap validations run")                                            \
     X(validation_failures, C, "whole-heap validations that found an inconsistency")                 \
-    X(decays, C, "times an idle page heap gave its cached pages back by itself")
+    X(decays, C, "times an idle page heap gave its cached pages back by itself")                  \
+    X(flush_requests, C, "times a full heap asked every process to give back what it caches")
 
 typedef struct tcm_heap_stats {
 #define TCM_STAT_FIELD(name, kind, doc) _Atomic uint64_t name;
@@ -339,6 +340,13 @@ typedef struct tcm_chan_hdr {
     _Atomic uint32_t resume_wanted; /* tcmd-written: set by a tcmd that adopted this client and
                                        cleared when it resumes; the client reconnects on its
                                        next slow path when it sees it */
+    /* The client's background thread sleeps on bg_wake (futex; tcmd
+     * increments it and wakes). flush_gen: tcmd-written, bumped when the
+     * heap is full: give back what the process caches. flush_ack:
+     * client-written, the flush_gen last acted on. */
+    alignas(TCM_CACHELINE) _Atomic uint32_t bg_wake;
+    _Atomic uint32_t flush_gen;
+    _Atomic uint32_t flush_ack;
 } tcm_chan_hdr_t;
 _Static_assert(offsetof(tcm_chan_hdr_t, off_ring) == 40 && offsetof(tcm_chan_hdr_t, bin_slot_off) == 80,
                "channel header is shared");

@@ -116,6 +116,36 @@ uint32_t tcm__free_objects_ht(tcm_server_t *srv, tcm_client_t *c, unsigned cls, 
     return n - refused;
 }
 
+/* The heap is full: every other process is asked to give back what it
+ * caches (its background thread empties its transfer tier at once, its
+ * threads their caches on their next slow path). Returns how many were
+ * asked, which the answer carries so that the client waits a little before
+ * it gives up. At most once per FLUSH_ASK_NS. */
+#define FLUSH_ASK_NS 5000000ull
+static uint64_t ask_to_flush(tcm_server_t *srv, const tcm_client_t *except)
+{
+    uint64_t now = tcm__now_ns();
+    if (now - srv->flush_asked_ns < FLUSH_ASK_NS)
+        return srv->flush_asked;
+    uint64_t asked = 0;
+    uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *o = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
+        if (!o || o == except || atomic_load(&o->rec->state) != TCM_REC_ACTIVE)
+            continue;
+        tcm_chan_hdr_t *hdr = (tcm_chan_hdr_t *)o->chan;
+        atomic_fetch_add(&hdr->flush_gen, 1);
+        atomic_fetch_add(&hdr->bg_wake, 1);
+        tcm__wake(&hdr->bg_wake, 1);
+        asked++;
+    }
+    srv->flush_asked_ns = now;
+    srv->flush_asked = asked;
+    if (asked)
+        STAT_ADD(srv, flush_requests, 1);
+    return asked;
+}
+
 static int op_refill(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsigned cls, uint32_t count)
 {
     if (cls == 0 || cls >= TCM_NCLASSES)
@@ -135,6 +165,8 @@ static int op_refill(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
     slot->nresult = n;
     TCM_HT_ADD(c->rec->bytes_out, (uint64_t)n * srv->h.classes[cls].size);
     STAT_ADD(srv, bytes_clients, (uint64_t)n * srv->h.classes[cls].size);
+    if (!n && status == TCM_ST_NOMEM)
+        slot->result = ask_to_flush(srv, c);
     return n ? TCM_ST_OK : status;
 }
 
@@ -170,6 +202,8 @@ static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, 
         return TCM_ST_BAD_COUNT;
     uint32_t s;
     int st = tcm__pages_alloc_ht(h, (uint32_t)npages, (uint32_t)align_pages, &s);
+    if (st == TCM_ST_NOMEM)
+        slot->result = ask_to_flush(srv, c);
     if (st != TCM_ST_OK)
         return st;
     tcm_req_intent_t *ri = &srv->state->req;

@@ -92,6 +92,7 @@ typedef struct tcm_server {
     _Atomic uint64_t spin_ns; /* how long the heap thread polls before sleeping */
     tcm_daemon_stats_t *dstats; /* in the state segment */
     uint64_t decayed_at;      /* heap thread: the quiet spell the last decay was for */
+    uint64_t flush_asked_ns, flush_asked; /* heap thread: the last time the heap was full */
 
     /* clients: slots written by the main thread (attach) and the heap thread
      * (reap), read by both */

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <pthread.h>
 #include <sys/types.h>
 
 /* Shared-memory objects. */
@@ -77,6 +78,9 @@ uint64_t tcm__random64(void);        /* unpredictable, for resume tokens */
 void tcm__sleep_ns(uint64_t ns);
 bool tcm__path_exists(const char *path);
 void tcm__kill_self(void) __attribute__((noreturn)); /* SIGKILL: test crash points */
+/* A helper thread that receives no signals (they stay the application's),
+ * named for ps/top; 0 or -errno. */
+int tcm__thread_start_quiet(pthread_t *t, void *(*fn)(void *), void *arg, const char *name);
 
 static inline void tcm__cpu_relax(void)
 {

@@ -398,6 +398,19 @@ bool tcm__path_exists(const char *path)
     return access(path, F_OK) == 0;
 }
 
+int tcm__thread_start_quiet(pthread_t *t, void *(*fn)(void *), void *arg, const char *name)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int err = pthread_create(t, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err)
+        return -err;
+    pthread_setname_np(*t, name);
+    return 0;
+}
+
 void tcm__kill_self(void)
 {
     kill(getpid(), SIGKILL);

@@ -3,6 +3,8 @@
  * daemon reports them) fall below 5% of their peak; and without any command,
  * once the page heap has been quiet for decay_ms, below 10%. */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -75,21 +77,131 @@ static void test_decay(void)
     atomic_store(phase, 0);
     pid_t pid = tt_fork(workload, (void *)1);
     wait_phase(pid, 1);
-    uint64_t peak = tt_stat(&d, "bytes_committed");
+    uint64_t peak = tt_stat(&d, "bytes_committed"), decays = tt_stat(&d, "decays");
     atomic_store(phase, 2);
     wait_phase(pid, 3);
-    uint64_t decays = tt_stat(&d, "decays"), now = peak;
-    for (int i = 0; i < 500 && now * 10 >= peak; i++) {
+    for (int i = 0; i < 500 && tt_stat(&d, "decays") == decays; i++)
         usleep(10000);
-        now = tt_stat(&d, "bytes_committed");
-    }
+    uint64_t now = tt_stat(&d, "bytes_committed");
     printf("decay: peak %llu, %llu committed after the quiet spell (%.2f%%)\n", (unsigned long long)peak,
            (unsigned long long)now, 100.0 * (double)now / (double)peak);
-    CHECK_LT(now * 10, peak); /* under 10% of peak, with the process still attached */
     CHECK_GT(tt_stat(&d, "decays"), decays);
+    CHECK_LT(now * 10, peak); /* under 10% of peak, with the process still attached */
     CHECK_EQ(tt_stat(&d, "clients_attached"), 1);
     atomic_store(phase, 4);
     tt_wait_ok(pid, 60000);
+    tt_daemon_stop(&d);
+}
+
+/* A process whose two threads traded objects through its transfer tier and
+ * then went idle, both alive: its background thread empties the tier once
+ * nobody has used it for decay_ms, and tcmd's heap-full request empties it
+ * at once for another process. */
+enum { TRADED = 60000 };
+static void *traded[TRADED];
+static _Atomic int trade_phase;
+
+static void *trade_consumer(void *arg)
+{
+    (void)arg;
+    while (atomic_load(&trade_phase) != 1)
+        usleep(100);
+    for (int i = 0; i < TRADED; i++) /* frees of another thread's objects: full bins feed the tier */
+        tcm_free(traded[i]);
+    atomic_store(&trade_phase, 2);
+    while (atomic_load(phase) != 9)
+        usleep(1000);
+    return NULL;
+}
+
+static int trader(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(socket_path), 0);
+    pthread_t t;
+    pthread_create(&t, NULL, trade_consumer, NULL);
+    for (int i = 0; i < TRADED; i++)
+        CHECK((traded[i] = tcm_malloc(1000)) != NULL); /* ~60 MB */
+    atomic_store(&trade_phase, 1);
+    while (atomic_load(&trade_phase) != 2)
+        usleep(100);
+    atomic_store(phase, 1); /* both threads idle now, and stay */
+    pthread_join(t, NULL);
+    tcm_shutdown();
+    return 0;
+}
+
+static uint64_t cached_by(const tcm_test_daemon_t *d, pid_t pid)
+{
+    uint64_t cached = 0;
+    tt_clients(d, pid, NULL, &cached, NULL);
+    return cached;
+}
+
+static void test_idle_transfer_tier(void)
+{
+    tcm_test_daemon_t d;
+    tt_daemon_start(&d, NULL);
+    socket_path = d.socket;
+    char out[512];
+    CHECK_EQ(tt_tcmctl(&d, "config set decay_ms 300", out, sizeof out), 0);
+    atomic_store(phase, 0);
+    pid_t pid = tt_fork(trader, NULL);
+    wait_phase(pid, 1);
+    uint64_t before = cached_by(&d, pid), now = before;
+    for (int i = 0; i < 500 && now > (6u << 20); i++) {
+        usleep(10000);
+        now = cached_by(&d, pid);
+    }
+    printf("idle transfer tier: %llu bytes cached by the idle process, %llu after decay_ms\n",
+           (unsigned long long)before, (unsigned long long)now);
+    CHECK_LE(now, 6u << 20);             /* what is left is the two threads' bins */
+    CHECK_GE(before - now, 6u << 20);    /* the tier held the rest, and gave it back */
+    atomic_store(phase, 9);
+    tt_wait_ok(pid, 60000);
+    tt_daemon_stop(&d);
+}
+
+/* Heap limit 96 MiB: process A caches what it freed and idles; process B
+ * then gets all but A's thread caches before ENOMEM. */
+static int grabber(void *arg)
+{
+    uint64_t *got = arg;
+    CHECK_EQ(tcm_init(socket_path), 0);
+    for (;;) {
+        void *p = tcm_malloc(4000);
+        if (!p)
+            break;
+        *got += 4000;
+    }
+    CHECK_EQ(errno, ENOMEM);
+    return 0;
+}
+
+static void test_full_heap_takes_back(void)
+{
+    tcm_test_daemon_t d;
+    const char *args[] = {"--heap-size", "96M", NULL};
+    tt_daemon_start(&d, args);
+    socket_path = d.socket;
+    char out[512];
+    CHECK_EQ(tt_tcmctl(&d, "config set decay_ms 0", out, sizeof out), 0); /* only the heap-full request */
+    atomic_store(phase, 0);
+    pid_t a = tt_fork(trader, NULL);
+    wait_phase(a, 1);
+    uint64_t cached = cached_by(&d, a);
+    uint64_t *got = mmap(NULL, sizeof *got, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    *got = 0;
+    tt_wait_ok(tt_fork(grabber, got), 120000);
+    uint64_t left = cached_by(&d, a);
+    printf("full heap: A cached %llu bytes; B got %llu bytes of 96 MiB before ENOMEM; A still caches %llu\n",
+           (unsigned long long)cached, (unsigned long long)*got, (unsigned long long)left);
+    CHECK_GE(cached - left, 6u << 20);           /* A's transfer tier came back */
+    CHECK_LE(left, 6u << 20);
+    CHECK_GE(*got + left + (8u << 20), 96u << 20); /* all but A's bins and a little slack */
+    CHECK_GE(tt_stat(&d, "flush_requests"), 1);
+    atomic_store(phase, 9);
+    tt_wait_ok(a, 60000);
     tt_daemon_stop(&d);
 }
 
@@ -131,6 +243,8 @@ int main(void)
     tcm_shutdown();
     tt_daemon_stop(&d);
     test_decay();
-    printf("memory: 2 passed, 0 failed\n");
+    test_idle_transfer_tier();
+    test_full_heap_takes_back();
+    printf("memory: 4 passed, 0 failed\n");
     return 0;
 }

@@ -20,6 +20,7 @@
 
 #include "check.h"
 #include "tcm.h"
+#include "tcm_layout.h"
 #include "testutil.h"
 #include "workload.h"
 
@@ -354,11 +355,14 @@ static int test_refusals(void *arg)
     expect_refused(&d, base, "--base");
     const char *threads[] = {"--heap-size", "64M", "--max-threads", "8", NULL};
     expect_refused(&d, threads, "--max-threads 256");
-    patch_u32(&d, "state", 8, 1); /* tcm_state_hdr_t.version */
-    expect_refused(&d, small, "layout version 1");
-    patch_u32(&d, "state", 8, 3);
-    expect_refused(&d, small, "layout version 3");
-    patch_u32(&d, "state", 8, 2);
+    char want[64];
+    patch_u32(&d, "state", offsetof(tcm_state_hdr_t, version), TCM_LAYOUT_VERSION - 1);
+    snprintf(want, sizeof want, "layout version %u", TCM_LAYOUT_VERSION - 1);
+    expect_refused(&d, small, want);
+    patch_u32(&d, "state", offsetof(tcm_state_hdr_t, version), TCM_LAYOUT_VERSION + 1);
+    snprintf(want, sizeof want, "layout version %u", TCM_LAYOUT_VERSION + 1);
+    expect_refused(&d, small, want);
+    patch_u32(&d, "state", offsetof(tcm_state_hdr_t, version), TCM_LAYOUT_VERSION);
     if (geteuid() == 0) {
         char path[160];
         snprintf(path, sizeof path, "/dev/shm/tcm.%s.meta", d.name);
