@@ -87,8 +87,10 @@ typedef struct tcm_proc {
     pthread_mutex_t xfer_lock[TCM_NCLASSES];
     uint32_t xfer_backed[TCM_NCLASSES]; /* under xfer_lock: slots backed by tmpfs */
     _Atomic uint64_t xfer_bytes;
-    _Atomic bool xfer_used;     /* a thread took from or gave to the transfer tier since the
-                                   background thread last looked */
+    _Atomic bool xfer_used;     /* a thread took from or gave to the transfer tier or the page-run
+                                   cache since the background thread last looked */
+    pthread_mutex_t large_lock; /* the page-run cache in chan_hdr (large.c); its bytes count in
+                                   xfer_bytes, under the same budget */
 
     /* the background thread (background.c) */
     pthread_t bg_thread;
@@ -125,8 +127,14 @@ TCM_HIDDEN void tcm__free_slow(void *p);
 TCM_HIDDEN void *tcm__large_alloc(size_t size, size_t align);
 TCM_HIDDEN void tcm__flush_all(void);
 TCM_HIDDEN void tcm__thread_reset_after_fork(void);
-TCM_HIDDEN int tcm__return_objects(unsigned cls, void **objs, uint32_t n);
+TCM_HIDDEN int tcm__return_objects(unsigned cls, void **objs, uint32_t n, uint32_t *count);
 TCM_HIDDEN void tcm__trim_xfer(uint64_t keep_bytes);
+
+/* large.c: the process's cache of page runs */
+TCM_HIDDEN uint64_t tcm__large_take(uint32_t npages); /* offset of a cached run, 0 if none */
+TCM_HIDDEN bool tcm__large_keep(uint64_t off, uint32_t npages); /* false: give it to tcmd */
+TCM_HIDDEN void tcm__large_trim(void);           /* every cached run back to tcmd */
+TCM_HIDDEN void tcm__free_pages(uint64_t off);
 
 /* background.c: one thread per attached process */
 TCM_HIDDEN void tcm__bg_start(void);

@@ -22,6 +22,7 @@ const uint8_t *_Atomic tcm__page_class;
 tcm_proc_t tcm__proc = {
     .attach_lock = PTHREAD_MUTEX_INITIALIZER,
     .conn_lock = PTHREAD_MUTEX_INITIALIZER,
+    .large_lock = PTHREAD_MUTEX_INITIALIZER,
     .tcache_lock = PTHREAD_MUTEX_INITIALIZER,
     .spare_lock = PTHREAD_MUTEX_INITIALIZER,
     .sock = -1,
@@ -115,6 +116,7 @@ static void fork_child(void)
     tcm_proc_t *pr = &tcm__proc;
     pthread_mutex_init(&pr->attach_lock, NULL);
     pthread_mutex_init(&pr->conn_lock, NULL);
+    pthread_mutex_init(&pr->large_lock, NULL);
     pthread_mutex_init(&pr->tcache_lock, NULL);
     pthread_mutex_init(&pr->spare_lock, NULL);
     for (unsigned c = 0; c < TCM_NCLASSES; c++)

@@ -49,10 +49,16 @@ static void fatal_refused(int st, unsigned cls)
                cls, tcm__status_msg(st));
 }
 
-/* Give n objects of one class back to the daemon, MAX_BATCH at a time. */
-int tcm__return_objects(unsigned cls, void **objs, uint32_t n)
+/* Give the top n objects of a cache array (objs[0..*count)) back to the
+ * daemon, MAX_BATCH at a time, from the top. *count drops by each batch
+ * once it is answered and before the slot goes back to IDLE, so a tcmd that
+ * reclaims this process after a death never frees an object it already
+ * took back (and may have handed to another process): it skips those that
+ * an answered RETURN still lists. count may be NULL (an array of one's own). */
+int tcm__return_objects(unsigned cls, void **objs, uint32_t n, uint32_t *count)
 {
     uintptr_t base = (uintptr_t)tcm__proc.heap;
+    uint32_t top = count ? *count : n;
     while (n) {
         uint32_t k = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH, idx;
         tcm_slot_t *slot = tcm__slot_acquire(&idx);
@@ -60,23 +66,27 @@ int tcm__return_objects(unsigned cls, void **objs, uint32_t n)
         slot->cls = cls;
         slot->count = k;
         for (uint32_t i = 0; i < k; i++)
-            slot->offs[i] = (uintptr_t)objs[i] - base;
+            slot->offs[i] = (uintptr_t)objs[top - k + i] - base;
         int st = tcm__call(slot, idx);
+        top -= k;
+        if (count)
+            *count = top;
         tcm__slot_release(slot);
         if (st != TCM_ST_OK && st != TCM_ST_NOMEM)
             fatal_refused(st, cls);
-        objs += k;
         n -= k;
     }
     return 0;
 }
 
-/* Move objects out of a thread's bin: into the process's transfer tier while
- * it has room, the rest to the daemon. */
-static void release_objects(unsigned cls, void **objs, uint32_t n, bool to_daemon)
+/* Move the objects of a thread's bin above keep out of it: the top ones to
+ * the daemon, what fits into the process's transfer tier (unless to_daemon)
+ * first. Leaves b->count = keep. */
+static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t keep, bool to_daemon)
 {
     tcm_proc_t *pr = &tcm__proc;
     const tcm_class_info_t *ci = &pr->classes[cls];
+    uint32_t n = b->count - keep, take = 0;
     if (!to_daemon) {
         uint64_t budget = atomic_load_explicit(&pr->meta->config.xfer_budget, memory_order_relaxed);
         pthread_mutex_lock(&pr->xfer_lock[cls]);
@@ -84,20 +94,21 @@ static void release_objects(unsigned cls, void **objs, uint32_t n, bool to_daemo
         uint32_t room = ci->xfer_cap - x->count;
         uint64_t used = atomic_load_explicit(&pr->xfer_bytes, memory_order_relaxed);
         uint64_t fits = used < budget ? (budget - used) / ci->size : 0;
-        uint32_t take = n < room ? n : room;
+        take = n < room ? n : room;
         if (take > fits)
             take = (uint32_t)fits;
         take = back_slots(xfer_slots(cls), &pr->xfer_backed[cls], x->count + take) - x->count;
-        memcpy(xfer_slots(cls) + x->count, objs + (n - take), take * sizeof(void *));
+        /* the bottom ones: copied before the top ones leave the bin */
+        memcpy(xfer_slots(cls) + x->count, b->slots + keep, take * sizeof(void *));
         x->count += take;
         pthread_mutex_unlock(&pr->xfer_lock[cls]);
         if (take)
             atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
         atomic_fetch_add_explicit(&pr->xfer_bytes, (uint64_t)take * ci->size, memory_order_relaxed);
-        n -= take;
     }
-    if (n)
-        tcm__return_objects(cls, objs, n);
+    if (n > take)
+        tcm__return_objects(cls, b->slots, n - take, &b->count);
+    b->count = keep;
 }
 
 static uint32_t take_from_xfer(unsigned cls, void **dst, uint32_t want)
@@ -164,11 +175,8 @@ static void shrink_to_budget(tcm_thread_t *thr)
             if (b->max <= 1)
                 continue;
             uint32_t keep = b->max / 2;
-            if (b->count > keep) {
-                /* a smaller budget means memory back to the heap, not to the transfer tier */
-                release_objects(cls, b->slots + keep, b->count - keep, true);
-                b->count = keep;
-            }
+            if (b->count > keep) /* a smaller budget: memory back to the heap, not the transfer tier */
+                release_objects(cls, b, keep, true);
             thr->capacity -= (uint64_t)(b->max - keep) * tcm__proc.classes[cls].size;
             b->max = keep;
             changed = true;
@@ -183,13 +191,14 @@ static void shrink_to_budget(tcm_thread_t *thr)
 void tcm__trim_xfer(uint64_t keep_bytes)
 {
     tcm_proc_t *pr = &tcm__proc;
+    if (atomic_load(&pr->xfer_bytes) > keep_bytes)
+        tcm__large_trim(); /* whole runs first: one request each frees the most */
     for (unsigned cls = TCM_NCLASSES - 1; cls >= 1 && atomic_load(&pr->xfer_bytes) > keep_bytes; cls--) {
         pthread_mutex_lock(&pr->xfer_lock[cls]);
         tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
         if (x->count) {
-            tcm__return_objects(cls, xfer_slots(cls), x->count);
             atomic_fetch_sub(&pr->xfer_bytes, (uint64_t)x->count * pr->classes[cls].size);
-            x->count = 0;
+            tcm__return_objects(cls, xfer_slots(cls), x->count, &x->count);
         }
         pthread_mutex_unlock(&pr->xfer_lock[cls]);
     }
@@ -219,8 +228,7 @@ static void thread_flush(tcm_thread_t *thr, bool to_daemon)
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         tcm_bin_t *b = &thr->tc->bins[cls];
         if (b->count)
-            release_objects(cls, b->slots, b->count, to_daemon);
-        b->count = 0;
+            release_objects(cls, b, 0, to_daemon);
         b->max = 0;
     }
     thr->capacity = 0;
@@ -392,6 +400,8 @@ void *tcm__large_alloc(size_t size, size_t align)
         errno = ENOMEM;
         return NULL;
     }
+    if (align <= TCM_PAGE_SIZE && (off = tcm__large_take((uint32_t)((size + TCM_PAGE_SIZE - 1) >> TCM_PAGE_SHIFT))))
+        return tcm__proc.heap + off;
     uint64_t asked;
     int st = alloc_pages(size, align, &off, &asked);
     if (st == TCM_ST_NOMEM && !tcm__proc.daemon_lost) {
@@ -462,16 +472,8 @@ void tcm__free_slow(void *p)
     if (cls == TCM_PAGE_CLASS_LARGE) {
         if (off != ((uint64_t)sp->first << TCM_PAGE_SHIFT))
             tcm__fatal("tcm_free(): invalid pointer %p (inside a page run)", p);
-        uint32_t idx;
-        tcm_slot_t *slot = tcm__slot_acquire(&idx);
-        slot->op = TCM_OP_FREE_PAGES;
-        slot->arg = off;
-        int st = tcm__call(slot, idx);
-        tcm__slot_release(slot);
-        if (st == TCM_ST_DOUBLE_FREE)
-            tcm__fatal("tcm_free(): double free of page run %p", p);
-        if (st != TCM_ST_OK && st != TCM_ST_NOMEM)
-            tcm__fatal("tcm_free(): invalid pointer %p (%s)", p, tcm__status_msg(st));
+        if (!tcm__large_keep(off, sp->npages))
+            tcm__free_pages(off);
         return;
     }
     uint64_t rel = off - ((uint64_t)sp->first << TCM_PAGE_SHIFT);
@@ -480,7 +482,7 @@ void tcm__free_slow(void *p)
 
     tcm_thread_t *thr = current_thread();
     if (!thr) {
-        tcm__return_objects(cls, &p, 1);
+        tcm__return_objects(cls, &p, 1, NULL);
         return;
     }
     tcm_bin_t *b = &thr->tc->bins[cls];
@@ -489,8 +491,7 @@ void tcm__free_slow(void *p)
         if (b->count >= b->max) {
             /* full and may not grow: hand a whole batch on */
             uint32_t k = pr->classes[cls].batch < b->count ? pr->classes[cls].batch : b->count;
-            release_objects(cls, b->slots + (b->count - k), k, false);
-            b->count -= k;
+            release_objects(cls, b, b->count - k, false);
         }
     }
     b->slots[b->count++] = p;
@@ -508,17 +509,16 @@ void tcm__flush_all(void)
         for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
             tcm_bin_t *b = &tc->bins[cls];
             if (b->count)
-                tcm__return_objects(cls, b->slots, b->count);
-            b->count = 0;
+                tcm__return_objects(cls, b->slots, b->count, &b->count);
             b->max = 0;
         }
     }
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
         if (x->count)
-            tcm__return_objects(cls, xfer_slots(cls), x->count);
-        x->count = 0;
+            tcm__return_objects(cls, xfer_slots(cls), x->count, &x->count);
     }
+    tcm__large_trim();
     atomic_store(&pr->xfer_bytes, 0);
     tcm_thread_t *thr = tcm__tls_thread;
     if (thr) {

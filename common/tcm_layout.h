@@ -52,7 +52,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TCM_LAYOUT_VERSION 3u
+#define TCM_LAYOUT_VERSION 4u
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
 #define TCM_CHAN_MAGIC 0x4e4148434d4354ull /* "TCMCHAN" */
 #define TCM_STATE_MAGIC 0x4554415453434d54ull /* "TCMSTATE" */
@@ -315,6 +315,15 @@ typedef struct tcm_tcache {
 } tcm_tcache_t;
 _Static_assert(offsetof(tcm_tcache_t, bins) == 64, "thread cache is shared");
 
+/* A page run a process keeps for its next large allocation. */
+#define TCM_LARGE_CACHE 64u
+typedef struct tcm_large_entry {
+    uint64_t off;    /* heap offset of the run's first page */
+    uint32_t npages;
+    uint32_t reserved;
+} tcm_large_entry_t;
+_Static_assert(sizeof(tcm_large_entry_t) == 16, "large cache entry is shared");
+
 /* Per-class transfer tier of one process: a stack of object pointers. */
 typedef struct tcm_xfer {
     uint32_t count;
@@ -335,6 +344,11 @@ typedef struct tcm_chan_hdr {
     uint32_t bin_slot_off[TCM_NCLASSES];  /* from a tcache's start */
     uint32_t xfer_slot_off[TCM_NCLASSES]; /* from off_xfer */
     tcm_xfer_t xfer[TCM_NCLASSES]; /* client-written; guarded by the client's own locks */
+    /* client-written under its large-cache lock: page runs it keeps (tcmd
+     * reclaims them if it dies, checking each) */
+    uint32_t large_count;
+    uint32_t large_reserved;
+    tcm_large_entry_t large[TCM_LARGE_CACHE];
     _Atomic uint32_t tcache_hw;    /* client-written: thread caches [0, hw) were ever used;
                                       the daemon reads no further (untouched pages stay holes) */
     _Atomic uint32_t resume_wanted; /* tcmd-written: set by a tcmd that adopted this client and

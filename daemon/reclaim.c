@@ -2,7 +2,10 @@
  * its thread caches, its transfer tier and answered-but-unread refills comes
  * back to the heap, each offset validated as for a RETURN (the channel is
  * client memory). Safe to run again on the same client: what it already
- * freed is refused as a double free, silently. Heap thread only. */
+ * freed is refused as a double free, silently; and nothing the client had
+ * already given back is freed again (see collect_answered). Heap thread
+ * only. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "crash.h"
@@ -11,16 +14,90 @@
 
 #define STAT_ADD(srv, f, v) atomic_fetch_add_explicit(&(srv)->meta->stats.f, (v), memory_order_relaxed)
 
+/* What the client had already given back when it died but still listed in
+ * a cache: the client drops a batch from its cache only once tcmd answered
+ * it and before it releases the slot, so those are exactly the objects and
+ * runs of its answered RETURN and FREE_PAGES slots. tcmd may have handed
+ * them to someone else since: they must be skipped, not freed. (A lying
+ * client can only make tcmd skip, that is leak, its own objects.) */
+typedef struct skip_set {
+    uint64_t *offs;
+    size_t n;
+} skip_set_t;
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void collect_answered(const tcm_client_t *c, skip_set_t *skip)
+{
+    size_t cap = 0;
+    skip->offs = NULL;
+    skip->n = 0;
+    for (uint32_t i = 0; i < c->lay.nslots; i++) {
+        const tcm_slot_t *slot = &c->slots[i];
+        uint32_t op = slot->op, count = slot->count;
+        if (atomic_load(&slot->state) != TCM_SLOT_DONE || (op != TCM_OP_RETURN && op != TCM_OP_FREE_PAGES))
+            continue;
+        size_t k = op == TCM_OP_FREE_PAGES ? 1 : count < TCM_MAX_BATCH ? count : TCM_MAX_BATCH;
+        if (skip->n + k > cap) {
+            cap = (skip->n + k) * 2;
+            uint64_t *grown = realloc(skip->offs, cap * sizeof *grown);
+            if (!grown)
+                break; /* without the list nothing is skipped: as before */
+            skip->offs = grown;
+        }
+        for (size_t j = 0; j < k; j++)
+            skip->offs[skip->n++] = op == TCM_OP_FREE_PAGES ? slot->arg : slot->offs[j];
+    }
+    if (skip->n)
+        qsort(skip->offs, skip->n, sizeof *skip->offs, cmp_u64);
+}
+
+static bool skipped(const skip_set_t *skip, uint64_t off)
+{
+    return skip->n && bsearch(&off, skip->offs, skip->n, sizeof off, cmp_u64);
+}
+
 /* Free an array of client pointers that sat in a dead client's cache. */
-static uint64_t reclaim_array(tcm_server_t *srv, tcm_client_t *c, unsigned cls, void *const *arr, uint32_t n)
+static uint64_t reclaim_array(tcm_server_t *srv, tcm_client_t *c, const skip_set_t *skip, unsigned cls,
+                              void *const *arr, uint32_t n)
 {
     uint64_t offs[TCM_MAX_BATCH], got = 0;
     for (uint32_t i = 0; i < n;) {
         uint32_t k = 0;
-        for (; k < TCM_MAX_BATCH && i < n; i++)
-            offs[k++] = (uint64_t)(uintptr_t)arr[i] - srv->base;
+        for (; k < TCM_MAX_BATCH && i < n; i++) {
+            uint64_t off = (uint64_t)(uintptr_t)arr[i] - srv->base;
+            if (!skipped(skip, off))
+                offs[k++] = off;
+        }
         got += tcm__free_objects_ht(srv, c, cls, offs, k);
         TCM_CRASH_POINT("reclaim");
+    }
+    return got;
+}
+
+/* The page runs it kept for its next large allocations. */
+static uint64_t reclaim_runs(tcm_server_t *srv, const tcm_client_t *c, const skip_set_t *skip)
+{
+    const tcm_chan_hdr_t *hdr = (const tcm_chan_hdr_t *)c->chan;
+    uint32_t n = hdr->large_count < TCM_LARGE_CACHE ? hdr->large_count : TCM_LARGE_CACHE;
+    uint64_t got = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        tcm_large_entry_t e = hdr->large[i];
+        uint32_t s;
+        if (skipped(skip, e.off) || tcm__large_check_ht(&srv->h, e.off, &s) != TCM_ST_OK ||
+            srv->h.spans[s].npages != e.npages)
+            continue;
+        uint64_t bytes;
+        uint32_t owner;
+        if (tcm__large_free_ht(&srv->h, e.off, &bytes, &owner) == TCM_ST_OK) {
+            tcm__credit_ht(srv, (uint16_t)owner, bytes);
+            atomic_fetch_sub_explicit(&srv->meta->stats.bytes_clients, bytes, memory_order_relaxed);
+            got++;
+        }
     }
     return got;
 }
@@ -33,6 +110,8 @@ void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c)
     const tcm_class_info_t *ci = srv->h.classes;
     tcm_chan_hdr_t *hdr = (tcm_chan_hdr_t *)c->chan;
     uint64_t objects = 0;
+    skip_set_t skip;
+    collect_answered(c, &skip);
 
     for (uint32_t i = 0; i < l->nslots; i++) {
         tcm_slot_t *slot = &c->slots[i];
@@ -55,7 +134,7 @@ void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c)
             if (n > ci[cls].tcache_cap)
                 n = ci[cls].tcache_cap;
             if (n)
-                objects += reclaim_array(srv, c, cls, (void *const *)(tc + l->bin_slot_off[cls]), n);
+                objects += reclaim_array(srv, c, &skip, cls, (void *const *)(tc + l->bin_slot_off[cls]), n);
         }
     }
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
@@ -63,9 +142,11 @@ void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c)
         if (n > ci[cls].xfer_cap)
             n = ci[cls].xfer_cap;
         if (n)
-            objects += reclaim_array(srv, c, cls,
+            objects += reclaim_array(srv, c, &skip, cls,
                                      (void *const *)(c->chan + l->off_xfer + l->xfer_slot_off[cls]), n);
     }
+    objects += reclaim_runs(srv, c, &skip);
+    free(skip.offs);
     tcm_client_rec_t *rec = c->rec;
     uint64_t out = atomic_load(&rec->bytes_out), back = atomic_load(&rec->bytes_back);
     uint64_t held = out > back ? out - back : 0;

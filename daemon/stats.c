@@ -45,6 +45,11 @@ void tcm__client_usage(const tcm_server_t *srv, const tcm_client_t *c, uint32_t 
         uint32_t n = hdr->xfer[cls].count;
         *cached += (uint64_t)(n < ci[cls].xfer_cap ? n : ci[cls].xfer_cap) * ci[cls].size;
     }
+    uint32_t runs = hdr->large_count < TCM_LARGE_CACHE ? hdr->large_count : TCM_LARGE_CACHE;
+    for (uint32_t i = 0; i < runs; i++) {
+        uint32_t np = hdr->large[i].npages;
+        *cached += (uint64_t)(np < srv->h.npages ? np : 0) << TCM_PAGE_SHIFT;
+    }
 }
 
 double tcm__latency_upper_us(unsigned i)

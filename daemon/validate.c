@@ -203,6 +203,30 @@ fail:
     return false;
 }
 
+/* Cached page runs: runs handed out, of the size the entry says (or one the
+ * client is giving back right now). */
+static bool check_runs(const tcm_server_t *srv, const tcm_client_t *c, char *why, size_t whylen)
+{
+    const tcm_chan_hdr_t *hdr = (const tcm_chan_hdr_t *)c->chan;
+    uint32_t runs = hdr->large_count < TCM_LARGE_CACHE ? hdr->large_count : TCM_LARGE_CACHE;
+    for (uint32_t r = 0; r < runs; r++) {
+        tcm_large_entry_t e = hdr->large[r];
+        uint32_t s;
+        int st = tcm__large_check_ht(&srv->h, e.off, &s);
+        if (st == TCM_ST_OK && srv->h.spans[s].npages != e.npages)
+            st = TCM_ST_BAD_COUNT;
+        bool giving_back = false;
+        for (uint32_t k = 0; k < c->lay.nslots && st != TCM_ST_OK && !giving_back; k++)
+            giving_back = c->slots[k].op == TCM_OP_FREE_PAGES && c->slots[k].arg == e.off;
+        if (st != TCM_ST_OK && !giving_back)
+            FAIL("client %u (pid %u): its page-run cache holds offset 0x%llx (%u pages): %s", c->rec->id,
+                 c->rec->pid, (unsigned long long)e.off, e.npages, tcm__status_msg(st));
+    }
+    return true;
+fail:
+    return false;
+}
+
 static bool check_caches(tcm_server_t *srv, char *why, size_t whylen)
 {
     const tcm_class_info_t *ci = srv->h.classes;
@@ -231,6 +255,8 @@ static bool check_caches(tcm_server_t *srv, char *why, size_t whylen)
                              "the transfer tier", why, whylen))
                 return false;
         }
+        if (!check_runs(srv, c, why, whylen))
+            return false;
     }
     return true;
 }

@@ -144,6 +144,29 @@ static void test_no_overlap(void)
         tcm_free(ps[i]);
 }
 
+/* A large allocation reuses a run the process freed (up to 1/8 larger)
+ * without asking tcmd; other sizes still come from tcmd. */
+static void test_page_run_cache(const tcm_test_daemon_t *d)
+{
+    void *p = tcm_malloc(512 << 10);
+    CHECK(p != NULL);
+    tcm_free(p);
+    uint64_t asked = tt_stat(d, "requests_alloc_pages"), freed = tt_stat(d, "requests_free_pages");
+    for (int i = 0; i < 1000; i++) {
+        char *q = tcm_malloc((512 << 10) - (size_t)(i % 7) * 1000);
+        CHECK(q == p);
+        q[0] = q[(512 << 10) - 8000] = (char)i;
+        CHECK_GE(tcm_usable_size(q), (512u << 10) - 6000);
+        tcm_free(q);
+    }
+    CHECK_EQ(tt_stat(d, "requests_alloc_pages"), asked);
+    CHECK_EQ(tt_stat(d, "requests_free_pages"), freed);
+    void *big = tcm_malloc((7 << 20) + 4096); /* a size nothing cached has */
+    CHECK(big != NULL && big != p);
+    CHECK_EQ(tt_stat(d, "requests_alloc_pages"), asked + 1);
+    tcm_free(big);
+}
+
 int main(void)
 {
     tcm_test_daemon_t d;
@@ -155,6 +178,7 @@ int main(void)
     test_aligned();
     test_offsets_and_roots();
     test_no_overlap();
+    test_page_run_cache(&d);
     tcm_shutdown();
     /* after shutdown everything this process allocated is back */
     CHECK_EQ(tt_wait_stat(&d, "bytes_clients", 0, 5000), 0);
@@ -165,6 +189,6 @@ int main(void)
     tcm_free(p);
     tcm_shutdown();
     tt_daemon_stop(&d);
-    printf("api: 6 passed, 0 failed\n");
+    printf("api: 7 passed, 0 failed\n");
     return 0;
 }

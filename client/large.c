@@ -1,0 +1,101 @@
+/* large.c — the process's cache of page runs: a large allocation that finds
+ * a cached run of its size (up to 1/8 larger) takes it without a daemon
+ * round trip, and a freed run stays cached while the process's transfer
+ * budget allows. The table lives in the channel (tcmd reclaims it if the
+ * process dies, checking every entry) under a process-local lock. Runs
+ * freed here are handed out again only here: another process gets a run
+ * only from tcmd, after tcmd's own checks. */
+#define _GNU_SOURCE
+#include <errno.h>
+
+#include "client.h"
+
+static uint64_t run_bytes(uint32_t npages)
+{
+    return (uint64_t)npages << TCM_PAGE_SHIFT;
+}
+
+uint64_t tcm__large_take(uint32_t npages)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    tcm_chan_hdr_t *hdr = pr->chan_hdr;
+    pthread_mutex_lock(&pr->large_lock);
+    uint32_t best = TCM_LARGE_CACHE, n = hdr->large_count;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t have = hdr->large[i].npages;
+        if (have >= npages && have - npages <= npages / 8 && (best == TCM_LARGE_CACHE || have < hdr->large[best].npages))
+            best = i;
+    }
+    uint64_t off = 0;
+    if (best != TCM_LARGE_CACHE) {
+        off = hdr->large[best].off;
+        atomic_fetch_sub_explicit(&pr->xfer_bytes, run_bytes(hdr->large[best].npages), memory_order_relaxed);
+        hdr->large[best] = hdr->large[n - 1];
+        hdr->large_count = n - 1;
+        atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&pr->large_lock);
+    return off;
+}
+
+bool tcm__large_keep(uint64_t off, uint32_t npages)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    tcm_chan_hdr_t *hdr = pr->chan_hdr;
+    uint64_t budget = atomic_load_explicit(&pr->meta->config.xfer_budget, memory_order_relaxed);
+    pthread_mutex_lock(&pr->large_lock);
+    uint32_t n = hdr->large_count;
+    for (uint32_t i = 0; i < n; i++)
+        if (hdr->large[i].off == off) {
+            pthread_mutex_unlock(&pr->large_lock);
+            tcm__fatal("tcm_free(): double free of page run %p", (void *)(pr->heap + off));
+        }
+    bool kept = n < TCM_LARGE_CACHE &&
+                atomic_load_explicit(&pr->xfer_bytes, memory_order_relaxed) + run_bytes(npages) <= budget;
+    if (kept) {
+        hdr->large[n] = (tcm_large_entry_t){.off = off, .npages = npages};
+        hdr->large_count = n + 1; /* after the entry: tcmd reads count, then entries */
+        atomic_fetch_add_explicit(&pr->xfer_bytes, run_bytes(npages), memory_order_relaxed);
+        atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&pr->large_lock);
+    return kept;
+}
+
+/* One page run back to tcmd (FREE_PAGES); fatal on a refusal. count: the
+ * cache's count to drop once it is answered, before the slot is released
+ * (as tcm__return_objects does, for the same reason). */
+static void free_pages(uint64_t off, uint32_t *count)
+{
+    uint32_t idx;
+    tcm_slot_t *slot = tcm__slot_acquire(&idx);
+    slot->op = TCM_OP_FREE_PAGES;
+    slot->arg = off;
+    int st = tcm__call(slot, idx);
+    if (count)
+        (*count)--;
+    tcm__slot_release(slot);
+    if (st == TCM_ST_DOUBLE_FREE)
+        tcm__fatal("tcm_free(): double free of page run %p", (void *)(tcm__proc.heap + off));
+    if (st != TCM_ST_OK && st != TCM_ST_NOMEM)
+        tcm__fatal("tcm_free(): invalid pointer %p (%s)", (void *)(tcm__proc.heap + off), tcm__status_msg(st));
+}
+
+void tcm__free_pages(uint64_t off)
+{
+    free_pages(off, NULL);
+}
+
+void tcm__large_trim(void)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    tcm_chan_hdr_t *hdr = pr->chan_hdr;
+    pthread_mutex_lock(&pr->large_lock);
+    /* from the top, so that what is left is always a valid prefix */
+    while (hdr->large_count) {
+        tcm_large_entry_t e = hdr->large[hdr->large_count - 1];
+        free_pages(e.off, &hdr->large_count);
+        atomic_fetch_sub_explicit(&pr->xfer_bytes, run_bytes(e.npages), memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&pr->large_lock);
+}
