@@ -173,9 +173,10 @@ static bool in_return_slot(const tcm_client_t *c, unsigned cls, uint64_t off)
 {
     for (uint32_t i = 0; i < c->lay.nslots; i++) {
         const tcm_slot_t *slot = &c->slots[i];
-        if (slot->op != TCM_OP_RETURN || slot->cls != cls)
+        uint32_t op = slot->op, scls = slot->cls, count = slot->count; /* client memory: read once */
+        if (op != TCM_OP_RETURN || scls != cls)
             continue;
-        uint32_t n = slot->count < TCM_MAX_BATCH ? slot->count : TCM_MAX_BATCH;
+        uint32_t n = count < TCM_MAX_BATCH ? count : TCM_MAX_BATCH;
         for (uint32_t k = 0; k < n; k++)
             if (slot->offs[k] == off)
                 return true;
@@ -185,15 +186,16 @@ static bool in_return_slot(const tcm_client_t *c, unsigned cls, uint64_t off)
 
 /* Every pointer in a running client's caches is an object handed out, of
  * the class its bin says. The client changes its caches while we read; an
- * object it has just returned may still be below a bin's count until its
- * RETURN completes, so those are allowed. */
+ * object it has just returned stays below a bin's count until it has seen
+ * the answer, and by then its span may even have gone back to the page
+ * heap: an object a RETURN slot lists is allowed whatever its state. */
 static bool check_array(tcm_server_t *srv, const tcm_client_t *c, unsigned cls, void *const *arr, uint32_t n,
                         const char *where, char *why, size_t whylen)
 {
     for (uint32_t i = 0; i < n; i++) {
         uint64_t off = (uint64_t)(uintptr_t)arr[i] - srv->base;
         int st = tcm__central_check_ht(&srv->h, cls, off, NULL);
-        if (st == TCM_ST_OK || (st == TCM_ST_DOUBLE_FREE && in_return_slot(c, cls, off)))
+        if (st == TCM_ST_OK || in_return_slot(c, cls, off))
             continue;
         FAIL("client %u (pid %u): %s of class %u holds offset 0x%llx: %s", c->rec->id, c->rec->pid, where, cls,
              (unsigned long long)off, tcm__status_msg(st));

@@ -246,10 +246,17 @@ pid_t tt_fork(int (*fn)(void *), void *arg)
 {
     fflush(stdout);
     fflush(stderr);
+    pid_t parent = getpid();
     pid_t pid = fork();
     CHECK(pid >= 0);
-    if (pid == 0)
+    if (pid == 0) {
+        /* a test that fails must not leave its children running (they would
+         * hold ctest's pipes until its timeout) */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
         _exit(fn(arg));
+    }
     return pid;
 }
 
