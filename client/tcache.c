@@ -294,7 +294,7 @@ static tcm_thread_t *thread_register(void)
     if (idx == pr->lay.max_threads) {
         if (!warned) {
             warned = true;
-            tcm__warn_once("more threads than tcmd --max-threads: the extra ones run without a cache");
+            tcm__warn_once("more threads than tcmd --max-threads: the extra ones share the process's transfer tier");
         }
         return NULL;
     }
@@ -419,6 +419,65 @@ void *tcm__large_alloc(size_t size, size_t align)
     return tcm__proc.heap + off;
 }
 
+/* Threads beyond --max-threads have no cache of their own: they share the
+ * process's transfer tier, which fetches and gives back whole batches, so
+ * they pay a lock per object and a round trip per batch instead of a round
+ * trip per object. */
+static void *shared_alloc(unsigned cls)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    const tcm_class_info_t *ci = &pr->classes[cls];
+    void *p = NULL;
+    pthread_mutex_lock(&pr->xfer_lock[cls]);
+    tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
+    if (!x->count) { /* one batch into the tier, through the spare slot */
+        uint32_t want = back_slots(xfer_slots(cls), &pr->xfer_backed[cls], ci->batch), idx;
+        tcm_slot_t *slot = tcm__slot_acquire(&idx);
+        slot->op = TCM_OP_REFILL;
+        slot->cls = cls;
+        slot->count = want ? want : 1;
+        if (want && tcm__call(slot, idx) == TCM_ST_OK) {
+            uint32_t n = slot->nresult < want ? slot->nresult : want;
+            for (uint32_t i = 0; i < n; i++)
+                xfer_slots(cls)[i] = pr->heap + slot->offs[i];
+            x->count = n; /* before the slot is released: a reclaim finds them in one place or both */
+            atomic_fetch_add_explicit(&pr->xfer_bytes, (uint64_t)n * ci->size, memory_order_relaxed);
+        }
+        tcm__slot_release(slot);
+    }
+    if (x->count) {
+        p = xfer_slots(cls)[--x->count];
+        atomic_fetch_sub_explicit(&pr->xfer_bytes, ci->size, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&pr->xfer_lock[cls]);
+    return p;
+}
+
+static void shared_free(unsigned cls, void *p)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    const tcm_class_info_t *ci = &pr->classes[cls];
+    pthread_mutex_lock(&pr->xfer_lock[cls]);
+    tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
+    uint64_t budget = atomic_load_explicit(&pr->meta->config.xfer_budget, memory_order_relaxed);
+    bool full = x->count >= ci->xfer_cap ||
+                atomic_load_explicit(&pr->xfer_bytes, memory_order_relaxed) + ci->size > budget;
+    if (full && x->count) { /* make room a batch at a time */
+        uint32_t k = x->count < ci->batch ? x->count : ci->batch;
+        atomic_fetch_sub_explicit(&pr->xfer_bytes, (uint64_t)k * ci->size, memory_order_relaxed);
+        tcm__return_objects(cls, xfer_slots(cls), k, &x->count);
+        full = false;
+    }
+    if (!full && back_slots(xfer_slots(cls), &pr->xfer_backed[cls], x->count + 1) > x->count) {
+        xfer_slots(cls)[x->count++] = p;
+        atomic_fetch_add_explicit(&pr->xfer_bytes, ci->size, memory_order_relaxed);
+        p = NULL;
+    }
+    pthread_mutex_unlock(&pr->xfer_lock[cls]);
+    if (p) /* no room at all (a zero budget, a full /dev/shm) */
+        tcm__return_objects(cls, &p, 1, NULL);
+}
+
 void *tcm__malloc_slow(size_t size)
 {
     if (size > TCM_MAX_SMALL)
@@ -430,15 +489,7 @@ void *tcm__malloc_slow(size_t size)
             errno = ENOMEM;
             return NULL;
         }
-        /* no cache for this thread: one object per round trip */
-        uint32_t idx;
-        tcm_slot_t *slot = tcm__slot_acquire(&idx);
-        slot->op = TCM_OP_REFILL;
-        slot->cls = cls;
-        slot->count = 1;
-        int st = tcm__call(slot, idx);
-        void *p = st == TCM_ST_OK && slot->nresult ? tcm__proc.heap + slot->offs[0] : NULL;
-        tcm__slot_release(slot);
+        void *p = shared_alloc(cls);
         if (!p)
             errno = ENOMEM;
         return p;
@@ -482,7 +533,7 @@ void tcm__free_slow(void *p)
 
     tcm_thread_t *thr = current_thread();
     if (!thr) {
-        tcm__return_objects(cls, &p, 1, NULL);
+        shared_free(cls, p);
         return;
     }
     tcm_bin_t *b = &thr->tc->bins[cls];

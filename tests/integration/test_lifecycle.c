@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -78,6 +79,46 @@ static void test_thread_exit(void)
     }
     tt_clients(&d, getpid(), NULL, NULL, &threads);
     CHECK_EQ(threads, 1); /* only the main thread still has a cache */
+}
+
+/* More threads at once than --max-threads (64): the extra ones share the
+ * process's transfer tier, which moves whole batches, instead of one round
+ * trip to tcmd per object. */
+static _Atomic int overflow_go;
+
+static void *overflow_body(void *arg)
+{
+    uintptr_t id = (uintptr_t)arg;
+    while (!atomic_load(&overflow_go))
+        usleep(100);
+    for (int round = 0; round < 40; round++) {
+        uint64_t *p[50];
+        for (int i = 0; i < 50; i++) {
+            CHECK((p[i] = tcm_malloc(64)) != NULL);
+            p[i][0] = id << 32 | (uint64_t)(round * 50 + i);
+        }
+        for (int i = 0; i < 50; i++) {
+            CHECK_EQ(p[i][0], id << 32 | (uint64_t)(round * 50 + i));
+            tcm_free(p[i]);
+        }
+    }
+    return NULL;
+}
+
+static void test_overflow_threads(void)
+{
+    enum { N = 100 };
+    pthread_t t[N];
+    uint64_t requests = tt_stat(&d, "requests");
+    atomic_store(&overflow_go, 0);
+    for (uintptr_t i = 0; i < N; i++)
+        pthread_create(&t[i], NULL, overflow_body, (void *)i);
+    atomic_store(&overflow_go, 1);
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    /* 100 threads x 4000 operations; per object it would be 400 000 requests */
+    CHECK_LT(tt_stat(&d, "requests") - requests, 40000);
+    CHECK_EQ(tt_stat(&d, "refused"), 0);
 }
 
 /* Process exit without tcm_shutdown: the daemon reclaims everything the
@@ -254,6 +295,7 @@ int main(void)
     CHECK_EQ(tcm_init(d.socket), 0);
     test_fork();
     test_thread_exit();
+    test_overflow_threads();
     test_process_exit();
     test_heap_full();
     test_bad_free();
@@ -261,6 +303,6 @@ int main(void)
     tcm_shutdown();
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
     tt_daemon_stop(&d);
-    printf("lifecycle: 6 passed, 0 failed\n");
+    printf("lifecycle: 7 passed, 0 failed\n");
     return 0;
 }
