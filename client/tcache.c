@@ -276,7 +276,7 @@ static void thread_exit(void *arg)
 
 static tcm_thread_t *thread_register(void)
 {
-    static bool warned;
+    static _Atomic bool warned;
     tcm_proc_t *pr = &tcm__proc;
     if (tcm__ensure_attached() != 0)
         return NULL;
@@ -292,8 +292,7 @@ static tcm_thread_t *thread_register(void)
         }
     pthread_mutex_unlock(&pr->tcache_lock);
     if (idx == pr->lay.max_threads) {
-        if (!warned) {
-            warned = true;
+        if (!atomic_exchange_explicit(&warned, true, memory_order_relaxed)) {
             tcm__warn_once("more threads than tcmd --max-threads: the extra ones share the process's transfer tier");
         }
         return NULL;
@@ -306,7 +305,9 @@ static tcm_thread_t *thread_register(void)
         return NULL;
     }
     tcm_tcache_t *tc = (tcm_tcache_t *)(pr->chan + pr->lay.off_tcaches + (uint64_t)idx * pr->lay.tcache_stride);
-    if (tcm__populate(tc, sizeof *tc) != 0) {
+    /* its slot and its cache header are backed now, not when the channel
+     * was made (most of --max-threads is never used) */
+    if (tcm__populate(&pr->slots[idx], sizeof pr->slots[idx]) != 0 || tcm__populate(tc, sizeof *tc) != 0) {
         free(thr);
         pthread_mutex_lock(&pr->tcache_lock);
         pr->tcache_used[idx] = 0;

@@ -72,6 +72,7 @@
 #define TCM_OBJMAP_WORDS_PER_PAGE (TCM_PAGE_SIZE / TCM_ALIGN / 64u)
 #define TCM_CACHELINE 64
 #define TCM_MAX_CLIENTS 1024u     /* client records in the state segment */
+#define TCM_MAX_THREADS 4096u     /* the most --max-threads can be */
 
 /* ---- size classes (shared, computed by tcm__class_table_init) ---- */
 

@@ -22,7 +22,7 @@ typedef struct setting {
 static const setting_t settings[] = {
     {{"heap_size", false, "bytes reserved for the heap (sparse)"}, T_SIZE, 4u << 20, 64ull << 40},
     {{"base", false, "address of the heap in every process"}, T_ADDR, 1u << 21, 0x7ff000000000ull},
-    {{"max_threads", false, "thread caches per client process"}, T_UINT, 1, 4096},
+    {{"max_threads", false, "thread caches per client process"}, T_UINT, 1, TCM_MAX_THREADS},
     {{"heap_limit", true, "bytes the heap may hand out (resize)"}, T_SIZE, 1u << 20, 64ull << 40},
     {{"tcache_budget", true, "bytes all thread caches of one process may hold"}, T_SIZE, 256u << 10, 1ull << 40},
     {{"xfer_budget", true, "bytes the transfer tier of one process may hold"}, T_SIZE, 0, 1ull << 40},

@@ -29,7 +29,8 @@ static void usage(FILE *f)
             "  --name NAME       shared-memory name (default derived from the socket path)\n"
             "  --heap-size SIZE  heap reservation, e.g. 1G (default 1G; sparse)\n"
             "  --base ADDR       heap address in every process (default 0x%llx)\n"
-            "  --max-threads N   thread caches per client process (default 256)\n"
+            "  --max-threads N   thread caches per client process (default 1024); more threads\n"
+            "                    share the process's transfer tier\n"
             "  --config FILE     key = value settings: any of the options above by\n"
             "                    their names with _ (heap_size, ...), and tcache_budget,\n"
             "                    xfer_budget, page_cache_cap, heap_limit; SIGHUP reloads it\n"
@@ -199,7 +200,7 @@ int main(int argc, char **argv)
     tcm_server_t *srv = &srv_storage;
     srv->heap_size = TCM_DEFAULT_HEAP;
     srv->base = TCM_DEFAULT_BASE;
-    srv->max_threads = 256;
+    srv->max_threads = 1024;
     srv->spin_ns = 50000;
     snprintf(srv->metrics_addr, sizeof srv->metrics_addr, "127.0.0.1");
     srv->tcache_budget = 32ull << 20;

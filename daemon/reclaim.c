@@ -37,6 +37,8 @@ static void collect_answered(const tcm_client_t *c, skip_set_t *skip)
     skip->offs = NULL;
     skip->n = 0;
     for (uint32_t i = 0; i < c->lay.nslots; i++) {
+        if (!tcm__slot_backed(c, i)) /* never used: nothing was answered there */
+            continue;
         const tcm_slot_t *slot = &c->slots[i];
         uint32_t op = slot->op, count = slot->count;
         if (atomic_load(&slot->state) != TCM_SLOT_DONE || (op != TCM_OP_RETURN && op != TCM_OP_FREE_PAGES))
@@ -114,6 +116,8 @@ void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c)
     collect_answered(c, &skip);
 
     for (uint32_t i = 0; i < l->nslots; i++) {
+        if (!tcm__slot_backed(c, i))
+            continue;
         tcm_slot_t *slot = &c->slots[i];
         /* read each field once: the channel is client memory */
         uint32_t op = slot->op, cls = slot->cls, nresult = slot->nresult;

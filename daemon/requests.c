@@ -294,7 +294,7 @@ static void count_latency(tcm_server_t *srv, uint64_t dt)
  * is gone or evicted, so nothing is handed out to it. */
 static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint32_t slot_index, bool frees_only)
 {
-    tcm_slot_t *slot = slot_index < c->lay.nslots ? &c->slots[slot_index] : NULL;
+    tcm_slot_t *slot = tcm__client_slot(c, slot_index);
     if (!slot || atomic_load_explicit(&slot->state, memory_order_acquire) != TCM_SLOT_POSTED) {
         refuse(srv, c, "ring entry", 0, slot_index, TCM_ST_BAD_SLOT);
         c->rec->tail = pos + 1; /* nothing to answer: a crash here only frees the cell later */
@@ -433,7 +433,11 @@ void tcm__resolve_intent_ht(tcm_server_t *srv, uint64_t *redone, uint64_t *rolle
         set_phase(ri, TCM_INTENT_NONE);
         return;
     }
-    tcm_slot_t *slot = &c->slots[ri->slot];
+    tcm_slot_t *slot = tcm__client_slot(c, ri->slot);
+    if (!slot) {
+        set_phase(ri, TCM_INTENT_NONE);
+        return;
+    }
     bool answered = !(atomic_load(&slot->state) == TCM_SLOT_POSTED && slot->req_seq == ri->req_seq);
     if (phase == TCM_INTENT_PICKED || (ri->op == TCM_OP_REFILL && ri->n == 0)) {
         if (answered) {

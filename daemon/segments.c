@@ -348,14 +348,19 @@ int tcm__client_create(tcm_server_t *srv, pid_t pid, uid_t uid, tcm_client_t **o
         goto out_free;
     }
     /* 0600 and never chowned: the client gets it as a descriptor */
-    /* header, ring and slots are written at once; thread caches and the
-     * transfer tier are backed by the client as they grow */
-    if ((err = tcm__commit(c->chan_fd, 0, srv->chan_layout.off_tcaches)) != 0) {
+    /* header and ring are written at once; each thread's slot when the
+     * thread registers (the spare one now), thread caches and the transfer
+     * tier as they grow */
+    if ((err = tcm__commit(c->chan_fd, 0, srv->chan_layout.off_slots)) != 0) {
         tcm__log(TCM_LOG_ERROR, "fallocate(%s) failed: %s", rec->chan_name, strerror(-err));
         goto out_unlink;
     }
     if ((err = map_channel(srv, c)) != 0)
         goto out_unlink;
+    if (!tcm__client_slot(c, srv->chan_layout.nslots - 1)) {
+        err = -ENOMEM;
+        goto out_unlink;
+    }
     init_channel(c);
     atomic_store_explicit(&rec->state, TCM_REC_ACTIVE, memory_order_release);
     publish(srv, c);
@@ -371,6 +376,34 @@ out_free:
     atomic_store(&rec->state, TCM_REC_FREE);
     free(c);
     return err;
+}
+
+tcm_slot_t *tcm__client_slot(tcm_client_t *c, uint32_t index)
+{
+    if (index >= c->lay.nslots)
+        return NULL;
+    if (!tcm__slot_backed(c, index)) {
+        uint64_t off = c->lay.off_slots + (uint64_t)index * sizeof(tcm_slot_t);
+        uint64_t lo = off & ~(uint64_t)4095, hi = off + sizeof(tcm_slot_t);
+        int err = tcm__commit(c->chan_fd, lo, hi - lo);
+        if (err) {
+            tcm__log_limited(TCM_LOG_WARN, "fallocate(%s, slot %u) failed: %s", c->rec->chan_name, index,
+                             strerror(-err));
+            return NULL;
+        }
+        c->slots_backed[index / 64] |= 1ull << (index % 64);
+    }
+    return &c->slots[index];
+}
+
+/* An adopted channel: which slots its client (or a previous tcmd) backed. */
+static void find_backed_slots(tcm_client_t *c)
+{
+    for (uint32_t i = 0; i < c->lay.nslots; i++) {
+        uint64_t off = c->lay.off_slots + (uint64_t)i * sizeof(tcm_slot_t);
+        if (tcm__backed_range(c->chan_fd, off & ~(uint64_t)4095, off + sizeof(tcm_slot_t) - (off & ~(uint64_t)4095)) == 1)
+            c->slots_backed[i / 64] |= 1ull << (i % 64);
+    }
 }
 
 int tcm__client_map(tcm_server_t *srv, uint32_t index, tcm_client_t **out)
@@ -391,6 +424,8 @@ int tcm__client_map(tcm_server_t *srv, uint32_t index, tcm_client_t **out)
         err = -EPROTO;
     if (!err)
         err = map_channel(srv, c);
+    if (!err)
+        find_backed_slots(c);
     if (err) {
         tcm__log(TCM_LOG_WARN, "client %u (pid %u): cannot reopen channel %s: %s", rec->id, rec->pid,
                  rec->chan_name, strerror(-err));

@@ -37,7 +37,21 @@ typedef struct tcm_client {
     tcm_slot_t *slots;
     tcm_conn_t *conn;         /* main thread: its control connection; NULL between adoption and resume */
     struct tcm_client *next_reaped;
+    /* heap thread: slots known to be backed by tmpfs blocks. A client backs
+     * its thread's slot when the thread registers; tcmd touches a slot only
+     * once it is backed (committing it itself if need be), so a slot index
+     * from the ring can never make it fault on a full /dev/shm. */
+    uint64_t slots_backed[(TCM_MAX_THREADS + 1 + 63) / 64];
 } tcm_client_t;
+
+/* The slot, or NULL when it cannot be backed (index out of range, /dev/shm
+ * full). Heap thread (and recovery). */
+tcm_slot_t *tcm__client_slot(tcm_client_t *c, uint32_t index);
+/* Is the slot backed? (for loops that only read slots tcmd ever used) */
+static inline bool tcm__slot_backed(const tcm_client_t *c, uint32_t index)
+{
+    return index < c->lay.nslots && (c->slots_backed[index / 64] >> (index % 64) & 1);
+}
 
 enum tcm_mbox_cmd {
     TCM_MBOX_NONE = 0, TCM_MBOX_RELEASE = 1, TCM_MBOX_RESIZE = 2, TCM_MBOX_NOP = 3, TCM_MBOX_CHECK = 4,

@@ -172,6 +172,8 @@ fail:
 static bool in_return_slot(const tcm_client_t *c, unsigned cls, uint64_t off)
 {
     for (uint32_t i = 0; i < c->lay.nslots; i++) {
+        if (!tcm__slot_backed(c, i))
+            continue;
         const tcm_slot_t *slot = &c->slots[i];
         uint32_t op = slot->op, scls = slot->cls, count = slot->count; /* client memory: read once */
         if (op != TCM_OP_RETURN || scls != cls)
@@ -219,7 +221,7 @@ static bool check_runs(const tcm_server_t *srv, const tcm_client_t *c, char *why
             st = TCM_ST_BAD_COUNT;
         bool giving_back = false;
         for (uint32_t k = 0; k < c->lay.nslots && st != TCM_ST_OK && !giving_back; k++)
-            giving_back = c->slots[k].op == TCM_OP_FREE_PAGES && c->slots[k].arg == e.off;
+            giving_back = tcm__slot_backed(c, k) && c->slots[k].op == TCM_OP_FREE_PAGES && c->slots[k].arg == e.off;
         if (st != TCM_ST_OK && !giving_back)
             FAIL("client %u (pid %u): its page-run cache holds offset 0x%llx (%u pages): %s", c->rec->id,
                  c->rec->pid, (unsigned long long)e.off, e.npages, tcm__status_msg(st));

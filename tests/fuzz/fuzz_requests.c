@@ -80,6 +80,7 @@ static void reset(void)
     client.ring = (tcm_ring_t *)(client.chan + client.lay.off_ring);
     client.slots = (tcm_slot_t *)(client.chan + client.lay.off_slots);
     tcm__ring_init(client.ring, client.lay.ring_cap);
+    memset(client.slots_backed, 0xff, sizeof client.slots_backed); /* anonymous memory: all backed */
     atomic_store(&srv.clients[0], &client);
     atomic_store(&srv.clients_hw, 1);
     npool = 0;

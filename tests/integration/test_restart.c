@@ -357,7 +357,7 @@ static int test_refusals(void *arg)
     const char *base[] = {"--heap-size", "64M", "--base", "0x7f0000000000", NULL};
     expect_refused(&d, base, "--base");
     const char *threads[] = {"--heap-size", "64M", "--max-threads", "8", NULL};
-    expect_refused(&d, threads, "--max-threads 256");
+    expect_refused(&d, threads, "--max-threads 1024");
     char want[64];
     patch_u32(&d, "state", offsetof(tcm_state_hdr_t, version), TCM_LAYOUT_VERSION - 1);
     snprintf(want, sizeof want, "layout version %u", TCM_LAYOUT_VERSION - 1);
