@@ -255,14 +255,15 @@ static void thread_exit(void *arg)
     tcm_thread_t *thr = arg;
     tcm_proc_t *pr = &tcm__proc;
     if (thr->epoch == pr->epoch && atomic_load(&pr->attached)) {
-        /* to the daemon, not the transfer tier: a process whose workers
-         * have gone must not keep their memory pinned (release could not
-         * give it back while the process idles) */
-        thread_flush(thr, true);
-        /* the transfer tier trades objects between threads: with at most
-         * one thread left it only pins memory. Trimmed through this
-         * thread's slot, so before its index is given to a new thread. */
-        if (atomic_fetch_sub(&pr->nthreads, 1) <= 2)
+        /* into the transfer tier, where the next thread finds it without a
+         * round trip (threads that come and go); the background thread
+         * gives the tier back once nobody has used it for decay_ms. Without
+         * that thread, a process whose workers have gone must not keep
+         * their memory pinned: to the daemon, and the tier too once at
+         * most one thread is left. Trimmed through this thread's slot, so
+         * before its index is given to a new thread. */
+        thread_flush(thr, !pr->bg_running);
+        if (atomic_fetch_sub(&pr->nthreads, 1) <= 2 && !pr->bg_running)
             tcm__trim_xfer(0);
         thr->tc->in_use = 0;
         pthread_mutex_lock(&pr->tcache_lock);

@@ -162,6 +162,64 @@ static void test_idle_transfer_tier(void)
     tt_daemon_stop(&d);
 }
 
+/* Threads that came and went: each exit leaves the thread's cache in the
+ * process's transfer tier (where the next thread finds it without a round
+ * trip), and the background thread gives it back once the process has
+ * idled for decay_ms. */
+static void *short_lived(void *arg)
+{
+    (void)arg;
+    enum { N = 3000 };
+    static _Thread_local void *p[N];
+    for (int i = 0; i < N; i++)
+        CHECK((p[i] = tcm_malloc(700)) != NULL);
+    for (int i = 0; i < N; i++)
+        tcm_free(p[i]);
+    return NULL;
+}
+
+static int churner(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(socket_path), 0);
+    for (int round = 0; round < 5; round++) {
+        pthread_t t[4];
+        for (int i = 0; i < 4; i++)
+            pthread_create(&t[i], NULL, short_lived, NULL);
+        for (int i = 0; i < 4; i++)
+            pthread_join(t[i], NULL);
+    }
+    atomic_store(phase, 1); /* no thread has a cache now; the process idles */
+    while (atomic_load(phase) != 9)
+        usleep(1000);
+    tcm_shutdown();
+    return 0;
+}
+
+static void test_exited_threads(void)
+{
+    tcm_test_daemon_t d;
+    tt_daemon_start(&d, NULL);
+    socket_path = d.socket;
+    char out[512];
+    CHECK_EQ(tt_tcmctl(&d, "config set decay_ms 300", out, sizeof out), 0);
+    atomic_store(phase, 0);
+    pid_t pid = tt_fork(churner, NULL);
+    wait_phase(pid, 1);
+    uint64_t before = cached_by(&d, pid), now = before;
+    for (int i = 0; i < 500 && now > 0; i++) {
+        usleep(10000);
+        now = cached_by(&d, pid);
+    }
+    printf("exited threads: %llu bytes cached in the transfer tier, %llu after decay_ms\n",
+           (unsigned long long)before, (unsigned long long)now);
+    CHECK_GE(before, 1u << 20); /* the last round's caches waited there for the next thread */
+    CHECK_EQ(now, 0);
+    atomic_store(phase, 9);
+    tt_wait_ok(pid, 60000);
+    tt_daemon_stop(&d);
+}
+
 /* Heap limit 96 MiB: process A caches what it freed and idles; process B
  * then gets all but A's thread caches before ENOMEM. */
 static int grabber(void *arg)
@@ -244,6 +302,7 @@ int main(void)
     tt_daemon_stop(&d);
     test_decay();
     test_idle_transfer_tier();
+    test_exited_threads();
     test_full_heap_takes_back();
     printf("memory: 4 passed, 0 failed\n");
     return 0;
