@@ -1,6 +1,6 @@
 /* channel.c — the client side of the ring: post a request on a slot, ring
- * the doorbell, spin briefly, then sleep on the slot's futex until the
- * daemon answers. A daemon that disappeared is noticed by its socket; the
+ * the doorbell, and (now or at the thread's next slow path) spin briefly,
+ * then sleep on the slot's futex until the daemon answers. A daemon that disappeared is noticed by its socket; the
  * call then waits (bounded) for the next tcmd and resumes with it. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,7 +24,8 @@ static char tsan_daemon;
 #define DAEMON_ACQUIRE() ((void)0)
 #endif
 
-#define SPIN_NS 20000ll          /* a served request takes about a microsecond */
+#define SPIN_NS 5000ll          /* a served request takes about a microsecond; past that the heap thread is
+                                   asleep or busy, and spinning would take the CPU it needs */
 #define WAIT_SLICE_NS 100000000ll /* between checks that the daemon is alive */
 
 #define AWAY_SLICE_NS 20000000ll   /* while tcmd is away: how often to look for the next one */
@@ -37,17 +38,19 @@ static void resume_if_asked(void)
         tcm__await_daemon();
 }
 
-int tcm__call(tcm_slot_t *slot, uint32_t slot_index)
+/* Post the request on a slot without waiting for it; false (and nothing
+ * posted) when tcmd is lost and not back yet. */
+bool tcm__post(tcm_slot_t *slot, uint32_t slot_index)
 {
     tcm_proc_t *pr = &tcm__proc;
     if (pr->daemon_lost) {
         uint64_t now = tcm__now_ns();
         if (now < pr->lost_retry_ns)
-            return TCM_ST_NOMEM;
+            return false;
         pr->lost_retry_ns = now + LOST_RETRY_NS;
         pr->outage_deadline_ns = now; /* one try */
         if (tcm__await_daemon() != 0)
-            return TCM_ST_NOMEM;
+            return false;
     }
     DAEMON_RELEASE();
     atomic_store_explicit(&slot->waiting, 0, memory_order_relaxed);
@@ -57,7 +60,16 @@ int tcm__call(tcm_slot_t *slot, uint32_t slot_index)
     while (!tcm__ring_push(pr->ring, pr->lay.ring_cap, slot_index))
         sched_yield(); /* cannot happen: the ring has a cell for every slot */
     tcm__bell_ring((_Atomic uint32_t *)&pr->meta->heap_sleeping, pr->bell);
+    return true;
+}
 
+/* Wait for the answer to a posted request: spin briefly, then sleep on the
+ * slot. Returns the slot's status, or TCM_ST_NOMEM when tcmd is gone for
+ * good (the request may then never be served). */
+int tcm__await(tcm_slot_t *slot, uint32_t slot_index)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    (void)slot_index;
     uint64_t start = tcm__now_ns();
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(&slot->state, memory_order_acquire) == TCM_SLOT_DONE) {
@@ -98,11 +110,19 @@ int tcm__call(tcm_slot_t *slot, uint32_t slot_index)
     return slot->status;
 }
 
+int tcm__call(tcm_slot_t *slot, uint32_t slot_index)
+{
+    if (!tcm__post(slot, slot_index))
+        return TCM_ST_NOMEM;
+    return tcm__await(slot, slot_index);
+}
+
 /* The calling thread's own slot, or the shared spare one (locked). */
 tcm_slot_t *tcm__slot_acquire(uint32_t *index)
 {
     tcm_thread_t *thr = tcm__tls_thread;
     if (thr) {
+        tcm__settle(thr, false); /* a request it did not wait for: answered before the slot is reused */
         *index = thr->index;
         return &tcm__proc.slots[thr->index];
     }

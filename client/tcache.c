@@ -79,10 +79,32 @@ int tcm__return_objects(unsigned cls, void **objs, uint32_t n, uint32_t *count)
     return 0;
 }
 
+/* Give the top n objects of a thread's bin to tcmd without waiting for the
+ * answer (the thread's next slow path settles it). The bin drops them only
+ * once they are posted: a death before that leaves them in the bin and in a
+ * posted RETURN, which reclaim serves first and then skips. */
+static void return_async(tcm_thread_t *thr, unsigned cls, tcm_bin_t *b, uint32_t n)
+{
+    tcm_slot_t *slot = &tcm__proc.slots[thr->index];
+    uintptr_t base = (uintptr_t)tcm__proc.heap;
+    uint32_t top = b->count;
+    tcm__settle(thr, false);
+    slot->op = TCM_OP_RETURN;
+    slot->cls = cls;
+    slot->count = n;
+    for (uint32_t i = 0; i < n; i++)
+        slot->offs[i] = (uintptr_t)b->slots[top - n + i] - base;
+    if (tcm__post(slot, thr->index))
+        b->count = top - n;
+    else /* tcmd is lost: the call that waits says so */
+        tcm__return_objects(cls, b->slots, n, &b->count);
+}
+
 /* Move the objects of a thread's bin above keep out of it: the top ones to
  * the daemon, what fits into the process's transfer tier (unless to_daemon)
- * first. Leaves b->count = keep. */
-static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t keep, bool to_daemon)
+ * first. Leaves b->count = keep. async: the calling thread, whose bin it is,
+ * does not wait for tcmd to take a single batch (NULL: it waits). */
+static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t keep, bool to_daemon, tcm_thread_t *async)
 {
     tcm_proc_t *pr = &tcm__proc;
     const tcm_class_info_t *ci = &pr->classes[cls];
@@ -106,7 +128,9 @@ static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t keep, bool to_d
             atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
         atomic_fetch_add_explicit(&pr->xfer_bytes, (uint64_t)take * ci->size, memory_order_relaxed);
     }
-    if (n > take)
+    if (n > take && async && n - take <= TCM_MAX_BATCH)
+        return_async(async, cls, b, n - take);
+    else if (n > take)
         tcm__return_objects(cls, b->slots, n - take, &b->count);
     b->count = keep;
 }
@@ -124,6 +148,14 @@ static uint32_t take_from_xfer(unsigned cls, void **dst, uint32_t want)
         atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
     atomic_fetch_sub_explicit(&pr->xfer_bytes, (uint64_t)k * pr->classes[cls].size, memory_order_relaxed);
     return k;
+}
+
+static bool xfer_empty(unsigned cls)
+{
+    pthread_mutex_lock(&tcm__proc.xfer_lock[cls]);
+    bool empty = tcm__proc.chan_hdr->xfer[cls].count == 0;
+    pthread_mutex_unlock(&tcm__proc.xfer_lock[cls]);
+    return empty;
 }
 
 /* *asked: on NOMEM, how many other processes tcmd asked to give back what
@@ -145,6 +177,70 @@ static uint32_t take_from_daemon(tcm_thread_t *thr, unsigned cls, void **dst, ui
         dst[i] = tcm__proc.heap + slot->offs[i];
     atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
     return n;
+}
+
+static void grow(tcm_thread_t *thr, unsigned cls, uint32_t more);
+
+/* Objects of a REFILL answered while the thread went on: into its bin of
+ * that class as far as it may grow; returns how many went in. */
+static uint32_t stash_fetched(tcm_thread_t *thr, unsigned cls, const tcm_slot_t *slot, uint32_t n)
+{
+    tcm_bin_t *b = &thr->tc->bins[cls];
+    grow(thr, cls, n);
+    uint32_t room = b->max > b->count ? b->max - b->count : 0, k = n < room ? n : room;
+    for (uint32_t i = 0; i < k; i++)
+        b->slots[b->count + i] = tcm__proc.heap + slot->offs[i];
+    b->count += k; /* listed in the bin and in the answered slot until it goes IDLE: a reclaim frees
+                      the first and silently refuses the second */
+    return k;
+}
+
+/* Wait for a request posted on the slot without waiting, take its answer in
+ * and leave the slot IDLE. into: the thread whose bins may take fetched-ahead
+ * objects (NULL: they go back to tcmd, on the same slot). */
+static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *into)
+{
+    int st = tcm__await(slot, idx);
+    unsigned cls = slot->cls;
+    if (slot->op == TCM_OP_REFILL && st == TCM_ST_OK && cls > 0 && cls < TCM_NCLASSES) {
+        uint32_t n = slot->nresult < slot->count ? slot->nresult : slot->count;
+        n = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH;
+        uint32_t k = into ? stash_fetched(into, cls, slot, n) : 0;
+        if (k < n) { /* no room: back to tcmd */
+            memmove(slot->offs, slot->offs + k, (n - k) * sizeof slot->offs[0]);
+            slot->op = TCM_OP_RETURN;
+            slot->count = n - k;
+            st = tcm__call(slot, idx);
+        }
+    }
+    atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
+    if (slot->op == TCM_OP_RETURN && st != TCM_ST_OK && st != TCM_ST_NOMEM)
+        fatal_refused(st, cls);
+}
+
+void tcm__settle(tcm_thread_t *thr, bool stash)
+{
+    tcm_slot_t *slot = &tcm__proc.slots[thr->index];
+    if (tcm_likely(atomic_load_explicit(&slot->state, memory_order_relaxed) == TCM_SLOT_IDLE))
+        return;
+    settle_slot(slot, thr->index, stash ? thr : NULL);
+}
+
+/* A thread that keeps refilling one class from tcmd asks for its next batch
+ * now, so that tcmd works while the thread uses this one. At most a quarter
+ * of the thread's budget waits in the slot. */
+static void fetch_ahead(tcm_thread_t *thr, unsigned cls)
+{
+    const tcm_class_info_t *ci = &tcm__proc.classes[cls];
+    tcm_slot_t *slot = &tcm__proc.slots[thr->index];
+    uint64_t fits = thr->budget / 4 / ci->size;
+    uint32_t want = thr->refill[cls] < fits ? thr->refill[cls] : (uint32_t)fits;
+    if (want == 0)
+        return;
+    slot->op = TCM_OP_REFILL;
+    slot->cls = cls;
+    slot->count = want;
+    tcm__post(slot, thr->index);
 }
 
 /* Let a bin hold `more` more objects if the thread's budget allows. */
@@ -176,7 +272,7 @@ static void shrink_to_budget(tcm_thread_t *thr)
                 continue;
             uint32_t keep = b->max / 2;
             if (b->count > keep) /* a smaller budget: memory back to the heap, not the transfer tier */
-                release_objects(cls, b, keep, true);
+                release_objects(cls, b, keep, true, NULL);
             thr->capacity -= (uint64_t)(b->max - keep) * tcm__proc.classes[cls].size;
             b->max = keep;
             changed = true;
@@ -228,7 +324,7 @@ static void thread_flush(tcm_thread_t *thr, bool to_daemon)
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         tcm_bin_t *b = &thr->tc->bins[cls];
         if (b->count)
-            release_objects(cls, b, 0, to_daemon);
+            release_objects(cls, b, 0, to_daemon, NULL);
         b->max = 0;
     }
     thr->capacity = 0;
@@ -262,6 +358,7 @@ static void thread_exit(void *arg)
          * their memory pinned: to the daemon, and the tier too once at
          * most one thread is left. Trimmed through this thread's slot, so
          * before its index is given to a new thread. */
+        tcm__settle(thr, true);
         thread_flush(thr, !pr->bg_running);
         if (atomic_fetch_sub(&pr->nthreads, 1) <= 2 && !pr->bg_running)
             tcm__trim_xfer(0);
@@ -361,8 +458,21 @@ static bool refill(tcm_thread_t *thr, unsigned cls)
     grow(thr, cls, want);
     if (want > b->max)
         want = b->max;
+    /* the batch fetched ahead, if it was this class's */
+    tcm_slot_t *slot = &tcm__proc.slots[thr->index];
+    bool ahead = atomic_load_explicit(&slot->state, memory_order_relaxed) != TCM_SLOT_IDLE &&
+                 slot->op == TCM_OP_REFILL && slot->cls == cls;
+    tcm__settle(thr, true);
+    if (b->count) {
+        if (thr->refill[cls] < ci->batch)
+            thr->refill[cls] = thr->refill[cls] * 2 < ci->batch ? thr->refill[cls] * 2 : ci->batch;
+        if (ahead && xfer_empty(cls)) /* still nothing from this process's other threads */
+            fetch_ahead(thr, cls);
+        return true;
+    }
     uint64_t asked = 0;
     uint32_t got = take_from_xfer(cls, b->slots, want);
+    bool from_daemon = !got;
     if (!got)
         got = take_from_daemon(thr, cls, b->slots, want, &asked);
     if (!got && !tcm__proc.daemon_lost) {
@@ -378,6 +488,11 @@ static bool refill(tcm_thread_t *thr, unsigned cls)
     b->count = got;
     if (thr->refill[cls] < ci->batch)
         thr->refill[cls] = thr->refill[cls] * 2 < ci->batch ? thr->refill[cls] * 2 : ci->batch;
+    if (got && from_daemon) {
+        if (thr->last_daemon_cls == cls)
+            fetch_ahead(thr, cls);
+        thr->last_daemon_cls = (uint8_t)cls;
+    }
     return got != 0;
 }
 
@@ -540,11 +655,12 @@ void tcm__free_slow(void *p)
     }
     tcm_bin_t *b = &thr->tc->bins[cls];
     if (b->count >= b->max) {
+        tcm__settle(thr, true);
         grow(thr, cls, thr->refill[cls]);
         if (b->count >= b->max) {
             /* full and may not grow: hand a whole batch on */
             uint32_t k = pr->classes[cls].batch < b->count ? pr->classes[cls].batch : b->count;
-            release_objects(cls, b, b->count - k, false);
+            release_objects(cls, b, b->count - k, false, thr);
         }
     }
     b->slots[b->count++] = p;
@@ -558,6 +674,8 @@ void tcm__flush_all(void)
     for (uint32_t i = 0; i < pr->lay.max_threads; i++) {
         if (!pr->tcache_used[i])
             continue;
+        if (atomic_load_explicit(&pr->slots[i].state, memory_order_relaxed) != TCM_SLOT_IDLE)
+            settle_slot(&pr->slots[i], i, NULL);
         tcm_tcache_t *tc = (tcm_tcache_t *)(pr->chan + pr->lay.off_tcaches + (uint64_t)i * pr->lay.tcache_stride);
         for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
             tcm_bin_t *b = &tc->bins[cls];

@@ -201,7 +201,7 @@ int main(int argc, char **argv)
     srv->heap_size = TCM_DEFAULT_HEAP;
     srv->base = TCM_DEFAULT_BASE;
     srv->max_threads = 1024;
-    srv->spin_ns = 50000;
+    srv->spin_ns = 10000;
     snprintf(srv->metrics_addr, sizeof srv->metrics_addr, "127.0.0.1");
     srv->tcache_budget = 32ull << 20;
     srv->xfer_budget = 32ull << 20;

@@ -233,12 +233,67 @@ static void free_large_twice(void)
     tcm_free(p);
 }
 
+/* A second free of a small object: the hit path takes it, tcmd refuses it
+ * when its batch comes back (a RETURN the thread did not wait for, or the
+ * flush at shutdown), and the process stops with the reason. */
+static void free_small_twice(void)
+{
+    static void *ps[20000];
+    for (int i = 0; i < 20000; i++)
+        ps[i] = tcm_malloc(64);
+    for (int i = 0; i < 20000; i++)
+        tcm_free(ps[i]);
+    tcm_free(ps[0]);
+    for (int i = 0; i < 20000; i++) /* bins full again: batches go back while the thread goes on */
+        tcm_free(ps[i] = tcm_malloc(64));
+    tcm_shutdown();
+}
+
 static void test_bad_free(void)
 {
+    expect_abort(free_small_twice, "double free");
     expect_abort(free_stack, "invalid pointer");
     expect_abort(free_interior, "invalid pointer");
     expect_abort(free_large_twice, "free");
     CHECK(tt_daemon_alive(&d));
+}
+
+/* SIGKILL while the thread has a batch fetched ahead of need (it kept
+ * refilling one class from tcmd), after RETURNs it did not wait for: the
+ * caches and that batch come back; only what it had in use is orphaned. */
+static void test_sigkill_in_flight(void)
+{
+    int *ready = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 1, 5000), 1);
+    uint64_t died_before = tt_stat(&d, "clients_died");
+    pid_t pid = fork();
+    if (pid == 0) {
+        enum { N = 100000 };
+        static void *ps[2 * N];
+        for (int i = 0; i < N; i++) /* 6.4 MB of one class: refill after refill from tcmd */
+            CHECK((ps[i] = tcm_malloc(64)) != NULL);
+        for (int i = 0; i < N / 2; i++) /* half back, batches to tcmd without waiting */
+            tcm_free(ps[i]);
+        for (int i = N; i < 2 * N; i++) /* its caches, then tcmd again: the last batch asked for ahead */
+            CHECK((ps[i] = tcm_malloc(64)) != NULL);
+        __atomic_store_n(ready, 1, __ATOMIC_RELEASE);
+        for (;;)
+            pause();
+    }
+    while (!__atomic_load_n(ready, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    uint64_t held = 0, cached = 0;
+    tt_clients(&d, pid, &held, &cached, NULL);
+    CHECK_GE(held, 150000u * 64); /* what it still uses */
+    uint64_t clients_before = tt_stat(&d, "bytes_clients");
+    kill(pid, SIGKILL);
+    CHECK(WIFSIGNALED(tt_wait(pid, 10000)));
+    CHECK_EQ(tt_wait_stat(&d, "clients_died", died_before + 1, 5000), died_before + 1);
+    /* the caches, the fetched-ahead batch among them, came back: only what it used is orphaned */
+    CHECK_EQ(clients_before - tt_stat(&d, "bytes_clients"), cached);
+    char out[256];
+    CHECK_EQ(tt_tcmctl(&d, "check", out, sizeof out), 0);
+    munmap(ready, 4096);
 }
 
 /* SIGKILL: the daemon keeps serving the others and takes back what sat in
@@ -300,9 +355,10 @@ int main(void)
     test_heap_full();
     test_bad_free();
     test_sigkill();
+    test_sigkill_in_flight();
     tcm_shutdown();
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
     tt_daemon_stop(&d);
-    printf("lifecycle: 7 passed, 0 failed\n");
+    printf("lifecycle: 8 passed, 0 failed\n");
     return 0;
 }
