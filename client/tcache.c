@@ -30,6 +30,11 @@ static uint32_t back_slots(void **slots, uint32_t *backed, uint32_t want)
     return want < *backed ? want : *backed;
 }
 
+static tcm_tcache_t *thread_tcache(uint32_t idx)
+{
+    return (tcm_tcache_t *)(tcm__proc.chan + tcm__proc.lay.off_tcaches + (uint64_t)idx * tcm__proc.lay.tcache_stride);
+}
+
 static void **xfer_slots(unsigned cls)
 {
     return (void **)(tcm__proc.chan + tcm__proc.lay.off_xfer + tcm__proc.lay.xfer_slot_off[cls]);
@@ -213,6 +218,7 @@ static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *into)
             st = tcm__call(slot, idx);
         }
     }
+    thread_tcache(idx)->ahead_bytes = 0;
     atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
     if (slot->op == TCM_OP_RETURN && st != TCM_ST_OK && st != TCM_ST_NOMEM)
         fatal_refused(st, cls);
@@ -240,7 +246,9 @@ static void fetch_ahead(tcm_thread_t *thr, unsigned cls)
     slot->op = TCM_OP_REFILL;
     slot->cls = cls;
     slot->count = want;
-    tcm__post(slot, thr->index);
+    thr->tc->ahead_bytes = (uint64_t)want * ci->size; /* counted as cached from now on */
+    if (!tcm__post(slot, thr->index))
+        thr->tc->ahead_bytes = 0;
 }
 
 /* Let a bin hold `more` more objects if the thread's budget allows. */
@@ -402,7 +410,7 @@ static tcm_thread_t *thread_register(void)
         pthread_mutex_unlock(&pr->tcache_lock);
         return NULL;
     }
-    tcm_tcache_t *tc = (tcm_tcache_t *)(pr->chan + pr->lay.off_tcaches + (uint64_t)idx * pr->lay.tcache_stride);
+    tcm_tcache_t *tc = thread_tcache(idx);
     /* its slot and its cache header are backed now, not when the channel
      * was made (most of --max-threads is never used) */
     if (tcm__populate(&pr->slots[idx], sizeof pr->slots[idx]) != 0 || tcm__populate(tc, sizeof *tc) != 0) {
@@ -413,6 +421,7 @@ static tcm_thread_t *thread_register(void)
         return NULL; /* /dev/shm is full: run without a cache */
     }
     memset(tc->bins, 0, sizeof tc->bins);
+    tc->ahead_bytes = 0;
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
         tc->bins[cls].slots = (void **)((uint8_t *)tc + pr->lay.bin_slot_off[cls]);
     tc->index = idx;
@@ -676,7 +685,7 @@ void tcm__flush_all(void)
             continue;
         if (atomic_load_explicit(&pr->slots[i].state, memory_order_relaxed) != TCM_SLOT_IDLE)
             settle_slot(&pr->slots[i], i, NULL);
-        tcm_tcache_t *tc = (tcm_tcache_t *)(pr->chan + pr->lay.off_tcaches + (uint64_t)i * pr->lay.tcache_stride);
+        tcm_tcache_t *tc = thread_tcache(i);
         for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
             tcm_bin_t *b = &tc->bins[cls];
             if (b->count)

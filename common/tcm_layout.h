@@ -310,7 +310,9 @@ _Static_assert(sizeof(tcm_bin_t) == 16, "bin is shared");
 typedef struct tcm_tcache {
     uint32_t in_use;   /* W: client (register, exit). R: tcmd, stats */
     uint32_t index;
-    uint64_t reserved[7];
+    uint64_t ahead_bytes; /* W: client (fetch ahead, settle). R: tcmd, stats: a REFILL's bytes asked
+                             for ahead of need and not yet taken in (0 from clients that never do) */
+    uint64_t reserved[6];
     tcm_bin_t bins[TCM_NBINS]; /* only 1..TCM_NCLASSES-1 ever hold objects */
     /* then the slot arrays, at chan_hdr.bin_slot_off[c] from the tcache */
 } tcm_tcache_t;

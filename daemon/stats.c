@@ -36,6 +36,8 @@ void tcm__client_usage(const tcm_server_t *srv, const tcm_client_t *c, uint32_t 
         const tcm_tcache_t *tc = (const tcm_tcache_t *)(c->chan + l->off_tcaches + (uint64_t)t * l->tcache_stride);
         if (tc->in_use)
             (*threads)++;
+        uint64_t ahead = tc->ahead_bytes; /* a batch asked for ahead of need, not yet taken in */
+        *cached += ahead <= (uint64_t)TCM_MAX_BATCH << 21 ? ahead : 0;
         for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
             uint32_t n = tc->bins[cls].count;
             *cached += (uint64_t)(n < ci[cls].tcache_cap ? n : ci[cls].tcache_cap) * ci[cls].size;
@@ -44,13 +46,6 @@ void tcm__client_usage(const tcm_server_t *srv, const tcm_client_t *c, uint32_t 
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         uint32_t n = hdr->xfer[cls].count;
         *cached += (uint64_t)(n < ci[cls].xfer_cap ? n : ci[cls].xfer_cap) * ci[cls].size;
-    }
-    for (uint32_t i = 0; i < l->nslots; i++) { /* batches fetched ahead, answered, not yet taken in */
-        const tcm_slot_t *slot = &c->slots[i];
-        uint32_t cls = slot->cls, n = slot->nresult;
-        if (tcm__slot_backed(c, i) && atomic_load_explicit(&slot->state, memory_order_relaxed) == TCM_SLOT_DONE &&
-            slot->op == TCM_OP_REFILL && slot->status == TCM_ST_OK && cls > 0 && cls < TCM_NCLASSES)
-            *cached += (uint64_t)(n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH) * ci[cls].size;
     }
     uint32_t runs = hdr->large_count < TCM_LARGE_CACHE ? hdr->large_count : TCM_LARGE_CACHE;
     for (uint32_t i = 0; i < runs; i++) {
