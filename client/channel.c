@@ -122,7 +122,6 @@ tcm_slot_t *tcm__slot_acquire(uint32_t *index)
 {
     tcm_thread_t *thr = tcm__tls_thread;
     if (thr) {
-        tcm__settle(thr, false); /* a request it did not wait for: answered before the slot is reused */
         *index = thr->index;
         return &tcm__proc.slots[thr->index];
     }

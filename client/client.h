@@ -38,7 +38,8 @@ typedef struct tcm_thread {
     uint32_t flush_seen;         /* chan_hdr.flush_gen last acted on */
     uint32_t epoch;              /* tcm__proc.epoch when registered */
     uint32_t refill[TCM_NCLASSES]; /* slow start: objects fetched per miss */
-    uint8_t last_daemon_cls;     /* the class of its last refill from tcmd: two in a row fetch ahead */
+    uint8_t daemon_streak[TCM_NCLASSES]; /* refills in a row from tcmd (to 2): then it fetches ahead */
+    uint32_t async_next;         /* the async slot to try first */
     uint32_t backed[TCM_NCLASSES]; /* bin slots known to be backed by tmpfs */
 } tcm_thread_t;
 
@@ -131,11 +132,6 @@ TCM_HIDDEN void *tcm__large_alloc(size_t size, size_t align);
 TCM_HIDDEN void tcm__flush_all(void);
 TCM_HIDDEN void tcm__thread_reset_after_fork(void);
 TCM_HIDDEN int tcm__return_objects(unsigned cls, void **objs, uint32_t n, uint32_t *count);
-/* The thread's slot may hold one request it did not wait for (a RETURN
- * from a full bin, a REFILL fetched ahead): wait for its answer and take it
- * in. stash: the fetched-ahead objects go into the thread's bin (only where
- * no bin is being worked on); otherwise they go back to tcmd. */
-TCM_HIDDEN void tcm__settle(tcm_thread_t *thr, bool stash);
 TCM_HIDDEN void tcm__trim_xfer(uint64_t keep_bytes);
 
 /* large.c: the process's cache of page runs */

@@ -84,22 +84,28 @@ int tcm__return_objects(unsigned cls, void **objs, uint32_t n, uint32_t *count)
     return 0;
 }
 
+static tcm_slot_t *async_take(tcm_thread_t *thr, uint32_t *idx);
+
 /* Give the top n objects of a thread's bin to tcmd without waiting for the
- * answer (the thread's next slow path settles it). The bin drops them only
+ * answer (settled when the slot is next needed). The bin drops them only
  * once they are posted: a death before that leaves them in the bin and in a
  * posted RETURN, which reclaim serves first and then skips. */
 static void return_async(tcm_thread_t *thr, unsigned cls, tcm_bin_t *b, uint32_t n)
 {
-    tcm_slot_t *slot = &tcm__proc.slots[thr->index];
+    uint32_t idx;
+    tcm_slot_t *slot = async_take(thr, &idx);
+    if (!slot) { /* every async slot waits for a batch asked for ahead */
+        tcm__return_objects(cls, b->slots, n, &b->count);
+        return;
+    }
     uintptr_t base = (uintptr_t)tcm__proc.heap;
     uint32_t top = b->count;
-    tcm__settle(thr, false);
     slot->op = TCM_OP_RETURN;
     slot->cls = cls;
     slot->count = n;
     for (uint32_t i = 0; i < n; i++)
         slot->offs[i] = (uintptr_t)b->slots[top - n + i] - base;
-    if (tcm__post(slot, thr->index))
+    if (tcm__post(slot, idx))
         b->count = top - n;
     else /* tcmd is lost: the call that waits says so */
         tcm__return_objects(cls, b->slots, n, &b->count);
@@ -200,55 +206,111 @@ static uint32_t stash_fetched(tcm_thread_t *thr, unsigned cls, const tcm_slot_t 
     return k;
 }
 
-/* Wait for a request posted on the slot without waiting, take its answer in
- * and leave the slot IDLE. into: the thread whose bins may take fetched-ahead
- * objects (NULL: they go back to tcmd, on the same slot). */
+/* Wait for a request posted on an async slot, take its answer in and leave
+ * the slot IDLE. into: the thread whose bin may take a batch fetched ahead
+ * (NULL: it goes back to tcmd, on the same slot). */
 static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *into)
 {
     int st = tcm__await(slot, idx);
     unsigned cls = slot->cls;
-    if (slot->op == TCM_OP_REFILL && st == TCM_ST_OK && cls > 0 && cls < TCM_NCLASSES) {
-        uint32_t n = slot->nresult < slot->count ? slot->nresult : slot->count;
-        n = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH;
-        uint32_t k = into ? stash_fetched(into, cls, slot, n) : 0;
-        if (k < n) { /* no room: back to tcmd */
-            memmove(slot->offs, slot->offs + k, (n - k) * sizeof slot->offs[0]);
-            slot->op = TCM_OP_RETURN;
-            slot->count = n - k;
-            st = tcm__call(slot, idx);
+    if (slot->op == TCM_OP_REFILL && cls > 0 && cls < TCM_NCLASSES) {
+        tcm_tcache_t *tc = thread_tcache((idx - tcm__proc.lay.max_threads - 1) / TCM_ASYNC_SLOTS);
+        uint64_t asked = (uint64_t)slot->count * tcm__proc.classes[cls].size;
+        tc->ahead_bytes = tc->ahead_bytes > asked ? tc->ahead_bytes - asked : 0;
+        if (st == TCM_ST_OK) {
+            uint32_t n = slot->nresult < slot->count ? slot->nresult : slot->count;
+            n = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH;
+            uint32_t k = into ? stash_fetched(into, cls, slot, n) : 0;
+            if (k < n) { /* no room: back to tcmd */
+                memmove(slot->offs, slot->offs + k, (n - k) * sizeof slot->offs[0]);
+                slot->op = TCM_OP_RETURN;
+                slot->count = n - k;
+                st = tcm__call(slot, idx);
+            }
         }
     }
-    thread_tcache(idx)->ahead_bytes = 0;
     atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
     if (slot->op == TCM_OP_RETURN && st != TCM_ST_OK && st != TCM_ST_NOMEM)
         fatal_refused(st, cls);
 }
 
-void tcm__settle(tcm_thread_t *thr, bool stash)
+static uint32_t async_index(const tcm_thread_t *thr, uint32_t j)
 {
-    tcm_slot_t *slot = &tcm__proc.slots[thr->index];
-    if (tcm_likely(atomic_load_explicit(&slot->state, memory_order_relaxed) == TCM_SLOT_IDLE))
-        return;
-    settle_slot(slot, thr->index, stash ? thr : NULL);
+    return tcm__async_slot(&tcm__proc.lay, thr->index, j);
 }
 
-/* A thread that keeps refilling one class from tcmd asks for its next batch
+/* Every async slot of the thread settled. stash: fetched objects go into
+ * its bins (only where no bin is being worked on); otherwise back to tcmd. */
+static void settle_all(tcm_thread_t *thr, bool stash)
+{
+    for (uint32_t j = 0; j < TCM_ASYNC_SLOTS; j++) {
+        uint32_t idx = async_index(thr, j);
+        if (atomic_load_explicit(&tcm__proc.slots[idx].state, memory_order_relaxed) != TCM_SLOT_IDLE)
+            settle_slot(&tcm__proc.slots[idx], idx, stash ? thr : NULL);
+    }
+}
+
+/* An async slot for a new request: an IDLE one, else one that holds a
+ * RETURN (settled here, waiting if need be: a RETURN touches no bin). NULL
+ * when every one holds a batch asked for ahead. */
+static tcm_slot_t *async_take(tcm_thread_t *thr, uint32_t *idx)
+{
+    uint32_t ret = UINT32_MAX;
+    for (uint32_t j = 0; j < TCM_ASYNC_SLOTS; j++) {
+        uint32_t i = async_index(thr, (thr->async_next + j) % TCM_ASYNC_SLOTS);
+        tcm_slot_t *slot = &tcm__proc.slots[i];
+        uint32_t state = atomic_load_explicit(&slot->state, memory_order_relaxed);
+        if (state == TCM_SLOT_IDLE) {
+            ret = i;
+            break;
+        }
+        if (slot->op == TCM_OP_RETURN && (ret == UINT32_MAX || state == TCM_SLOT_DONE))
+            ret = i; /* the oldest pending one, unless another is answered already */
+    }
+    if (ret == UINT32_MAX)
+        return NULL;
+    tcm_slot_t *slot = &tcm__proc.slots[ret];
+    if (atomic_load_explicit(&slot->state, memory_order_relaxed) != TCM_SLOT_IDLE)
+        settle_slot(slot, ret, NULL);
+    thr->async_next = (ret - async_index(thr, 0) + 1) % TCM_ASYNC_SLOTS;
+    *idx = ret;
+    return slot;
+}
+
+/* The async slot holding a batch of class cls asked for ahead, or NULL. */
+static tcm_slot_t *fetched_ahead(tcm_thread_t *thr, unsigned cls, uint32_t *idx)
+{
+    for (uint32_t j = 0; j < TCM_ASYNC_SLOTS; j++) {
+        uint32_t i = async_index(thr, j);
+        tcm_slot_t *slot = &tcm__proc.slots[i];
+        if (atomic_load_explicit(&slot->state, memory_order_relaxed) != TCM_SLOT_IDLE &&
+            slot->op == TCM_OP_REFILL && slot->cls == cls) {
+            *idx = i;
+            return slot;
+        }
+    }
+    return NULL;
+}
+
+/* A thread that keeps refilling a class from tcmd asks for its next batch
  * now, so that tcmd works while the thread uses this one. At most a quarter
- * of the thread's budget waits in the slot. */
+ * of the thread's budget waits in its slots, a quarter of that in each. */
 static void fetch_ahead(tcm_thread_t *thr, unsigned cls)
 {
     const tcm_class_info_t *ci = &tcm__proc.classes[cls];
-    tcm_slot_t *slot = &tcm__proc.slots[thr->index];
-    uint64_t fits = thr->budget / 4 / ci->size;
-    uint32_t want = thr->refill[cls] < fits ? thr->refill[cls] : (uint32_t)fits;
-    if (want == 0)
+    uint64_t quota = thr->budget / 4, ahead = thr->tc->ahead_bytes;
+    uint64_t room = ahead < quota ? quota - ahead : 0, one = quota / TCM_ASYNC_SLOTS; /* room for every slot */
+    uint64_t fits = (room < one ? room : one) / ci->size;
+    uint32_t want = thr->refill[cls] < fits ? thr->refill[cls] : (uint32_t)fits, idx;
+    tcm_slot_t *slot;
+    if (want == 0 || !(slot = async_take(thr, &idx)))
         return;
     slot->op = TCM_OP_REFILL;
     slot->cls = cls;
     slot->count = want;
-    thr->tc->ahead_bytes = (uint64_t)want * ci->size; /* counted as cached from now on */
-    if (!tcm__post(slot, thr->index))
-        thr->tc->ahead_bytes = 0;
+    thr->tc->ahead_bytes += (uint64_t)want * ci->size; /* counted as cached from now on */
+    if (!tcm__post(slot, idx))
+        thr->tc->ahead_bytes -= (uint64_t)want * ci->size;
 }
 
 /* Let a bin hold `more` more objects if the thread's budget allows. */
@@ -323,12 +385,14 @@ static void check_config(tcm_thread_t *thr)
         return;
     thr->config_gen = gen;
     thr->budget = thread_budget();
+    settle_all(thr, false); /* what it asked for ahead goes back: the budget may be smaller */
     shrink_to_budget(thr);
     tcm__trim_xfer(atomic_load_explicit(&tcm__proc.meta->config.xfer_budget, memory_order_relaxed));
 }
 
 static void thread_flush(tcm_thread_t *thr, bool to_daemon)
 {
+    settle_all(thr, true);
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         tcm_bin_t *b = &thr->tc->bins[cls];
         if (b->count)
@@ -366,7 +430,6 @@ static void thread_exit(void *arg)
          * their memory pinned: to the daemon, and the tier too once at
          * most one thread is left. Trimmed through this thread's slot, so
          * before its index is given to a new thread. */
-        tcm__settle(thr, true);
         thread_flush(thr, !pr->bg_running);
         if (atomic_fetch_sub(&pr->nthreads, 1) <= 2 && !pr->bg_running)
             tcm__trim_xfer(0);
@@ -413,7 +476,9 @@ static tcm_thread_t *thread_register(void)
     tcm_tcache_t *tc = thread_tcache(idx);
     /* its slot and its cache header are backed now, not when the channel
      * was made (most of --max-threads is never used) */
-    if (tcm__populate(&pr->slots[idx], sizeof pr->slots[idx]) != 0 || tcm__populate(tc, sizeof *tc) != 0) {
+    tcm_slot_t *async = &pr->slots[tcm__async_slot(&pr->lay, idx, 0)];
+    if (tcm__populate(&pr->slots[idx], sizeof pr->slots[idx]) != 0 ||
+        tcm__populate(async, TCM_ASYNC_SLOTS * sizeof *async) != 0 || tcm__populate(tc, sizeof *tc) != 0) {
         free(thr);
         pthread_mutex_lock(&pr->tcache_lock);
         pr->tcache_used[idx] = 0;
@@ -467,17 +532,18 @@ static bool refill(tcm_thread_t *thr, unsigned cls)
     grow(thr, cls, want);
     if (want > b->max)
         want = b->max;
-    /* the batch fetched ahead, if it was this class's */
-    tcm_slot_t *slot = &tcm__proc.slots[thr->index];
-    bool ahead = atomic_load_explicit(&slot->state, memory_order_relaxed) != TCM_SLOT_IDLE &&
-                 slot->op == TCM_OP_REFILL && slot->cls == cls;
-    tcm__settle(thr, true);
-    if (b->count) {
-        if (thr->refill[cls] < ci->batch)
-            thr->refill[cls] = thr->refill[cls] * 2 < ci->batch ? thr->refill[cls] * 2 : ci->batch;
-        if (ahead && xfer_empty(cls)) /* still nothing from this process's other threads */
-            fetch_ahead(thr, cls);
-        return true;
+    /* a batch of this class asked for ahead */
+    uint32_t idx;
+    tcm_slot_t *ahead = fetched_ahead(thr, cls, &idx);
+    if (ahead) {
+        settle_slot(ahead, idx, thr);
+        if (b->count) {
+            if (thr->refill[cls] < ci->batch)
+                thr->refill[cls] = thr->refill[cls] * 2 < ci->batch ? thr->refill[cls] * 2 : ci->batch;
+            if (xfer_empty(cls)) /* still nothing from this process's other threads */
+                fetch_ahead(thr, cls);
+            return true;
+        }
     }
     uint64_t asked = 0;
     uint32_t got = take_from_xfer(cls, b->slots, want);
@@ -497,10 +563,11 @@ static bool refill(tcm_thread_t *thr, unsigned cls)
     b->count = got;
     if (thr->refill[cls] < ci->batch)
         thr->refill[cls] = thr->refill[cls] * 2 < ci->batch ? thr->refill[cls] * 2 : ci->batch;
-    if (got && from_daemon) {
-        if (thr->last_daemon_cls == cls)
-            fetch_ahead(thr, cls);
-        thr->last_daemon_cls = (uint8_t)cls;
+    if (!from_daemon)
+        thr->daemon_streak[cls] = 0;
+    else if (got && ++thr->daemon_streak[cls] >= 2) {
+        thr->daemon_streak[cls] = 2;
+        fetch_ahead(thr, cls);
     }
     return got != 0;
 }
@@ -664,7 +731,6 @@ void tcm__free_slow(void *p)
     }
     tcm_bin_t *b = &thr->tc->bins[cls];
     if (b->count >= b->max) {
-        tcm__settle(thr, true);
         grow(thr, cls, thr->refill[cls]);
         if (b->count >= b->max) {
             /* full and may not grow: hand a whole batch on */
@@ -683,8 +749,11 @@ void tcm__flush_all(void)
     for (uint32_t i = 0; i < pr->lay.max_threads; i++) {
         if (!pr->tcache_used[i])
             continue;
-        if (atomic_load_explicit(&pr->slots[i].state, memory_order_relaxed) != TCM_SLOT_IDLE)
-            settle_slot(&pr->slots[i], i, NULL);
+        for (uint32_t j = 0; j < TCM_ASYNC_SLOTS; j++) {
+            uint32_t a = tcm__async_slot(&pr->lay, i, j);
+            if (atomic_load_explicit(&pr->slots[a].state, memory_order_relaxed) != TCM_SLOT_IDLE)
+                settle_slot(&pr->slots[a], a, NULL);
+        }
         tcm_tcache_t *tc = thread_tcache(i);
         for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
             tcm_bin_t *b = &tc->bins[cls];

@@ -86,7 +86,8 @@ void tcm__chan_layout(tcm_chan_layout_t *l, const tcm_class_info_t tab[TCM_NCLAS
                       uint32_t max_threads)
 {
     l->max_threads = max_threads;
-    l->nslots = max_threads + 1; /* one per thread cache, plus a shared spare */
+    /* one per thread cache, a shared spare, and each thread's async slots */
+    l->nslots = max_threads + 1 + max_threads * TCM_ASYNC_SLOTS;
     l->ring_cap = 1;
     while (l->ring_cap < l->nslots)
         l->ring_cap <<= 1;

@@ -26,8 +26,10 @@
  * each part 4 KiB aligned. state: tcm_state_hdr_t at 0, then
  * (tcm__state_layout) clients[TCM_MAX_CLIENTS], objmap[npages * 8 words]
  * (one bit per 16 bytes), owners[npages * 512] (a 16-bit tag per bit). channel: tcm_chan_hdr_t at 0, then
- * (tcm__chan_layout) ring, slots[max_threads + 1], thread caches, transfer
- * tier arrays. Nothing holds a pointer except where a field says it is
+ * (tcm__chan_layout) ring, slots[max_threads + 1 + max_threads *
+ * TCM_ASYNC_SLOTS] (each thread's own, the shared spare at max_threads, then
+ * each thread's async slots: tcm__async_slot), thread caches, transfer tier
+ * arrays. Nothing holds a pointer except where a field says it is
  * meaningful only to the client that wrote it; list links are span indices.
  *
  * Field annotations: "W:" who writes, "R:" who reads, and how. "heap
@@ -52,7 +54,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TCM_LAYOUT_VERSION 4u
+#define TCM_LAYOUT_VERSION 5u
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
 #define TCM_CHAN_MAGIC 0x4e4148434d4354ull /* "TCMCHAN" */
 #define TCM_STATE_MAGIC 0x4554415453434d54ull /* "TCMSTATE" */
@@ -67,6 +69,7 @@
 #define TCM_PAGE_CLASS_FREE 0u    /* page not in an allocated span */
 #define TCM_PAGE_CLASS_LARGE 255u /* page of a large (page-run) allocation */
 #define TCM_MAX_BATCH 512u        /* objects per ring request */
+#define TCM_ASYNC_SLOTS 4u        /* per thread cache, besides its own slot: requests it does not wait for */
 #define TCM_ROOTS 256u
 #define TCM_ROOT_NAME_MAX 48u     /* including the NUL */
 #define TCM_OBJMAP_WORDS_PER_PAGE (TCM_PAGE_SIZE / TCM_ALIGN / 64u)
@@ -553,6 +556,12 @@ typedef struct tcm_chan_layout {
 
 void tcm__chan_layout(tcm_chan_layout_t *l, const tcm_class_info_t tab[TCM_NCLASSES],
                       uint32_t max_threads);
+/* Slot j (< TCM_ASYNC_SLOTS) of thread cache t: for the requests that
+ * thread posts and does not wait for at once. */
+static inline uint32_t tcm__async_slot(const tcm_chan_layout_t *l, uint32_t t, uint32_t j)
+{
+    return l->max_threads + 1 + t * TCM_ASYNC_SLOTS + j;
+}
 
 /* Metadata geometry for a heap of npages pages. */
 typedef struct tcm_meta_layout {

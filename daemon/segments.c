@@ -357,7 +357,7 @@ int tcm__client_create(tcm_server_t *srv, pid_t pid, uid_t uid, tcm_client_t **o
     }
     if ((err = map_channel(srv, c)) != 0)
         goto out_unlink;
-    if (!tcm__client_slot(c, srv->chan_layout.nslots - 1)) {
+    if (!tcm__client_slot(c, srv->chan_layout.max_threads)) { /* the spare */
         err = -ENOMEM;
         goto out_unlink;
     }

@@ -41,7 +41,7 @@ typedef struct tcm_client {
      * its thread's slot when the thread registers; tcmd touches a slot only
      * once it is backed (committing it itself if need be), so a slot index
      * from the ring can never make it fault on a full /dev/shm. */
-    uint64_t slots_backed[(TCM_MAX_THREADS + 1 + 63) / 64];
+    uint64_t slots_backed[(TCM_MAX_THREADS * (1 + TCM_ASYNC_SLOTS) + 1 + 63) / 64];
 } tcm_client_t;
 
 /* The slot, or NULL when it cannot be backed (index out of range, /dev/shm
