@@ -19,6 +19,12 @@ void __tsan_release(void *addr);
 static char tsan_daemon;
 #define DAEMON_RELEASE() __tsan_release(&tsan_daemon)
 #define DAEMON_ACQUIRE() __tsan_acquire(&tsan_daemon)
+/* An offset that came from another process may name an object a thread of
+ * this one freed before it went through tcmd to that process. */
+void tcm__tsan_from_elsewhere(void)
+{
+    DAEMON_ACQUIRE();
+}
 #else
 #define DAEMON_RELEASE() ((void)0)
 #define DAEMON_ACQUIRE() ((void)0)

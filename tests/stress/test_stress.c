@@ -87,6 +87,23 @@ static void check_and_free(tag_t *t)
     tcm_free(t);
 }
 
+/* Objects cross processes through the exchange: published by one thread,
+ * taken (maybe in another process, freed, handed out again and published
+ * once more) by another. ThreadSanitizer sees only this process, so the
+ * publish and the take are made a release and an acquire of one address:
+ * whatever a thread wrote before publishing is ordered before anything a
+ * thread of this process does with what it takes. */
+#if defined(__SANITIZE_THREAD__)
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+static char exchange_sync;
+#define EXCHANGE_PUBLISH() __tsan_release(&exchange_sync)
+#define EXCHANGE_TAKE() __tsan_acquire(&exchange_sync)
+#else
+#define EXCHANGE_PUBLISH() ((void)0)
+#define EXCHANGE_TAKE() ((void)0)
+#endif
+
 static void *worker(void *arg)
 {
     uint64_t thread = (uint64_t)(uintptr_t)arg;
@@ -109,12 +126,14 @@ static void *worker(void *arg)
             if (live[i]) {
                 uint64_t expected = 0;
                 size_t e = rnd(&seed) % EXCHANGE;
+                EXCHANGE_PUBLISH();
                 if (atomic_compare_exchange_strong(&exchange[e], &expected, tcm_to_offset(live[i])))
                     live[i] = NULL;
             }
         } else { /* take whatever someone published */
             size_t e = rnd(&seed) % EXCHANGE;
             uint64_t off = atomic_exchange(&exchange[e], 0);
+            EXCHANGE_TAKE();
             if (off)
                 check_and_free(tcm_from_offset(off));
         }
