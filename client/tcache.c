@@ -293,14 +293,13 @@ static tcm_slot_t *fetched_ahead(tcm_thread_t *thr, unsigned cls, uint32_t *idx)
 }
 
 /* A thread that keeps refilling a class from tcmd asks for its next batch
- * now, so that tcmd works while the thread uses this one. At most a quarter
- * of the thread's budget waits in its slots, a quarter of that in each. */
+ * now, so that tcmd works while the thread uses this one. At most half the
+ * thread's budget waits in its slots. */
 static void fetch_ahead(tcm_thread_t *thr, unsigned cls)
 {
     const tcm_class_info_t *ci = &tcm__proc.classes[cls];
-    uint64_t quota = thr->budget / 4, ahead = thr->tc->ahead_bytes;
-    uint64_t room = ahead < quota ? quota - ahead : 0, one = quota / TCM_ASYNC_SLOTS; /* room for every slot */
-    uint64_t fits = (room < one ? room : one) / ci->size;
+    uint64_t quota = thr->budget / 2, ahead = thr->tc->ahead_bytes;
+    uint64_t fits = ahead < quota ? (quota - ahead) / ci->size : 0;
     uint32_t want = thr->refill[cls] < fits ? thr->refill[cls] : (uint32_t)fits, idx;
     tcm_slot_t *slot;
     if (want == 0 || !(slot = async_take(thr, &idx)))
