@@ -16,7 +16,7 @@ tcm_tcache_t tcm__empty_tcache;
 
 #define NOMEM_WAIT_NS 64000000ull /* a full heap: wait up to ~128 ms for other processes' caches */
 #define MIN_THREAD_BUDGET (256u << 10)
-#define MAX_THREAD_BUDGET (8u << 20)
+#define MAX_THREAD_BUDGET (16u << 20)
 
 /* Back `want` slots of an array in the channel before they are written;
  * returns how many are backed (fewer only when /dev/shm is full). */

@@ -67,10 +67,13 @@ void tcm__class_table_init(tcm_class_info_t tab[TCM_NCLASSES])
         ci->span_objs = (uint32_t)((uint64_t)pages * TCM_PAGE_SIZE / size);
         /* Limits in bytes, not objects, so large classes are not starved:
          * a batch moves up to 2 MiB (at most 512 objects), a thread bin may
-         * grow to 8 MiB, the transfer tier to 16 MiB of one class; the byte
-         * budgets (per thread, per process) bound the total. */
+         * grow to 16 MiB (a thread of a one- or two-thread process keeps 64
+         * objects of the largest class, the seed's batch, without trading
+         * half of them through the transfer tier), the transfer tier to
+         * 16 MiB of one class; the byte budgets (per thread, per process)
+         * bound the total. */
         ci->batch = clamp_u32((2u << 20) / size, 4, TCM_MAX_BATCH);
-        ci->tcache_cap = clamp_u32((8u << 20) / size, 2 * ci->batch, 4096);
+        ci->tcache_cap = clamp_u32((16u << 20) / size, 2 * ci->batch, 4096);
         ci->xfer_cap = clamp_u32((16u << 20) / size, 2 * ci->batch, 8192);
         ci->recip = (uint32_t)(((1ull << 32) + size - 1) / size);
         ci->reserved = 0;
