@@ -2,8 +2,10 @@
  * known requests, for counting what each costs the heap thread (run tcmd
  * under callgrind; bench/run_daemon_cost.sh does).
  *   --pages N   N page-run pairs (ALLOC_PAGES + FREE_PAGES)
- *   --batches N N rounds of 4096 objects of 16 KiB allocated and freed
+ *   --batches N N rounds of COUNT objects of SIZE bytes allocated and freed
  *               (REFILL and RETURN batches through the thread cache)
+ *   --size S    object size (default 16384)
+ *   --count C   objects per round (default 4096)
  * Attaches to $TCM_SOCKET; prints the requests it made tcmd serve. */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -14,8 +16,9 @@
 
 int main(int argc, char **argv)
 {
-    long pages = 20000, batches = 20;
+    long pages = 20000, batches = 20, size = 16384, count = 4096;
     static const struct option opts[] = {{"pages", required_argument, 0, 'p'}, {"batches", required_argument, 0, 'b'},
+                                         {"size", required_argument, 0, 's'},  {"count", required_argument, 0, 'c'},
                                          {0, 0, 0, 0}};
     int opt;
     while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -23,6 +26,10 @@ int main(int argc, char **argv)
             pages = atol(optarg);
         else if (opt == 'b')
             batches = atol(optarg);
+        else if (opt == 's')
+            size = atol(optarg);
+        else if (opt == 'c')
+            count = atol(optarg);
         else
             return 2;
     }
@@ -34,14 +41,17 @@ int main(int argc, char **argv)
             return 1;
         tcm_free(p);
     }
-    static void *objs[4096];
+    void **objs = malloc((size_t)(count > 0 ? count : 1) * sizeof *objs);
+    if (!objs || size < 1)
+        return 2;
     for (long b = 0; b < batches; b++) {
-        for (int i = 0; i < 4096; i++)
-            if (!(objs[i] = tcm_malloc(16384)))
+        for (long i = 0; i < count; i++)
+            if (!(objs[i] = tcm_malloc((size_t)size)))
                 return 1;
-        for (int i = 0; i < 4096; i++)
+        for (long i = 0; i < count; i++)
             tcm_free(objs[i]);
     }
+    free(objs);
     tcm_shutdown();
     return 0;
 }

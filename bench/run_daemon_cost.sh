@@ -7,12 +7,13 @@
 # instructions by the requests it served.
 #   bench/run_daemon_cost.sh [BUILD_DIR [CLIENT]]
 # BUILD_DIR defaults to build-bench; CLIENT to BUILD_DIR/bench/tcm-bench-daemon-ops
+# env: PAGES, BATCHES (rounds), SIZE and COUNT (objects of SIZE bytes per round)
 # (give one built against the same libtcm as BUILD_DIR's tcmd).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$root/build-bench}
 client=${2:-$build/bench/tcm-bench-daemon-ops}
-pages=${PAGES:-20000} batches=${BATCHES:-40}
+pages=${PAGES:-20000} batches=${BATCHES:-40} size=${SIZE:-16384} count=${COUNT:-4096}
 work=$(mktemp -d /tmp/tcm-daemon-cost.XXXXXX)
 trap 'kill "$daemon" 2>/dev/null || true; rm -rf "$work"' EXIT
 sock=$work/tcmd.sock
@@ -21,7 +22,7 @@ valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.
     2> "$work/valgrind.log" &
 daemon=$!
 for _ in $(seq 600); do "$build/tcmctl" --socket "$sock" ping >/dev/null 2>&1 && break; sleep 0.1; done
-TCM_SOCKET=$sock "$client" --pages "$pages" --batches "$batches"
+TCM_SOCKET=$sock "$client" --pages "$pages" --batches "$batches" --size "$size" --count "$count"
 requests=$("$build/tcmctl" --socket "$sock" --json stats | grep -o '"requests":[0-9]*' | cut -d: -f2)
 kill -TERM "$daemon"
 wait "$daemon" || true

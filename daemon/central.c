@@ -224,15 +224,61 @@ uint16_t tcm__central_free_ht(tcm_heap_t *h, tcm_obj_loc_t loc, uint32_t *emptie
     return free_one(h, loc.span, loc.idx, emptied);
 }
 
+/* The span a batch's objects mostly share: looked up (and checked) once for
+ * a run of objects in it. Nothing in a RETURN changes a span's range,
+ * state or class (spans it empties are released by the caller, after). */
+typedef struct span_cache {
+    uint64_t lo, hi; /* heap offsets of the span's pages; lo == hi: none */
+    uint32_t s;
+    tcm_span_t *sp;
+    uint64_t *map;     /* its object map */
+    uint16_t *owners;  /* its owner tags */
+} span_cache_t;
+
+/* Like locate() for an object of class ci, with the span of the previous
+ * object reused when off is in it. */
+static int locate_cached(tcm_heap_t *h, span_cache_t *sc, unsigned cls, const tcm_class_info_t *ci, uint64_t off,
+                         uint32_t *idx)
+{
+    if (off < sc->lo || off >= sc->hi) {
+        uint32_t s, i;
+        int st = locate(h, off, &s, &i);
+        if (st == TCM_ST_OK && h->spans[s].cls != cls)
+            return TCM_ST_NOT_OBJECT;
+        if (st != TCM_ST_OK)
+            return st;
+        tcm_span_t *sp = &h->spans[s];
+        *sc = (span_cache_t){tcm__page_off(sp->first), tcm__page_off(sp->first + sp->npages), s, sp,
+                             span_map(h, sp), &h->owners[tcm__span_bit0(sp)]};
+        *idx = i;
+        return TCM_ST_OK;
+    }
+    uint64_t rel = off - sc->lo;
+    uint32_t i = (uint32_t)((rel * ci->recip) >> 32);
+    if ((uint64_t)i * ci->size != rel || i >= ci->span_objs)
+        return TCM_ST_NOT_OBJECT;
+    if (!(sc->map[i / 64] & (1ull << (i % 64))))
+        return TCM_ST_DOUBLE_FREE;
+    *idx = i;
+    return TCM_ST_OK;
+}
+
 uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *offs, uint32_t n, uint8_t *st,
                                uint32_t *applied, uint16_t *owners, uint32_t *emptied, uint32_t *nemptied)
 {
+    if (cls == 0 || cls >= TCM_NCLASSES) { /* no object is of that class */
+        for (uint32_t i = 0; i < n; i++) {
+            TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_NOT_OBJECT);
+            TCM_PERSIST_STORE(*applied, i + 1);
+        }
+        return n;
+    }
+    const tcm_class_info_t *ci = &h->classes[cls];
     uint32_t refused = 0;
+    span_cache_t sc = {0};
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t s, idx;
-        int r = locate(h, offs[i], &s, &idx);
-        if (r == TCM_ST_OK && h->spans[s].cls != cls)
-            r = TCM_ST_NOT_OBJECT;
+        uint32_t idx;
+        int r = locate_cached(h, &sc, cls, ci, offs[i], &idx);
         /* logged before the object is freed: a recovery neither misses this
          * free nor mistakes it for a double free */
         TCM_PERSIST_STORE(st[i], (uint8_t)r);
@@ -241,16 +287,24 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
             refused++;
             continue;
         }
-        uint32_t e;
-        owners[i] = free_one(h, s, idx, &e);
-        if (e)
-            emptied[(*nemptied)++] = e;
+        /* free_one, with the span's parts at hand */
+        tcm_span_t *sp = sc.sp;
+        TCM_ASSERT(sp->nfree < ci->span_objs);
+        uint64_t *word = &sc.map[idx / 64];
+        TCM_PERSIST_STORE(*word, *word & ~(1ull << (idx % 64)));
+        if (idx / 64 < sp->scan)
+            sp->scan = idx / 64;
+        if (sp->nfree++ == 0)
+            tcm__span_list_push(h, &h->meta->central_head[cls], sc.s);
+        if (sp->nfree == ci->span_objs)
+            emptied[(*nemptied)++] = sc.s;
+        owners[i] = sc.owners[idx];
         if (i == n / 2)
             TCM_CRASH_POINT("return_half");
     }
     uint32_t freed = n - refused;
-    if (cls > 0 && cls < TCM_NCLASSES && freed) {
-        STAT_ADD(h, bytes_central_free, (uint64_t)freed * h->classes[cls].size);
+    if (freed) {
+        STAT_ADD(h, bytes_central_free, (uint64_t)freed * ci->size);
         TCM_HT_ADD(h->cstats[cls].free_objs, freed);
     }
     return refused;
