@@ -142,18 +142,23 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
         uint16_t *owners = &h->owners[tcm__span_bit0(sp)];
         for (uint32_t w = sp->scan; w < words && n < want && sp->nfree; w++) {
             uint64_t valid = (w == words - 1 && ci->span_objs % 64) ? (1ull << (ci->span_objs % 64)) - 1 : ~0ull;
-            uint64_t free_bits = ~map[w] & valid;
+            uint64_t free_bits = ~map[w] & valid, taken = 0;
+            uint64_t word_off = base_off + (uint64_t)w * 64 * ci->size;
             while (free_bits && n < want) {
                 unsigned b = (unsigned)__builtin_ctzll(free_bits);
                 free_bits &= free_bits - 1;
-                /* logged first: a recovery finishes what is logged */
-                TCM_PERSIST_STORE(log[n], base_off + (uint64_t)(w * 64 + b) * ci->size);
-                TCM_PERSIST_STORE(*logged, ++n);
-                TCM_PERSIST_STORE(map[w], map[w] | 1ull << b);
+                taken |= 1ull << b;
                 owners[w * 64 + b] = owner;
-                TCM_ASSERT_INTERNAL(sp->nfree > 0);
-                sp->nfree--;
+                /* logged first: a recovery finishes what is logged */
+                TCM_PERSIST_STORE(log[n], word_off + (uint64_t)b * ci->size);
+                TCM_PERSIST_STORE(*logged, ++n);
             }
+            /* the word's bits once its objects are logged (the same order
+             * as one by one: a bit is never set for an object not logged) */
+            TCM_PERSIST_STORE(map[w], map[w] | taken);
+            uint32_t k = (uint32_t)__builtin_popcountll(taken);
+            TCM_ASSERT_INTERNAL(sp->nfree >= k);
+            sp->nfree -= k;
             sp->scan = w;
         }
         if (sp->nfree == 0)
