@@ -267,6 +267,9 @@ static uint64_t live_bytes(const cfg_t *c)
 
 typedef struct {
     int64_t live_peak, peak, live_steady, steady, freed, cached, released;
+    /* steady state, where the committed bytes are: in use (as tcmd counts it: class sizes),
+       free in central lists (partly used spans), free in the page heap, in clients' caches */
+    int64_t in_use, central_free, pageheap_free, client_caches;
 } mem_t;
 
 static double run_once(const cfg_t *c, const bench_daemon_t *d, mem_t *m)
@@ -338,6 +341,10 @@ static double run_once(const cfg_t *c, const bench_daemon_t *d, mem_t *m)
     if (c->mem) {
         m->live_steady = (int64_t)live_bytes(c);
         m->steady = bench_daemon_query(d, "stats", "bytes_committed");
+        m->in_use = bench_daemon_query(d, "stats", "bytes_in_use");
+        m->central_free = bench_daemon_query(d, "stats", "bytes_central_free");
+        m->pageheap_free = bench_daemon_query(d, "stats", "bytes_pageheap_free");
+        m->client_caches = bench_daemon_query(d, "stats", "bytes_client_caches");
         pthread_barrier_wait(&s->sampled);
         pthread_barrier_wait(&s->freed);
     }
@@ -488,10 +495,12 @@ int main(int argc, char **argv)
                    (long long)m.peak, (long long)m.live_steady, (long long)m.steady, (long long)m.freed,
                    (long long)m.released, pct, (long long)m.cached);
         else
-            printf("mem %s workers %d: peak live %lld committed %lld; steady live %lld committed %lld; "
+            printf("mem %s workers %d: peak live %lld committed %lld; steady live %lld committed %lld "
+                   "(in use %lld, central free %lld, page heap free %lld, client caches %lld); "
                    "freed %lld; released %lld (%.2f%% of peak); harness process caches %lld\n",
                    mode, c.workers, (long long)m.live_peak, (long long)m.peak, (long long)m.live_steady,
-                   (long long)m.steady, (long long)m.freed, (long long)m.released, pct, (long long)m.cached);
+                   (long long)m.steady, (long long)m.in_use, (long long)m.central_free, (long long)m.pageheap_free,
+                   (long long)m.client_caches, (long long)m.freed, (long long)m.released, pct, (long long)m.cached);
     } else {
         bench_stats_t st = bench_stats(t, runs);
         double mops = (double)total_ops / st.median / 1e6;
