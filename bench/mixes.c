@@ -22,8 +22,9 @@
  * Timing: workers set up (larson: fill the arrays), wait on a barrier, the
  * parent takes the time around go and done. The op count is pairs in all.
  *
- * --mem (tcm, larson): the daemon's bytes_committed (the heap segment's
- * allocated blocks) against the bytes live: at the peak (all slots full),
+ * --mem (larson): the daemon's bytes_committed (the heap segment's
+ * allocated blocks; for another malloc, the process's resident bytes above
+ * its start, less the slot arrays) against the bytes live: at the peak (all slots full),
  * in steady state (after half the slots were freed and the churn ran), after
  * everything is freed and the workers are gone, and after `tcmctl release`.
  *
@@ -121,7 +122,10 @@ static int put(const cfg_t *c, slot_t *sl, array_hdr_t *h, uint64_t *x)
     char *p = c->a->alloc(size);
     if (!p)
         return -1;
-    p[0] = (char)size;
+    if (c->mem) /* every byte: resident memory then counts what is live */
+        memset(p, (char)size, size);
+    else
+        p[0] = (char)size;
     sl->p = p;
     sl->size = size;
     h->live += size;
@@ -272,9 +276,35 @@ typedef struct {
     int64_t in_use, central_free, pageheap_free, client_caches;
 } mem_t;
 
+/* The process's resident bytes (for an in-process malloc: its heap, plus
+ * whatever else the process touched). */
+static int64_t rss_bytes(void)
+{
+    long size = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &size, &resident) != 2)
+            resident = 0;
+        fclose(f);
+    }
+    return (int64_t)resident * sysconf(_SC_PAGESIZE);
+}
+
+/* Bytes the heap keeps in memory: tcm's segment blocks as tcmd measures
+ * them; for another malloc, the process's resident bytes above what it had
+ * before the workers started, less the slot arrays (touched by then). */
+static int64_t heap_bytes(const cfg_t *c, const bench_daemon_t *d, int64_t rss_base)
+{
+    if (strcmp(c->a->name, "tcm") == 0)
+        return bench_daemon_query(d, "stats", "bytes_committed");
+    return rss_bytes() - rss_base - (int64_t)((size_t)c->workers * c->slots * sizeof(slot_t));
+}
+
 static double run_once(const cfg_t *c, const bench_daemon_t *d, mem_t *m)
 {
     shared_t *s = c->s;
+    int is_tcm = strcmp(c->a->name, "tcm") == 0;
+    int64_t rss_base = rss_bytes();
     unsigned w = (unsigned)c->workers;
     pthread_barrierattr_t attr;
     pthread_barrierattr_init(&attr);
@@ -330,7 +360,13 @@ static double run_once(const cfg_t *c, const bench_daemon_t *d, mem_t *m)
     if (c->mem) {
         pthread_barrier_wait(&s->sampled);
         m->live_peak = (int64_t)live_bytes(c);
-        m->peak = bench_daemon_query(d, "stats", "bytes_committed");
+        m->peak = heap_bytes(c, d, rss_base);
+        if (is_tcm && getenv("TCM_BENCH_MEM_DEBUG"))
+            fprintf(stderr, "peak: in use %lld central free %lld page heap free %lld client caches %lld\n",
+                    (long long)bench_daemon_query(d, "stats", "bytes_in_use"),
+                    (long long)bench_daemon_query(d, "stats", "bytes_central_free"),
+                    (long long)bench_daemon_query(d, "stats", "bytes_pageheap_free"),
+                    (long long)bench_daemon_query(d, "stats", "bytes_client_caches"));
         pthread_barrier_wait(&s->sampled);
     }
     pthread_barrier_wait(&s->ready);
@@ -340,11 +376,13 @@ static double run_once(const cfg_t *c, const bench_daemon_t *d, mem_t *m)
     double t1 = bench_now();
     if (c->mem) {
         m->live_steady = (int64_t)live_bytes(c);
-        m->steady = bench_daemon_query(d, "stats", "bytes_committed");
-        m->in_use = bench_daemon_query(d, "stats", "bytes_in_use");
-        m->central_free = bench_daemon_query(d, "stats", "bytes_central_free");
-        m->pageheap_free = bench_daemon_query(d, "stats", "bytes_pageheap_free");
-        m->client_caches = bench_daemon_query(d, "stats", "bytes_client_caches");
+        m->steady = heap_bytes(c, d, rss_base);
+        if (is_tcm) {
+            m->in_use = bench_daemon_query(d, "stats", "bytes_in_use");
+            m->central_free = bench_daemon_query(d, "stats", "bytes_central_free");
+            m->pageheap_free = bench_daemon_query(d, "stats", "bytes_pageheap_free");
+            m->client_caches = bench_daemon_query(d, "stats", "bytes_client_caches");
+        }
         pthread_barrier_wait(&s->sampled);
         pthread_barrier_wait(&s->freed);
     }
@@ -365,10 +403,10 @@ static double run_once(const cfg_t *c, const bench_daemon_t *d, mem_t *m)
     if (c->mem) {
         /* every worker freed everything and is gone (threads flushed their
          * caches at exit, processes detached) */
-        m->freed = bench_daemon_query(d, "stats", "bytes_committed");
+        m->freed = heap_bytes(c, d, rss_base);
         /* what the harness process (the only client left) still caches */
-        m->cached = bench_daemon_query(d, "clients", "bytes_cached");
-        m->released = bench_daemon_query(d, "release", "committed_after");
+        m->cached = is_tcm ? bench_daemon_query(d, "clients", "bytes_cached") : 0;
+        m->released = is_tcm ? bench_daemon_query(d, "release", "committed_after") : m->freed;
     }
     pthread_barrier_destroy(&s->ready);
     pthread_barrier_destroy(&s->go);
@@ -455,8 +493,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: only tcm can free another process's objects (--mode procs)\n");
         return 2;
     }
-    if (c.mem && (!is_tcm || !c.larson)) {
-        fprintf(stderr, "bench: --mem measures tcm's heap on the larson mix\n");
+    if (c.mem && !c.larson) {
+        fprintf(stderr, "bench: --mem measures the heap on the larson mix\n");
         return 2;
     }
     bench_check_system_malloc();

@@ -120,7 +120,9 @@ static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t keep, bool to_d
     tcm_proc_t *pr = &tcm__proc;
     const tcm_class_info_t *ci = &pr->classes[cls];
     uint32_t n = b->count - keep, take = 0;
-    if (!to_daemon) {
+    /* the tier trades between the process's threads: with one thread it
+     * would only pin memory */
+    if (!to_daemon && atomic_load_explicit(&pr->nthreads, memory_order_relaxed) > 1) {
         uint64_t budget = atomic_load_explicit(&pr->meta->config.xfer_budget, memory_order_relaxed);
         pthread_mutex_lock(&pr->xfer_lock[cls]);
         tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];

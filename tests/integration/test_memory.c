@@ -166,6 +166,8 @@ static void test_idle_transfer_tier(void)
  * process's transfer tier (where the next thread finds it without a round
  * trip), and the background thread gives it back once the process has
  * idled for decay_ms. */
+static pthread_barrier_t all_running;
+
 static void *short_lived(void *arg)
 {
     (void)arg;
@@ -175,6 +177,9 @@ static void *short_lived(void *arg)
         CHECK((p[i] = tcm_malloc(700)) != NULL);
     for (int i = 0; i < N; i++)
         tcm_free(p[i]);
+    /* the others are still there when each exits (a process's last thread
+     * gives its cache straight back: there is nobody to trade with) */
+    pthread_barrier_wait(&all_running);
     return NULL;
 }
 
@@ -182,6 +187,7 @@ static int churner(void *arg)
 {
     (void)arg;
     CHECK_EQ(tcm_init(socket_path), 0);
+    pthread_barrier_init(&all_running, NULL, 4);
     for (int round = 0; round < 5; round++) {
         pthread_t t[4];
         for (int i = 0; i < 4; i++)
