@@ -418,7 +418,7 @@ static const command_t commands[] = {
     {"classes", "", "size classes: spans, objects in use and free, batches moved", cmd_classes},
     {"config", "get [KEY] | set KEY VALUE", "read or change settings (set: daemon's uid or root)", cmd_config},
     {"resize", "SIZE", "change the heap limit (refused below what is in use)", cmd_resize},
-    {"release", "", "give every free page back to the OS now", cmd_release},
+    {"release", "", "processes give back what they cache, then every free page goes back to the OS", cmd_release},
     {"roots", "", "named shared pointers and their heap offsets", cmd_roots},
     {"detach", "CLIENT_ID", "cut a client off (its allocations fail; reclaimed when it exits)", cmd_detach},
     {"check", "", "validate the whole heap on the heap thread; exit 1 naming the first inconsistency",

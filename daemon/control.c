@@ -339,9 +339,46 @@ static void handle_clients(tcm_conn_t *conn)
     free(ptrs);
 }
 
+#define RELEASE_FLUSH_WAIT_MS 200 /* how long release waits for processes to give back what they cache */
+
+/* Every attached process gives back what it caches and no thread uses: its
+ * background thread empties the transfer tier and the page-run cache (as
+ * for a full heap) and says so in flush_ack; busy threads empty their bins
+ * at their next slow path. Waits (bounded) for the acknowledgements, so
+ * that the release after it finds those pages free. */
+static void flush_clients(tcm_server_t *srv)
+{
+    uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
+    uint32_t *gen = calloc(hw ? hw : 1, sizeof *gen);
+    if (!gen)
+        return;
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
+        if (!c || atomic_load(&c->rec->state) != TCM_REC_ACTIVE)
+            continue;
+        tcm_chan_hdr_t *hdr = (tcm_chan_hdr_t *)c->chan;
+        gen[i] = atomic_fetch_add(&hdr->flush_gen, 1) + 1;
+        atomic_fetch_add(&hdr->bg_wake, 1);
+        tcm__wake(&hdr->bg_wake, 1);
+    }
+    for (int waited = 0; waited < RELEASE_FLUSH_WAIT_MS; waited += 2) {
+        bool all = true;
+        for (uint32_t i = 0; i < hw && all; i++) {
+            tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
+            if (gen[i] && c && atomic_load(&c->rec->state) == TCM_REC_ACTIVE)
+                all = atomic_load(&((tcm_chan_hdr_t *)c->chan)->flush_ack) == gen[i];
+        }
+        if (all)
+            break;
+        tcm__sleep_ns(2000000);
+    }
+    free(gen);
+}
+
 static void handle_release(tcm_conn_t *conn)
 {
     tcm_server_t *srv = conn->srv;
+    flush_clients(srv);
     int64_t before = tcm__backed_bytes(srv->heap_fd);
     uint64_t released = tcm__heap_command(srv, TCM_MBOX_RELEASE);
     int64_t after = tcm__backed_bytes(srv->heap_fd);

@@ -226,6 +226,32 @@ static void test_exited_threads(void)
     tt_daemon_stop(&d);
 }
 
+/* `tcmctl release` gives back what processes cache too: the transfer tier
+ * that exited threads filled (decay off, so only the release can empty it)
+ * goes back, and the segment's blocks fall below 5% of their peak. */
+static void test_release_takes_caches(void)
+{
+    tcm_test_daemon_t d;
+    tt_daemon_start(&d, NULL);
+    socket_path = d.socket;
+    char out[512];
+    CHECK_EQ(tt_tcmctl(&d, "config set decay_ms 0", out, sizeof out), 0);
+    atomic_store(phase, 0);
+    pid_t pid = tt_fork(churner, NULL);
+    wait_phase(pid, 1);
+    uint64_t cached = cached_by(&d, pid), peak = tt_stat(&d, "bytes_committed");
+    CHECK_GE(cached, 1u << 20);
+    CHECK_EQ(tt_tcmctl(&d, "release", out, sizeof out), 0);
+    uint64_t after = tt_stat(&d, "bytes_committed");
+    printf("release with a full transfer tier: %llu bytes cached, committed %llu -> %llu\n",
+           (unsigned long long)cached, (unsigned long long)peak, (unsigned long long)after);
+    CHECK_EQ(cached_by(&d, pid), 0);
+    CHECK_LE(after, peak / 20);
+    atomic_store(phase, 9);
+    tt_wait_ok(pid, 60000);
+    tt_daemon_stop(&d);
+}
+
 /* Heap limit 96 MiB: process A caches what it freed and idles; process B
  * then gets all but A's thread caches before ENOMEM. */
 static int grabber(void *arg)
@@ -309,6 +335,7 @@ int main(void)
     test_decay();
     test_idle_transfer_tier();
     test_exited_threads();
+    test_release_takes_caches();
     test_full_heap_takes_back();
     printf("memory: 4 passed, 0 failed\n");
     return 0;
