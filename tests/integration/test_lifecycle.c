@@ -258,89 +258,95 @@ static void test_bad_free(void)
     CHECK(tt_daemon_alive(&d));
 }
 
-/* SIGKILL while the thread has a batch fetched ahead of need (it kept
- * refilling one class from tcmd), after RETURNs it did not wait for: the
- * caches and that batch come back; only what it had in use is orphaned. */
-static void test_sigkill_in_flight(void)
+/* A child that runs fill() and then waits to be killed; returns once it
+ * has filled, with what tcmd says it holds and caches. */
+static pid_t fork_filled(void (*fill)(void), uint64_t *held, uint64_t *cached)
 {
     int *ready = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    /* earlier children are reclaimed asynchronously: start from quiet */
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 1, 5000), 1);
-    uint64_t died_before = tt_stat(&d, "clients_died");
     pid_t pid = fork();
     if (pid == 0) {
-        enum { N = 100000 };
-        static void *ps[2 * N];
-        for (int i = 0; i < N; i++) /* 6.4 MB of one class: refill after refill from tcmd */
-            CHECK((ps[i] = tcm_malloc(64)) != NULL);
-        for (int i = 0; i < N / 2; i++) /* half back, batches to tcmd without waiting */
-            tcm_free(ps[i]);
-        for (int i = N; i < 2 * N; i++) /* its caches, then tcmd again: the last batch asked for ahead */
-            CHECK((ps[i] = tcm_malloc(64)) != NULL);
+        fill();
         __atomic_store_n(ready, 1, __ATOMIC_RELEASE);
         for (;;)
             pause();
     }
     while (!__atomic_load_n(ready, __ATOMIC_ACQUIRE))
         usleep(1000);
-    uint64_t held = 0, cached = 0;
-    tt_clients(&d, pid, &held, &cached, NULL);
-    CHECK_GE(held, 150000u * 64); /* what it still uses */
+    munmap(ready, 4096);
+    tt_clients(&d, pid, held, cached, NULL);
+    return pid;
+}
+
+/* SIGKILL it; returns how many bytes of clients tcmd took back. */
+static uint64_t kill_filled(pid_t pid)
+{
+    uint64_t died_before = tt_stat(&d, "clients_died");
     uint64_t clients_before = tt_stat(&d, "bytes_clients");
     kill(pid, SIGKILL);
     CHECK(WIFSIGNALED(tt_wait(pid, 10000)));
     CHECK_EQ(tt_wait_stat(&d, "clients_died", died_before + 1, 5000), died_before + 1);
+    return clients_before - tt_stat(&d, "bytes_clients");
+}
+
+static void fill_in_flight(void)
+{
+    enum { N = 100000 };
+    static void *ps[2 * N];
+    for (int i = 0; i < N; i++) /* 6.4 MB of one class: refill after refill from tcmd */
+        CHECK((ps[i] = tcm_malloc(64)) != NULL);
+    for (int i = 0; i < N / 2; i++) /* half back, batches to tcmd without waiting */
+        tcm_free(ps[i]);
+    for (int i = N; i < 2 * N; i++) /* its caches, then tcmd again: the last batch asked for ahead */
+        CHECK((ps[i] = tcm_malloc(64)) != NULL);
+}
+
+/* SIGKILL while the thread has a batch fetched ahead of need (it kept
+ * refilling one class from tcmd), after RETURNs it did not wait for: the
+ * caches and that batch come back; only what it had in use is orphaned. */
+static void test_sigkill_in_flight(void)
+{
+    uint64_t held = 0, cached = 0;
+    pid_t pid = fork_filled(fill_in_flight, &held, &cached);
+    CHECK_GE(held, 150000u * 64); /* what it still uses */
     /* the caches, the fetched-ahead batch among them, came back: only what it used is orphaned */
-    CHECK_EQ(clients_before - tt_stat(&d, "bytes_clients"), cached);
+    CHECK_EQ(kill_filled(pid), cached);
     char out[256];
     CHECK_EQ(tt_tcmctl(&d, "check", out, sizeof out), 0);
-    munmap(ready, 4096);
+}
+
+static void fill_caches(void)
+{
+    /* thread bins and the transfer tier */
+    static void *ps[20000];
+    for (int i = 0; i < 20000; i++)
+        ps[i] = tcm_malloc(48 + (i % 4) * 100);
+    for (int i = 0; i < 20000; i++)
+        tcm_free(ps[i]);
+    /* and its page-run cache */
+    void *runs[8];
+    for (int i = 0; i < 8; i++)
+        runs[i] = tcm_malloc((size_t)(i + 1) << 19);
+    for (int i = 0; i < 8; i++)
+        tcm_free(runs[i]);
 }
 
 /* SIGKILL: the daemon keeps serving the others and takes back what sat in
  * the dead client's caches. */
 static void test_sigkill(void)
 {
-    int *ready = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    /* earlier children are reclaimed asynchronously: start from quiet */
-    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 1, 5000), 1);
     uint64_t reclaimed_before = tt_stat(&d, "reclaimed_objects");
-    uint64_t died_before = tt_stat(&d, "clients_died");
-    pid_t pid = fork();
-    if (pid == 0) {
-        /* fill the caches: thread bins and the transfer tier */
-        static void *ps[20000];
-        for (int i = 0; i < 20000; i++)
-            ps[i] = tcm_malloc(48 + (i % 4) * 100);
-        for (int i = 0; i < 20000; i++)
-            tcm_free(ps[i]);
-        /* and its page-run cache */
-        void *runs[8];
-        for (int i = 0; i < 8; i++)
-            runs[i] = tcm_malloc((size_t)(i + 1) << 19);
-        for (int i = 0; i < 8; i++)
-            tcm_free(runs[i]);
-        __atomic_store_n(ready, 1, __ATOMIC_RELEASE);
-        for (;;)
-            pause();
-    }
-    while (!__atomic_load_n(ready, __ATOMIC_ACQUIRE))
-        usleep(1000);
     uint64_t held = 0, cached = 0;
-    tt_clients(&d, pid, &held, &cached, NULL);
+    pid_t pid = fork_filled(fill_caches, &held, &cached);
     CHECK_GT(cached, 18u << 20); /* 18 MiB of page runs among it */
-    uint64_t clients_before = tt_stat(&d, "bytes_clients");
-    kill(pid, SIGKILL);
-    int st = tt_wait(pid, 10000);
-    CHECK(WIFSIGNALED(st));
-    CHECK_EQ(tt_wait_stat(&d, "clients_died", died_before + 1, 5000), died_before + 1);
-    CHECK_GT(tt_stat(&d, "reclaimed_objects"), reclaimed_before);
     /* all it held was cache, so all of it came back */
-    CHECK_EQ(clients_before - tt_stat(&d, "bytes_clients"), held);
+    CHECK_EQ(kill_filled(pid), held);
+    CHECK_GT(tt_stat(&d, "reclaimed_objects"), reclaimed_before);
     /* and the daemon still serves everyone else */
     void *p = tcm_malloc(12345);
     CHECK(p != NULL);
     tcm_free(p);
-    munmap(ready, 4096);
 }
 
 int main(void)

@@ -138,28 +138,49 @@ static uint64_t cached_by(const tcm_test_daemon_t *d, pid_t pid)
     return cached;
 }
 
+/* A daemon with the given decay_ms and a child that runs body, then idles
+ * (phase 1) until told to finish (phase 9). */
+static pid_t start_idler(tcm_test_daemon_t *d, const char *decay_ms, int (*body)(void *))
+{
+    tt_daemon_start(d, NULL);
+    socket_path = d->socket;
+    char cmd[64], out[512];
+    snprintf(cmd, sizeof cmd, "config set decay_ms %s", decay_ms);
+    CHECK_EQ(tt_tcmctl(d, cmd, out, sizeof out), 0);
+    atomic_store(phase, 0);
+    pid_t pid = tt_fork(body, NULL);
+    wait_phase(pid, 1);
+    return pid;
+}
+
+/* What pid caches once it is at most bound, or after 5 s. */
+static uint64_t wait_cached_at_most(const tcm_test_daemon_t *d, pid_t pid, uint64_t bound)
+{
+    uint64_t now = cached_by(d, pid);
+    for (int i = 0; i < 500 && now > bound; i++) {
+        usleep(10000);
+        now = cached_by(d, pid);
+    }
+    return now;
+}
+
+static void stop_idler(tcm_test_daemon_t *d, pid_t pid)
+{
+    atomic_store(phase, 9);
+    tt_wait_ok(pid, 60000);
+    tt_daemon_stop(d);
+}
+
 static void test_idle_transfer_tier(void)
 {
     tcm_test_daemon_t d;
-    tt_daemon_start(&d, NULL);
-    socket_path = d.socket;
-    char out[512];
-    CHECK_EQ(tt_tcmctl(&d, "config set decay_ms 300", out, sizeof out), 0);
-    atomic_store(phase, 0);
-    pid_t pid = tt_fork(trader, NULL);
-    wait_phase(pid, 1);
-    uint64_t before = cached_by(&d, pid), now = before;
-    for (int i = 0; i < 500 && now > (6u << 20); i++) {
-        usleep(10000);
-        now = cached_by(&d, pid);
-    }
+    pid_t pid = start_idler(&d, "300", trader);
+    uint64_t before = cached_by(&d, pid), now = wait_cached_at_most(&d, pid, 6u << 20);
     printf("idle transfer tier: %llu bytes cached by the idle process, %llu after decay_ms\n",
            (unsigned long long)before, (unsigned long long)now);
     CHECK_LE(now, 6u << 20);             /* what is left is the two threads' bins */
     CHECK_GE(before - now, 6u << 20);    /* the tier held the rest, and gave it back */
-    atomic_store(phase, 9);
-    tt_wait_ok(pid, 60000);
-    tt_daemon_stop(&d);
+    stop_idler(&d, pid);
 }
 
 /* Threads that came and went: each exit leaves the thread's cache in the
@@ -205,25 +226,13 @@ static int churner(void *arg)
 static void test_exited_threads(void)
 {
     tcm_test_daemon_t d;
-    tt_daemon_start(&d, NULL);
-    socket_path = d.socket;
-    char out[512];
-    CHECK_EQ(tt_tcmctl(&d, "config set decay_ms 300", out, sizeof out), 0);
-    atomic_store(phase, 0);
-    pid_t pid = tt_fork(churner, NULL);
-    wait_phase(pid, 1);
-    uint64_t before = cached_by(&d, pid), now = before;
-    for (int i = 0; i < 500 && now > 0; i++) {
-        usleep(10000);
-        now = cached_by(&d, pid);
-    }
+    pid_t pid = start_idler(&d, "300", churner);
+    uint64_t before = cached_by(&d, pid), now = wait_cached_at_most(&d, pid, 0);
     printf("exited threads: %llu bytes cached in the transfer tier, %llu after decay_ms\n",
            (unsigned long long)before, (unsigned long long)now);
     CHECK_GE(before, 1u << 20); /* the last round's caches waited there for the next thread */
     CHECK_EQ(now, 0);
-    atomic_store(phase, 9);
-    tt_wait_ok(pid, 60000);
-    tt_daemon_stop(&d);
+    stop_idler(&d, pid);
 }
 
 /* `tcmctl release` gives back what processes cache too: the transfer tier
@@ -232,13 +241,8 @@ static void test_exited_threads(void)
 static void test_release_takes_caches(void)
 {
     tcm_test_daemon_t d;
-    tt_daemon_start(&d, NULL);
-    socket_path = d.socket;
+    pid_t pid = start_idler(&d, "0", churner);
     char out[512];
-    CHECK_EQ(tt_tcmctl(&d, "config set decay_ms 0", out, sizeof out), 0);
-    atomic_store(phase, 0);
-    pid_t pid = tt_fork(churner, NULL);
-    wait_phase(pid, 1);
     uint64_t cached = cached_by(&d, pid), peak = tt_stat(&d, "bytes_committed");
     CHECK_GE(cached, 1u << 20);
     CHECK_EQ(tt_tcmctl(&d, "release", out, sizeof out), 0);
@@ -247,9 +251,7 @@ static void test_release_takes_caches(void)
            (unsigned long long)cached, (unsigned long long)peak, (unsigned long long)after);
     CHECK_EQ(cached_by(&d, pid), 0);
     CHECK_LE(after, peak / 20);
-    atomic_store(phase, 9);
-    tt_wait_ok(pid, 60000);
-    tt_daemon_stop(&d);
+    stop_idler(&d, pid);
 }
 
 /* Heap limit 96 MiB: process A caches what it freed and idles; process B
