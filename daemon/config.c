@@ -29,7 +29,7 @@ static const setting_t settings[] = {
     {{"page_cache_cap", true, "free committed bytes kept before pages go back to the OS"}, T_SIZE, 0, 64ull << 40},
     {{"spin_us", true, "microseconds the heap thread polls before sleeping"}, T_UINT, 0, 1000000},
     {{"reconnect_timeout", true, "seconds a client waits for tcmd to come back before failing"}, T_UINT, 0, 86400},
-    {{"decay_ms", true, "a page heap untouched this long gives its cached pages back (0: never)"}, T_UINT, 0,
+    {{"decay_ms", true, "free pages unused this long go back to the OS, caches unused this long to tcmd (0: never)"}, T_UINT, 0,
      86400000},
     {{"log_level", true, "error, warn, info or debug"}, T_LEVEL, 0, 3},
     {{"allow_group", false, "group (name or id) whose members may attach besides tcmd's own user"}, T_GROUP, 0,

@@ -58,6 +58,8 @@ typedef struct tcm_heap {
     uint64_t free_pages;           /* pages in FREE spans */
     uint64_t free_committed_pages; /* of those, known to be backed */
     uint64_t last_change_ns;       /* when pages were last cut or freed (decay starts from it) */
+    uint64_t cache_low_pages;      /* fewest free committed pages since window_ns: what nobody needed */
+    uint64_t window_ns;            /* when the decay window began */
     uint64_t *maps_backed;         /* private: bit per heap page whose object- and owner-map
                                       entries are known to be backed (never punched) */
 } tcm_heap_t;

@@ -48,6 +48,36 @@ static void decay(tcm_server_t *srv, uint64_t now)
                  (unsigned long long)(decay_ns / 1000000), (unsigned long long)released);
 }
 
+/* Busy or not: the free pages that stayed in the page cache through a whole
+ * decay_ms window (its low-water mark) were not needed, and go back. A heap
+ * that keeps cutting and freeing never has a quiet spell, but what it does
+ * not reuse still leaves within two windows. */
+static void decay_window(tcm_server_t *srv, uint64_t now)
+{
+    uint64_t decay_ns = atomic_load_explicit(&srv->meta->config.decay_ms, memory_order_relaxed) * 1000000ull;
+    tcm_heap_t *h = &srv->h;
+    if (!decay_ns || now - h->window_ns < decay_ns)
+        return;
+    uint64_t unused = h->cache_low_pages < h->free_committed_pages ? h->cache_low_pages : h->free_committed_pages;
+    if (unused) {
+        uint64_t keep = (h->free_committed_pages - unused) * TCM_PAGE_SIZE;
+        int64_t before = tcm__backed_bytes(srv->heap_fd);
+        if (keep)
+            tcm__ph_release_ht(h, keep);
+        else
+            tcm__ph_release_ht(h, 0);
+        int64_t after = tcm__backed_bytes(srv->heap_fd);
+        if (before > after) {
+            STAT_ADD(srv, bytes_released, (uint64_t)(before - after));
+            STAT_ADD(srv, decays, 1);
+            tcm__log(TCM_LOG_DEBUG, "decay: %llu bytes of the page cache unused for %llu ms given back",
+                     (unsigned long long)(before - after), (unsigned long long)(decay_ns / 1000000));
+        }
+    }
+    h->cache_low_pages = h->free_committed_pages;
+    h->window_ns = now;
+}
+
 static void run_mailbox(tcm_server_t *srv)
 {
     pthread_mutex_lock(&srv->mbox_lock);
@@ -148,12 +178,14 @@ static void *heap_thread_main(void *arg)
     while (!atomic_load_explicit(&srv->stop, memory_order_acquire)) {
         if (serve_all(srv)) {
             idle_since = 0;
+            decay_window(srv, tcm__now_ns());
             if (TCM_EXPENSIVE_CHECKS)
                 expensive_check(srv, &next_check);
             continue;
         }
         uint64_t now = tcm__now_ns();
         decay(srv, now);
+        decay_window(srv, now);
         if (!idle_since)
             idle_since = now;
         if (now - idle_since < atomic_load_explicit(&srv->spin_ns, memory_order_relaxed)) {
@@ -223,7 +255,8 @@ int tcm__heap_thread_start(tcm_server_t *srv)
     pthread_mutex_init(&srv->mbox_lock, NULL);
     pthread_cond_init(&srv->mbox_cond, NULL);
     pthread_mutex_init(&srv->reaped_lock, NULL);
-    srv->h.last_change_ns = srv->decayed_at = tcm__now_ns(); /* a quiet spell starts now */
+    srv->h.last_change_ns = srv->decayed_at = srv->h.window_ns = tcm__now_ns(); /* a quiet spell starts now */
+    srv->h.cache_low_pages = srv->h.free_committed_pages;
     int err = pthread_create(&srv->heap_thread, NULL, heap_thread_main, srv);
     if (err) {
         tcm__log(TCM_LOG_ERROR, "pthread_create(heap thread) failed: %s", strerror(err));

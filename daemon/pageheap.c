@@ -95,8 +95,18 @@ static void free_remove(tcm_heap_t *h, uint32_t s)
         h->free_committed_pages -= sp->npages;
 }
 
+/* At the end of each page-heap operation (not inside one: a split takes a
+ * whole run off its list before putting the rest back) the page cache's
+ * low-water mark for the decay window. */
+static void note_cache_low(tcm_heap_t *h)
+{
+    if (h->free_committed_pages < h->cache_low_pages)
+        h->cache_low_pages = h->free_committed_pages;
+}
+
 static void publish_free_stats(tcm_heap_t *h)
 {
+    note_cache_low(h);
     STAT_SET(h, bytes_pageheap_free, h->free_pages * TCM_PAGE_SIZE);
 }
 
@@ -351,6 +361,7 @@ uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes)
         }
     }
 done:
+    note_cache_low(h);
     return released;
 }
 

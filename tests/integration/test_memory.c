@@ -138,15 +138,18 @@ static uint64_t cached_by(const tcm_test_daemon_t *d, pid_t pid)
     return cached;
 }
 
-/* A daemon with the given decay_ms and a child that runs body, then idles
- * (phase 1) until told to finish (phase 9). */
-static pid_t start_idler(tcm_test_daemon_t *d, const char *decay_ms, int (*body)(void *))
+/* A daemon with the given settings ("KEY VALUE", NULL-terminated) and a
+ * child that runs body, then idles or keeps busy (phase 1) until told to
+ * finish (phase 9). */
+static pid_t start_idler(tcm_test_daemon_t *d, const char *const *settings, int (*body)(void *))
 {
     tt_daemon_start(d, NULL);
     socket_path = d->socket;
-    char cmd[64], out[512];
-    snprintf(cmd, sizeof cmd, "config set decay_ms %s", decay_ms);
-    CHECK_EQ(tt_tcmctl(d, cmd, out, sizeof out), 0);
+    for (; *settings; settings++) {
+        char cmd[96], out[512];
+        snprintf(cmd, sizeof cmd, "config set %s", *settings);
+        CHECK_EQ(tt_tcmctl(d, cmd, out, sizeof out), 0);
+    }
     atomic_store(phase, 0);
     pid_t pid = tt_fork(body, NULL);
     wait_phase(pid, 1);
@@ -174,7 +177,7 @@ static void stop_idler(tcm_test_daemon_t *d, pid_t pid)
 static void test_idle_transfer_tier(void)
 {
     tcm_test_daemon_t d;
-    pid_t pid = start_idler(&d, "300", trader);
+    pid_t pid = start_idler(&d, (const char *[]){"decay_ms 300", NULL}, trader);
     uint64_t before = cached_by(&d, pid), now = wait_cached_at_most(&d, pid, 6u << 20);
     printf("idle transfer tier: %llu bytes cached by the idle process, %llu after decay_ms\n",
            (unsigned long long)before, (unsigned long long)now);
@@ -226,7 +229,7 @@ static int churner(void *arg)
 static void test_exited_threads(void)
 {
     tcm_test_daemon_t d;
-    pid_t pid = start_idler(&d, "300", churner);
+    pid_t pid = start_idler(&d, (const char *[]){"decay_ms 300", NULL}, churner);
     uint64_t before = cached_by(&d, pid), now = wait_cached_at_most(&d, pid, 0);
     printf("exited threads: %llu bytes cached in the transfer tier, %llu after decay_ms\n",
            (unsigned long long)before, (unsigned long long)now);
@@ -241,7 +244,7 @@ static void test_exited_threads(void)
 static void test_release_takes_caches(void)
 {
     tcm_test_daemon_t d;
-    pid_t pid = start_idler(&d, "0", churner);
+    pid_t pid = start_idler(&d, (const char *[]){"decay_ms 0", NULL}, churner);
     char out[512];
     uint64_t cached = cached_by(&d, pid), peak = tt_stat(&d, "bytes_committed");
     CHECK_GE(cached, 1u << 20);
@@ -251,6 +254,48 @@ static void test_release_takes_caches(void)
            (unsigned long long)cached, (unsigned long long)peak, (unsigned long long)after);
     CHECK_EQ(cached_by(&d, pid), 0);
     CHECK_LE(after, peak / 20);
+    stop_idler(&d, pid);
+}
+
+/* A heap that never goes quiet still gives back what it does not reuse:
+ * 40 MiB of page runs freed into the page cache, then page runs of 64 KiB
+ * cut and freed without pause (no page-run cache: xfer_budget 0); within
+ * two decay windows the unused part of the cache is gone. */
+static int busy_heap(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(socket_path), 0);
+    void *runs[40];
+    for (int i = 0; i < 40; i++) {
+        CHECK((runs[i] = tcm_malloc(1 << 20)) != NULL);
+        memset(runs[i], 1, 1 << 20);
+    }
+    for (int i = 0; i < 40; i++)
+        tcm_free(runs[i]);
+    atomic_store(phase, 1);
+    while (atomic_load(phase) != 9) { /* busy: a page run every 100 us */
+        void *p = tcm_malloc(300 << 10);
+        CHECK(p != NULL);
+        tcm_free(p);
+        usleep(100);
+    }
+    tcm_shutdown();
+    return 0;
+}
+
+static void test_busy_decay(void)
+{
+    tcm_test_daemon_t d;
+    pid_t pid = start_idler(&d, (const char *[]){"decay_ms 300", "xfer_budget 0", NULL}, busy_heap);
+    uint64_t before = tt_stat(&d, "bytes_committed"), now = before;
+    for (int i = 0; i < 300 && now > (8u << 20); i++) {
+        usleep(10000);
+        now = tt_stat(&d, "bytes_committed");
+    }
+    printf("busy heap: %llu bytes committed after 40 MiB freed, %llu while it kept cutting and freeing\n",
+           (unsigned long long)before, (unsigned long long)now);
+    CHECK_GE(before, 40u << 20);
+    CHECK_LE(now, 8u << 20);
     stop_idler(&d, pid);
 }
 
@@ -338,6 +383,7 @@ int main(void)
     test_idle_transfer_tier();
     test_exited_threads();
     test_release_takes_caches();
+    test_busy_decay();
     test_full_heap_takes_back();
     printf("memory: 4 passed, 0 failed\n");
     return 0;
