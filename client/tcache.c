@@ -85,6 +85,7 @@ int tcm__return_objects(unsigned cls, void **objs, uint32_t n, uint32_t *count)
 }
 
 static tcm_slot_t *async_take(tcm_thread_t *thr, uint32_t *idx);
+static uint32_t async_index(const tcm_thread_t *thr, uint32_t j);
 
 /* Give the top n objects of a thread's bin to tcmd without waiting for the
  * answer (settled when the slot is next needed). The bin drops them only
@@ -99,16 +100,21 @@ static void return_async(tcm_thread_t *thr, unsigned cls, tcm_bin_t *b, uint32_t
         return;
     }
     uintptr_t base = (uintptr_t)tcm__proc.heap;
-    uint32_t top = b->count;
+    uint32_t top = b->count, bit = 1u << (idx - async_index(thr, 0));
+    atomic_fetch_and_explicit(&thr->tc->dropped, ~bit, memory_order_relaxed);
     slot->op = TCM_OP_RETURN;
     slot->cls = cls;
     slot->count = n;
     for (uint32_t i = 0; i < n; i++)
         slot->offs[i] = (uintptr_t)b->slots[top - n + i] - base;
-    if (tcm__post(slot, idx))
+    if (tcm__post(slot, idx)) {
         b->count = top - n;
-    else /* tcmd is lost: the call that waits says so */
+        /* from now on a reclaim must not skip them: the bin no longer
+         * lists them, and a later refill may bring them back into it */
+        atomic_fetch_or_explicit(&thr->tc->dropped, bit, memory_order_release);
+    } else { /* tcmd is lost: the call that waits says so */
         tcm__return_objects(cls, b->slots, n, &b->count);
+    }
 }
 
 /* Move the objects of a thread's bin above keep out of it: the top ones to
@@ -488,6 +494,7 @@ static tcm_thread_t *thread_register(void)
     }
     memset(tc->bins, 0, sizeof tc->bins);
     tc->ahead_bytes = 0;
+    atomic_store(&tc->dropped, 0);
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
         tc->bins[cls].slots = (void **)((uint8_t *)tc + pr->lay.bin_slot_off[cls]);
     tc->index = idx;

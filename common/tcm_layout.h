@@ -54,7 +54,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TCM_LAYOUT_VERSION 6u
+#define TCM_LAYOUT_VERSION 7u
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
 #define TCM_CHAN_MAGIC 0x4e4148434d4354ull /* "TCMCHAN" */
 #define TCM_STATE_MAGIC 0x4554415453434d54ull /* "TCMSTATE" */
@@ -315,7 +315,11 @@ typedef struct tcm_tcache {
     uint32_t index;
     uint64_t ahead_bytes; /* W: client (fetch ahead, settle). R: tcmd, stats: a REFILL's bytes asked
                              for ahead of need and not yet taken in (0 from clients that never do) */
-    uint64_t reserved[6];
+    _Atomic uint32_t dropped; /* W: client, after the bin's count dropped. R: tcmd, reclaim: bit j set:
+                                 the RETURN on async slot j has left the bin, so its objects need not be
+                                 skipped (they may be back in a bin from a later refill) */
+    uint32_t reserved32;
+    uint64_t reserved[5];
     tcm_bin_t bins[TCM_NBINS]; /* only 1..TCM_NCLASSES-1 ever hold objects */
     /* then the slot arrays, at chan_hdr.bin_slot_off[c] from the tcache */
 } tcm_tcache_t;

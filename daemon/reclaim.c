@@ -31,6 +31,22 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* An async slot's RETURN whose objects the client's bin has already
+ * dropped (tcache.dropped): a later refill may have brought them back into
+ * a cache, so they must not be skipped. */
+static bool dropped_already(const tcm_client_t *c, uint32_t i)
+{
+    const tcm_chan_layout_t *l = &c->lay;
+    if (i <= l->max_threads)
+        return false; /* a thread's own slot or the spare: calls it waited on */
+    uint32_t t = (i - l->max_threads - 1) / TCM_ASYNC_SLOTS, j = (i - l->max_threads - 1) % TCM_ASYNC_SLOTS;
+    uint32_t hw = atomic_load_explicit(&((const tcm_chan_hdr_t *)c->chan)->tcache_hw, memory_order_acquire);
+    if (t >= hw || t >= l->max_threads)
+        return false;
+    const tcm_tcache_t *tc = (const tcm_tcache_t *)(c->chan + l->off_tcaches + (uint64_t)t * l->tcache_stride);
+    return atomic_load_explicit(&tc->dropped, memory_order_acquire) >> j & 1;
+}
+
 static void collect_answered(const tcm_client_t *c, skip_set_t *skip)
 {
     size_t cap = 0;
@@ -42,6 +58,8 @@ static void collect_answered(const tcm_client_t *c, skip_set_t *skip)
         const tcm_slot_t *slot = &c->slots[i];
         uint32_t op = slot->op, count = slot->count;
         if (atomic_load(&slot->state) != TCM_SLOT_DONE || (op != TCM_OP_RETURN && op != TCM_OP_FREE_PAGES))
+            continue;
+        if (op == TCM_OP_RETURN && dropped_already(c, i))
             continue;
         size_t k = op == TCM_OP_FREE_PAGES ? 1 : count < TCM_MAX_BATCH ? count : TCM_MAX_BATCH;
         if (skip->n + k > cap) {

@@ -316,6 +316,33 @@ static void test_sigkill_in_flight(void)
     CHECK_EQ(tt_tcmctl(&d, "check", out, sizeof out), 0);
 }
 
+static void fill_returned_again(void)
+{
+    enum { N = 20000 };
+    static void *ps[N];
+    for (int i = 0; i < N; i++)
+        CHECK((ps[i] = tcm_malloc(64)) != NULL);
+    for (int i = 0; i < N; i++) /* full bins: batches back to tcmd, not waited for */
+        tcm_free(ps[i]);
+    /* the bin, the batch it had asked for ahead, then the next one (asked
+     * for after those RETURNs): objects it gave back, back in its bin */
+    for (int i = 0; i < 4096 + 512 + 100; i++)
+        CHECK((ps[i] = tcm_malloc(64)) != NULL);
+}
+
+/* SIGKILL after objects it gave back (in RETURNs it did not wait for) came
+ * back into its bin: all of its caches come back, none is skipped as
+ * "already given back". */
+static void test_sigkill_returned_again(void)
+{
+    uint64_t held = 0, cached = 0;
+    pid_t pid = fork_filled(fill_returned_again, &held, &cached);
+    CHECK_GE(cached, 100u * 64);
+    CHECK_EQ(kill_filled(pid), cached);
+    char out[256];
+    CHECK_EQ(tt_tcmctl(&d, "check", out, sizeof out), 0);
+}
+
 static void fill_caches(void)
 {
     /* thread bins and the transfer tier */
@@ -362,9 +389,10 @@ int main(void)
     test_bad_free();
     test_sigkill();
     test_sigkill_in_flight();
+    test_sigkill_returned_again();
     tcm_shutdown();
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
     tt_daemon_stop(&d);
-    printf("lifecycle: 8 passed, 0 failed\n");
+    printf("lifecycle: 9 passed, 0 failed\n");
     return 0;
 }
