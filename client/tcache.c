@@ -532,9 +532,16 @@ static tcm_thread_t *current_thread(void)
     return thr;
 }
 
+/* Each refill of a class asks for twice the last, up to its batch. */
+static void slow_start(tcm_thread_t *thr, unsigned cls)
+{
+    uint32_t batch = tcm__proc.classes[cls].batch;
+    if (thr->refill[cls] < batch)
+        thr->refill[cls] = thr->refill[cls] * 2 < batch ? thr->refill[cls] * 2 : batch;
+}
+
 static bool refill(tcm_thread_t *thr, unsigned cls)
 {
-    const tcm_class_info_t *ci = &tcm__proc.classes[cls];
     tcm_bin_t *b = &thr->tc->bins[cls];
     uint32_t want = thr->refill[cls];
     grow(thr, cls, want);
@@ -546,8 +553,7 @@ static bool refill(tcm_thread_t *thr, unsigned cls)
     if (ahead) {
         settle_slot(ahead, idx, thr);
         if (b->count) {
-            if (thr->refill[cls] < ci->batch)
-                thr->refill[cls] = thr->refill[cls] * 2 < ci->batch ? thr->refill[cls] * 2 : ci->batch;
+            slow_start(thr, cls);
             if (xfer_empty(cls)) /* still nothing from this process's other threads */
                 fetch_ahead(thr, cls);
             return true;
@@ -569,8 +575,7 @@ static bool refill(tcm_thread_t *thr, unsigned cls)
         }
     }
     b->count = got;
-    if (thr->refill[cls] < ci->batch)
-        thr->refill[cls] = thr->refill[cls] * 2 < ci->batch ? thr->refill[cls] * 2 : ci->batch;
+    slow_start(thr, cls);
     if (!from_daemon)
         thr->daemon_streak[cls] = 0;
     else if (got && ++thr->daemon_streak[cls] >= 2) {
