@@ -142,11 +142,17 @@ void wl_wait_ops(wl_shared_t *sh, uint64_t more)
     }
 }
 
+pid_t wl_spawn_one(wl_shared_t *sh, int id)
+{
+    (void)sh;
+    return tt_fork(worker, (void *)(uintptr_t)id);
+}
+
 void wl_spawn(wl_shared_t *sh, int n, pid_t *pids)
 {
     memset(sh, 0, sizeof *sh);
     for (int i = 0; i < n; i++)
-        pids[i] = tt_fork(worker, (void *)(uintptr_t)(i + 1));
+        pids[i] = wl_spawn_one(sh, i + 1);
 }
 
 void wl_wait_ready(wl_shared_t *sh, int n)

@@ -26,6 +26,8 @@ wl_shared_t *wl_shared(void);
 void wl_start(wl_shared_t *sh, int n, pid_t *pids, uint64_t min_ops);
 /* The same in two steps: fork them; wait until all attached. */
 void wl_spawn(wl_shared_t *sh, int n, pid_t *pids);
+/* One more worker (id: its seed; distinct ids run different sequences). */
+pid_t wl_spawn_one(wl_shared_t *sh, int id);
 void wl_wait_ready(wl_shared_t *sh, int n);
 /* Wait until the workers did `more` operations (aborts after 60 s). */
 void wl_wait_ops(wl_shared_t *sh, uint64_t more);
