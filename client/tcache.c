@@ -301,12 +301,14 @@ static tcm_slot_t *fetched_ahead(tcm_thread_t *thr, unsigned cls, uint32_t *idx)
 }
 
 /* A thread that keeps refilling a class from tcmd asks for its next batch
- * now, so that tcmd works while the thread uses this one. At most half the
- * thread's budget waits in its slots. */
+ * now, so that tcmd works while the thread uses this one. What waits in its
+ * slots stays within half of what its budget leaves beside its bins, so
+ * bins and fetched batches together stay within the budget. */
 static void fetch_ahead(tcm_thread_t *thr, unsigned cls)
 {
     const tcm_class_info_t *ci = &tcm__proc.classes[cls];
-    uint64_t quota = thr->budget / 2, ahead = thr->tc->ahead_bytes;
+    uint64_t quota = (thr->budget > thr->capacity ? thr->budget - thr->capacity : 0) / 2,
+             ahead = thr->tc->ahead_bytes;
     uint64_t fits = ahead < quota ? (quota - ahead) / ci->size : 0;
     uint32_t want = thr->refill[cls] < fits ? thr->refill[cls] : (uint32_t)fits, idx;
     tcm_slot_t *slot;
