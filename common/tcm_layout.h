@@ -160,7 +160,7 @@ _Static_assert(sizeof(tcm_config_t) == 64, "config is shared");
     X(bytes_reserved, G, "heap segment size")                                                  \
     X(bytes_limit, G, "current heap limit")                                                    \
     X(bytes_spans, G, "bytes in spans handed to classes or large runs")                        \
-    X(bytes_clients, G, "bytes held by clients (in use + their caches)")                       \
+    X(bytes_clients, G, "bytes held by clients, in use + caches (bytes_orphaned included)")    \
     X(bytes_central_free, G, "free objects in central lists")                                  \
     X(bytes_pageheap_free, G, "free bytes in the page heap")                                   \
     X(bytes_committed, G, "bytes of the heap backed by memory (st_blocks)")                    \
