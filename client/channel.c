@@ -72,10 +72,9 @@ bool tcm__post(tcm_slot_t *slot, uint32_t slot_index)
 /* Wait for the answer to a posted request: spin briefly, then sleep on the
  * slot. Returns the slot's status, or TCM_ST_NOMEM when tcmd is gone for
  * good (the request may then never be served). */
-int tcm__await(tcm_slot_t *slot, uint32_t slot_index)
+int tcm__await(tcm_slot_t *slot)
 {
     tcm_proc_t *pr = &tcm__proc;
-    (void)slot_index;
     uint64_t start = tcm__now_ns();
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(&slot->state, memory_order_acquire) == TCM_SLOT_DONE) {
@@ -120,7 +119,7 @@ int tcm__call(tcm_slot_t *slot, uint32_t slot_index)
 {
     if (!tcm__post(slot, slot_index))
         return TCM_ST_NOMEM;
-    return tcm__await(slot, slot_index);
+    return tcm__await(slot);
 }
 
 /* The calling thread's own slot, or the shared spare one (locked). */

@@ -32,7 +32,7 @@ static uint32_t back_slots(void **slots, uint32_t *backed, uint32_t want)
 
 static tcm_tcache_t *thread_tcache(uint32_t idx)
 {
-    return (tcm_tcache_t *)(tcm__proc.chan + tcm__proc.lay.off_tcaches + (uint64_t)idx * tcm__proc.lay.tcache_stride);
+    return (tcm_tcache_t *)(tcm__proc.chan + tcm__tcache_off(&tcm__proc.lay, idx));
 }
 
 static void **xfer_slots(unsigned cls)
@@ -219,10 +219,11 @@ static uint32_t stash_fetched(tcm_thread_t *thr, unsigned cls, const tcm_slot_t 
  * (NULL: it goes back to tcmd, on the same slot). */
 static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *into)
 {
-    int st = tcm__await(slot, idx);
+    int st = tcm__await(slot);
     unsigned cls = slot->cls;
-    if (slot->op == TCM_OP_REFILL && cls > 0 && cls < TCM_NCLASSES) {
-        tcm_tcache_t *tc = thread_tcache((idx - tcm__proc.lay.max_threads - 1) / TCM_ASYNC_SLOTS);
+    uint32_t t, j;
+    if (slot->op == TCM_OP_REFILL && cls > 0 && cls < TCM_NCLASSES && tcm__async_slot_of(&tcm__proc.lay, idx, &t, &j)) {
+        tcm_tcache_t *tc = thread_tcache(t);
         uint64_t asked = (uint64_t)slot->count * tcm__proc.classes[cls].size;
         tc->ahead_bytes = tc->ahead_bytes > asked ? tc->ahead_bytes - asked : 0;
         if (st == TCM_ST_OK) {

@@ -117,9 +117,7 @@ void *tcm_from_offset(uint64_t off)
 {
     if (off == 0 || tcm__ensure_attached() != 0 || off >= tcm__proc.heap_size)
         return NULL;
-#if defined(__SANITIZE_THREAD__)
     tcm__tsan_from_elsewhere();
-#endif
     return tcm__proc.heap + off;
 }
 

@@ -560,11 +560,27 @@ typedef struct tcm_chan_layout {
 
 void tcm__chan_layout(tcm_chan_layout_t *l, const tcm_class_info_t tab[TCM_NCLASSES],
                       uint32_t max_threads);
+/* Thread cache t's offset in the channel. */
+static inline uint64_t tcm__tcache_off(const tcm_chan_layout_t *l, uint32_t t)
+{
+    return l->off_tcaches + (uint64_t)t * l->tcache_stride;
+}
+
 /* Slot j (< TCM_ASYNC_SLOTS) of thread cache t: for the requests that
  * thread posts and does not wait for at once. */
 static inline uint32_t tcm__async_slot(const tcm_chan_layout_t *l, uint32_t t, uint32_t j)
 {
     return l->max_threads + 1 + t * TCM_ASYNC_SLOTS + j;
+}
+
+/* The other way: false for a thread's own slot or the spare. */
+static inline bool tcm__async_slot_of(const tcm_chan_layout_t *l, uint32_t i, uint32_t *t, uint32_t *j)
+{
+    if (i <= l->max_threads)
+        return false;
+    *t = (i - l->max_threads - 1) / TCM_ASYNC_SLOTS;
+    *j = (i - l->max_threads - 1) % TCM_ASYNC_SLOTS;
+    return true;
 }
 
 /* Metadata geometry for a heap of npages pages. */

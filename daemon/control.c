@@ -341,11 +341,9 @@ static void handle_clients(tcm_conn_t *conn)
 
 #define RELEASE_FLUSH_WAIT_MS 200 /* how long release waits for processes to give back what they cache */
 
-/* Every attached process gives back what it caches and no thread uses: its
- * background thread empties the transfer tier and the page-run cache (as
- * for a full heap) and says so in flush_ack; busy threads empty their bins
- * at their next slow path. Waits (bounded) for the acknowledgements, so
- * that the release after it finds those pages free. */
+/* Every attached process gives back what it caches (as for a full heap,
+ * tcm__client_ask_flush). Waits (bounded) for the acknowledgements, so that
+ * the release after it finds those pages free. */
 static void flush_clients(tcm_server_t *srv)
 {
     uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
@@ -356,10 +354,7 @@ static void flush_clients(tcm_server_t *srv)
         tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
         if (!c || atomic_load(&c->rec->state) != TCM_REC_ACTIVE)
             continue;
-        tcm_chan_hdr_t *hdr = (tcm_chan_hdr_t *)c->chan;
-        gen[i] = atomic_fetch_add(&hdr->flush_gen, 1) + 1;
-        atomic_fetch_add(&hdr->bg_wake, 1);
-        tcm__wake(&hdr->bg_wake, 1);
+        gen[i] = tcm__client_ask_flush(c);
     }
     for (int waited = 0; waited < RELEASE_FLUSH_WAIT_MS; waited += 2) {
         bool all = true;

@@ -17,16 +17,24 @@
 #define STAT_ADD(srv, f, v) atomic_fetch_add_explicit(&(srv)->meta->stats.f, (v), memory_order_relaxed)
 #define EXPENSIVE_CHECK_EVERY 4096u /* requests between whole-heap validations (assert level 3) */
 
-/* Give every free page back, measured from the segment's blocks. */
-static uint64_t release_all(tcm_server_t *srv)
+/* Punch free runs until at most keep_bytes of free committed pages are
+ * left (0: every free page); returns what the segment's blocks dropped by,
+ * measured, not estimated. */
+static uint64_t release_measured(tcm_server_t *srv, uint64_t keep_bytes)
 {
     int64_t before = tcm__backed_bytes(srv->heap_fd);
-    tcm__central_drop_empty_ht(&srv->h);
-    tcm__ph_release_ht(&srv->h, 0);
+    tcm__ph_release_ht(&srv->h, keep_bytes);
     int64_t after = tcm__backed_bytes(srv->heap_fd);
     uint64_t released = before > after ? (uint64_t)(before - after) : 0;
     STAT_ADD(srv, bytes_released, released);
     return released;
+}
+
+/* Every free page, the empty span kept per class among them. */
+static uint64_t release_all(tcm_server_t *srv)
+{
+    tcm__central_drop_empty_ht(&srv->h); /* spans to the page heap, still committed */
+    return release_measured(srv, 0);
 }
 
 /* Memory comes back by itself: a page heap nobody has cut from or freed to
@@ -59,20 +67,11 @@ static void decay_window(tcm_server_t *srv, uint64_t now)
     if (!decay_ns || now - h->window_ns < decay_ns)
         return;
     uint64_t unused = h->cache_low_pages < h->free_committed_pages ? h->cache_low_pages : h->free_committed_pages;
-    if (unused) {
-        uint64_t keep = (h->free_committed_pages - unused) * TCM_PAGE_SIZE;
-        int64_t before = tcm__backed_bytes(srv->heap_fd);
-        if (keep)
-            tcm__ph_release_ht(h, keep);
-        else
-            tcm__ph_release_ht(h, 0);
-        int64_t after = tcm__backed_bytes(srv->heap_fd);
-        if (before > after) {
-            STAT_ADD(srv, bytes_released, (uint64_t)(before - after));
-            STAT_ADD(srv, decays, 1);
-            tcm__log(TCM_LOG_DEBUG, "decay: %llu bytes of the page cache unused for %llu ms given back",
-                     (unsigned long long)(before - after), (unsigned long long)(decay_ns / 1000000));
-        }
+    uint64_t released = unused ? release_measured(srv, (h->free_committed_pages - unused) * TCM_PAGE_SIZE) : 0;
+    if (released) {
+        STAT_ADD(srv, decays, 1);
+        tcm__log(TCM_LOG_DEBUG, "decay: %llu bytes of the page cache unused for %llu ms given back",
+                 (unsigned long long)released, (unsigned long long)(decay_ns / 1000000));
     }
     h->cache_low_pages = h->free_committed_pages;
     h->window_ns = now;

@@ -37,13 +37,13 @@ static int cmp_u64(const void *a, const void *b)
 static bool dropped_already(const tcm_client_t *c, uint32_t i)
 {
     const tcm_chan_layout_t *l = &c->lay;
-    if (i <= l->max_threads)
-        return false; /* a thread's own slot or the spare: calls it waited on */
-    uint32_t t = (i - l->max_threads - 1) / TCM_ASYNC_SLOTS, j = (i - l->max_threads - 1) % TCM_ASYNC_SLOTS;
+    uint32_t t, j;
+    if (!tcm__async_slot_of(l, i, &t, &j)) /* a thread's own slot or the spare: calls it waited on */
+        return false;
     uint32_t hw = atomic_load_explicit(&((const tcm_chan_hdr_t *)c->chan)->tcache_hw, memory_order_acquire);
     if (t >= hw || t >= l->max_threads)
         return false;
-    const tcm_tcache_t *tc = (const tcm_tcache_t *)(c->chan + l->off_tcaches + (uint64_t)t * l->tcache_stride);
+    const tcm_tcache_t *tc = (const tcm_tcache_t *)(c->chan + tcm__tcache_off(l, t));
     return atomic_load_explicit(&tc->dropped, memory_order_acquire) >> j & 1;
 }
 
@@ -149,7 +149,7 @@ void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c)
     }
     uint32_t hw = atomic_load_explicit(&hdr->tcache_hw, memory_order_acquire);
     for (uint32_t t = 0; t < l->max_threads && t < hw; t++) {
-        uint8_t *tc = c->chan + l->off_tcaches + (uint64_t)t * l->tcache_stride;
+        uint8_t *tc = c->chan + tcm__tcache_off(l, t);
         tcm_bin_t *bins = ((tcm_tcache_t *)tc)->bins;
         for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
             uint32_t n = bins[cls].count;

@@ -133,10 +133,7 @@ static uint64_t ask_to_flush(tcm_server_t *srv, const tcm_client_t *except)
         tcm_client_t *o = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
         if (!o || o == except || atomic_load(&o->rec->state) != TCM_REC_ACTIVE)
             continue;
-        tcm_chan_hdr_t *hdr = (tcm_chan_hdr_t *)o->chan;
-        atomic_fetch_add(&hdr->flush_gen, 1);
-        atomic_fetch_add(&hdr->bg_wake, 1);
-        tcm__wake(&hdr->bg_wake, 1);
+        tcm__client_ask_flush(o);
         asked++;
     }
     srv->flush_asked_ns = now;

@@ -396,6 +396,15 @@ tcm_slot_t *tcm__client_slot(tcm_client_t *c, uint32_t index)
     return &c->slots[index];
 }
 
+uint32_t tcm__client_ask_flush(tcm_client_t *c)
+{
+    tcm_chan_hdr_t *hdr = (tcm_chan_hdr_t *)c->chan;
+    uint32_t gen = atomic_fetch_add(&hdr->flush_gen, 1) + 1;
+    atomic_fetch_add(&hdr->bg_wake, 1);
+    tcm__wake(&hdr->bg_wake, 1);
+    return gen;
+}
+
 /* An adopted channel: which slots its client (or a previous tcmd) backed. */
 static void find_backed_slots(tcm_client_t *c)
 {

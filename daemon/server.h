@@ -47,6 +47,11 @@ typedef struct tcm_client {
 /* The slot, or NULL when it cannot be backed (index out of range, /dev/shm
  * full). Heap thread (and recovery). */
 tcm_slot_t *tcm__client_slot(tcm_client_t *c, uint32_t index);
+/* Ask the client's process to give back what it caches (its background
+ * thread empties the transfer tier and page-run cache, then stores the
+ * returned generation in flush_ack; its threads empty their bins at their
+ * next slow path). Any thread of tcmd. */
+uint32_t tcm__client_ask_flush(tcm_client_t *c);
 /* Is the slot backed? (for loops that only read slots tcmd ever used) */
 static inline bool tcm__slot_backed(const tcm_client_t *c, uint32_t index)
 {

@@ -33,7 +33,7 @@ void tcm__client_usage(const tcm_server_t *srv, const tcm_client_t *c, uint32_t 
     *cached = 0;
     uint32_t hw = atomic_load_explicit(&hdr->tcache_hw, memory_order_acquire);
     for (uint32_t t = 0; t < l->max_threads && t < hw; t++) {
-        const tcm_tcache_t *tc = (const tcm_tcache_t *)(c->chan + l->off_tcaches + (uint64_t)t * l->tcache_stride);
+        const tcm_tcache_t *tc = (const tcm_tcache_t *)(c->chan + tcm__tcache_off(l, t));
         if (tc->in_use)
             (*threads)++;
         uint64_t ahead = tc->ahead_bytes; /* a batch asked for ahead of need, not yet taken in */

@@ -244,7 +244,7 @@ static bool check_caches(tcm_server_t *srv, char *why, size_t whylen)
         const tcm_chan_hdr_t *hdr = (const tcm_chan_hdr_t *)c->chan;
         uint32_t thw = atomic_load_explicit(&hdr->tcache_hw, memory_order_acquire);
         for (uint32_t t = 0; t < l->max_threads && t < thw; t++) {
-            const uint8_t *tc = c->chan + l->off_tcaches + (uint64_t)t * l->tcache_stride;
+            const uint8_t *tc = c->chan + tcm__tcache_off(l, t);
             const tcm_bin_t *bins = ((const tcm_tcache_t *)tc)->bins;
             for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
                 uint32_t n = bins[cls].count < ci[cls].tcache_cap ? bins[cls].count : ci[cls].tcache_cap;
