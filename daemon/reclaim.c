@@ -16,10 +16,14 @@
 
 /* What the client had already given back when it died but still listed in
  * a cache: the client drops a batch from its cache only once tcmd answered
- * it and before it releases the slot, so those are exactly the objects and
- * runs of its answered RETURN and FREE_PAGES slots. tcmd may have handed
- * them to someone else since: they must be skipped, not freed. (A lying
- * client can only make tcmd skip, that is leak, its own objects.) */
+ * it (a RETURN it did not wait for: once posted) and before it releases the
+ * slot, so those are among the objects and runs of its answered RETURN and
+ * FREE_PAGES slots; an async RETURN whose batch the bin has dropped since
+ * is marked (dropped_already) and not skipped. tcmd may have handed the
+ * skipped ones to someone else: they must not be freed. The channel is
+ * client memory either way: a corrupt one can make tcmd skip (leak) its own
+ * objects, or free objects its caches list, which tcmd checks as it does
+ * any RETURN (allocated, right class, object start), no more. */
 typedef struct skip_set {
     uint64_t *offs;
     size_t n;
