@@ -117,9 +117,9 @@ static void return_async(tcm_thread_t *thr, unsigned cls, tcm_bin_t *b, uint32_t
     }
 }
 
-/* Move the objects of a thread's bin above keep out of it: the top ones to
- * the daemon, what fits into the process's transfer tier (unless to_daemon)
- * first. Leaves b->count = keep. async: the calling thread, whose bin it is,
+/* Move the objects of a thread's bin above keep out of it: the top ones
+ * into the process's transfer tier as far as it has room (unless
+ * to_daemon), the rest to the daemon. Leaves b->count = keep. async: the calling thread, whose bin it is,
  * does not wait for tcmd to take a single batch (NULL: it waits). */
 static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t keep, bool to_daemon, tcm_thread_t *async)
 {
@@ -139,18 +139,22 @@ static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t keep, bool to_d
         if (take > fits)
             take = (uint32_t)fits;
         take = back_slots(xfer_slots(cls), &pr->xfer_backed[cls], x->count + take) - x->count;
-        /* the bottom ones: copied before the top ones leave the bin */
-        memcpy(xfer_slots(cls) + x->count, b->slots + keep, take * sizeof(void *));
+        /* the top ones, and the bin drops them before the lock lets another
+         * thread take them: once they can travel to another process, a
+         * reclaim of this one must not find them in its bin */
+        memcpy(xfer_slots(cls) + x->count, b->slots + b->count - take, take * sizeof(void *));
         x->count += take;
+        b->count -= take;
         pthread_mutex_unlock(&pr->xfer_lock[cls]);
         if (take)
             atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
         atomic_fetch_add_explicit(&pr->xfer_bytes, (uint64_t)take * ci->size, memory_order_relaxed);
     }
-    if (n > take && async && n - take <= TCM_MAX_BATCH)
-        return_async(async, cls, b, n - take);
-    else if (n > take)
-        tcm__return_objects(cls, b->slots, n - take, &b->count);
+    n -= take;
+    if (n && async && n <= TCM_MAX_BATCH)
+        return_async(async, cls, b, n);
+    else if (n)
+        tcm__return_objects(cls, b->slots, n, &b->count);
     b->count = keep;
 }
 

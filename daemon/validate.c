@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server.h"
 
@@ -186,21 +187,33 @@ static bool in_return_slot(const tcm_client_t *c, unsigned cls, uint64_t off)
     return false;
 }
 
+/* A running client changes its caches while we read them, and a read of
+ * an entry being written can mix old and new: what looks wrong is read
+ * again after a pause, and is wrong only if it reads the same. */
+static bool still_there(const volatile void *p, const void *seen, size_t len)
+{
+    usleep(1000);
+    return memcmp((const void *)p, seen, len) == 0;
+}
+
 /* Every pointer in a running client's caches is an object handed out, of
- * the class its bin says. The client changes its caches while we read; an
- * object it has just returned stays below a bin's count until it has seen
- * the answer, and by then its span may even have gone back to the page
- * heap: an object a RETURN slot lists is allowed whatever its state. */
-static bool check_array(tcm_server_t *srv, const tcm_client_t *c, unsigned cls, void *const *arr, uint32_t n,
-                        const char *where, char *why, size_t whylen)
+ * the class its bin says. An object it has just returned stays below a
+ * bin's count until it has seen the answer, and by then its span may even
+ * have gone back to the page heap: an object a RETURN slot lists is allowed
+ * whatever its state. */
+static bool check_array(tcm_server_t *srv, const tcm_client_t *c, unsigned cls, void *const *arr,
+                        const uint32_t *count, uint32_t n, const char *where, char *why, size_t whylen)
 {
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t off = (uint64_t)(uintptr_t)arr[i] - srv->base;
+        void *p = arr[i];
+        uint64_t off = (uint64_t)(uintptr_t)p - srv->base;
         int st = tcm__central_check_ht(&srv->h, cls, off, NULL);
         if (st == TCM_ST_OK || in_return_slot(c, cls, off))
             continue;
-        FAIL("client %u (pid %u): %s of class %u holds offset 0x%llx: %s", c->rec->id, c->rec->pid, where, cls,
-             (unsigned long long)off, tcm__status_msg(st));
+        if (!still_there(&arr[i], &p, sizeof p) || *(const volatile uint32_t *)count <= i)
+            continue;
+        FAIL("client %u (pid %u): %s of class %u holds offset 0x%llx at %u of %u: %s", c->rec->id, c->rec->pid,
+             where, cls, (unsigned long long)off, i, n, tcm__status_msg(st));
     }
     return true;
 fail:
@@ -222,7 +235,8 @@ static bool check_runs(const tcm_server_t *srv, const tcm_client_t *c, char *why
         bool giving_back = false;
         for (uint32_t k = 0; k < c->lay.nslots && st != TCM_ST_OK && !giving_back; k++)
             giving_back = tcm__slot_backed(c, k) && c->slots[k].op == TCM_OP_FREE_PAGES && c->slots[k].arg == e.off;
-        if (st != TCM_ST_OK && !giving_back)
+        if (st != TCM_ST_OK && !giving_back && still_there(&hdr->large[r], &e, sizeof e) &&
+            *(const volatile uint32_t *)&hdr->large_count > r)
             FAIL("client %u (pid %u): its page-run cache holds offset 0x%llx (%u pages): %s", c->rec->id,
                  c->rec->pid, (unsigned long long)e.off, e.npages, tcm__status_msg(st));
     }
@@ -248,15 +262,15 @@ static bool check_caches(tcm_server_t *srv, char *why, size_t whylen)
             const tcm_bin_t *bins = ((const tcm_tcache_t *)tc)->bins;
             for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
                 uint32_t n = bins[cls].count < ci[cls].tcache_cap ? bins[cls].count : ci[cls].tcache_cap;
-                if (!check_array(srv, c, cls, (void *const *)(tc + l->bin_slot_off[cls]), n, "a thread cache", why,
-                                 whylen))
+                if (!check_array(srv, c, cls, (void *const *)(tc + l->bin_slot_off[cls]), &bins[cls].count, n,
+                                 "a thread cache", why, whylen))
                     return false;
             }
         }
         for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
             uint32_t n = hdr->xfer[cls].count < ci[cls].xfer_cap ? hdr->xfer[cls].count : ci[cls].xfer_cap;
-            if (!check_array(srv, c, cls, (void *const *)(c->chan + l->off_xfer + l->xfer_slot_off[cls]), n,
-                             "the transfer tier", why, whylen))
+            if (!check_array(srv, c, cls, (void *const *)(c->chan + l->off_xfer + l->xfer_slot_off[cls]),
+                             &hdr->xfer[cls].count, n, "the transfer tier", why, whylen))
                 return false;
         }
         if (!check_runs(srv, c, why, whylen))

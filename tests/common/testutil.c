@@ -152,15 +152,22 @@ bool tt_daemon_alive(const tcm_test_daemon_t *d)
     return kill(d->pid, 0) == 0 && waitpid(d->pid, NULL, WNOHANG) == 0;
 }
 
+void tt_check_heap(const tcm_test_daemon_t *d)
+{
+    char out[2048];
+    if (tt_tcmctl(d, "check", out, sizeof out) == 0)
+        return;
+    fprintf(stderr, "tcmctl check: %s\ntcmd's log (%s), its last lines:\n", out, d->log);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "tail -40 %s >&2", d->log);
+    (void)!system(cmd);
+    abort();
+}
+
 void tt_daemon_stop(tcm_test_daemon_t *d)
 {
     CHECK(tt_daemon_alive(d));
-    /* every test that stops its daemon ends with the whole-heap validator */
-    char out[1024];
-    if (tt_tcmctl(d, "check", out, sizeof out) != 0) {
-        fprintf(stderr, "tcmctl check before stopping tcmd: %s", out);
-        abort();
-    }
+    tt_check_heap(d); /* every test that stops its daemon ends with the whole-heap validator */
     kill(d->pid, SIGTERM);
     int st = tt_wait(d->pid, 10000);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {

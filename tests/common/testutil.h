@@ -33,6 +33,9 @@ bool tt_segment_exists(const tcm_test_daemon_t *d, const char *suffix);
 int tt_run(const char *cmd, char *out, size_t outlen);
 /* Run tcmctl --socket d->socket ARGS; output in out; returns the exit status. */
 int tt_tcmctl(const tcm_test_daemon_t *d, const char *args, char *out, size_t outlen);
+/* tcmctl check: the whole-heap validator must find nothing; otherwise print
+ * its message and the end of tcmd's log, and abort. */
+void tt_check_heap(const tcm_test_daemon_t *d);
 /* SIGTERM, wait, and check it exited 0 and removed its segments. */
 void tt_daemon_stop(tcm_test_daemon_t *d);
 bool tt_daemon_alive(const tcm_test_daemon_t *d);

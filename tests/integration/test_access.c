@@ -142,8 +142,7 @@ int main(void)
     CHECK_EQ(tt_stat(&d, "clients_resumed"), 1);
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
     CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
-    char out[512];
-    CHECK_EQ(tt_tcmctl(&d, "check", out, sizeof out), 0);
+    tt_check_heap(&d);
     tt_daemon_stop(&d);
     printf("access: 1 passed, 0 failed\n");
     return 0;

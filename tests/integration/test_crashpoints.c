@@ -90,15 +90,6 @@ static const point_t points[] = {
     {"client_create", 3, trigger_attach},
 };
 
-static void expect_consistent(const tcm_test_daemon_t *d)
-{
-    char out[1024];
-    if (tt_tcmctl(d, "check", out, sizeof out) != 0) {
-        fprintf(stderr, "tcmctl check: %s", out);
-        abort();
-    }
-}
-
 static int run_point(void *arg)
 {
     const point_t *pt = arg;
@@ -132,14 +123,14 @@ static int run_point(void *arg)
     CHECK(strstr(log, "validator: consistent") != NULL);
     CHECK_EQ(tt_stat(&d, "validation_failures"), 0);
     wl_wait_ops(wl, 2000);
-    expect_consistent(&d);
+    tt_check_heap(&d);
     CHECK_EQ(wl_stop(wl, WORKERS, pids), 0);
     if (attacher)
         tt_wait_ok(attacher, 60000);
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
     CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
     CHECK_EQ(tt_stat(&d, "refused"), 0);
-    expect_consistent(&d);
+    tt_check_heap(&d);
     fprintf(stderr, "crash point %-14s hit %2d: recovered (%llu redone, %llu served again)\n", pt->name, pt->hit,
            (unsigned long long)tt_stat(&d, "recovery_redone"), (unsigned long long)tt_stat(&d, "recovery_rolled_back"));
     tt_daemon_stop(&d);

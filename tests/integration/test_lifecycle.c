@@ -312,8 +312,7 @@ static void test_sigkill_in_flight(void)
     CHECK_GE(held, 150000u * 64); /* what it still uses */
     /* the caches, the fetched-ahead batch among them, came back: only what it used is orphaned */
     CHECK_EQ(kill_filled(pid), cached);
-    char out[256];
-    CHECK_EQ(tt_tcmctl(&d, "check", out, sizeof out), 0);
+    tt_check_heap(&d);
 }
 
 static void fill_returned_again(void)
@@ -339,8 +338,7 @@ static void test_sigkill_returned_again(void)
     pid_t pid = fork_filled(fill_returned_again, &held, &cached);
     CHECK_GE(cached, 100u * 64);
     CHECK_EQ(kill_filled(pid), cached);
-    char out[256];
-    CHECK_EQ(tt_tcmctl(&d, "check", out, sizeof out), 0);
+    tt_check_heap(&d);
 }
 
 static void fill_caches(void)
@@ -376,6 +374,84 @@ static void test_sigkill(void)
     tcm_free(p);
 }
 
+/* A batch an exiting thread left in its process's transfer tier, taken by
+ * another thread and freed by another process, while the exiting thread
+ * waits for tcmd to take the rest of its bin: a SIGKILL then must not make
+ * tcmd reclaim what the other process now caches. tcmd is stopped (SIGSTOP)
+ * to hold the exiting thread in that wait. */
+typedef struct handoff {
+    _Atomic int phase; /* 1: the thread filled its bin; 2: let it exit; 3: objs taken */
+    void *objs[8];
+} handoff_t;
+
+static handoff_t *ho;
+
+static void *handoff_thread(void *arg)
+{
+    (void)arg;
+    void *p[200];
+    for (int i = 0; i < 200; i++)
+        CHECK((p[i] = tcm_malloc(1000)) != NULL);
+    for (int i = 0; i < 200; i++)
+        tcm_free(p[i]);
+    usleep(100000); /* what it posted without waiting is answered */
+    atomic_store(&ho->phase, 1);
+    while (atomic_load(&ho->phase) < 2)
+        usleep(1000);
+    return NULL; /* exits: a few objects to the tier, the rest to (stopped) tcmd */
+}
+
+static int handoff_child(void *arg)
+{
+    (void)arg;
+    tcm_free(tcm_malloc(64)); /* attached, this thread registered, while tcmd runs */
+    pthread_t t;
+    pthread_create(&t, NULL, handoff_thread, NULL);
+    while (atomic_load(&ho->phase) < 2)
+        usleep(1000);
+    usleep(200000); /* the thread is in its exit, waiting for tcmd */
+    for (int i = 0; i < 8; i++) /* from the transfer tier: no daemon needed */
+        CHECK((ho->objs[i] = tcm_malloc(1000)) != NULL);
+    atomic_store(&ho->phase, 3);
+    for (;;)
+        pause();
+}
+
+static void test_sigkill_tier_handoff(void)
+{
+    char out[256];
+    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 16K", out, sizeof out), 0);
+    for (int i = 0; i < 20; i++) /* this thread sees the new settings while tcmd runs */
+        tcm_free(tcm_malloc(3000 + (size_t)i * 1000));
+    ho = mmap(NULL, sizeof *ho, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(ho != MAP_FAILED);
+    uint64_t died = tt_stat(&d, "clients_died"), refused = tt_stat(&d, "refused");
+    pid_t pid = tt_fork(handoff_child, NULL);
+    for (int ms = 0; atomic_load(&ho->phase) < 1; ms++) {
+        CHECK_LT(ms, 10000);
+        usleep(1000);
+    }
+    kill(d.pid, SIGSTOP);
+    atomic_store(&ho->phase, 2);
+    for (int ms = 0; atomic_load(&ho->phase) < 3; ms++) {
+        if (ms == 10000) { /* the child needed tcmd after all: no test, but no hang either */
+            kill(d.pid, SIGCONT);
+            CHECK_LT(ms, 10000);
+        }
+        usleep(1000);
+    }
+    for (int i = 0; i < 8; i++) /* into this process's cache */
+        tcm_free(ho->objs[i]);
+    kill(pid, SIGKILL);
+    CHECK(WIFSIGNALED(tt_wait(pid, 10000)));
+    kill(d.pid, SIGCONT);
+    CHECK_EQ(tt_wait_stat(&d, "clients_died", died + 1, 5000), died + 1);
+    tt_check_heap(&d); /* before: "a thread cache ... holds ...: object is already free" */
+    CHECK_EQ(tt_stat(&d, "refused"), refused);
+    munmap(ho, sizeof *ho);
+    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 32M", out, sizeof out), 0);
+}
+
 int main(void)
 {
     const char *args[] = {"--max-threads", "64", NULL};
@@ -390,9 +466,10 @@ int main(void)
     test_sigkill();
     test_sigkill_in_flight();
     test_sigkill_returned_again();
+    test_sigkill_tier_handoff();
     tcm_shutdown();
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
     tt_daemon_stop(&d);
-    printf("lifecycle: 9 passed, 0 failed\n");
+    printf("lifecycle: 10 passed, 0 failed\n");
     return 0;
 }

@@ -45,16 +45,6 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void expect_consistent(const tcm_test_daemon_t *d)
-{
-    char out[1024];
-    int rc = tt_tcmctl(d, "check", out, sizeof out);
-    if (rc != 0) {
-        fprintf(stderr, "tcmctl check: %s", out);
-        abort();
-    }
-}
-
 /* SIGKILL at work, five times: the clients wait, resume, and carry on
  * without one failed allocation; a root set before survives. */
 static int test_kill_under_load(void *arg)
@@ -78,7 +68,7 @@ static int test_kill_under_load(void *arg)
     CHECK_EQ(tt_stat(&d, "restarts"), 5);
     CHECK_GE(tt_stat(&d, "clients_resumed"), 5);
     CHECK_EQ(tt_stat(&d, "validation_failures"), 0);
-    expect_consistent(&d);
+    tt_check_heap(&d);
     CHECK_EQ(wl_stop(wl, 2, pids), 0);
     snprintf(cmd, sizeof cmd, "%s consume restart_root >/dev/null", helper);
     CHECK_EQ(system(cmd), 0);
@@ -86,7 +76,7 @@ static int test_kill_under_load(void *arg)
     CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
     CHECK_EQ(tt_stat(&d, "refused"), 0);
     CHECK_EQ(tt_stat(&d, "clients_died"), 0); /* they said Bye to the tcmd of the day */
-    expect_consistent(&d);
+    tt_check_heap(&d);
     tt_daemon_stop(&d);
     return 0;
 }
@@ -187,7 +177,7 @@ static int test_upgrade(void *arg)
         tt_daemon_restart(&d, NULL, NULL);
         wl_wait_ops(wl, 500);
     }
-    expect_consistent(&d);
+    tt_check_heap(&d);
     CHECK_EQ(wl_stop(wl, 2, pids), 0);
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
     CHECK_EQ(tt_stat(&d, "restarts"), 3);
@@ -232,7 +222,7 @@ static int test_death_in_gap(void *arg)
     CHECK_GE(tt_stat(&d, "reclaimed_objects") - reclaimed, 500);
     CHECK_GE(tt_stat(&d, "bytes_orphaned"), 100000);
     CHECK_LE(tt_stat(&d, "bytes_orphaned"), 100000 + 100000 / 8);
-    expect_consistent(&d);
+    tt_check_heap(&d);
 
     /* and one that dies after the restart but before it needed tcmd again:
      * no connection tells us, its lock does */
@@ -247,7 +237,7 @@ static int test_death_in_gap(void *arg)
     waitpid(pid, NULL, 0);
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
     CHECK_EQ(tt_stat(&d, "clients_died"), 2);
-    expect_consistent(&d);
+    tt_check_heap(&d);
     tt_daemon_stop(&d);
     return 0;
 }

@@ -40,13 +40,13 @@ int main(int argc, char **argv)
         wl_wait_ops(wl, 300);
     }
     char out[1024];
-    CHECK_EQ(tt_tcmctl(&d, "check", out, sizeof out), 0);
+    tt_check_heap(&d);
     CHECK_EQ(wl_stop(wl, WORKERS, pids), 0);
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
     CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
     CHECK_EQ(tt_stat(&d, "bytes_orphaned"), 0);
     CHECK_EQ(tt_stat(&d, "refused"), 0);
-    CHECK_EQ(tt_tcmctl(&d, "check", out, sizeof out), 0);
+    tt_check_heap(&d);
     CHECK_EQ(tt_tcmctl(&d, "release", out, sizeof out), 0);
     uint64_t after = tt_stat(&d, "bytes_committed");
     CHECK_LT(after, peak / 20);
