@@ -162,3 +162,21 @@ void *tcm_root_get(const char *name)
     }
     return NULL;
 }
+
+int tcm_stat(const char *name, uint64_t *value)
+{
+    if (!name || !value)
+        return -EINVAL;
+    int err = tcm__ensure_attached();
+    if (err)
+        return err;
+    const tcm_heap_stats_t *st = &tcm__proc.meta->stats;
+#define TCM_STAT_LOOKUP(field, kind, doc)                                                                    \
+    if (strcmp(name, #field) == 0) {                                                                         \
+        *value = atomic_load_explicit(&st->field, memory_order_relaxed);                                     \
+        return 0;                                                                                            \
+    }
+    TCM_HEAP_STATS(TCM_STAT_LOOKUP)
+#undef TCM_STAT_LOOKUP
+    return -ENOENT;
+}

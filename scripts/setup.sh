@@ -13,6 +13,7 @@ PACKAGES=(
   clang libclang-rt-14-dev                  # the libFuzzer target of the test suite
   util-linux                                # unshare, for the full-/dev/shm test
   python3-matplotlib                        # benchmark plots (bench/run_suite.sh)
+  redis-tools redis-server                  # tcm-kv: its tests drive it with redis-cli and redis-benchmark; the reference server
 )
 
 missing=()

@@ -1,0 +1,319 @@
+/* main.c — tcm-kv: a pre-fork Redis-protocol cache whose workers share one
+ * hash table in the tcm heap.
+ *
+ * The master attaches to tcmd, finds the table (root "tcm-kv") or creates
+ * it, opens the listening socket and forks the workers; each worker
+ * attaches as a client of its own and serves connections accepted from the
+ * shared socket with its own libuv loop. The master restarts a worker that
+ * dies (its caches are reclaimed by tcmd, a stripe it held locked is
+ * repaired by the next worker to lock it) and stops them all on SIGTERM.
+ * The table outlives the server: a tcm-kv started again on the same tcmd
+ * serves the keys the last one left. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "heaps.h"
+#include "server.h"
+#include "tcm.h"
+
+#define ROOT "tcm-kv"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: tcm-kv [--socket PATH] [--port N] [--bind ADDR] [--workers N] [--maxmemory SIZE]\n"
+               "              [--output-limit SIZE]\n"
+               "  --socket PATH      tcmd's control socket (default: tcm's default, or $TCM_SOCKET)\n"
+               "  --port N           TCP port (default 6390)\n"
+               "  --bind ADDR        IPv4 address to listen on (default 127.0.0.1)\n"
+               "  --workers N        worker processes (default: one per CPU, at most %d)\n"
+               "  --maxmemory SIZE   evict least recently used keys past this many bytes of table\n"
+               "                     (default: only when the heap is full)\n"
+               "  --output-limit SIZE  close a client whose unsent replies pass this (default 64M)\n",
+            KV_MAX_WORKERS);
+}
+
+static bool parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return false;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    }
+    if ((*end == 'b' || *end == 'B') && shift)
+        end++;
+    if (*end || (shift && v > (UINT64_MAX >> shift)))
+        return false;
+    *out = (uint64_t)v << shift;
+    return true;
+}
+
+static int parse_options(int argc, char **argv, kv_options_t *o)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    *o = (kv_options_t){.bind = "127.0.0.1", .port = 6390, .workers = cpus > 0 ? (int)cpus : 1,
+                        .output_limit = 64ull << 20, .alloc = "tcm"};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = v != NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        } else if (!strcmp(a, "--threads")) { /* benchmark builds: workers as threads of one process */
+            o->threads = 1;
+            continue;
+        } else if (!strcmp(a, "--socket") && v) {
+            o->socket = v;
+        } else if (!strcmp(a, "--bind") && v) {
+            o->bind = v;
+        } else if (!strcmp(a, "--alloc") && v) {
+            o->alloc = v;
+        } else if (!strcmp(a, "--port") && v) {
+            char *end;
+            long p = strtol(v, &end, 10);
+            ok = *end == 0 && p > 0 && p < 65536;
+            o->port = (int)p;
+        } else if (!strcmp(a, "--workers") && v) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            ok = *end == 0 && n >= 1 && n <= KV_MAX_WORKERS;
+            o->workers = (int)n;
+        } else if (!strcmp(a, "--maxmemory") && v) {
+            ok = parse_size(v, &o->maxmemory);
+        } else if (!strcmp(a, "--output-limit") && v) {
+            ok = parse_size(v, &o->output_limit) && o->output_limit >= 4096;
+        } else {
+            fprintf(stderr, "tcm-kv: unknown option %s\n", a);
+            usage(stderr);
+            return -1;
+        }
+        if (!ok) {
+            fprintf(stderr, "tcm-kv: bad value for %s: %s\n", a, v ? v : "(missing)");
+            return -1;
+        }
+        i++;
+    }
+    if (o->workers > KV_MAX_WORKERS)
+        o->workers = KV_MAX_WORKERS;
+    return 0;
+}
+
+static int listen_on(const kv_options_t *o)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o->port)};
+    if (inet_pton(AF_INET, o->bind, &sa.sin_addr) != 1) {
+        fprintf(stderr, "tcm-kv: --bind %s is not an IPv4 address\n", o->bind);
+        return -1;
+    }
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 511) != 0) {
+        fprintf(stderr, "tcm-kv: cannot listen on %s:%d: %s\n", o->bind, o->port, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* The shared root: found (a table a previous tcm-kv left), or created. */
+static kv_shared_t *find_or_create(const kv_heap_t *h)
+{
+    kv_shared_t *sh = h->root_get(ROOT);
+    if (sh && sh->magic == KV_MAGIC && sh->table && sh->table->magic == KV_MAGIC &&
+        sh->table->nstripes == KV_STRIPES) {
+        fprintf(stderr, "tcm-kv: serving the table a previous tcm-kv left (%" PRIu64 " keys)\n",
+                kv_table_keys(sh->table, NULL));
+        for (int i = 0; i < KV_MAX_WORKERS; i++)
+            atomic_store(&sh->workers[i].pid, 0);
+        sh->started_ms = kv_now_ms();
+        return sh;
+    }
+    if (sh)
+        fprintf(stderr, "tcm-kv: root \"%s\" is not a tcm-kv table of this version: making a new one\n", ROOT);
+    sh = h->alloc(sizeof *sh);
+    if (!sh)
+        return NULL;
+    memset(sh, 0, sizeof *sh);
+    if (!(sh->table = kv_table_create())) {
+        h->release(sh);
+        return NULL;
+    }
+    sh->started_ms = kv_now_ms();
+    sh->magic = KV_MAGIC;
+    if (h->root_set(ROOT, sh) != 0) {
+        fprintf(stderr, "tcm-kv: cannot publish the table as root \"%s\"\n", ROOT);
+        return NULL;
+    }
+    return sh;
+}
+
+static void raise_fd_limit(void)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+        r.rlim_cur = r.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &r);
+    }
+}
+
+static volatile sig_atomic_t stopping;
+
+static void on_stop(int sig)
+{
+    (void)sig;
+    stopping = 1;
+}
+
+static void on_child(int sig)
+{
+    (void)sig;
+}
+
+static pid_t start_worker(const kv_options_t *o, const kv_heap_t *h, kv_shared_t *sh, int index, int fd)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    signal(SIGPIPE, SIG_IGN);
+    if (h->attach(o->socket) != 0) /* a client of its own */
+        _exit(3);
+    int rc = kv_worker_run(o, sh, index, fd, NULL);
+    h->detach();
+    _exit(rc);
+}
+
+typedef struct thread_arg {
+    const kv_options_t *o;
+    kv_shared_t *sh;
+    int index, fd;
+    _Atomic int *stop;
+} thread_arg_t;
+
+static void *worker_thread(void *p)
+{
+    thread_arg_t *a = p;
+    kv_worker_run(a->o, a->sh, a->index, a->fd, a->stop);
+    return NULL;
+}
+
+/* Benchmark builds: the same workers as threads of this process. */
+static int run_threads(const kv_options_t *o, kv_shared_t *sh, int fd)
+{
+    static _Atomic int stop;
+    pthread_t tids[KV_MAX_WORKERS];
+    thread_arg_t args[KV_MAX_WORKERS];
+    for (int i = 0; i < o->workers; i++) {
+        args[i] = (thread_arg_t){o, sh, i, dup(fd), &stop}; /* each loop closes its own */
+        pthread_create(&tids[i], NULL, worker_thread, &args[i]);
+    }
+    while (!stopping)
+        pause();
+    atomic_store(&stop, 1);
+    for (int i = 0; i < o->workers; i++)
+        pthread_join(tids[i], NULL);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    kv_options_t o;
+    if (parse_options(argc, argv, &o) != 0)
+        return 2;
+    const kv_heap_t *h = kv_heap_named(o.alloc);
+    if (!h) {
+        fprintf(stderr, "tcm-kv: no heap named %s in this build\n", o.alloc);
+        return 2;
+    }
+    if (!h->shared && !o.threads) {
+        fprintf(stderr, "tcm-kv: the %s heap is not shared between processes: use --threads\n", h->name);
+        return 2;
+    }
+    kv_use_heap(h);
+    raise_fd_limit();
+    signal(SIGPIPE, SIG_IGN);
+    int err = h->attach(o.socket);
+    if (err) {
+        fprintf(stderr, "tcm-kv: cannot attach to %s: %s\n", h->name, strerror(-err));
+        return 1;
+    }
+    kv_shared_t *sh = find_or_create(h);
+    if (!sh) {
+        fprintf(stderr, "tcm-kv: no memory for the table in the %s heap\n", h->name);
+        return 1;
+    }
+    int fd = listen_on(&o);
+    if (fd < 0)
+        return 1;
+    struct sigaction sa = {.sa_handler = on_stop};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    fprintf(stderr, "tcm-kv: %d %s on %s:%d, heap %s%s\n", o.workers, o.threads ? "threads" : "workers", o.bind,
+            o.port, h->name, o.maxmemory ? ", maxmemory set" : "");
+    if (o.threads)
+        return run_threads(&o, sh, fd);
+    /* the master stays attached (it keeps the table's header current) but
+     * allocates nothing more; each worker attaches as a client of its own */
+    sa.sa_handler = on_child;
+    sigaction(SIGCHLD, &sa, NULL);
+    pid_t pids[KV_MAX_WORKERS];
+    int64_t started[KV_MAX_WORKERS];
+    for (int i = 0; i < o.workers; i++) {
+        pids[i] = start_worker(&o, h, sh, i, fd);
+        started[i] = kv_now_ms();
+    }
+    while (!stopping) {
+        int st;
+        pid_t pid = waitpid(-1, &st, 0);
+        if (pid < 0) {
+            if (errno == ECHILD)
+                break;
+            continue; /* a signal: stopping, or a child to reap */
+        }
+        for (int i = 0; i < o.workers && !stopping; i++) {
+            if (pids[i] != pid)
+                continue;
+            atomic_store(&sh->workers[i].pid, 0);
+            if (WIFEXITED(st) && WEXITSTATUS(st) == 3) {
+                fprintf(stderr, "tcm-kv: worker %d could not attach to tcmd; retrying in 1 s\n", i);
+                sleep(1);
+            } else if (kv_now_ms() - started[i] < 1000) {
+                sleep(1); /* dying at once again and again: do not spin */
+            }
+            fprintf(stderr, "tcm-kv: worker %d (pid %d) %s %d; starting a new one\n", i, (int)pid,
+                    WIFSIGNALED(st) ? "killed by signal" : "exited with", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+            atomic_fetch_add(&sh->worker_restarts, 1);
+            pids[i] = start_worker(&o, h, sh, i, fd);
+            started[i] = kv_now_ms();
+        }
+    }
+    for (int i = 0; i < o.workers; i++)
+        kill(pids[i], SIGTERM);
+    for (int i = 0; i < o.workers; i++)
+        waitpid(pids[i], NULL, 0);
+    fprintf(stderr, "tcm-kv: stopped\n");
+    return 0;
+}
