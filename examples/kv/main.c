@@ -81,6 +81,9 @@ static int parse_options(int argc, char **argv, kv_options_t *o)
         } else if (!strcmp(a, "--threads")) { /* benchmark builds: workers as threads of one process */
             o->threads = 1;
             continue;
+        } else if (!strcmp(a, "--enable-debug-command")) { /* the tests' DEBUG HOLD and DEBUG CRASH */
+            o->debug = 1;
+            continue;
         } else if (!strcmp(a, "--socket") && v) {
             o->socket = v;
         } else if (!strcmp(a, "--bind") && v) {

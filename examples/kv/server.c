@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
@@ -30,7 +31,7 @@
 #define MAX_INLINE (64u << 10)
 #define READ_PAUSE (1u << 20)
 #define SWEEP_MS 100
-#define SWEEP_STRIPES 16
+#define SWEEP_STRIPES 64
 #define EVICT_MAX 1000 /* entries one write may evict to fit */
 
 typedef struct kv_arg {
@@ -1008,6 +1009,34 @@ static void cmd_config(cmd_ctx_t *x)
         }
 }
 
+/* DEBUG HOLD key ms: hold the key's stripe locked for ms (a worker to kill
+ * while it holds a lock); DEBUG CRASH point: die at that point of the next
+ * change (see kv_crash_at). Only with --enable-debug-command. */
+static void cmd_debug(cmd_ctx_t *x)
+{
+    if (!x->w->o->debug) {
+        out_err(x->c, "ERR DEBUG command not allowed: start tcm-kv with --enable-debug-command");
+        return;
+    }
+    static char point[32];
+    long long ms;
+    if (arg_is(&x->a[1], "HOLD") && x->n == 4 && to_ll(x->a[3].p, x->a[3].n, &ms) && ms >= 0 && ms <= 60000) {
+        uint64_t h = kv_hash(x->a[2].p, x->a[2].n);
+        kv_stripe_t *s = kv_lock(x->w->t, h);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+        nanosleep(&ts, NULL);
+        kv_unlock(s);
+        out_ok(x->c);
+    } else if (arg_is(&x->a[1], "CRASH") && x->n == 3 && x->a[2].n < sizeof point) {
+        memcpy(point, x->a[2].p, x->a[2].n);
+        point[x->a[2].n] = 0;
+        atomic_store(&kv_crash_at, point);
+        out_ok(x->c);
+    } else {
+        out_err(x->c, "%s", ERR_SYNTAX);
+    }
+}
+
 typedef struct command {
     const char *name;
     int arity; /* as Redis counts: the name included; -n means at least n */
@@ -1026,6 +1055,7 @@ static const command_t commands[] = {
     {"pttl", 2, cmd_pttl},       {"persist", 2, cmd_persist},  {"dbsize", 1, cmd_dbsize},
     {"flushall", -1, cmd_flushall}, {"info", -1, cmd_info},    {"config", -2, cmd_config},
     {"command", -1, cmd_command}, {"quit", -1, cmd_quit},      {"select", 2, cmd_select},
+    {"debug", -2, cmd_debug},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

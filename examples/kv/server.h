@@ -35,6 +35,7 @@ typedef struct kv_options {
     uint64_t output_limit; /* a connection whose unsent replies pass this is closed */
     const char *alloc;     /* "tcm", or another heap (bench builds) */
     int threads;           /* workers are threads of one process (bench builds) */
+    int debug;             /* DEBUG HOLD / CRASH for the tests */
 } kv_options_t;
 
 /* Run one worker until SIGTERM (or stop_flag, threads); returns the exit code. */

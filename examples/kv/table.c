@@ -3,12 +3,21 @@
 #include "table.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 static const kv_heap_t *heap;
+const char *_Atomic kv_crash_at;
+
+#define CRASH_POINT(name)                                                                          \
+    do {                                                                                           \
+        const char *at_ = atomic_load_explicit(&kv_crash_at, memory_order_relaxed);                \
+        if (at_ && !strcmp(at_, name))                                                             \
+            raise(SIGKILL);                                                                        \
+    } while (0)
 
 #define RELAXED memory_order_relaxed
 #define MIGRATE_PER_OP 2 /* old buckets moved per operation on a rehashing stripe */
@@ -55,7 +64,7 @@ uint32_t kv_lru_clock(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint32_t)(ts.tv_sec * 10 + ts.tv_nsec / 100000000); /* 100 ms */
+    return (uint32_t)(ts.tv_sec * 1000 + ts.tv_nsec / 1000000); /* ms, wrapping: ages are differences */
 }
 
 static kv_stripe_t *stripe_of(kv_table_t *t, uint64_t hash)
@@ -217,6 +226,7 @@ static void migrate(kv_stripe_t *s)
             s->moving_to = j;
             s->moving = e; /* announced before it leaves old */
             *head = e->next;
+            CRASH_POINT("migrate");
             e->next = s->cur->b[j];
             s->cur->b[j] = e;
             s->moving = NULL;
@@ -240,6 +250,7 @@ static void maybe_grow(kv_stripe_t *s)
     add(&s->bytes, (int64_t)heap->usable(grown));
     s->migrated = 0;
     s->old = s->cur;
+    CRASH_POINT("rehash");
     s->cur = grown;
 }
 
@@ -326,6 +337,7 @@ void kv_put(kv_stripe_t *s, kv_entry_t *e)
     uint32_t j = bucket_of(s->cur, e->hash);
     e->next = s->cur->b[j];
     s->cur->b[j] = e; /* published whole: one store */
+    CRASH_POINT("put");
     add(&s->keys, 1);
     maybe_grow(s);
 }
@@ -382,6 +394,18 @@ uint64_t kv_flush(kv_table_t *t)
         kv_stripe_t *s = &t->stripes[i];
         lock_stripe(t, s);
         n += delete_where(s, always, 0);
+        kv_buckets_t *empty = s->old, *small = s->cur->n > 4 ? buckets_new(4) : NULL;
+        if (empty) { /* the arrays go back to their first size: one store each, a leak at worst */
+            s->old = NULL;
+            add(&s->bytes, -(int64_t)heap->usable(empty));
+            heap->release(empty);
+        }
+        if (small) {
+            empty = s->cur;
+            s->cur = small;
+            add(&s->bytes, (int64_t)heap->usable(small) - (int64_t)heap->usable(empty));
+            heap->release(empty);
+        }
         kv_unlock(s);
     }
     return n;
@@ -409,34 +433,48 @@ static uint64_t next_random(uint64_t *seed)
     return *seed >> 17;
 }
 
+/* The least recently used entry of a stripe's chain found from a random
+ * bucket on (its link), or NULL if the stripe is empty. */
+static kv_entry_t **oldest_near(kv_stripe_t *s, uint64_t *seed, uint32_t now)
+{
+    kv_entry_t **best = NULL;
+    for (kv_buckets_t *b = s->cur; b && !best; b = b == s->cur ? s->old : NULL)
+        for (uint32_t i = 0, at = (uint32_t)next_random(seed); i < b->n && !best; i++)
+            for (kv_entry_t **l = &b->b[(at + i) & (b->n - 1)]; *l; l = &(*l)->next)
+                if (!best || now - (*l)->lru > now - (*best)->lru)
+                    best = l;
+    return best;
+}
+
 bool kv_evict_one(kv_table_t *t, uint64_t *seed)
 {
-    for (unsigned tries = 0; tries < 64; tries++) {
-        kv_stripe_t *s = &t->stripes[next_random(seed) % KV_STRIPES];
-        if (!atomic_load_explicit(&s->keys, RELAXED))
-            continue;
-        lock_stripe(t, s);
-        kv_entry_t **victim = NULL;
-        uint32_t now = kv_lru_clock(), oldest = 0;
-        unsigned seen = 0;
-        for (unsigned probe = 0; probe < 4 * EVICT_SAMPLES && seen < EVICT_SAMPLES; probe++) {
-            kv_buckets_t *b = s->old && (probe & 1) ? s->old : s->cur;
-            for (kv_entry_t **l = &b->b[next_random(seed) & (b->n - 1)]; *l && seen < EVICT_SAMPLES;
-                 l = &(*l)->next, seen++) {
-                uint32_t age = now - (*l)->lru;
-                if (!victim || age > oldest) {
-                    victim = l;
-                    oldest = age;
-                }
-            }
-        }
-        if (victim) {
-            unlink_free(s, victim);
-            kv_unlock(s);
-            atomic_fetch_add_explicit(&t->evicted, 1, RELAXED);
-            return true;
-        }
-        kv_unlock(s);
+    /* one candidate from each of a few stripes, all locked at once, so the
+     * oldest of them can go without being looked up again */
+    uint64_t picks[EVICT_SAMPLES];
+    unsigned n = 0;
+    for (unsigned tries = 0; tries < 64 && n < EVICT_SAMPLES; tries++) {
+        uint64_t h = next_random(seed);
+        if (atomic_load_explicit(&stripe_of(t, h)->keys, RELAXED))
+            picks[n++] = h;
     }
-    return false;
+    if (!n)
+        return false;
+    kv_stripe_t *locked[EVICT_SAMPLES];
+    unsigned nl = kv_lock_many(t, picks, n, locked);
+    uint32_t now = kv_lru_clock();
+    kv_entry_t **victim = NULL;
+    kv_stripe_t *from = NULL;
+    for (unsigned i = 0; i < nl; i++) {
+        kv_entry_t **l = oldest_near(locked[i], seed, now);
+        if (l && (!victim || now - (*l)->lru > now - (*victim)->lru)) {
+            victim = l;
+            from = locked[i];
+        }
+    }
+    if (victim) {
+        unlink_free(from, victim);
+        atomic_fetch_add_explicit(&t->evicted, 1, RELAXED);
+    }
+    kv_unlock_many(locked, nl);
+    return victim != NULL;
 }

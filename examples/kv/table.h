@@ -118,6 +118,10 @@ uint64_t kv_sweep(kv_table_t *t, unsigned stripes);
  * none was found. */
 bool kv_evict_one(kv_table_t *t, uint64_t *seed);
 
+/* Tests: SIGKILL this process at a named point between two stores of a
+ * change ("put", "migrate", "rehash") the next time it passes it. */
+extern const char *_Atomic kv_crash_at;
+
 static inline const char *kv_key(const kv_entry_t *e)
 {
     return e->data;
