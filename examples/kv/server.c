@@ -107,16 +107,6 @@ static void out_str(conn_t *c, const char *s)
     out_raw(c, s, strlen(s));
 }
 
-static void out_fmt(conn_t *c, const char *fmt, ...)
-{
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    out_raw(c, buf, n < (int)sizeof buf ? (size_t)n : sizeof buf - 1);
-}
-
 static void out_ok(conn_t *c)
 {
     out_raw(c, "+OK\r\n", 5);
@@ -127,21 +117,43 @@ static void out_null(conn_t *c)
     out_raw(c, "$-1\r\n", 5);
 }
 
+/* ":123\r\n", "$5\r\n", "*2\r\n": the type byte, the number, CRLF (every
+ * reply has one: no printf on the way) */
+static void out_number(conn_t *c, char type, long long v)
+{
+    char buf[24], *p = buf + sizeof buf;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    *--p = '\n';
+    *--p = '\r';
+    do
+        *--p = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0)
+        *--p = '-';
+    *--p = type;
+    out_raw(c, p, (size_t)(buf + sizeof buf - p));
+}
+
 static void out_int(conn_t *c, long long v)
 {
-    out_fmt(c, ":%lld\r\n", v);
+    out_number(c, ':', v);
 }
 
 static void out_array(conn_t *c, long long n)
 {
-    out_fmt(c, "*%lld\r\n", n);
+    out_number(c, '*', n);
 }
 
 static void out_bulk(conn_t *c, const char *p, size_t n)
 {
-    out_fmt(c, "$%zu\r\n", n);
-    out_raw(c, p, n);
-    out_raw(c, "\r\n", 2);
+    if (!out_reserve(c, n + 24)) {
+        c->closing = true;
+        return;
+    }
+    out_number(c, '$', (long long)n);
+    memcpy(c->out + c->out_len, p, n);
+    memcpy(c->out + c->out_len + n, "\r\n", 2);
+    c->out_len += n + 2;
 }
 
 static void out_err(conn_t *c, const char *fmt, ...)
@@ -283,38 +295,28 @@ static void protocol_error(conn_t *c, const char *what)
     c->quit = true;
 }
 
-/* A decimal line starting at p (no sign but a leading '-'), ending in CRLF
- * before end. Returns the position after CRLF, or NULL if incomplete; *bad
- * on garbage or a line over 64 KiB. */
+/* A decimal line starting at p (digits, a leading '-' allowed, at most 18
+ * of them), ending in CRLF before end. Returns the position after CRLF, or
+ * NULL: incomplete, or *bad on anything else. */
 static const char *read_number(const char *p, const char *end, long long *v, bool *bad)
 {
-    const char *nl = memchr(p, '\r', (size_t)(end - p));
-    if (!nl) {
-        *bad = end - p > 32;
-        return NULL;
-    }
-    if (nl + 1 >= end)
-        return NULL;
-    if (nl[1] != '\n' || nl == p || nl - p > 20) {
-        *bad = true;
-        return NULL;
-    }
-    bool neg = *p == '-';
-    const char *q = p + neg;
-    if (q == nl) {
-        *bad = true;
-        return NULL;
-    }
-    long long x = 0;
-    for (; q < nl; q++) {
-        if (!isdigit((unsigned char)*q) || x > (LLONG_MAX - 9) / 10) {
+    const char *q = p + (p < end && *p == '-'), *digits = q;
+    unsigned long long x = 0;
+    for (; q < end && (unsigned)(*q - '0') < 10; q++) {
+        if (q - digits == 18) {
             *bad = true;
             return NULL;
         }
-        x = x * 10 + (*q - '0');
+        x = x * 10 + (unsigned)(*q - '0');
     }
-    *v = neg ? -x : x;
-    return nl + 2;
+    if (q + 1 >= end) /* the digits or the CRLF still to come */
+        return NULL;
+    if (q == digits || q[0] != '\r' || q[1] != '\n') {
+        *bad = true;
+        return NULL;
+    }
+    *v = *p == '-' ? -(long long)x : (long long)x;
+    return q + 2;
 }
 
 static bool add_arg(conn_t *c, size_t off, size_t n)
@@ -526,7 +528,10 @@ static void cmd_get(cmd_ctx_t *x)
     else
         out_null(x->c);
     kv_unlock(s);
-    atomic_fetch_add_explicit(e ? &x->w->t->hits : &x->w->t->misses, 1, memory_order_relaxed);
+    kv_worker_stats_t *ws = x->w->stats; /* per worker: no line shared with the others */
+    atomic_store_explicit(e ? &ws->hits : &ws->misses,
+                          atomic_load_explicit(e ? &ws->hits : &ws->misses, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
 }
 
 static void cmd_set(cmd_ctx_t *x)
@@ -919,7 +924,7 @@ static void cmd_info(cmd_ctx_t *x)
 #define SECTION(s) (all || (wn == strlen(s) && !strncasecmp(want, s, wn)))
     worker_t *w = x->w;
     kv_shared_t *sh = w->sh;
-    uint64_t connected = 0, connections = 0, commands = 0, rejected = 0, workers = 0;
+    uint64_t connected = 0, connections = 0, commands = 0, rejected = 0, workers = 0, hits = 0, misses = 0;
     for (int i = 0; i < KV_MAX_WORKERS; i++) {
         kv_worker_stats_t *ws = &sh->workers[i];
         if (atomic_load(&ws->pid))
@@ -928,6 +933,8 @@ static void cmd_info(cmd_ctx_t *x)
         connections += atomic_load(&ws->connections);
         commands += atomic_load(&ws->commands);
         rejected += atomic_load(&ws->rejected);
+        hits += atomic_load(&ws->hits);
+        misses += atomic_load(&ws->misses);
     }
     char *buf = NULL;
     size_t len = 0;
@@ -964,7 +971,7 @@ static void cmd_info(cmd_ctx_t *x)
                 "\r\nkeyspace_hits:%" PRIu64 "\r\nkeyspace_misses:%" PRIu64 "\r\nstripe_repairs:%" PRIu64
                 "\r\n\r\n",
                 connections, commands, rejected, atomic_load(&w->t->expired), atomic_load(&w->t->evicted),
-                atomic_load(&w->t->hits), atomic_load(&w->t->misses), atomic_load(&w->t->repairs));
+                hits, misses, atomic_load(&w->t->repairs));
     if (SECTION("keyspace")) {
         uint64_t vol, keys = kv_table_keys(w->t, &vol);
         fprintf(f, "# Keyspace\r\n");
@@ -1038,7 +1045,7 @@ static void cmd_debug(cmd_ctx_t *x)
 }
 
 typedef struct command {
-    const char *name;
+    const char *name; /* lower case */
     int arity; /* as Redis counts: the name included; -n means at least n */
     cmd_fn fn;
 } command_t;
@@ -1069,8 +1076,14 @@ static void cmd_command(cmd_ctx_t *x)
 
 static const command_t *lookup(const kv_arg_t *a)
 {
+    char name[16];
+    if (a->n >= sizeof name)
+        return NULL;
+    for (size_t i = 0; i < a->n; i++)
+        name[i] = (char)tolower((unsigned char)a->p[i]);
+    name[a->n] = 0;
     for (size_t i = 0; i < NCOMMANDS; i++)
-        if (arg_is(a, commands[i].name))
+        if (name[0] == commands[i].name[0] && !strcmp(name, commands[i].name))
             return &commands[i];
     return NULL;
 }
@@ -1092,7 +1105,8 @@ static void execute(worker_t *w, conn_t *c)
     for (unsigned i = 0; i < n; i++)
         w->argv[i] = (kv_arg_t){c->in + c->args[i].off, c->args[i].n};
     cmd_ctx_t x = {w, c, w->argv, n};
-    atomic_fetch_add_explicit(&w->stats->commands, 1, memory_order_relaxed);
+    atomic_store_explicit(&w->stats->commands, atomic_load_explicit(&w->stats->commands, memory_order_relaxed) + 1,
+                          memory_order_relaxed); /* only this worker writes its slot */
     const command_t *cmd = lookup(&x.a[0]);
     if (!cmd) {
         char args[200] = "";

@@ -14,8 +14,8 @@
 /* Per-worker figures in the shared header, so INFO in any worker sums
  * them; a restarted worker starts its slot again. */
 typedef struct kv_worker_stats {
-    _Atomic uint64_t pid, connected, connections, commands, rejected;
-} kv_worker_stats_t;
+    _Atomic uint64_t pid, connected, connections, commands, rejected, hits, misses;
+} __attribute__((aligned(64))) kv_worker_stats_t;
 
 /* The root every worker finds: the table and the workers' figures. */
 typedef struct kv_shared {

@@ -24,21 +24,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KV_STRIPES 1024
-#define KV_MAGIC 0x74636d2d6b763031ull /* "tcm-kv01" */
+#include "heap.h"
 
-/* Where the table's memory comes from: tcm's heap, or another one. */
-typedef struct kv_heap {
-    const char *name;
-    int (*attach)(const char *where); /* 0 or -errno; again in each worker process */
-    void (*detach)(void);
-    void *(*alloc)(size_t size);
-    void (*release)(void *p);
-    size_t (*usable)(const void *p);
-    void *(*root_get)(const char *name);
-    int (*root_set)(const char *name, void *p);
-    bool shared; /* its memory is shared by processes (else: --threads only) */
-} kv_heap_t;
+#define KV_STRIPES 1024
+#define KV_MAGIC 0x74636d2d6b763032ull /* "tcm-kv02": the layout of kv_table_t and kv_shared_t */
+
 
 typedef struct kv_entry {
     struct kv_entry *next;
@@ -69,7 +59,7 @@ typedef struct kv_stripe {
 typedef struct kv_table {
     uint64_t magic;
     uint32_t nstripes;
-    _Atomic uint64_t hits, misses, expired, evicted, repairs;
+    _Atomic uint64_t expired, evicted, repairs;
     _Atomic uint32_t sweep_next;
     kv_stripe_t stripes[KV_STRIPES];
 } kv_table_t;
