@@ -16,7 +16,7 @@ sock=$prefix/tcmd.sock
 trap 'if [[ -n $daemon ]]; then kill "$daemon" 2>/dev/null || true; fi; rm -rf "$prefix"' EXIT
 
 cmake --install "$build" --prefix "$prefix" > /dev/null
-for f in bin/tcmd bin/tcmctl include/tcm.h lib/libtcm.a lib/libtcm.so lib/pkgconfig/tcm.pc \
+for f in bin/tcmd bin/tcmctl bin/tcm-kv include/tcm.h lib/libtcm.a lib/libtcm.so lib/pkgconfig/tcm.pc \
          lib/systemd/system/tcmd.service etc/default/tcmd etc/tcm/tcmd.conf; do
   [[ -e $prefix/$f ]] || { echo "not installed: $f"; exit 1; }
 done
@@ -26,6 +26,7 @@ grep -q '^ExecStart=.*/tcmd --foreground --config .*tcmd.conf \$TCMD_OPTIONS' "$
 grep -q '^RuntimeDirectoryPreserve=yes' "$unit"
 # the installed settings file is one tcmd accepts
 "$prefix/bin/tcmd" --config "$prefix/etc/tcm/tcmd.conf" --help > /dev/null
+"$prefix/bin/tcm-kv" --help | grep -q -- --maxmemory  # finds the installed libtcm
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 cat > "$prefix/prog.c" <<'C'
 #include <stdio.h>

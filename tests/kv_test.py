@@ -89,7 +89,8 @@ class Server:
         self.log_path = os.path.join(tmp, "kv-%d.log" % self.port)
         self.log = open(self.log_path, "w")
         self.p = subprocess.Popen([KV, "--socket", SOCK, "--port", str(self.port), "--workers", str(workers),
-                                   "--enable-debug-command", *args], stdout=self.log, stderr=self.log)
+                                   "--enable-debug-command", *args], stdout=self.log, stderr=self.log,
+                                  start_new_session=True)
         for _ in range(200):
             try:
                 if Conn(self.port).cmd("PING") == "PONG":
@@ -654,7 +655,7 @@ def main():
         ctl("check")
     finally:
         if srv and srv.p.poll() is None:
-            srv.p.kill()
+            os.killpg(srv.p.pid, signal.SIGKILL)
         tcmd.stop()
     failed = [n for n, e in results if e]
     print(f"tcm-kv: {len(results) - len(failed)} passed, {len(failed)} failed")

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -192,11 +193,16 @@ static void on_child(int sig)
     (void)sig;
 }
 
+static pid_t master;
+
 static pid_t start_worker(const kv_options_t *o, const kv_heap_t *h, kv_shared_t *sh, int index, int fd)
 {
     pid_t pid = fork();
     if (pid != 0)
         return pid;
+    prctl(PR_SET_PDEATHSIG, SIGTERM); /* a worker does not outlive its master */
+    if (getppid() != master)
+        _exit(0);
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     signal(SIGCHLD, SIG_DFL);
@@ -284,6 +290,7 @@ int main(int argc, char **argv)
     sigaction(SIGCHLD, &sa, NULL);
     pid_t pids[KV_MAX_WORKERS];
     int64_t started[KV_MAX_WORKERS];
+    master = getpid();
     for (int i = 0; i < o.workers; i++) {
         pids[i] = start_worker(&o, h, sh, i, fd);
         started[i] = kv_now_ms();

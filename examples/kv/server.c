@@ -658,25 +658,33 @@ static void incr_by(cmd_ctx_t *x, long long by)
     if (!fit(x))
         return;
     uint64_t h = kv_hash(x->a[1].p, x->a[1].n);
+    /* the new entry is made before the lock, with room for any number:
+     * no allocation (maybe a round trip to tcmd) while others wait */
+    kv_entry_t *e = new_entry(x, h, &x->a[1], NULL, 20);
+    if (!e)
+        return;
     kv_stripe_t *s = kv_lock(x->w->t, h);
     kv_entry_t *old = kv_find(x->w->t, s, h, x->a[1].p, x->a[1].n);
     long long v = 0;
-    if (old && !to_ll(kv_val(old), old->vlen, &v)) {
+    const char *why = NULL;
+    if (old && !to_ll(kv_val(old), old->vlen, &v))
+        why = ERR_INT;
+    else if ((by > 0 && v > LLONG_MAX - by) || (by < 0 && v < LLONG_MIN - by))
+        why = "ERR increment or decrement would overflow";
+    if (why) {
         kv_unlock(s);
-        out_err(x->c, "%s", ERR_INT);
-        return;
-    }
-    if ((by > 0 && v > LLONG_MAX - by) || (by < 0 && v < LLONG_MIN - by)) {
-        kv_unlock(s);
-        out_err(x->c, "ERR increment or decrement would overflow");
+        kv_entry_free(e);
+        out_err(x->c, "%s", why);
         return;
     }
     v += by;
-    char buf[24];
-    int len = snprintf(buf, sizeof buf, "%lld", v);
-    if (replace_value(x, s, h, old, buf, (size_t)len, "", 0))
-        out_int(x->c, v);
+    char digits[24];
+    e->vlen = (uint32_t)snprintf(digits, sizeof digits, "%lld", v);
+    memcpy(kv_val(e), digits, e->vlen);
+    e->expire_ms = old ? old->expire_ms : 0;
+    kv_put(s, e);
     kv_unlock(s);
+    out_int(x->c, v);
 }
 
 static void cmd_incr(cmd_ctx_t *x)
