@@ -3,6 +3,8 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,31 +15,64 @@
 
 enum setting_type { T_SIZE, T_UINT, T_ADDR, T_LEVEL, T_GROUP };
 
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+/* Settings that are more than a uint64_t field of tcm_server_t. */
+static int set_max_threads(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen);
+static int set_allow_group(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen);
+static int set_spin(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen);
+static int set_level(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen);
+static int set_heap_limit(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen);
+static void show_max_threads(const tcm_server_t *srv, char *out, size_t len);
+static void show_allow_group(const tcm_server_t *srv, char *out, size_t len);
+static void show_spin(const tcm_server_t *srv, char *out, size_t len);
+static void show_level(const tcm_server_t *srv, char *out, size_t len);
+static void show_heap_limit(const tcm_server_t *srv, char *out, size_t len);
+
+#define NO_FIELD SIZE_MAX
+#define FIELD(f) offsetof(tcm_server_t, f), NULL, NULL
+#define HOOKS(set, show) NO_FIELD, set, show
+
+/* The one table: the command line (--name-with-dashes), the config file,
+ * SIGHUP, `tcmctl config get|set`, `tcmd --help` and `tcmd --list-settings`
+ * (which the README's table is checked against) all read it. */
 typedef struct setting {
     tcm_setting_info_t info;
     enum setting_type type;
     uint64_t min, max;
+    const char *def; /* as --help shows it; "" : none */
+    const char *arg; /* --help's name for the value */
+    size_t field;    /* offset of its uint64_t in tcm_server_t, or NO_FIELD: */
+    int (*set)(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen);
+    void (*show)(const tcm_server_t *srv, char *out, size_t len);
 } setting_t;
 
 static const setting_t settings[] = {
-    {{"heap_size", false, "bytes reserved for the heap (sparse)"}, T_SIZE, 4u << 20, 64ull << 40},
-    {{"base", false, "address of the heap in every process"}, T_ADDR, 1u << 21, 0x7ff000000000ull},
-    {{"max_threads", false, "thread caches per client process"}, T_UINT, 1, TCM_MAX_THREADS},
-    {{"heap_limit", true, "bytes the heap may hand out (resize)"}, T_SIZE, 1u << 20, 64ull << 40},
-    {{"tcache_budget", true, "bytes all thread caches of one process may hold"}, T_SIZE, 256u << 10, 1ull << 40},
-    {{"xfer_budget", true, "bytes the transfer tier of one process may hold"}, T_SIZE, 0, 1ull << 40},
-    {{"page_cache_cap", true, "free committed bytes kept before pages go back to the OS"}, T_SIZE, 0, 64ull << 40},
-    {{"spin_us", true, "microseconds the heap thread polls before sleeping"}, T_UINT, 0, 1000000},
-    {{"reconnect_timeout", true, "seconds a client waits for tcmd to come back before failing"}, T_UINT, 0, 86400},
-    {{"decay_ms", true, "free pages unused this long go back to the OS, caches unused this long to tcmd (0: never)"}, T_UINT, 0,
-     86400000},
-    {{"log_level", true, "error, warn, info or debug"}, T_LEVEL, 0, 3},
+    {{"heap_size", false, "bytes reserved for the heap (sparse)"}, T_SIZE, 4u << 20, 64ull << 40, "1G", "SIZE",
+     FIELD(heap_size)},
+    {{"base", false, "address of the heap in every process"}, T_ADDR, 1u << 21, 0x7ff000000000ull,
+     "0x7e8000000000", "ADDR", FIELD(base)},
+    {{"max_threads", false, "thread caches per client process (more threads share its transfer tier)"}, T_UINT, 1,
+     TCM_MAX_THREADS, "1024", "N", HOOKS(set_max_threads, show_max_threads)},
+    {{"heap_limit", true, "bytes the heap may hand out (tcmctl resize; default: the heap size)"}, T_SIZE, 1u << 20,
+     64ull << 40, "", "SIZE", HOOKS(set_heap_limit, show_heap_limit)},
+    {{"tcache_budget", true, "bytes all thread caches of one process may hold"}, T_SIZE, 256u << 10, 1ull << 40,
+     "32M", "SIZE", FIELD(tcache_budget)},
+    {{"xfer_budget", true, "bytes the transfer tier of one process may hold"}, T_SIZE, 0, 1ull << 40, "32M", "SIZE",
+     FIELD(xfer_budget)},
+    {{"page_cache_cap", true, "free committed bytes kept before pages go back to the OS"}, T_SIZE, 0, 64ull << 40,
+     "64M", "SIZE", FIELD(page_cache_cap)},
+    {{"spin_us", true, "microseconds the heap thread polls before sleeping"}, T_UINT, 0, 1000000, "10", "N",
+     HOOKS(set_spin, show_spin)},
+    {{"reconnect_timeout", true, "seconds a client waits for tcmd to come back before failing"}, T_UINT, 0, 86400,
+     "30", "N", FIELD(reconnect_timeout)},
+    {{"decay_ms", true, "free pages unused this long go back to the OS, caches unused this long to tcmd (0: never)"},
+     T_UINT, 0, 86400000, "10000", "N", FIELD(decay_ms)},
+    {{"log_level", true, "error, warn, info or debug"}, T_LEVEL, 0, 3, "info", "LEVEL", HOOKS(set_level, show_level)},
     {{"allow_group", false, "group (name or id) whose members may attach besides tcmd's own user"}, T_GROUP, 0,
-     UINT32_MAX},
+     UINT32_MAX, "", "GROUP", HOOKS(set_allow_group, show_allow_group)},
 };
 #define NSETTINGS (sizeof settings / sizeof settings[0])
-
-static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
 const tcm_setting_info_t *tcm__config_setting(size_t i)
 {
@@ -94,16 +129,124 @@ static int parse(const setting_t *s, const char *text, uint64_t *v)
 
 static uint64_t *field(tcm_server_t *srv, const setting_t *s)
 {
-    const char *n = s->info.name;
-    if (!strcmp(n, "heap_size")) return &srv->heap_size;
-    if (!strcmp(n, "base")) return &srv->base;
-    if (!strcmp(n, "heap_limit")) return &srv->heap_limit;
-    if (!strcmp(n, "tcache_budget")) return &srv->tcache_budget;
-    if (!strcmp(n, "xfer_budget")) return &srv->xfer_budget;
-    if (!strcmp(n, "page_cache_cap")) return &srv->page_cache_cap;
-    if (!strcmp(n, "reconnect_timeout")) return &srv->reconnect_timeout;
-    if (!strcmp(n, "decay_ms")) return &srv->decay_ms;
-    return NULL;
+    return (uint64_t *)((char *)srv + s->field);
+}
+
+static int set_max_threads(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen)
+{
+    (void)at_runtime, (void)err, (void)errlen;
+    srv->max_threads = (uint32_t)v;
+    return 0;
+}
+
+static void show_max_threads(const tcm_server_t *srv, char *out, size_t len)
+{
+    snprintf(out, len, "%u", srv->max_threads);
+}
+
+static int set_allow_group(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen)
+{
+    (void)at_runtime, (void)err, (void)errlen;
+    srv->allow_group = (gid_t)v;
+    srv->allow_group_set = true;
+    return 0;
+}
+
+static void show_allow_group(const tcm_server_t *srv, char *out, size_t len)
+{
+    snprintf(out, len, srv->allow_group_set ? "%u" : "", (unsigned)srv->allow_group);
+}
+
+static int set_spin(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen)
+{
+    (void)at_runtime, (void)err, (void)errlen;
+    atomic_store(&srv->spin_ns, v * 1000);
+    return 0;
+}
+
+static void show_spin(const tcm_server_t *srv, char *out, size_t len)
+{
+    snprintf(out, len, "%llu", (unsigned long long)(atomic_load(&srv->spin_ns) / 1000));
+}
+
+static int set_level(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen)
+{
+    (void)srv, (void)at_runtime, (void)err, (void)errlen;
+    tcm__log_set_level((int)v);
+    return 0;
+}
+
+static void show_level(const tcm_server_t *srv, char *out, size_t len)
+{
+    (void)srv;
+    snprintf(out, len, "%s", level_names[tcm__log_level()]);
+}
+
+static int set_heap_limit(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen)
+{
+    if (!at_runtime) {
+        srv->heap_limit = v;
+        return 0;
+    }
+    if (v > srv->heap_size) {
+        snprintf(err, errlen, "heap_limit %llu is above the reserved size %llu (restart with a larger --heap-size)",
+                 (unsigned long long)v, (unsigned long long)srv->heap_size);
+        return -EINVAL;
+    }
+    /* the heap thread knows what is in use: it checks and applies */
+    srv->mbox_arg = v & ~(uint64_t)(TCM_PAGE_SIZE - 1);
+    uint64_t in_use_end = tcm__heap_command(srv, TCM_MBOX_RESIZE);
+    if (in_use_end) {
+        char a[32], b[32];
+        snprintf(err, errlen, "cannot lower the heap limit to %s: memory up to %s into the heap is in use",
+                 tcm__format_size(v, b, sizeof b), tcm__format_size(in_use_end, a, sizeof a));
+        return -EBUSY;
+    }
+    srv->heap_limit = srv->mbox_arg;
+    return 0;
+}
+
+static void show_heap_limit(const tcm_server_t *srv, char *out, size_t len)
+{
+    snprintf(out, len, "%llu",
+             (unsigned long long)(srv->meta ? atomic_load(&srv->meta->config.heap_limit) : srv->heap_limit));
+}
+
+static int apply(tcm_server_t *srv, const setting_t *s, uint64_t v, bool at_runtime, char *err, size_t errlen)
+{
+    if (s->set)
+        return s->set(srv, v, at_runtime, err, errlen);
+    *field(srv, s) = v;
+    return 0;
+}
+
+void tcm__config_defaults(tcm_server_t *srv)
+{
+    char err[128];
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        uint64_t v;
+        if (settings[i].def[0] && parse(&settings[i], settings[i].def, &v) == 0)
+            apply(srv, &settings[i], v, false, err, sizeof err);
+    }
+}
+
+void tcm__config_usage(FILE *f)
+{
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        const setting_t *s = &settings[i];
+        char opt[64];
+        snprintf(opt, sizeof opt, "--%s %s", s->info.name, s->arg);
+        for (char *p = opt; *p; p++)
+            *p = *p == '_' ? '-' : *p;
+        fprintf(f, "  %-25s %s%s%s%s%s\n", opt, s->info.help, s->def[0] ? " (default " : "", s->def,
+                s->def[0] ? ")" : "", s->info.runtime ? "; runtime" : "");
+    }
+}
+
+void tcm__config_list(FILE *f)
+{
+    for (size_t i = 0; i < NSETTINGS; i++)
+        fprintf(f, "%s\t%s\t%s\n", settings[i].info.name, settings[i].info.runtime ? "yes" : "no", settings[i].def);
 }
 
 void tcm__config_publish(tcm_server_t *srv)
@@ -148,34 +291,9 @@ int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool 
         return -EPERM;
     }
     const char *n = s->info.name;
-    if (!strcmp(n, "max_threads")) {
-        srv->max_threads = (uint32_t)v;
-    } else if (!strcmp(n, "allow_group")) {
-        srv->allow_group = (gid_t)v;
-        srv->allow_group_set = true;
-    } else if (!strcmp(n, "spin_us")) {
-        atomic_store(&srv->spin_ns, v * 1000);
-    } else if (!strcmp(n, "log_level")) {
-        tcm__log_set_level((int)v);
-    } else if (!strcmp(n, "heap_limit") && at_runtime) {
-        if (v > srv->heap_size) {
-            snprintf(err, errlen, "heap_limit %s is above the reserved size %llu (restart with a larger --heap-size)",
-                     value, (unsigned long long)srv->heap_size);
-            return -EINVAL;
-        }
-        /* the heap thread knows what is in use: it checks and applies */
-        srv->mbox_arg = v & ~(uint64_t)(TCM_PAGE_SIZE - 1);
-        uint64_t in_use_end = tcm__heap_command(srv, TCM_MBOX_RESIZE);
-        if (in_use_end) {
-            char a[32];
-            snprintf(err, errlen, "cannot lower the heap limit to %s: memory up to %s into the heap is in use",
-                     value, tcm__format_size(in_use_end, a, sizeof a));
-            return -EBUSY;
-        }
-        srv->heap_limit = srv->mbox_arg;
-    } else {
-        *field(srv, s) = v;
-    }
+    int rc = apply(srv, s, v, at_runtime, err, errlen);
+    if (rc)
+        return rc;
     if (!at_runtime)
         srv->explicit_settings |= 1u << (s - settings);
     if (at_runtime) {
@@ -208,19 +326,10 @@ int tcm__config_get(tcm_server_t *srv, const char *key, char *value, size_t len)
     const setting_t *s = find(key);
     if (!s)
         return -ENOENT;
-    const char *n = s->info.name;
-    if (!strcmp(n, "max_threads"))
-        snprintf(value, len, "%u", srv->max_threads);
-    else if (!strcmp(n, "spin_us"))
-        snprintf(value, len, "%llu", (unsigned long long)(atomic_load(&srv->spin_ns) / 1000));
-    else if (!strcmp(n, "log_level"))
-        snprintf(value, len, "%s", level_names[tcm__log_level()]);
-    else if (!strcmp(n, "allow_group"))
-        snprintf(value, len, srv->allow_group_set ? "%u" : "", (unsigned)srv->allow_group);
-    else if (!strcmp(n, "base"))
-        snprintf(value, len, "0x%llx", (unsigned long long)srv->base);
-    else if (!strcmp(n, "heap_limit") && srv->meta)
-        snprintf(value, len, "%llu", (unsigned long long)atomic_load(&srv->meta->config.heap_limit));
+    if (s->show)
+        s->show(srv, value, len);
+    else if (s->type == T_ADDR)
+        snprintf(value, len, "0x%llx", (unsigned long long)*field(srv, s));
     else
         snprintf(value, len, "%llu", (unsigned long long)*field(srv, s));
     return 0;

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "server.h"
 
@@ -23,6 +24,13 @@ int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool 
                     size_t errlen);
 /* The current value of key as text; -ENOENT for an unknown key. */
 int tcm__config_get(tcm_server_t *srv, const char *key, char *value, size_t len);
+/* Every setting at its default (before the file and the command line). */
+void tcm__config_defaults(tcm_server_t *srv);
+/* One --help line per setting: option, value, help, default. */
+void tcm__config_usage(FILE *f);
+/* name TAB runtime(yes/no) TAB default, one line each (tcmd --list-settings;
+ * the README's table is checked against it). */
+void tcm__config_list(FILE *f);
 /* The settings, in order; NULL past the end. */
 const tcm_setting_info_t *tcm__config_setting(size_t i);
 /* Load a file of `key = value` lines; logs or prints each bad line. */

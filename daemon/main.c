@@ -22,31 +22,22 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: tcmd [options]\n"
-            "  --socket PATH     control socket (default $TCM_SOCKET, else\n"
-            "                    $XDG_RUNTIME_DIR/tcm/tcmd.sock, else /tmp/tcm-UID/tcmd.sock)\n"
-            "  --name NAME       shared-memory name (default derived from the socket path)\n"
-            "  --heap-size SIZE  heap reservation, e.g. 1G (default 1G; sparse)\n"
-            "  --base ADDR       heap address in every process (default 0x%llx)\n"
-            "  --max-threads N   thread caches per client process (default 1024); more threads\n"
-            "                    share the process's transfer tier\n"
-            "  --config FILE     key = value settings: any of the options above by\n"
-            "                    their names with _ (heap_size, ...), and tcache_budget,\n"
-            "                    xfer_budget, page_cache_cap, heap_limit; SIGHUP reloads it\n"
-            "  --log FILE        log file (default: stderr in the foreground,\n"
-            "                    SOCKET.log otherwise)\n"
-            "  --log-level L     error, warn, info or debug (default info)\n"
-            "  --spin-us N       heap thread polls this long before sleeping (default 50)\n"
-            "  --metrics-port P  serve Prometheus metrics at http://ADDR:P/metrics\n"
-            "  --metrics-addr A  address for --metrics-port (default 127.0.0.1)\n"
-            "  --foreground      do not detach\n"
-            "  --allow-group G   members of group G may attach too (the segments reach them as\n"
-            "                    descriptors; the metadata read-only)\n"
-            "  --discard-heap    replace the heap a previous tcmd left under this name\n"
-            "                    (by default it is adopted: same heap, same address)\n"
-            "  --help\n",
-            (unsigned long long)TCM_DEFAULT_BASE);
+    fprintf(f, "usage: tcmd [options]\n"
+               "  --socket PATH             control socket (default $TCM_SOCKET, else\n"
+               "                            $XDG_RUNTIME_DIR/tcm/tcmd.sock, else /tmp/tcm-UID/tcmd.sock)\n"
+               "  --name NAME               shared-memory name (default derived from the socket path)\n"
+               "  --config FILE             key = value lines of the settings below (names with _);\n"
+               "                            SIGHUP reloads it; the command line overrides it\n"
+               "  --log FILE                log file (default: stderr in the foreground, SOCKET.log otherwise)\n"
+               "  --metrics-port P          serve Prometheus metrics at http://ADDR:P/metrics\n"
+               "  --metrics-addr A          address for --metrics-port (default 127.0.0.1)\n"
+               "  --discard-heap            replace the heap a previous tcmd left under this name\n"
+               "                            (by default it is adopted: same heap, same address)\n"
+               "  --foreground              do not detach\n"
+               "  --list-settings           the settings as name, runtime, default (tab-separated)\n"
+               "  --help\n"
+               "settings (also in --config files and tcmctl config get|set; runtime ones while tcmd runs):\n");
+    tcm__config_usage(f);
 }
 
 /* mkdir -p of the socket's directory, owner-only (with --allow-group, the
@@ -198,33 +189,29 @@ out:
 int main(int argc, char **argv)
 {
     tcm_server_t *srv = &srv_storage;
-    srv->heap_size = TCM_DEFAULT_HEAP;
-    srv->base = TCM_DEFAULT_BASE;
-    srv->max_threads = 1024;
-    srv->spin_ns = 10000;
+    tcm__config_defaults(srv);
     snprintf(srv->metrics_addr, sizeof srv->metrics_addr, "127.0.0.1");
-    srv->tcache_budget = 32ull << 20;
-    srv->xfer_budget = 32ull << 20;
-    srv->page_cache_cap = 64ull << 20;
-    srv->reconnect_timeout = 30;
-    srv->decay_ms = 10000;
     srv->lock_fd = srv->heap_fd = srv->meta_fd = srv->state_fd = -1;
     const char *config = NULL;
     char err[256];
 
-    enum { O_SOCKET = 256, O_NAME, O_HEAP, O_BASE, O_THREADS, O_CONFIG, O_LOG, O_LEVEL, O_SPIN, O_FG, O_MPORT,
-           O_MADDR, O_DISCARD, O_GROUP };
-    static const struct option opts[] = {
-        {"socket", required_argument, 0, O_SOCKET},  {"name", required_argument, 0, O_NAME},
-        {"heap-size", required_argument, 0, O_HEAP}, {"base", required_argument, 0, O_BASE},
-        {"max-threads", required_argument, 0, O_THREADS},
-        {"config", required_argument, 0, O_CONFIG},  {"log", required_argument, 0, O_LOG},
-        {"log-level", required_argument, 0, O_LEVEL}, {"spin-us", required_argument, 0, O_SPIN},
-        {"foreground", no_argument, 0, O_FG},       {"help", no_argument, 0, 'h'},
+    enum { O_SOCKET = 256, O_NAME, O_CONFIG, O_LOG, O_FG, O_MPORT, O_MADDR, O_DISCARD, O_LIST, O_SETTING = 512 };
+    /* the fixed options, then one per setting (--heap-size for heap_size) */
+    struct option opts[64] = {
+        {"socket", required_argument, 0, O_SOCKET},   {"name", required_argument, 0, O_NAME},
+        {"config", required_argument, 0, O_CONFIG},   {"log", required_argument, 0, O_LOG},
+        {"foreground", no_argument, 0, O_FG},         {"help", no_argument, 0, 'h'},
         {"metrics-port", required_argument, 0, O_MPORT}, {"metrics-addr", required_argument, 0, O_MADDR},
-        {"discard-heap", no_argument, 0, O_DISCARD}, {"allow-group", required_argument, 0, O_GROUP},
-        {0, 0, 0, 0},
+        {"discard-heap", no_argument, 0, O_DISCARD},  {"list-settings", no_argument, 0, O_LIST},
     };
+    static char option_names[32][64];
+    size_t nopts = 10;
+    for (size_t i = 0; tcm__config_setting(i) && nopts < 63; i++, nopts++) {
+        snprintf(option_names[i], sizeof option_names[i], "%s", tcm__config_setting(i)->name);
+        for (char *p = option_names[i]; *p; p++)
+            *p = *p == '_' ? '-' : *p;
+        opts[nopts] = (struct option){option_names[i], required_argument, 0, O_SETTING + (int)i};
+    }
     /* the config file first, so command-line options override it */
     for (int i = 1; i < argc - 1; i++)
         if (strcmp(argv[i], "--config") == 0)
@@ -256,16 +243,10 @@ int main(int argc, char **argv)
             }
             snprintf(srv->name, sizeof srv->name, "%s", optarg);
             break;
-        case O_HEAP: key = "heap_size"; break;
-        case O_BASE: key = "base"; break;
-        case O_THREADS: key = "max_threads"; break;
-        case O_LEVEL: key = "log_level"; break;
-        case O_SPIN: key = "spin_us"; break;
         case O_CONFIG: break;
         case O_LOG: snprintf(srv->log_path, sizeof srv->log_path, "%.255s", optarg); break;
         case O_FG: srv->foreground = true; break;
         case O_DISCARD: srv->discard_heap = true; break;
-        case O_GROUP: key = "allow_group"; break;
         case O_MPORT: {
             char *end;
             long port = strtol(optarg, &end, 10);
@@ -278,7 +259,13 @@ int main(int argc, char **argv)
         }
         case O_MADDR: snprintf(srv->metrics_addr, sizeof srv->metrics_addr, "%.63s", optarg); break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case O_LIST: tcm__config_list(stdout); return 0;
+        default:
+            if (opt < O_SETTING || !tcm__config_setting((size_t)(opt - O_SETTING))) {
+                usage(stderr);
+                return 2;
+            }
+            key = tcm__config_setting((size_t)(opt - O_SETTING))->name;
         }
         if (key && tcm__config_set(srv, key, optarg, false, err, sizeof err) != 0) {
             fprintf(stderr, "tcmd: %s\n", err);
