@@ -13,7 +13,8 @@ median of RUNS runs. Memory: a fresh server loaded with N keys of 100 bytes
 committed (tcm: tcmd's bytes_committed; Boost: the segment's touched pages)
 plus the growth of private RSS of every process of the server, per key.
 
-usage: kv_bench.py BUILD_DIR OUT_MD [--quick]"""
+usage: kv_bench.py BUILD_DIR OUT_MD [--quick]
+env: KV_BENCH_SERVERS=tcm,redis (a subset), KV_BENCH_SIZES=100,16384"""
 import json
 import os
 import shutil
@@ -29,7 +30,8 @@ build, out_md = sys.argv[1], sys.argv[2]
 quick = "--quick" in sys.argv
 RUNS = 1 if quick else 3
 TESTS = ["set", "get", "incr", "mset"]
-SIZES = [100] if quick else [16, 100, 1024, 16384]
+SIZES = [int(x) for x in os.environ.get("KV_BENCH_SIZES", "100" if quick else "16,100,1024,16384").split(",")]
+ONLY = os.environ.get("KV_BENCH_SERVERS")  # e.g. "tcm,redis": only those
 PIPES = [1, 16]
 KEYS = 1_000_000
 MEM_KEYS = 100_000 if quick else 1_000_000
@@ -180,6 +182,8 @@ def servers():
 def main():
     results, names, mem = {}, {}, {}
     for key, start in servers():
+        if ONLY and key not in ONLY.split(","):
+            continue
         s = start()
         names[key] = s.name
         try:
@@ -217,7 +221,8 @@ def main():
               "|---|---:|---:|---:|"]
     for k in keys:
         n, per = mem[k]
-        lines.append(f"| {k} | {n:,} | {per:.0f} | {per / mem['redis'][1]:.2f}x |")
+        ref = mem.get("redis", mem[k])[1]
+        lines.append(f"| {k} | {n:,} | {per:.0f} | {per / ref:.2f}x |")
     text = "\n".join(lines) + "\n"
     os.makedirs(os.path.dirname(out_md) or ".", exist_ok=True)
     open(out_md, "w").write(text)
