@@ -4,6 +4,7 @@
 real client (tcm_test_helper serve), config changes seen by that client,
 resize enforced, release measured, /metrics read with curl, other users
 refused for changes, SIGHUP reloading the config file."""
+import contextlib
 import json
 import os
 import signal
@@ -24,12 +25,30 @@ log = os.path.join(tmp, "tcmd.log")
 failures = 0
 
 
+checks = 0
+
+
 def check(cond, what):
-    global failures
+    """One assertion: a failure is reported and counted, and the run goes on."""
+    global failures, checks
+    checks += 1
     if not cond:
         failures += 1
         print("FAILED:", what, file=sys.stderr)
-        raise SystemExit(1)
+    return cond
+
+
+@contextlib.contextmanager
+def section(name):
+    """A part of the run: an exception in it (a reply that is not JSON, a
+    missing field) fails that part, and the next part still runs."""
+    global failures, checks
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - reported, counted, and the next part runs
+        checks += 1
+        failures += 1
+        print(f"FAILED: {name}: {type(e).__name__}: {e}", file=sys.stderr)
 
 
 def ctl(*args, expect=0, user=None):
@@ -92,132 +111,133 @@ try:
             break
         time.sleep(0.05)
 
-    # ping, health
-    check(js("ping")["daemon_pid"] == daemon.pid, "ping names the daemon")
-    h = js("health")
-    check(h["ok"] and h["heap_thread_ok"], "health ok")
+    with section("ping, health"):
+        check(js("ping")["daemon_pid"] == daemon.pid, "ping names the daemon")
+        h = js("health")
+        check(h["ok"] and h["heap_thread_ok"], "health ok")
 
-    # a known workload moves in-use, cached and per-class figures
-    c = Client()
-    base_stats = js("stats")
-    check(c.do("alloc 1000 1000") == "ok", "allocate 1000 x 1000 B")
-    row = client_row(c.pid)
-    check(row["bytes_held"] >= 1000 * 1024, f"held {row['bytes_held']} >= 1000 objects of class 1024")
-    cls = class_row(1024)
-    check(cls["objects_in_use"] >= 1000, f"class 1024 in use {cls['objects_in_use']}")
-    check(cls["batches_out"] > 0, "refills counted")
-    st = js("stats")
-    check(st["bytes_in_use"] - base_stats["bytes_in_use"] >= 1000 * 1024, "stats bytes_in_use moved")
-    check(st["requests_refill"] > base_stats["requests_refill"], "refills counted in stats")
-    check(sum(b["count"] for b in st["service_time"]["buckets"]) >= st["requests"], "histogram counts requests")
-    check(c.do("root ctl.test") == "ok", "root set")
-    check(any(r["name"] == "ctl.test" for r in js("roots")), "roots lists ctl.test")
-    check(c.do('root we"ird\\name') == "ok", "root with a quote and a backslash")
-    check(any(r["name"] == 'we"ird\\name' for r in js("roots")), "--json escapes root names")
-    err = json.loads(ctl("--json", "config", "set", "tcache_budget", 'x"y', expect=1).stdout)
-    check('x"y' in err["error"]["message"], "--json error messages are valid JSON")
-    check(c.do("free") == "ok", "free them")
-    row = client_row(c.pid)
-    cached_before = row["bytes_cached"]
-    check(cached_before >= 512 * 1024, f"freed objects sit in the client's caches ({cached_before})")
-    check(row["bytes_held"] >= row["bytes_cached"], "cached bytes are held")
-    check(js("stats")["bytes_in_use"] <= base_stats["bytes_in_use"] + 64 * 1024, "in use back down")
+    with section("a known workload moves in-use, cached and per-class figures"):
+        c = Client()
+        base_stats = js("stats")
+        check(c.do("alloc 1000 1000") == "ok", "allocate 1000 x 1000 B")
+        row = client_row(c.pid)
+        check(row["bytes_held"] >= 1000 * 1024, f"held {row['bytes_held']} >= 1000 objects of class 1024")
+        cls = class_row(1024)
+        check(cls["objects_in_use"] >= 1000, f"class 1024 in use {cls['objects_in_use']}")
+        check(cls["batches_out"] > 0, "refills counted")
+        st = js("stats")
+        check(st["bytes_in_use"] - base_stats["bytes_in_use"] >= 1000 * 1024, "stats bytes_in_use moved")
+        check(st["requests_refill"] > base_stats["requests_refill"], "refills counted in stats")
+        check(sum(b["count"] for b in st["service_time"]["buckets"]) >= st["requests"], "histogram counts requests")
+        check(c.do("root ctl.test") == "ok", "root set")
+        check(any(r["name"] == "ctl.test" for r in js("roots")), "roots lists ctl.test")
+        check(c.do('root we"ird\\name') == "ok", "root with a quote and a backslash")
+        check(any(r["name"] == 'we"ird\\name' for r in js("roots")), "--json escapes root names")
+        err = json.loads(ctl("--json", "config", "set", "tcache_budget", 'x"y', expect=1).stdout)
+        check('x"y' in err["error"]["message"], "--json error messages are valid JSON")
+        check(c.do("free") == "ok", "free them")
+        row = client_row(c.pid)
+        cached_before = row["bytes_cached"]
+        check(cached_before >= 512 * 1024, f"freed objects sit in the client's caches ({cached_before})")
+        check(row["bytes_held"] >= row["bytes_cached"], "cached bytes are held")
+        check(js("stats")["bytes_in_use"] <= base_stats["bytes_in_use"] + 64 * 1024, "in use back down")
 
-    # a config change is picked up by the running client: smaller budgets
-    # make it give memory back
-    check(js("config", "set", "tcache_budget", "256K")["tcache_budget"]["value"] == str(256 * 1024), "set budget")
-    js("config", "set", "xfer_budget", "0")
-    check(c.do("poke") == "ok", "client slow path")
-    row = client_row(c.pid)
-    # the budget, plus the one or two objects per class the poke itself cached
-    check(row["bytes_cached"] <= (256 + 320) * 1024 and row["bytes_cached"] < cached_before / 2,
-          f"client shrank its caches to the budget ({cached_before} -> {row['bytes_cached']})")
-    check(js("config", "get", "tcache_budget")["tcache_budget"]["runtime"], "tcache_budget is a runtime setting")
-    r = ctl("config", "set", "no_such_key", "1", expect=1)
-    check("unknown setting" in r.stderr, "unknown key refused clearly")
-    r = ctl("config", "set", "tcache_budget", "lots", expect=1)
-    check("bad value" in r.stderr, "bad value refused clearly")
-    r = ctl("config", "set", "heap_size", "2G", expect=1)
-    check("when tcmd starts" in r.stderr, "startup-only key refused at runtime")
+    with section("a config change is picked up by the running client: smaller budgets make it give memory back"):
+        check(js("config", "set", "tcache_budget", "256K")["tcache_budget"]["value"] == str(256 * 1024), "set budget")
+        js("config", "set", "xfer_budget", "0")
+        check(c.do("poke") == "ok", "client slow path")
+        row = client_row(c.pid)
+        # the budget, plus the one or two objects per class the poke itself cached
+        check(row["bytes_cached"] <= (256 + 320) * 1024 and row["bytes_cached"] < cached_before / 2,
+              f"client shrank its caches to the budget ({cached_before} -> {row['bytes_cached']})")
+        check(js("config", "get", "tcache_budget")["tcache_budget"]["runtime"], "tcache_budget is a runtime setting")
+        r = ctl("config", "set", "no_such_key", "1", expect=1)
+        check("unknown setting" in r.stderr, "unknown key refused clearly")
+        r = ctl("config", "set", "tcache_budget", "lots", expect=1)
+        check("bad value" in r.stderr, "bad value refused clearly")
+        r = ctl("config", "set", "heap_size", "2G", expect=1)
+        check("when tcmd starts" in r.stderr, "startup-only key refused at runtime")
 
-    # resize: refused below what is in use; ENOMEM under the limit; raising works at once
-    check(c.do("alloc 20 1000000") == "ok", "20 page runs")
-    r = ctl("resize", "8M", expect=1)
-    check("in use" in r.stderr, "resize below in-use refused with a message")
-    check(c.do("free") == "ok", "free page runs")
-    check(js("resize", "64M")["new_limit"] == 64 << 20, "resize down to 64M")
-    ans = c.do("alloc 100 1000000")
-    check(ans.startswith("enomem"), f"ENOMEM under a 64M limit ({ans})")
-    check(c.do("free") == "ok", "free again")
-    check(js("resize", "1G")["new_limit"] == 1 << 30, "resize back up")
-    check(c.do("alloc 100 1000000") == "ok", "100 MB fit again after raising the limit")
-    peak = js("stats")["bytes_committed"]
-    check(c.do("free") == "ok", "free")
-    check(c.do("shutdown") == "ok", "client detaches")
+    with section("resize: refused below what is in use; ENOMEM under the limit; raising works at once"):
+        check(c.do("alloc 20 1000000") == "ok", "20 page runs")
+        r = ctl("resize", "8M", expect=1)
+        check("in use" in r.stderr, "resize below in-use refused with a message")
+        check(c.do("free") == "ok", "free page runs")
+        check(js("resize", "64M")["new_limit"] == 64 << 20, "resize down to 64M")
+        ans = c.do("alloc 100 1000000")
+        check(ans.startswith("enomem"), f"ENOMEM under a 64M limit ({ans})")
+        check(c.do("free") == "ok", "free again")
+        check(js("resize", "1G")["new_limit"] == 1 << 30, "resize back up")
+        check(c.do("alloc 100 1000000") == "ok", "100 MB fit again after raising the limit")
+        peak = js("stats")["bytes_committed"]
+        check(c.do("free") == "ok", "free")
+        check(c.do("shutdown") == "ok", "client detaches")
 
-    # release: the segment's blocks fall under 5% of their peak
-    rel = js("release")
-    check(rel["committed_after"] * 20 < peak, f"after release {rel['committed_after']} < 5% of peak {peak}")
-    check(js("stats")["bytes_released"] >= rel["released_bytes"], "released counted")
+    with section("release: the segment's blocks fall under 5% of their peak"):
+        rel = js("release")
+        check(rel["committed_after"] * 20 < peak, f"after release {rel['committed_after']} < 5% of peak {peak}")
+        check(js("stats")["bytes_released"] >= rel["released_bytes"], "released counted")
 
-    # detach: the client is cut off, its allocations fail
-    check(c.do("alloc 1 100") == "ok", "client re-attaches")
-    cid = client_row(c.pid)["client_id"]
-    check(js("detach", str(cid))["pid"] == c.pid, "detach")
-    ans = c.do("alloc 10000 5000")
-    check(ans.startswith("enomem"), f"detached client cannot allocate ({ans})")
-    ctl("detach", "999999", expect=1)
-    c.close()
+    with section("detach: the client is cut off, its allocations fail"):
+        check(c.do("alloc 1 100") == "ok", "client re-attaches")
+        cid = client_row(c.pid)["client_id"]
+        check(js("detach", str(cid))["pid"] == c.pid, "detach")
+        ans = c.do("alloc 10000 5000")
+        check(ans.startswith("enomem"), f"detached client cannot allocate ({ans})")
+        ctl("detach", "999999", expect=1)
+        c.close()
 
-    # metrics over HTTP
-    m = subprocess.run(["curl", "-sf", f"http://127.0.0.1:{port}/metrics"], capture_output=True, text=True,
-                       timeout=10)
-    check(m.returncode == 0, "curl /metrics")
-    body = m.stdout
-    for name in ("tcm_reserved_bytes", 'tcm_requests_total{op="refill"}', "tcm_request_duration_seconds_bucket",
-                 "tcm_released_bytes_total", "tcm_build_info"):
-        check(name in body, f"/metrics has {name}")
-    check("# TYPE tcm_requests_total counter" in body, "counter type")
-    nf = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}/x"],
-                        capture_output=True, text=True, timeout=10)
-    check(nf.stdout == "404", "other paths 404")
+    with section("metrics over HTTP"):
+        m = subprocess.run(["curl", "-sf", f"http://127.0.0.1:{port}/metrics"], capture_output=True, text=True,
+                           timeout=10)
+        check(m.returncode == 0, "curl /metrics")
+        body = m.stdout
+        for name in ("tcm_reserved_bytes", 'tcm_requests_total{op="refill"}', "tcm_request_duration_seconds_bucket",
+                     "tcm_released_bytes_total", "tcm_build_info"):
+            check(name in body, f"/metrics has {name}")
+        check("# TYPE tcm_requests_total counter" in body, "counter type")
+        nf = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}/x"],
+                            capture_output=True, text=True, timeout=10)
+        check(nf.stdout == "404", "other paths 404")
 
-    # other users may read but not change
-    if os.geteuid() == 0 and subprocess.run(["which", "runuser"], capture_output=True).returncode == 0:
-        os.chmod(tmp, 0o755)
-        os.chmod(sock, 0o777)
-        ctl("stats", user="nobody")
-        r = ctl("config", "set", "log_level", "debug", user="nobody", expect=1)
-        check("permission denied" in r.stderr, "non-owner refused for config set")
-        ctl("release", user="nobody", expect=1)
-        ctl("resize", "512M", user="nobody", expect=1)
-        os.chmod(sock, 0o700)
+    with section("other users may read but not change"):
+        if os.geteuid() != 0 or subprocess.run(["which", "runuser"], capture_output=True).returncode != 0:
+            print("SKIP: other users may read but not change (needs root and runuser to act as nobody)")
+        else:
+            os.chmod(tmp, 0o755)
+            os.chmod(sock, 0o777)
+            ctl("stats", user="nobody")
+            r = ctl("config", "set", "log_level", "debug", user="nobody", expect=1)
+            check("permission denied" in r.stderr, "non-owner refused for config set")
+            ctl("release", user="nobody", expect=1)
+            ctl("resize", "512M", user="nobody", expect=1)
+            os.chmod(sock, 0o700)
 
-    # SIGHUP reloads the config file
-    with open(conf, "w") as f:
-        f.write("log_level = debug\npage_cache_cap = 32M\n")
-    daemon.send_signal(signal.SIGHUP)
-    for _ in range(100):
-        if js("config", "get", "page_cache_cap")["page_cache_cap"]["value"] == str(32 << 20):
-            break
-        time.sleep(0.05)
-    check(js("config", "get", "page_cache_cap")["page_cache_cap"]["value"] == str(32 << 20), "SIGHUP reload")
-    check(js("config", "get", "log_level")["log_level"]["value"] == "debug", "log level reloaded")
+    with section("SIGHUP reloads the config file"):
+        with open(conf, "w") as f:
+            f.write("log_level = debug\npage_cache_cap = 32M\n")
+        daemon.send_signal(signal.SIGHUP)
+        for _ in range(100):
+            if js("config", "get", "page_cache_cap")["page_cache_cap"]["value"] == str(32 << 20):
+                break
+            time.sleep(0.05)
+        check(js("config", "get", "page_cache_cap")["page_cache_cap"]["value"] == str(32 << 20), "SIGHUP reload")
+        check(js("config", "get", "log_level")["log_level"]["value"] == "debug", "log level reloaded")
 
-    # --watch redraws; usage errors are 2; no daemon is 3
-    w = ctl("stats", "--watch", "0.1", "--count", "2")
-    check(w.stdout.count("# Heap") == 2, "two snapshots")
-    ctl("frobnicate", expect=2)
-    ctl("resize", "lots", expect=2)
-    r = subprocess.run([TCMCTL, "--socket", os.path.join(tmp, "nope.sock"), "ping"], capture_output=True, text=True)
-    check(r.returncode == 3, "cannot connect is 3")
-    check(ctl("config", "--help").stdout.startswith("usage:"), "per-command help")
+    with section("--watch redraws; usage errors are 2; no daemon is 3"):
+        w = ctl("stats", "--watch", "0.1", "--count", "2")
+        check(w.stdout.count("# Heap") == 2, "two snapshots")
+        ctl("frobnicate", expect=2)
+        ctl("resize", "lots", expect=2)
+        r = subprocess.run([TCMCTL, "--socket", os.path.join(tmp, "nope.sock"), "ping"], capture_output=True, text=True)
+        check(r.returncode == 3, "cannot connect is 3")
+        check(ctl("config", "--help").stdout.startswith("usage:"), "per-command help")
 
-    # the whole-heap validator: consistent, and its JSON
-    c = js("check")
-    check(c["ok"] is True and "pages below top" in c["message"], "check: consistent")
+    with section("the whole-heap validator: consistent, and its JSON"):
+        c = js("check")
+        check(c["ok"] is True and "pages below top" in c["message"], "check: consistent")
 finally:
     daemon.terminate()
     rc = daemon.wait(timeout=10)
-print(f"control: {0 if failures else 1} passed, {failures} failed")
+print(f"control: {checks - failures} of {checks} checks passed, {failures} failed")
 sys.exit(1 if failures or rc != 0 else 0)
