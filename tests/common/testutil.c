@@ -298,3 +298,30 @@ const char *tt_path(const char *name, char *buf, size_t len)
     snprintf(buf, len, "%s/%s", TESTS_BIN_DIR, name);
     return buf;
 }
+
+int tt_run_cases(const char *suite, const tt_case_t *cases, size_t n, int timeout_ms)
+{
+    int failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            cases[i].fn();
+            exit(0); /* exit, not _exit: the library's exit handler gives the caches back */
+        }
+        int st = tt_wait(pid, timeout_ms);
+        bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        if (ok)
+            printf("ok   %s\n", cases[i].name);
+        else if (WIFSIGNALED(st))
+            printf("FAIL %s: killed by signal %d%s\n", cases[i].name, WTERMSIG(st),
+                   WTERMSIG(st) == SIGKILL ? " (timed out?)" : "");
+        else
+            printf("FAIL %s: exit status %d\n", cases[i].name, WEXITSTATUS(st));
+        failed += !ok;
+    }
+    printf("%s: %zu passed, %d failed\n", suite, n - (size_t)failed, failed);
+    return failed;
+}

@@ -144,14 +144,16 @@ static void test_no_overlap(void)
         tcm_free(ps[i]);
 }
 
+static tcm_test_daemon_t d;
+
 /* A large allocation reuses a run the process freed (up to 1/8 larger)
  * without asking tcmd; other sizes still come from tcmd. */
-static void test_page_run_cache(const tcm_test_daemon_t *d)
+static void test_page_run_cache(void)
 {
     void *p = tcm_malloc(512 << 10);
     CHECK(p != NULL);
     tcm_free(p);
-    uint64_t asked = tt_stat(d, "requests_alloc_pages"), freed = tt_stat(d, "requests_free_pages");
+    uint64_t asked = tt_stat(&d, "requests_alloc_pages"), freed = tt_stat(&d, "requests_free_pages");
     for (int i = 0; i < 1000; i++) {
         char *q = tcm_malloc((512 << 10) - (size_t)(i % 7) * 1000);
         CHECK(q == p);
@@ -159,28 +161,30 @@ static void test_page_run_cache(const tcm_test_daemon_t *d)
         CHECK_GE(tcm_usable_size(q), (512u << 10) - 6000);
         tcm_free(q);
     }
-    CHECK_EQ(tt_stat(d, "requests_alloc_pages"), asked);
-    CHECK_EQ(tt_stat(d, "requests_free_pages"), freed);
+    CHECK_EQ(tt_stat(&d, "requests_alloc_pages"), asked);
+    CHECK_EQ(tt_stat(&d, "requests_free_pages"), freed);
     void *big = tcm_malloc((7 << 20) + 4096); /* a size nothing cached has */
     CHECK(big != NULL && big != p);
-    CHECK_EQ(tt_stat(d, "requests_alloc_pages"), asked + 1);
+    CHECK_EQ(tt_stat(&d, "requests_alloc_pages"), asked + 1);
     tcm_free(big);
 }
 
 int main(void)
 {
-    tcm_test_daemon_t d;
     tt_daemon_start(&d, NULL);
     CHECK_EQ(tcm_init(d.socket), 0);
-    test_basics();
-    test_calloc_zeroes_reused();
-    test_realloc();
-    test_aligned();
-    test_offsets_and_roots();
-    test_no_overlap();
-    test_page_run_cache(&d);
+    static const tt_case_t cases[] = {
+        {"basics", test_basics},
+        {"calloc zeroes reused memory", test_calloc_zeroes_reused},
+        {"realloc", test_realloc},
+        {"aligned", test_aligned},
+        {"offsets and roots", test_offsets_and_roots},
+        {"no overlap", test_no_overlap},
+        {"page-run cache", test_page_run_cache},
+    };
+    int failed = tt_run_cases("api", cases, sizeof cases / sizeof cases[0], 60000);
     tcm_shutdown();
-    /* after shutdown everything this process allocated is back */
+    /* every case's process gave back what it allocated, and so did this one */
     CHECK_EQ(tt_wait_stat(&d, "bytes_clients", 0, 5000), 0);
     CHECK_EQ(tt_stat(&d, "refused"), 0);
     /* and the library re-attaches on next use */
@@ -189,6 +193,5 @@ int main(void)
     tcm_free(p);
     tcm_shutdown();
     tt_daemon_stop(&d);
-    printf("api: 7 passed, 0 failed\n");
-    return 0;
+    return failed != 0;
 }
