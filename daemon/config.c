@@ -95,6 +95,7 @@ static const setting_t *find(const char *key)
 static int parse(const setting_t *s, const char *text, uint64_t *v)
 {
     char *end;
+    *v = 0;
     switch (s->type) {
     case T_SIZE:
         if (tcm__parse_size(text, v))
