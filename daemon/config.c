@@ -247,7 +247,8 @@ void tcm__config_usage(FILE *f)
 void tcm__config_list(FILE *f)
 {
     for (size_t i = 0; i < NSETTINGS; i++)
-        fprintf(f, "%s\t%s\t%s\n", settings[i].info.name, settings[i].info.runtime ? "yes" : "no", settings[i].def);
+        fprintf(f, "%s\t%s\t%s\t%s\t%s\n", settings[i].info.name, settings[i].info.runtime ? "yes" : "no",
+                settings[i].def, settings[i].arg, settings[i].info.help);
 }
 
 void tcm__config_publish(tcm_server_t *srv)

@@ -28,8 +28,9 @@ int tcm__config_get(tcm_server_t *srv, const char *key, char *value, size_t len)
 void tcm__config_defaults(tcm_server_t *srv);
 /* One --help line per setting: option, value, help, default. */
 void tcm__config_usage(FILE *f);
-/* name TAB runtime(yes/no) TAB default, one line each (tcmd --list-settings;
- * the README's table is checked against it). */
+/* name TAB runtime(yes/no) TAB default TAB value name TAB help, one line
+ * each (tcmd --list-settings: the README's table is checked against it, the
+ * man page is made from it). */
 void tcm__config_list(FILE *f);
 /* The settings, in order; NULL past the end. */
 const tcm_setting_info_t *tcm__config_setting(size_t i);

@@ -34,7 +34,7 @@ static void usage(FILE *f)
                "  --discard-heap            replace the heap a previous tcmd left under this name\n"
                "                            (by default it is adopted: same heap, same address)\n"
                "  --foreground              do not detach\n"
-               "  --list-settings           the settings as name, runtime, default (tab-separated)\n"
+               "  --list-settings           the settings as name, runtime, default, value, help (tab-separated)\n"
                "  --help\n"
                "settings (also in --config files and tcmctl config get|set; runtime ones while tcmd runs):\n");
     tcm__config_usage(f);

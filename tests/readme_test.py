@@ -23,7 +23,7 @@ elif block.group(1) != help_text:
 table = {}
 for key, runtime, meaning in re.findall(r"^\| `(\w+)` \| (yes|no) \| (.*) \|$", readme, re.M):
     table[key] = (runtime, meaning)
-listed = [line.split("\t") for line in
+listed = [line.split("\t")[:3] for line in
           subprocess.run([tcmd, "--list-settings"], capture_output=True, text=True, check=True).stdout.splitlines()]
 for name, runtime, default in listed:
     if name not in table:

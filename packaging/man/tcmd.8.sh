@@ -1,0 +1,63 @@
+#!/bin/sh
+# tcmd.8.sh TCMD VERSION — writes tcmd(8) to stdout; its SETTINGS section
+# comes from `tcmd --list-settings`, the table every other view reads.
+set -eu
+tcmd=$1 version=$2
+cat <<HEAD
+.TH TCMD 8 "" "tcm $version" "System Administration"
+.SH NAME
+tcmd \- the tcm shared-memory heap daemon
+.SH SYNOPSIS
+.B tcmd
+[\fB\-\-socket\fR \fIPATH\fR] [\fB\-\-name\fR \fINAME\fR] [\fB\-\-config\fR \fIFILE\fR] [\fB\-\-foreground\fR] [\fIsetting options\fR]
+.SH DESCRIPTION
+.B tcmd
+creates a heap in POSIX shared memory, mapped at the same address in every
+attached process, and serves the page heap and central free lists behind
+the thread caches of processes linked with libtcm (see \fBtcm\fR(3)). Its
+heap outlives it: a tcmd started on the same socket and name adopts the
+heap a killed or stopped one left, and clients wait for it.
+.SH OPTIONS
+.TP
+\fB\-\-socket\fR \fIPATH\fR
+control socket (default \$TCM_SOCKET, else \$XDG_RUNTIME_DIR/tcm/tcmd.sock, else /tmp/tcm-UID/tcmd.sock)
+.TP
+\fB\-\-name\fR \fINAME\fR
+shared-memory name (default derived from the socket path)
+.TP
+\fB\-\-config\fR \fIFILE\fR
+key = value lines of the settings below; SIGHUP reloads it; the command line overrides it
+.TP
+\fB\-\-log\fR \fIFILE\fR
+log file (default: stderr in the foreground, SOCKET.log otherwise)
+.TP
+\fB\-\-metrics\-port\fR \fIP\fR, \fB\-\-metrics\-addr\fR \fIA\fR
+serve Prometheus metrics at http://A:P/metrics (address default 127.0.0.1)
+.TP
+\fB\-\-discard\-heap\fR
+replace the heap a previous tcmd left under this name instead of adopting it
+.TP
+\fB\-\-foreground\fR
+do not detach
+.TP
+\fB\-\-list\-settings\fR
+print the settings, tab-separated
+.SH SETTINGS
+Each is a command-line option (\fB\-\-heap\-size\fR for heap_size), a key of
+the \fB\-\-config\fR file, and, where marked runtime, can be changed while
+tcmd runs with \fBtcmctl config set\fR.
+HEAD
+"$tcmd" --list-settings | awk -F '\t' '{
+    opt = $1; gsub(/_/, "\\-", opt)
+    printf ".TP\n\\fB\\-\\-%s\\fR \\fI%s\\fR (%s)\n%s", opt, $4, $1, $5
+    if ($3 != "") printf "; default %s", $3
+    if ($2 == "yes") printf "; runtime"
+    printf "\n"
+}'
+cat <<TAIL
+.SH SIGNALS
+SIGTERM and SIGINT stop tcmd: with no client attached it removes the heap,
+otherwise it leaves it for the next tcmd. SIGHUP reloads the config file.
+.SH SEE ALSO
+\fBtcmctl\fR(1), \fBtcm\fR(3), \fBtcm-kv\fR(1)
+TAIL
