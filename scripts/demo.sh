@@ -38,7 +38,7 @@ fi
 
 step "running $DEMO"
 rc=0
-"$DEMO" --tcmctl "$TCMCTL" || rc=$?
+"$DEMO" || rc=$?
 
 step "tcmd is still running (pid $pid)"
 echo "    look at it:   $TCMCTL stats    $TCMCTL clients    $TCMCTL --json ping"
