@@ -36,7 +36,8 @@ int main(int argc, char **argv)
     const char *alloc_list = "all", *tcmd = NULL;
     static const struct option opts[] = {{"size", required_argument, 0, 's'},  {"count", required_argument, 0, 'c'},
                                          {"rounds", required_argument, 0, 'r'}, {"alloc", required_argument, 0, 'a'},
-                                         {"tcmd", required_argument, 0, 'd'},   {0, 0, 0, 0}};
+                                         {"tcmd", required_argument, 0, 'd'},
+                                         {"page-cache-cap", required_argument, 0, 'p'}, {0, 0, 0, 0}};
     int opt;
     while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (opt) {
@@ -45,8 +46,13 @@ int main(int argc, char **argv)
         case 'r': rounds = atoi(optarg); break;
         case 'a': alloc_list = optarg; break;
         case 'd': tcmd = optarg; break;
+        case 'p': /* tcmd keeps this much freed memory instead of giving it back at once */
+            bench_daemon_add_arg("--page-cache-cap");
+            bench_daemon_add_arg(optarg);
+            break;
         default:
-            fprintf(stderr, "usage: tcm-bench-grow [--size S] [--count N] [--rounds R] [--alloc tcm,NAME|all]\n");
+            fprintf(stderr, "usage: tcm-bench-grow [--size S] [--count N] [--rounds R] [--alloc tcm,NAME|all] "
+                            "[--page-cache-cap SIZE]\n");
             return 2;
         }
     }

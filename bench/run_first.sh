@@ -21,12 +21,8 @@ div=1 out=$results/first.md
 
 # Only the daemon and the benchmarks: a half-edited test elsewhere in the
 # tree must not stop the figures.
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTCM_BUILD_TESTS=OFF >/dev/null
-variants=()
-for v in jemalloc tcmalloc mimalloc; do
-    lib=$(sed -n "s/^TCM_BENCH_LIB_$v:FILEPATH=//p" "$build/CMakeCache.txt")
-    [[ -n $lib && $lib != *NOTFOUND ]] && variants+=("$v")
-done
+. "$root/bench/lib.sh"
+bench_configure "$root" "$build"
 targets=(tcmd tcm-bench-seed tcm-bench-handoff)
 for v in "${variants[@]}"; do targets+=("tcm-bench-seed-$v" "tcm-bench-handoff-$v"); done
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null
@@ -39,35 +35,8 @@ log=$raw/first-stderr.log
 : >"$seed_csv"
 : >"$handoff_csv"
 : >"$log"
-# Percent of all CPUs busy over the next $1 seconds (anyone's work).
-busy_pct() {
-    local a b t=0 k
-    read -ra a < <(head -n1 /proc/stat)
-    sleep "$1"
-    read -ra b < <(head -n1 /proc/stat)
-    for k in 1 2 3 4 5 6 7 8; do t=$((t + b[k] - a[k])); done
-    echo $((t > 0 ? 100 * (t - (b[4] - a[4])) / t : 0))
-}
-# Other work on the box skews every figure: wait up to 2 minutes for it to
-# be quiet, then go anyway and say so in the report.
-for _ in $(seq 40); do
-    busy=$(busy_pct 3)
-    ((busy < 10)) && break
-    echo "waiting for a quiet machine: ${busy}% busy" >&2
-done
+bench_wait_quiet run_first
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-# CPU time of the whole box vs. our own (children reaped by this shell,
-# tcmd included): the difference is how much someone else ran meanwhile.
-box_jiffies() {
-    local a
-    read -ra a < <(head -n1 /proc/stat)
-    echo $((a[1] + a[2] + a[3] + a[6] + a[7] + a[8]))
-}
-own_jiffies() {
-    local s
-    read -ra s </proc/$$/stat
-    echo $((s[15] + s[16]))
-}
 box0=$(box_jiffies) own0=$(own_jiffies) t0=$SECONDS
 
 # Run one harness; on failure show why and stop.

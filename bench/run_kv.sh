@@ -13,6 +13,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TCM_BENCH_BUILD:-$root/build-bench}
 out=$root/bench/results/kv.md
 [[ ${1:-} == --quick ]] && out=$root/bench/results/raw/kv-quick.md
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTCM_BUILD_TESTS=OFF >/dev/null
+. "$root/bench/lib.sh"
+bench_configure "$root" "$build"
 cmake --build "$build" -j"$(nproc)" --target tcm-kv tcmd tcmctl >/dev/null
+bench_wait_quiet run_kv
 exec python3 "$root/bench/kv_bench.py" "$build" "$out" "$@"

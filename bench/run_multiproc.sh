@@ -34,12 +34,8 @@ else
     div=1 runs=5 csvdir=$results/multiproc out=$results/multiproc.md
 fi
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTCM_BUILD_TESTS=OFF >/dev/null
-variants=()
-for v in jemalloc tcmalloc mimalloc; do
-    lib=$(sed -n "s/^TCM_BENCH_LIB_$v:FILEPATH=//p" "$build/CMakeCache.txt")
-    [[ -n $lib && $lib != *NOTFOUND ]] && variants+=("$v")
-done
+. "$root/bench/lib.sh"
+bench_configure "$root" "$build"
 targets=(tcmd tcmctl tcm-bench-seed tcm-bench-handoff tcm-bench-multiproc tcm-bench-mixes)
 for v in "${variants[@]}"; do targets+=("tcm-bench-seed-$v" "tcm-bench-handoff-$v" "tcm-bench-mixes-$v"); done
 have_boost=0 # bench/CMakeLists.txt skips the target without Boost headers
@@ -59,16 +55,6 @@ for f in "$handoff_csv" "$seed_csv" "$mp_csv" "$boost_csv" "$mix_csv" "$mem_csv"
     : >"$f"
 done
 
-box_jiffies() {
-    local a
-    read -ra a < <(head -n1 /proc/stat)
-    echo $((a[1] + a[2] + a[3] + a[6] + a[7] + a[8]))
-}
-own_jiffies() {
-    local s
-    read -ra s </proc/$$/stat
-    echo $((s[15] + s[16]))
-}
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 box0=$(box_jiffies) own0=$(own_jiffies) t0=$SECONDS
 

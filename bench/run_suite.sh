@@ -46,28 +46,13 @@ header=$out/header.md
 if ((report_only == 0)); then
 
 # ---- build: Release, only the daemon, the CLI and the benchmarks -----------
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTCM_BUILD_TESTS=OFF >/dev/null
+. "$root/bench/lib.sh"
+bench_configure "$root" "$build"
 targets=(tcmd tcmctl tcm-bench-seed tcm-bench-hitpath)
-for v in jemalloc tcmalloc mimalloc; do
-    lib=$(sed -n "s/^TCM_BENCH_LIB_$v:FILEPATH=//p" "$build/CMakeCache.txt")
-    [[ -n $lib && $lib != *NOTFOUND ]] && targets+=("tcm-bench-seed-$v" "tcm-bench-hitpath-$v")
-done
+for v in "${variants[@]}"; do targets+=("tcm-bench-seed-$v" "tcm-bench-hitpath-$v"); done
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null
 
-# ---- wait for a quiet box (up to 2 minutes), as run_first.sh does ---------
-busy_pct() {
-    local a b t=0 k
-    read -ra a < <(head -n1 /proc/stat)
-    sleep "$1"
-    read -ra b < <(head -n1 /proc/stat)
-    for k in 1 2 3 4 5 6 7 8; do t=$((t + b[k] - a[k])); done
-    echo $((t > 0 ? 100 * (t - (b[4] - a[4])) / t : 0))
-}
-for _ in $(seq 40); do
-    busy=$(busy_pct 3)
-    ((busy < 10)) && break
-    echo "run_suite: waiting for a quiet machine: ${busy}% busy" >&2
-done
+bench_wait_quiet run_suite
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 date_start=$(date -u '+%Y-%m-%d %H:%M UTC')
 t0=$SECONDS

@@ -1,0 +1,50 @@
+# bench/lib.sh — what the bench drivers share (sourced, not run): the
+# Release build with the other mallocs' variants, waiting for a quiet box,
+# and CPU accounting to tell how much someone else ran during a case.
+
+# bench_configure ROOT BUILD: configure a Release tree; sets `variants` to
+# the other mallocs (jemalloc tcmalloc mimalloc) this box has.
+bench_configure() {
+    cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DTCM_BUILD_TESTS=OFF >/dev/null
+    variants=()
+    local v lib
+    for v in jemalloc tcmalloc mimalloc; do
+        lib=$(sed -n "s/^TCM_BENCH_LIB_$v:FILEPATH=//p" "$2/CMakeCache.txt")
+        [[ -n $lib && $lib != *NOTFOUND ]] && variants+=("$v")
+    done
+}
+
+# Percent of all CPUs busy over the next $1 seconds (anyone's work).
+busy_pct() {
+    local a b t=0 k
+    read -ra a < <(head -n1 /proc/stat)
+    sleep "$1"
+    read -ra b < <(head -n1 /proc/stat)
+    for k in 1 2 3 4 5 6 7 8; do t=$((t + b[k] - a[k])); done
+    echo $((t > 0 ? 100 * (t - (b[4] - a[4])) / t : 0))
+}
+
+# bench_wait_quiet WHO: other work skews every figure; wait up to 2 minutes
+# for the box to be quiet (under 10% busy), then go anyway (the report
+# says how busy it was).
+bench_wait_quiet() {
+    local busy
+    for _ in $(seq 40); do
+        busy=$(busy_pct 3)
+        ((busy < 10)) && return 0
+        echo "$1: waiting for a quiet machine: ${busy}% busy" >&2
+    done
+}
+
+# CPU time of the whole box and of this shell's reaped children (tcmd
+# included): the difference is how much someone else ran meanwhile.
+box_jiffies() {
+    local a
+    read -ra a < <(head -n1 /proc/stat)
+    echo $((a[1] + a[2] + a[3] + a[6] + a[7] + a[8]))
+}
+own_jiffies() {
+    local s
+    read -ra s </proc/$$/stat
+    echo $((s[15] + s[16]))
+}
