@@ -318,3 +318,13 @@ void bench_timeout_init(const char *what)
     timeout_len = n < 0 ? 0 : (size_t)n < sizeof timeout_msg ? (size_t)n : sizeof timeout_msg - 1;
     signal(SIGALRM, on_timeout);
 }
+
+size_t bench_setup(const char *list, size_t *idx, size_t max, bench_daemon_t *daemon, const char *tcmd)
+{
+    size_t n = bench_pick_allocs(list, idx, max);
+    bench_check_system_malloc();
+    for (size_t k = 0; k < n; k++)
+        if (strcmp(allocs[idx[k]].name, "tcm") == 0 && !daemon->pid)
+            bench_daemon_start(daemon, tcmd);
+    return n;
+}

@@ -25,6 +25,13 @@ const bench_alloc_t *bench_allocs(size_t *n);
  * unknown name. Returns how many were chosen. */
 size_t bench_pick_allocs(const char *list, size_t *idx, size_t max);
 
+typedef struct bench_daemon bench_daemon_t;
+/* What every benchmark does first: the allocators of list into idx (at
+ * most max), the check that the system malloc is the one claimed, and a
+ * private tcmd started (binary tcmd, NULL: the one next to the benchmark)
+ * when "tcm" is among them. Returns how many were chosen. */
+size_t bench_setup(const char *list, size_t *idx, size_t max, bench_daemon_t *daemon, const char *tcmd);
+
 /* Aborts unless malloc in this process comes from the library the binary
  * claims (a missing -l or link order mistake would silently bench glibc). */
 void bench_check_system_malloc(void);
@@ -55,12 +62,12 @@ uint64_t bench_parse_size(const char *opt, const char *s);
  * binary) on /tmp/tcm-bench-PID.sock, waited for until the socket accepts,
  * exported as TCM_SOCKET and attached with tcm_init. Exits on failure.
  * Call it before creating threads; stop it at the end with SIGTERM. */
-typedef struct {
+struct bench_daemon {
     pid_t pid;
     char socket[108];
     char name[32];
     const char *tcmd;
-} bench_daemon_t;
+};
 void bench_daemon_start(bench_daemon_t *d, const char *tcmd);
 void bench_daemon_stop(bench_daemon_t *d);
 /* SIGKILL tcmd (the heap stays); start another on the same socket and name

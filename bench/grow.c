@@ -60,12 +60,8 @@ int main(int argc, char **argv)
         return 2;
     size_t nall, idx[8];
     const bench_alloc_t *all = bench_allocs(&nall);
-    size_t n = bench_pick_allocs(alloc_list, idx, 8);
-    bench_check_system_malloc();
     bench_daemon_t daemon = {0};
-    for (size_t k = 0; k < n; k++)
-        if (strcmp(all[idx[k]].name, "tcm") == 0)
-            bench_daemon_start(&daemon, tcmd);
+    size_t n = bench_setup(alloc_list, idx, 8, &daemon, tcmd);
     void **v = malloc(count * sizeof *v);
     for (size_t k = 0; k < n; k++) {
         double t[BENCH_MAX_RUNS];

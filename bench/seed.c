@@ -152,13 +152,9 @@ int main(int argc, char **argv)
 
     size_t nall, idx[8];
     const bench_alloc_t *all = bench_allocs(&nall);
-    size_t n = bench_pick_allocs(alloc_list, idx, 8);
-    bench_check_system_malloc();
     bench_timeout_init("a seed run");
     bench_daemon_t daemon = {0};
-    for (size_t k = 0; k < n; k++)
-        if (strcmp(all[idx[k]].name, "tcm") == 0 && !daemon.pid)
-            bench_daemon_start(&daemon, tcmd);
+    size_t n = bench_setup(alloc_list, idx, 8, &daemon, tcmd);
 
     double t[8][BENCH_MAX_RUNS];
     int rc = 0;
