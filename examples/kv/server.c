@@ -857,10 +857,12 @@ static void ttl(cmd_ctx_t *x, bool ms)
     kv_stripe_t *s = kv_lock(x->w->t, h);
     kv_entry_t *e = kv_find(x->w->t, s, h, x->a[1].p, x->a[1].n);
     long long r = !e ? -2 : !e->expire_ms ? -1 : e->expire_ms - kv_now_ms();
-    kv_unlock(s);
+    if (e && e->expire_ms && r < 0)
+        r = 0; /* expires this millisecond */
+    kv_unlock(s); /* e is not looked at again: another worker may free it now */
     if (r > 0 && !ms)
         r = (r + 500) / 1000;
-    out_int(x->c, r < 0 && r > -2 && e && e->expire_ms ? 0 : r);
+    out_int(x->c, r);
 }
 
 static void cmd_ttl(cmd_ctx_t *x)
