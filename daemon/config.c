@@ -60,7 +60,7 @@ static const setting_t settings[] = {
      "32M", "SIZE", FIELD(tcache_budget)},
     {{"xfer_budget", true, "bytes the transfer tier of one process may hold"}, T_SIZE, 0, 1ull << 40, "32M", "SIZE",
      FIELD(xfer_budget)},
-    {{"page_cache_cap", true, "free committed bytes kept before pages go back to the OS"}, T_SIZE, 0, 64ull << 40,
+    {{"page_cache_cap", true, "free committed bytes kept at once when decay_ms is 0 (with decay, what a window does not reuse goes back)"}, T_SIZE, 0, 64ull << 40,
      "64M", "SIZE", FIELD(page_cache_cap)},
     {{"spin_us", true, "microseconds the heap thread polls before sleeping"}, T_UINT, 0, 1000000, "10", "N",
      HOOKS(set_spin, show_spin)},

@@ -321,8 +321,13 @@ void tcm__ph_insert_free_ht(tcm_heap_t *h, uint32_t s)
     sp->committed = 1;
     insert_coalesced(h, s);
 
+    /* Beyond page_cache_cap, free pages that are not cut again within a
+     * decay window go back at its end (decay_window, heapthread.c): a
+     * process that frees and reallocates more than the cap does not commit
+     * it all anew each time. Without decay, the cap holds at once. */
     uint64_t cap = atomic_load_explicit(&h->meta->config.page_cache_cap, memory_order_relaxed);
-    if (h->free_committed_pages * TCM_PAGE_SIZE > cap)
+    if (!atomic_load_explicit(&h->meta->config.decay_ms, memory_order_relaxed) &&
+        h->free_committed_pages * TCM_PAGE_SIZE > cap)
         STAT_ADD(h, bytes_released, tcm__ph_release_ht(h, cap));
     publish_free_stats(h);
 }
