@@ -204,9 +204,13 @@ int main(int argc, char **argv)
         {"metrics-port", required_argument, 0, O_MPORT}, {"metrics-addr", required_argument, 0, O_MADDR},
         {"discard-heap", no_argument, 0, O_DISCARD},  {"list-settings", no_argument, 0, O_LIST},
     };
-    static char option_names[32][64];
+    static char option_names[48][64];
     size_t nopts = 10;
-    for (size_t i = 0; tcm__config_setting(i) && nopts < 63; i++, nopts++) {
+    for (size_t i = 0; tcm__config_setting(i); i++, nopts++) {
+        if (i == sizeof option_names / sizeof option_names[0] || nopts + 1 == sizeof opts / sizeof opts[0]) {
+            fprintf(stderr, "tcmd: more settings than options (%zu): grow option_names and opts\n", i);
+            return 2;
+        }
         snprintf(option_names[i], sizeof option_names[i], "%s", tcm__config_setting(i)->name);
         for (char *p = option_names[i]; *p; p++)
             *p = *p == '_' ? '-' : *p;

@@ -29,6 +29,7 @@
 #define MAX_BULK (512ull << 20)
 #define MAX_ARGS (1u << 20)
 #define MAX_INLINE (64u << 10)
+#define MAX_QUERY (1ull << 30) /* one command, all its arguments, as buffered */
 #define READ_PAUSE (1u << 20)
 #define SWEEP_MS 100
 #define SWEEP_STRIPES 64
@@ -156,6 +157,15 @@ static void out_bulk(conn_t *c, const char *p, size_t n)
     c->out_len += n + 2;
 }
 
+/* An entry's value, or the null bulk. */
+static void out_value(conn_t *c, const kv_entry_t *e)
+{
+    if (e)
+        out_bulk(c, kv_cval(e), e->vlen);
+    else
+        out_null(c);
+}
+
 static void out_err(conn_t *c, const char *fmt, ...)
 {
     char buf[512];
@@ -199,9 +209,10 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     conn_t *c = h->data;
+    /* room for the next 64 KiB; a long bulk grows the buffer by doubling as
+     * its bytes arrive, not by what its length says (which the client
+     * chose) */
     size_t want = c->in_len + (64u << 10);
-    if (c->need > want)
-        want = c->need; /* a bulk being read: room for all of it */
     if (want > c->in_cap) {
         size_t cap = c->in_cap ? c->in_cap : (64u << 10);
         while (cap < want)
@@ -523,10 +534,7 @@ static void cmd_get(cmd_ctx_t *x)
     uint64_t h = kv_hash(x->a[1].p, x->a[1].n);
     kv_stripe_t *s = kv_lock(x->w->t, h);
     kv_entry_t *e = kv_find(x->w->t, s, h, x->a[1].p, x->a[1].n);
-    if (e)
-        out_bulk(x->c, kv_val(e), e->vlen); /* copied out under the lock: another worker may free it next */
-    else
-        out_null(x->c);
+    out_value(x->c, e); /* copied out under the lock: another worker may free it next */
     kv_unlock(s);
     kv_worker_stats_t *ws = x->w->stats; /* per worker: no line shared with the others */
     atomic_store_explicit(e ? &ws->hits : &ws->misses,
@@ -573,12 +581,8 @@ static void cmd_set(cmd_ctx_t *x)
     e->expire_ms = expire;
     kv_stripe_t *s = kv_lock(x->w->t, h);
     kv_entry_t *old = kv_find(x->w->t, s, h, x->a[1].p, x->a[1].n);
-    if (get) {
-        if (old)
-            out_bulk(x->c, kv_val(old), old->vlen);
-        else
-            out_null(x->c);
-    }
+    if (get)
+        out_value(x->c, old);
     if ((nx && old) || (xx && !old)) {
         kv_unlock(s);
         kv_entry_free(e);
@@ -604,10 +608,7 @@ static void cmd_getset(cmd_ctx_t *x)
         return;
     kv_stripe_t *s = kv_lock(x->w->t, h);
     kv_entry_t *old = kv_find(x->w->t, s, h, x->a[1].p, x->a[1].n);
-    if (old)
-        out_bulk(x->c, kv_val(old), old->vlen);
-    else
-        out_null(x->c);
+    out_value(x->c, old);
     kv_put(s, e);
     kv_unlock(s);
 }
@@ -770,10 +771,7 @@ static void cmd_mget(cmd_ctx_t *x)
         kv_arg_t *k = &x->a[1 + i];
         kv_stripe_t *s = &x->w->t->stripes[hashes[i] & (KV_STRIPES - 1)];
         kv_entry_t *e = kv_find(x->w->t, s, hashes[i], k->p, k->n);
-        if (e)
-            out_bulk(x->c, kv_val(e), e->vlen);
-        else
-            out_null(x->c);
+        out_value(x->c, e);
     }
     kv_unlock_many(locked, nl);
     free(hashes);
@@ -1187,6 +1185,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     c->in_len += (size_t)nread;
+    if (c->in_len - c->cmd > MAX_QUERY) {
+        protocol_error(c, "query buffer limit reached (1 GiB for one command)");
+        flush_out(c);
+        conn_close(c);
+        return;
+    }
     process(c);
 }
 

@@ -120,5 +120,9 @@ static inline char *kv_val(kv_entry_t *e)
 {
     return e->data + e->klen;
 }
+static inline const char *kv_cval(const kv_entry_t *e)
+{
+    return e->data + e->klen;
+}
 
 #endif
