@@ -1256,7 +1256,6 @@ int kv_worker_run(const kv_options_t *o, kv_shared_t *sh, int index, int listen_
     w->stop_flag = stop_flag;
     w->seed = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)kv_now_ms();
     atomic_store(&w->stats->connected, 0);
-    atomic_store(&w->stats->pid, (uint64_t)getpid());
     uv_loop_init(&w->loop);
     uv_tcp_init(&w->loop, &w->listener);
     w->listener.data = w;
@@ -1274,6 +1273,7 @@ int kv_worker_run(const kv_options_t *o, kv_shared_t *sh, int index, int listen_
         uv_signal_init(&w->loop, &w->sigterm);
         uv_signal_start(&w->sigterm, on_sigterm, SIGTERM);
     }
+    atomic_store(&w->stats->pid, (uint64_t)getpid()); /* counted in INFO's workers from here: it listens */
     uv_run(&w->loop, UV_RUN_DEFAULT);
     uv_walk(&w->loop, close_all, w);
     uv_run(&w->loop, UV_RUN_DEFAULT);
