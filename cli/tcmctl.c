@@ -14,6 +14,7 @@
 
 #include "frame.h"
 #include "util.h"
+#include "views.h"
 
 enum { EXIT_DAEMON = 1, EXIT_USAGE = 2, EXIT_CONNECT = 3 };
 
@@ -203,39 +204,22 @@ static void print_stats(const ctx_t *ctx, const Tcm__Stats *s)
 
 static int cmd_stats(const ctx_t *ctx, int argc, char **argv);
 
+static void print_view(const ctx_t *ctx, const tcm_view_t *v, ProtobufCMessage *const *rows, size_t n)
+{
+    if (ctx->json)
+        tcm__view_print_json(stdout, v, rows, n);
+    else
+        tcm__view_print_table(stdout, v, rows, n);
+}
+
 static int cmd_clients(const ctx_t *ctx, int argc, char **argv)
 {
     (void)argc, (void)argv;
     Tcm__ClientsRequest cr = TCM__CLIENTS_REQUEST__INIT;
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_CLIENTS, &cr, TCM__RESPONSE__BODY_CLIENTS);
-    const Tcm__Clients *cl = resp->clients;
-    char held[32], cached[32], when[32];
-    if (ctx->json) {
-        printf("[");
-        for (size_t i = 0; i < cl->n_client; i++) {
-            const Tcm__ClientInfo *c = cl->client[i];
-            printf("%s{\"client_id\":%u,\"pid\":%u,\"uid\":%u,\"threads\":%u,\"bytes_held\":%llu,"
-                   "\"bytes_cached\":%llu,\"requests\":%llu,\"errors\":%llu,\"attached_unix\":%llu}",
-                   i ? "," : "", c->client_id, c->pid, c->uid, c->threads, (unsigned long long)c->bytes_held,
-                   (unsigned long long)c->bytes_cached, (unsigned long long)c->requests,
-                   (unsigned long long)c->errors, (unsigned long long)c->attached_unix);
-        }
-        printf("]\n");
-    } else {
-        printf("%6s %8s %6s %7s %10s %10s %10s %6s  %s\n", "id", "pid", "uid", "threads", "held", "cached",
-               "requests", "errors", "attached");
-        for (size_t i = 0; i < cl->n_client; i++) {
-            const Tcm__ClientInfo *c = cl->client[i];
-            time_t t = (time_t)c->attached_unix;
-            struct tm tm;
-            strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
-            printf("%6u %8u %6u %7u %10s %10s %10llu %6llu  %s\n", c->client_id, c->pid, c->uid, c->threads,
-                   human(c->bytes_held, held, sizeof held), human(c->bytes_cached, cached, sizeof cached),
-                   (unsigned long long)c->requests, (unsigned long long)c->errors, when);
-        }
-        if (cl->n_client == 0)
-            printf("(no clients attached)\n");
-    }
+    print_view(ctx, &tcm__view_clients, (ProtobufCMessage *const *)resp->clients->client, resp->clients->n_client);
+    if (!ctx->json && resp->clients->n_client == 0)
+        printf("(no clients attached)\n");
     tcm__response__free_unpacked(resp, NULL);
     return 0;
 }
@@ -245,29 +229,7 @@ static int cmd_classes(const ctx_t *ctx, int argc, char **argv)
     (void)argc, (void)argv;
     Tcm__ClassesRequest cr = TCM__CLASSES_REQUEST__INIT;
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_CLASSES, &cr, TCM__RESPONSE__BODY_CLASSES);
-    const Tcm__Classes *c = resp->classes;
-    if (ctx->json) {
-        printf("[");
-        for (size_t i = 0; i < c->n_cls; i++) {
-            const Tcm__ClassInfo *x = c->cls[i];
-            printf("%s{\"class\":%u,\"size\":%u,\"span_pages\":%u,\"objects_per_span\":%u,\"spans\":%llu,"
-                   "\"objects_in_use\":%llu,\"objects_free\":%llu,\"batches_out\":%llu,\"batches_in\":%llu}",
-                   i ? "," : "", x->cls, x->size, x->span_pages, x->objects_per_span, (unsigned long long)x->spans,
-                   (unsigned long long)x->objects_in_use, (unsigned long long)x->objects_free,
-                   (unsigned long long)x->batches_out, (unsigned long long)x->batches_in);
-        }
-        printf("]\n");
-    } else {
-        printf("%5s %8s %6s %6s %7s %10s %10s %10s %10s\n", "class", "size", "pages", "objs", "spans", "in use",
-               "free", "batch out", "batch in");
-        for (size_t i = 0; i < c->n_cls; i++) {
-            const Tcm__ClassInfo *x = c->cls[i];
-            printf("%5u %8u %6u %6u %7llu %10llu %10llu %10llu %10llu\n", x->cls, x->size, x->span_pages,
-                   x->objects_per_span, (unsigned long long)x->spans, (unsigned long long)x->objects_in_use,
-                   (unsigned long long)x->objects_free, (unsigned long long)x->batches_out,
-                   (unsigned long long)x->batches_in);
-        }
-    }
+    print_view(ctx, &tcm__view_classes, (ProtobufCMessage *const *)resp->classes->cls, resp->classes->n_cls);
     tcm__response__free_unpacked(resp, NULL);
     return 0;
 }

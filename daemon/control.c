@@ -14,6 +14,7 @@
 #include "prim.h"
 #include "config.h"
 #include "server.h"
+#include "rows.h"
 #include "stats.h"
 
 struct tcm_conn {
@@ -302,40 +303,21 @@ static void handle_stats(tcm_conn_t *conn)
 
 static void handle_clients(tcm_conn_t *conn)
 {
-    tcm_server_t *srv = conn->srv;
-    Tcm__ClientInfo *infos = calloc(TCM_MAX_CLIENTS, sizeof *infos);
+    Tcm__ClientInfo *rows = calloc(TCM_MAX_CLIENTS, sizeof *rows);
     Tcm__ClientInfo **ptrs = calloc(TCM_MAX_CLIENTS, sizeof *ptrs);
-    if (!infos || !ptrs) {
-        free(infos);
+    if (!rows || !ptrs) {
+        free(rows);
         free(ptrs);
         send_error(conn, ENOMEM, "out of memory");
         return;
     }
-    size_t n = 0;
-    uint32_t hw = atomic_load(&srv->clients_hw);
-    for (uint32_t i = 0; i < hw; i++) {
-        tcm_client_t *c = atomic_load(&srv->clients[i]);
-        if (!c || atomic_load(&c->rec->state) == TCM_REC_DEAD)
-            continue;
-        Tcm__ClientInfo *ci = &infos[n];
-        tcm__client_info__init(ci);
-        const tcm_client_rec_t *rec = c->rec;
-        uint64_t out = atomic_load(&rec->bytes_out), in = atomic_load(&rec->bytes_back);
-        ci->client_id = rec->id;
-        ci->pid = rec->pid;
-        ci->uid = rec->uid;
-        ci->bytes_held = out > in ? out - in : 0;
-        tcm__client_usage(srv, c, &ci->threads, &ci->bytes_cached);
-        ci->requests = atomic_load(&rec->requests);
-        ci->errors = atomic_load(&rec->errors);
-        ci->attached_unix = rec->attached_unix;
-        ptrs[n++] = ci;
-    }
     Tcm__Clients clients = TCM__CLIENTS__INIT;
-    clients.n_client = n;
+    clients.n_client = tcm__clients_view(conn->srv, rows);
+    for (size_t i = 0; i < clients.n_client; i++)
+        ptrs[i] = &rows[i];
     clients.client = ptrs;
     reply(conn, TCM__RESPONSE__BODY_CLIENTS, &clients);
-    free(infos);
+    free(rows);
     free(ptrs);
 }
 
@@ -403,28 +385,11 @@ static void handle_health(tcm_conn_t *conn)
 
 static void handle_classes(tcm_conn_t *conn)
 {
-    tcm_server_t *srv = conn->srv;
-    Tcm__ClassInfo infos[TCM_NCLASSES], *ptrs[TCM_NCLASSES];
-    size_t n = 0;
-    for (unsigned c = 1; c < TCM_NCLASSES; c++) {
-        const tcm_class_info_t *ci = &srv->h.classes[c];
-        const tcm_class_stats_t *cs = &srv->h.cstats[c];
-        Tcm__ClassInfo *x = &infos[n];
-        tcm__class_info__init(x);
-        x->cls = c;
-        x->size = ci->size;
-        x->span_pages = ci->span_pages;
-        x->objects_per_span = ci->span_objs;
-        x->spans = atomic_load(&cs->spans);
-        x->objects_free = atomic_load(&cs->free_objs);
-        uint64_t total = x->spans * ci->span_objs;
-        x->objects_in_use = total > x->objects_free ? total - x->objects_free : 0;
-        x->batches_out = atomic_load(&cs->refills);
-        x->batches_in = atomic_load(&cs->returns);
-        ptrs[n++] = x;
-    }
+    Tcm__ClassInfo rows[TCM_NCLASSES], *ptrs[TCM_NCLASSES];
     Tcm__Classes classes = TCM__CLASSES__INIT;
-    classes.n_cls = n;
+    classes.n_cls = tcm__classes_view(conn->srv, rows);
+    for (size_t i = 0; i < classes.n_cls; i++)
+        ptrs[i] = &rows[i];
     classes.cls = ptrs;
     reply(conn, TCM__RESPONSE__BODY_CLASSES, &classes);
 }

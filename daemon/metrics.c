@@ -10,7 +10,9 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "rows.h"
 #include "stats.h"
+#include "views.h"
 
 #define MAX_REQUEST 8192
 
@@ -58,10 +60,37 @@ static void family(text_t *t, const char *name, const char *type, const char *he
 /* bytes_free_x -> tcm_free_x_bytes; counters get _total. */
 static void metric_name(const tcm_stat_row_t *r, char *out, size_t len)
 {
+    size_t n = strlen(r->name);
+    const char *total = r->counter && !(n > 6 && !strcmp(r->name + n - 6, "_total")) ? "_total" : "";
     if (strncmp(r->name, "bytes_", 6) == 0)
-        snprintf(out, len, "tcm_%.40s_bytes%s", r->name + 6, r->counter ? "_total" : "");
+        snprintf(out, len, "tcm_%.40s_bytes%s", r->name + 6, total);
     else
-        snprintf(out, len, "tcm_%.47s%s", r->name, r->counter ? "_total" : "");
+        snprintf(out, len, "tcm_%.47s%s", r->name, total);
+}
+
+/* One family per figure of a view, one sample per row, labelled by the
+ * view's label fields. */
+static void render_view(text_t *t, const tcm_view_t *v, ProtobufCMessage *const *rows, size_t n)
+{
+    char name[96];
+    for (size_t i = 0; i < v->nfields; i++) {
+        const tcm_view_field_t *f = &v->fields[i];
+        if (f->prom != TCM_PROM_GAUGE && f->prom != TCM_PROM_COUNTER)
+            continue;
+        snprintf(name, sizeof name, "%s%s%s", v->prom_prefix, f->prom_name, f->prom == TCM_PROM_COUNTER ? "_total" : "");
+        family(t, name, f->prom == TCM_PROM_COUNTER ? "counter" : "gauge", f->help);
+        for (size_t r = 0; r < n; r++) {
+            put(t, "%s{", name);
+            const char *sep = "";
+            for (size_t l = 0; l < v->nfields; l++)
+                if (v->fields[l].prom == TCM_PROM_LABEL) {
+                    put(t, "%s%s=\"%llu\"", sep, v->fields[l].prom_name,
+                        (unsigned long long)tcm__view_value(v, l, rows[r]));
+                    sep = ",";
+                }
+            put(t, "} %llu\n", (unsigned long long)tcm__view_value(v, i, rows[r]));
+        }
+    }
 }
 
 static void render(tcm_server_t *srv, text_t *t)
@@ -109,48 +138,24 @@ static void render(tcm_server_t *srv, text_t *t)
     put(t, "tcm_request_duration_seconds_sum %.9f\n", (double)atomic_load(&srv->dstats->latency_sum_ns) / 1e9);
     put(t, "tcm_request_duration_seconds_count %llu\n", (unsigned long long)cum);
 
-    static const struct { const char *name, *help; } cls_fam[] = {
-        {"tcm_class_spans", "spans cut for a size class"},
-        {"tcm_class_objects_in_use", "objects of a size class handed to clients"},
-        {"tcm_class_objects_free", "objects of a size class free in the central lists"},
-    };
-    for (unsigned f = 0; f < 3; f++) {
-        family(t, cls_fam[f].name, "gauge", cls_fam[f].help);
-        for (unsigned c = 1; c < TCM_NCLASSES; c++) {
-            const tcm_class_stats_t *cs = &srv->h.cstats[c];
-            uint64_t spans = atomic_load(&cs->spans), free_objs = atomic_load(&cs->free_objs);
-            uint64_t total = spans * srv->h.classes[c].span_objs;
-            uint64_t v = f == 0 ? spans : f == 1 ? (total > free_objs ? total - free_objs : 0) : free_objs;
-            if (spans)
-                put(t, "%s{class=\"%u\",size=\"%u\"} %llu\n", cls_fam[f].name, c, srv->h.classes[c].size,
-                    (unsigned long long)v);
-        }
+    Tcm__ClassInfo *classes = calloc(TCM_NCLASSES, sizeof *classes);
+    Tcm__ClientInfo *clients = calloc(TCM_MAX_CLIENTS, sizeof *clients);
+    ProtobufCMessage **rows_of = calloc(TCM_MAX_CLIENTS > TCM_NCLASSES ? TCM_MAX_CLIENTS : TCM_NCLASSES,
+                                        sizeof *rows_of);
+    if (classes && clients && rows_of) {
+        size_t nrows = 0, ncls = tcm__classes_view(srv, classes);
+        for (size_t i = 0; i < ncls; i++)
+            if (classes[i].spans) /* the classes in use: the rest would be 58 lines of zeros */
+                rows_of[nrows++] = &classes[i].base;
+        render_view(t, &tcm__view_classes, rows_of, nrows);
+        size_t ncl = tcm__clients_view(srv, clients);
+        for (size_t i = 0; i < ncl; i++)
+            rows_of[i] = &clients[i].base;
+        render_view(t, &tcm__view_clients, rows_of, ncl);
     }
-
-    static const struct { const char *name, *type, *help; } cl_fam[] = {
-        {"tcm_client_held_bytes", "gauge", "bytes a client allocated that nobody has freed yet"},
-        {"tcm_client_cached_bytes", "gauge", "bytes in a client's caches"},
-        {"tcm_client_requests_total", "counter", "ring requests of a client"},
-        {"tcm_client_errors_total", "counter", "refused requests or objects of a client"},
-    };
-    uint32_t hw = atomic_load(&srv->clients_hw);
-    for (unsigned f = 0; f < 4; f++) {
-        family(t, cl_fam[f].name, cl_fam[f].type, cl_fam[f].help);
-        for (uint32_t i = 0; i < hw; i++) {
-            tcm_client_t *c = atomic_load(&srv->clients[i]);
-            if (!c || atomic_load(&c->rec->state) == TCM_REC_DEAD)
-                continue;
-            uint32_t threads;
-            uint64_t cached, out = atomic_load(&c->rec->bytes_out), back = atomic_load(&c->rec->bytes_back), v;
-            tcm__client_usage(srv, c, &threads, &cached);
-            v = f == 0 ? (out > back ? out - back : 0)
-                : f == 1 ? cached
-                : f == 2 ? atomic_load(&c->rec->requests)
-                         : atomic_load(&c->rec->errors);
-            put(t, "%s{client=\"%u\",pid=\"%u\"} %llu\n", cl_fam[f].name, c->rec->id, c->rec->pid,
-                (unsigned long long)v);
-        }
-    }
+    free(classes);
+    free(clients);
+    free(rows_of);
     family(t, "tcm_build_info", "gauge", "tcmd version");
     put(t, "tcm_build_info{version=\"%s\"} 1\n", TCM_VERSION_STRING);
 }
