@@ -85,6 +85,43 @@ static bool skipped(const skip_set_t *skip, uint64_t off)
     return skip->n && bsearch(&off, skip->offs, skip->n, sizeof off, cmp_u64);
 }
 
+bool tcm__each_cache(const tcm_server_t *srv, const tcm_client_t *c,
+                     bool (*visit)(void *arg, const tcm_cache_view_t *v), void *arg)
+{
+    const tcm_chan_layout_t *l = &c->lay;
+    const tcm_class_info_t *ci = srv->h.classes;
+    const tcm_chan_hdr_t *hdr = (const tcm_chan_hdr_t *)c->chan;
+    tcm_cache_view_t v;
+    uint32_t hw = atomic_load_explicit(&hdr->tcache_hw, memory_order_acquire);
+    for (uint32_t t = 0; t < l->max_threads && t < hw; t++) {
+        const uint8_t *tc = c->chan + tcm__tcache_off(l, t);
+        v = (tcm_cache_view_t){.kind = TCM_CACHE_THREAD, .tc = (const tcm_tcache_t *)tc};
+        if (!visit(arg, &v))
+            return false;
+        const tcm_bin_t *bins = v.tc->bins;
+        for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+            uint32_t n = bins[cls].count;
+            v = (tcm_cache_view_t){.kind = TCM_CACHE_BIN, .tc = (const tcm_tcache_t *)tc, .cls = cls,
+                                   .objs = (void *const *)(tc + l->bin_slot_off[cls]), .count = &bins[cls].count,
+                                   .n = n < ci[cls].tcache_cap ? n : ci[cls].tcache_cap};
+            if (v.n && !visit(arg, &v))
+                return false;
+        }
+    }
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+        uint32_t n = hdr->xfer[cls].count;
+        v = (tcm_cache_view_t){.kind = TCM_CACHE_XFER, .cls = cls,
+                               .objs = (void *const *)(c->chan + l->off_xfer + l->xfer_slot_off[cls]),
+                               .count = &hdr->xfer[cls].count, .n = n < ci[cls].xfer_cap ? n : ci[cls].xfer_cap};
+        if (v.n && !visit(arg, &v))
+            return false;
+    }
+    uint32_t runs = hdr->large_count;
+    v = (tcm_cache_view_t){.kind = TCM_CACHE_RUNS, .runs = hdr->large, .count = &hdr->large_count,
+                           .n = runs < TCM_LARGE_CACHE ? runs : TCM_LARGE_CACHE};
+    return !v.n || visit(arg, &v);
+}
+
 /* Free an array of client pointers that sat in a dead client's cache. */
 static uint64_t reclaim_array(tcm_server_t *srv, tcm_client_t *c, const skip_set_t *skip, unsigned cls,
                               void *const *arr, uint32_t n)
@@ -104,13 +141,11 @@ static uint64_t reclaim_array(tcm_server_t *srv, tcm_client_t *c, const skip_set
 }
 
 /* The page runs it kept for its next large allocations. */
-static uint64_t reclaim_runs(tcm_server_t *srv, const tcm_client_t *c, const skip_set_t *skip)
+static uint64_t reclaim_runs(tcm_server_t *srv, const skip_set_t *skip, const tcm_large_entry_t *runs, uint32_t n)
 {
-    const tcm_chan_hdr_t *hdr = (const tcm_chan_hdr_t *)c->chan;
-    uint32_t n = hdr->large_count < TCM_LARGE_CACHE ? hdr->large_count : TCM_LARGE_CACHE;
     uint64_t got = 0;
     for (uint32_t i = 0; i < n; i++) {
-        tcm_large_entry_t e = hdr->large[i];
+        tcm_large_entry_t e = runs[i];
         uint32_t s;
         if (skipped(skip, e.off) || tcm__large_check_ht(&srv->h, e.off, &s) != TCM_ST_OK ||
             srv->h.spans[s].npages != e.npages)
@@ -126,13 +161,28 @@ static uint64_t reclaim_runs(tcm_server_t *srv, const tcm_client_t *c, const ski
     return got;
 }
 
+typedef struct reclaiming {
+    tcm_server_t *srv;
+    tcm_client_t *c;
+    const skip_set_t *skip;
+    uint64_t objects;
+} reclaiming_t;
+
+static bool reclaim_cache(void *arg, const tcm_cache_view_t *v)
+{
+    reclaiming_t *r = arg;
+    if (v->kind == TCM_CACHE_BIN || v->kind == TCM_CACHE_XFER)
+        r->objects += reclaim_array(r->srv, r->c, r->skip, v->cls, v->objs, v->n);
+    else if (v->kind == TCM_CACHE_RUNS)
+        r->objects += reclaim_runs(r->srv, r->skip, v->runs, v->n);
+    return true;
+}
+
 void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c)
 {
     while (tcm__serve_client_ht(srv, c, true)) /* frees it posted before dying */
         ;
     const tcm_chan_layout_t *l = &c->lay;
-    const tcm_class_info_t *ci = srv->h.classes;
-    tcm_chan_hdr_t *hdr = (tcm_chan_hdr_t *)c->chan;
     uint64_t objects = 0;
     skip_set_t skip;
     collect_answered(c, &skip);
@@ -151,27 +201,9 @@ void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c)
             objects += tcm__free_objects_ht(srv, c, cls, offs, n);
         }
     }
-    uint32_t hw = atomic_load_explicit(&hdr->tcache_hw, memory_order_acquire);
-    for (uint32_t t = 0; t < l->max_threads && t < hw; t++) {
-        uint8_t *tc = c->chan + tcm__tcache_off(l, t);
-        tcm_bin_t *bins = ((tcm_tcache_t *)tc)->bins;
-        for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-            uint32_t n = bins[cls].count;
-            if (n > ci[cls].tcache_cap)
-                n = ci[cls].tcache_cap;
-            if (n)
-                objects += reclaim_array(srv, c, &skip, cls, (void *const *)(tc + l->bin_slot_off[cls]), n);
-        }
-    }
-    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-        uint32_t n = hdr->xfer[cls].count;
-        if (n > ci[cls].xfer_cap)
-            n = ci[cls].xfer_cap;
-        if (n)
-            objects += reclaim_array(srv, c, &skip, cls,
-                                     (void *const *)(c->chan + l->off_xfer + l->xfer_slot_off[cls]), n);
-    }
-    objects += reclaim_runs(srv, c, &skip);
+    reclaiming_t r = {srv, c, &skip, 0};
+    tcm__each_cache(srv, c, reclaim_cache, &r);
+    objects += r.objects;
     free(skip.offs);
     tcm_client_rec_t *rec = c->rec;
     uint64_t out = atomic_load(&rec->bytes_out), back = atomic_load(&rec->bytes_back);

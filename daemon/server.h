@@ -164,6 +164,25 @@ uint32_t tcm__free_objects_ht(tcm_server_t *srv, tcm_client_t *c, unsigned cls, 
 /* reclaim.c: the caches of a client that went away */
 void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c);
 
+/* One cache a client's channel lists: reclaim, the validator and the stats
+ * all walk a channel with tcm__each_cache. The channel is client memory:
+ * counts are clamped to their arrays' capacity, entries are unchecked. */
+typedef struct tcm_cache_view {
+    enum { TCM_CACHE_THREAD, TCM_CACHE_BIN, TCM_CACHE_XFER, TCM_CACHE_RUNS } kind;
+    const tcm_tcache_t *tc;        /* THREAD and BIN: the thread's cache */
+    unsigned cls;                  /* BIN and XFER */
+    void *const *objs;             /* BIN and XFER: n objects */
+    const tcm_large_entry_t *runs; /* RUNS: n page runs */
+    const uint32_t *count;         /* where the client keeps n (the validator reads it again) */
+    uint32_t n;
+} tcm_cache_view_t;
+
+/* Calls visit for each thread (THREAD), then its non-empty bins, then the
+ * non-empty arrays of the transfer tier, then the page-run cache; stops and
+ * returns false when visit does. */
+bool tcm__each_cache(const tcm_server_t *srv, const tcm_client_t *c,
+                     bool (*visit)(void *arg, const tcm_cache_view_t *v), void *arg);
+
 /* validate.c: the whole-heap validator; false and the first inconsistency
  * in why. live: clients may be running (their caches are read racily). */
 bool tcm__validate_ht(tcm_server_t *srv, char *why, size_t whylen);

@@ -24,34 +24,36 @@ static const struct {
 #undef TCM_STAT_ROW
 };
 
+typedef struct usage {
+    const tcm_server_t *srv;
+    uint32_t threads;
+    uint64_t cached;
+} usage_t;
+
+static bool add_usage(void *arg, const tcm_cache_view_t *v)
+{
+    usage_t *u = arg;
+    if (v->kind == TCM_CACHE_THREAD) {
+        u->threads += v->tc->in_use != 0;
+        uint64_t ahead = v->tc->ahead_bytes; /* a batch asked for ahead of need, not yet taken in */
+        u->cached += ahead <= (uint64_t)TCM_MAX_BATCH << 21 ? ahead : 0;
+    } else if (v->kind == TCM_CACHE_RUNS) {
+        for (uint32_t i = 0; i < v->n; i++) {
+            uint32_t np = v->runs[i].npages;
+            u->cached += (uint64_t)(np < u->srv->h.npages ? np : 0) << TCM_PAGE_SHIFT;
+        }
+    } else {
+        u->cached += (uint64_t)v->n * u->srv->h.classes[v->cls].size;
+    }
+    return true;
+}
+
 void tcm__client_usage(const tcm_server_t *srv, const tcm_client_t *c, uint32_t *threads, uint64_t *cached)
 {
-    const tcm_chan_layout_t *l = &c->lay;
-    const tcm_class_info_t *ci = srv->h.classes;
-    const tcm_chan_hdr_t *hdr = (const tcm_chan_hdr_t *)c->chan;
-    *threads = 0;
-    *cached = 0;
-    uint32_t hw = atomic_load_explicit(&hdr->tcache_hw, memory_order_acquire);
-    for (uint32_t t = 0; t < l->max_threads && t < hw; t++) {
-        const tcm_tcache_t *tc = (const tcm_tcache_t *)(c->chan + tcm__tcache_off(l, t));
-        if (tc->in_use)
-            (*threads)++;
-        uint64_t ahead = tc->ahead_bytes; /* a batch asked for ahead of need, not yet taken in */
-        *cached += ahead <= (uint64_t)TCM_MAX_BATCH << 21 ? ahead : 0;
-        for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-            uint32_t n = tc->bins[cls].count;
-            *cached += (uint64_t)(n < ci[cls].tcache_cap ? n : ci[cls].tcache_cap) * ci[cls].size;
-        }
-    }
-    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-        uint32_t n = hdr->xfer[cls].count;
-        *cached += (uint64_t)(n < ci[cls].xfer_cap ? n : ci[cls].xfer_cap) * ci[cls].size;
-    }
-    uint32_t runs = hdr->large_count < TCM_LARGE_CACHE ? hdr->large_count : TCM_LARGE_CACHE;
-    for (uint32_t i = 0; i < runs; i++) {
-        uint32_t np = hdr->large[i].npages;
-        *cached += (uint64_t)(np < srv->h.npages ? np : 0) << TCM_PAGE_SHIFT;
-    }
+    usage_t u = {srv, 0, 0};
+    tcm__each_cache(srv, c, add_usage, &u);
+    *threads = u.threads;
+    *cached = u.cached;
 }
 
 double tcm__latency_upper_us(unsigned i)

@@ -222,12 +222,11 @@ fail:
 
 /* Cached page runs: runs handed out, of the size the entry says (or one the
  * client is giving back right now). */
-static bool check_runs(const tcm_server_t *srv, const tcm_client_t *c, char *why, size_t whylen)
+static bool check_runs(const tcm_server_t *srv, const tcm_client_t *c, const tcm_cache_view_t *v, char *why,
+                       size_t whylen)
 {
-    const tcm_chan_hdr_t *hdr = (const tcm_chan_hdr_t *)c->chan;
-    uint32_t runs = hdr->large_count < TCM_LARGE_CACHE ? hdr->large_count : TCM_LARGE_CACHE;
-    for (uint32_t r = 0; r < runs; r++) {
-        tcm_large_entry_t e = hdr->large[r];
+    for (uint32_t r = 0; r < v->n; r++) {
+        tcm_large_entry_t e = v->runs[r];
         uint32_t s;
         int st = tcm__large_check_ht(&srv->h, e.off, &s);
         if (st == TCM_ST_OK && srv->h.spans[s].npages != e.npages)
@@ -235,8 +234,8 @@ static bool check_runs(const tcm_server_t *srv, const tcm_client_t *c, char *why
         bool giving_back = false;
         for (uint32_t k = 0; k < c->lay.nslots && st != TCM_ST_OK && !giving_back; k++)
             giving_back = tcm__slot_backed(c, k) && c->slots[k].op == TCM_OP_FREE_PAGES && c->slots[k].arg == e.off;
-        if (st != TCM_ST_OK && !giving_back && still_there(&hdr->large[r], &e, sizeof e) &&
-            *(const volatile uint32_t *)&hdr->large_count > r)
+        if (st != TCM_ST_OK && !giving_back && still_there(&v->runs[r], &e, sizeof e) &&
+            *(const volatile uint32_t *)v->count > r)
             FAIL("client %u (pid %u): its page-run cache holds offset 0x%llx (%u pages): %s", c->rec->id,
                  c->rec->pid, (unsigned long long)e.off, e.npages, tcm__status_msg(st));
     }
@@ -245,35 +244,34 @@ fail:
     return false;
 }
 
+typedef struct checking {
+    tcm_server_t *srv;
+    const tcm_client_t *c;
+    char *why;
+    size_t whylen;
+} checking_t;
+
+static bool check_cache(void *arg, const tcm_cache_view_t *v)
+{
+    checking_t *k = arg;
+    if (v->kind == TCM_CACHE_BIN || v->kind == TCM_CACHE_XFER)
+        return check_array(k->srv, k->c, v->cls, v->objs, v->count, v->n,
+                           v->kind == TCM_CACHE_BIN ? "a thread cache" : "the transfer tier", k->why, k->whylen);
+    if (v->kind == TCM_CACHE_RUNS)
+        return check_runs(k->srv, k->c, v, k->why, k->whylen);
+    return true;
+}
+
 static bool check_caches(tcm_server_t *srv, char *why, size_t whylen)
 {
-    const tcm_class_info_t *ci = srv->h.classes;
     uint32_t hw = atomic_load(&srv->clients_hw);
     for (uint32_t i = 0; i < hw; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
         uint32_t state = c ? atomic_load(&c->rec->state) : TCM_REC_FREE;
         if (state != TCM_REC_ACTIVE && state != TCM_REC_EVICTED)
             continue;
-        const tcm_chan_layout_t *l = &c->lay;
-        const tcm_chan_hdr_t *hdr = (const tcm_chan_hdr_t *)c->chan;
-        uint32_t thw = atomic_load_explicit(&hdr->tcache_hw, memory_order_acquire);
-        for (uint32_t t = 0; t < l->max_threads && t < thw; t++) {
-            const uint8_t *tc = c->chan + tcm__tcache_off(l, t);
-            const tcm_bin_t *bins = ((const tcm_tcache_t *)tc)->bins;
-            for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-                uint32_t n = bins[cls].count < ci[cls].tcache_cap ? bins[cls].count : ci[cls].tcache_cap;
-                if (!check_array(srv, c, cls, (void *const *)(tc + l->bin_slot_off[cls]), &bins[cls].count, n,
-                                 "a thread cache", why, whylen))
-                    return false;
-            }
-        }
-        for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-            uint32_t n = hdr->xfer[cls].count < ci[cls].xfer_cap ? hdr->xfer[cls].count : ci[cls].xfer_cap;
-            if (!check_array(srv, c, cls, (void *const *)(c->chan + l->off_xfer + l->xfer_slot_off[cls]),
-                             &hdr->xfer[cls].count, n, "the transfer tier", why, whylen))
-                return false;
-        }
-        if (!check_runs(srv, c, why, whylen))
+        checking_t k = {srv, c, why, whylen};
+        if (!tcm__each_cache(srv, c, check_cache, &k))
             return false;
     }
     return true;
