@@ -17,12 +17,23 @@ enum setting_type { T_SIZE, T_UINT, T_ADDR, T_LEVEL, T_GROUP };
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
+/* One change being made: at start (the command line, the file) or at
+ * runtime (tcmctl, SIGHUP); done hears of one the heap thread applies. */
+typedef struct change {
+    bool at_runtime;
+    const char *value;
+    tcm_config_done_t done;
+    void *arg;
+    char *err;
+    size_t errlen;
+} change_t;
+
 /* Settings that are more than a uint64_t field of tcm_server_t. */
-static int set_max_threads(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen);
-static int set_allow_group(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen);
-static int set_spin(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen);
-static int set_level(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen);
-static int set_heap_limit(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen);
+static int set_max_threads(tcm_server_t *srv, uint64_t v, const change_t *ch);
+static int set_allow_group(tcm_server_t *srv, uint64_t v, const change_t *ch);
+static int set_spin(tcm_server_t *srv, uint64_t v, const change_t *ch);
+static int set_level(tcm_server_t *srv, uint64_t v, const change_t *ch);
+static int set_heap_limit(tcm_server_t *srv, uint64_t v, const change_t *ch);
 static void show_max_threads(const tcm_server_t *srv, char *out, size_t len);
 static void show_allow_group(const tcm_server_t *srv, char *out, size_t len);
 static void show_spin(const tcm_server_t *srv, char *out, size_t len);
@@ -43,7 +54,7 @@ typedef struct setting {
     const char *def; /* as --help shows it; "" : none */
     const char *arg; /* --help's name for the value */
     size_t field;    /* offset of its uint64_t in tcm_server_t, or NO_FIELD: */
-    int (*set)(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen);
+    int (*set)(tcm_server_t *srv, uint64_t v, const change_t *ch);
     void (*show)(const tcm_server_t *srv, char *out, size_t len);
 } setting_t;
 
@@ -133,9 +144,9 @@ static uint64_t *field(tcm_server_t *srv, const setting_t *s)
     return (uint64_t *)((char *)srv + s->field);
 }
 
-static int set_max_threads(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen)
+static int set_max_threads(tcm_server_t *srv, uint64_t v, const change_t *ch)
 {
-    (void)at_runtime, (void)err, (void)errlen;
+    (void)ch;
     srv->max_threads = (uint32_t)v;
     return 0;
 }
@@ -145,9 +156,9 @@ static void show_max_threads(const tcm_server_t *srv, char *out, size_t len)
     snprintf(out, len, "%u", srv->max_threads);
 }
 
-static int set_allow_group(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen)
+static int set_allow_group(tcm_server_t *srv, uint64_t v, const change_t *ch)
 {
-    (void)at_runtime, (void)err, (void)errlen;
+    (void)ch;
     srv->allow_group = (gid_t)v;
     srv->allow_group_set = true;
     return 0;
@@ -158,9 +169,9 @@ static void show_allow_group(const tcm_server_t *srv, char *out, size_t len)
     snprintf(out, len, srv->allow_group_set ? "%u" : "", (unsigned)srv->allow_group);
 }
 
-static int set_spin(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen)
+static int set_spin(tcm_server_t *srv, uint64_t v, const change_t *ch)
 {
-    (void)at_runtime, (void)err, (void)errlen;
+    (void)ch;
     atomic_store(&srv->spin_ns, v * 1000);
     return 0;
 }
@@ -170,9 +181,9 @@ static void show_spin(const tcm_server_t *srv, char *out, size_t len)
     snprintf(out, len, "%llu", (unsigned long long)(atomic_load(&srv->spin_ns) / 1000));
 }
 
-static int set_level(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen)
+static int set_level(tcm_server_t *srv, uint64_t v, const change_t *ch)
 {
-    (void)srv, (void)at_runtime, (void)err, (void)errlen;
+    (void)srv, (void)ch;
     tcm__log_set_level((int)v);
     return 0;
 }
@@ -183,28 +194,61 @@ static void show_level(const tcm_server_t *srv, char *out, size_t len)
     snprintf(out, len, "%s", level_names[tcm__log_level()]);
 }
 
-static int set_heap_limit(tcm_server_t *srv, uint64_t v, bool at_runtime, char *err, size_t errlen)
+typedef struct limit_change {
+    uint64_t limit;
+    char value[32];
+    tcm_config_done_t done;
+    void *arg;
+} limit_change_t;
+
+static void heap_limit_applied(tcm_server_t *srv, void *arg, int rc, uint64_t in_use_end, const char *text)
 {
-    if (!at_runtime) {
+    limit_change_t *lc = arg;
+    char err[160] = "";
+    (void)text;
+    if (rc) {
+        snprintf(err, sizeof err, "heap_limit not changed: %s", strerror(-rc));
+    } else if (in_use_end) {
+        char a[32], b[32];
+        snprintf(err, sizeof err, "cannot lower the heap limit to %s: memory up to %s into the heap is in use",
+                 tcm__format_size(lc->limit, b, sizeof b), tcm__format_size(in_use_end, a, sizeof a));
+        rc = -EBUSY;
+    } else {
+        srv->heap_limit = lc->limit;
+        tcm__config_publish(srv);
+        tcm__log(TCM_LOG_INFO, "config: heap_limit = %s", lc->value);
+    }
+    if (lc->done)
+        lc->done(srv, lc->arg, rc, err);
+    else if (rc)
+        tcm__log(TCM_LOG_ERROR, "%s", err);
+    free(lc);
+}
+
+static int set_heap_limit(tcm_server_t *srv, uint64_t v, const change_t *ch)
+{
+    if (!ch->at_runtime) {
         srv->heap_limit = v;
         return 0;
     }
     if (v > srv->heap_size) {
-        snprintf(err, errlen, "heap_limit %llu is above the reserved size %llu (restart with a larger --heap-size)",
+        snprintf(ch->err, ch->errlen,
+                 "heap_limit %llu is above the reserved size %llu (restart with a larger --heap-size)",
                  (unsigned long long)v, (unsigned long long)srv->heap_size);
         return -EINVAL;
     }
     /* the heap thread knows what is in use: it checks and applies */
-    srv->mbox_arg = v & ~(uint64_t)(TCM_PAGE_SIZE - 1);
-    uint64_t in_use_end = tcm__heap_command(srv, TCM_MBOX_RESIZE);
-    if (in_use_end) {
-        char a[32], b[32];
-        snprintf(err, errlen, "cannot lower the heap limit to %s: memory up to %s into the heap is in use",
-                 tcm__format_size(v, b, sizeof b), tcm__format_size(in_use_end, a, sizeof a));
-        return -EBUSY;
+    limit_change_t *lc = calloc(1, sizeof *lc);
+    if (!lc) {
+        snprintf(ch->err, ch->errlen, "out of memory");
+        return -ENOMEM;
     }
-    srv->heap_limit = srv->mbox_arg;
-    return 0;
+    lc->limit = v & ~(uint64_t)(TCM_PAGE_SIZE - 1);
+    snprintf(lc->value, sizeof lc->value, "%s", ch->value);
+    lc->done = ch->done;
+    lc->arg = ch->arg;
+    tcm__mailbox_post(srv, TCM_MBOX_RESIZE, lc->limit, -1, heap_limit_applied, lc);
+    return TCM_CONFIG_PENDING;
 }
 
 static void show_heap_limit(const tcm_server_t *srv, char *out, size_t len)
@@ -213,10 +257,10 @@ static void show_heap_limit(const tcm_server_t *srv, char *out, size_t len)
              (unsigned long long)(srv->meta ? atomic_load(&srv->meta->config.heap_limit) : srv->heap_limit));
 }
 
-static int apply(tcm_server_t *srv, const setting_t *s, uint64_t v, bool at_runtime, char *err, size_t errlen)
+static int apply(tcm_server_t *srv, const setting_t *s, uint64_t v, const change_t *ch)
 {
     if (s->set)
-        return s->set(srv, v, at_runtime, err, errlen);
+        return s->set(srv, v, ch);
     *field(srv, s) = v;
     return 0;
 }
@@ -227,7 +271,7 @@ void tcm__config_defaults(tcm_server_t *srv)
     for (size_t i = 0; i < NSETTINGS; i++) {
         uint64_t v;
         if (settings[i].def[0] && parse(&settings[i], settings[i].def, &v) == 0)
-            apply(srv, &settings[i], v, false, err, sizeof err);
+            apply(srv, &settings[i], v, &(change_t){.value = settings[i].def, .err = err, .errlen = sizeof err});
     }
 }
 
@@ -264,7 +308,7 @@ void tcm__config_publish(tcm_server_t *srv)
 }
 
 int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool at_runtime, char *err,
-                    size_t errlen)
+                    size_t errlen, tcm_config_done_t done, void *arg)
 {
     const setting_t *s = find(key);
     uint64_t v;
@@ -293,9 +337,10 @@ int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool 
         return -EPERM;
     }
     const char *n = s->info.name;
-    int rc = apply(srv, s, v, at_runtime, err, errlen);
+    change_t ch = {at_runtime, value, done, arg, err, errlen};
+    int rc = apply(srv, s, v, &ch);
     if (rc)
-        return rc;
+        return rc; /* an error, or TCM_CONFIG_PENDING: done tells */
     if (!at_runtime)
         srv->explicit_settings |= 1u << (s - settings);
     if (at_runtime) {
@@ -372,7 +417,7 @@ int tcm__config_load(tcm_server_t *srv, const char *path, bool at_runtime)
                 (s->type == T_ADDR ? v == srv->base : strtoull(cur, NULL, 0) == v))
                 continue;
         }
-        if (tcm__config_set(srv, p, val, at_runtime, err, sizeof err) != 0) {
+        if (tcm__config_set(srv, p, val, at_runtime, err, sizeof err, NULL, NULL) < 0) {
             tcm__log(TCM_LOG_ERROR, "%s:%d: %s", path, lineno, err);
             bad = 1;
         }

@@ -18,10 +18,15 @@ typedef struct tcm_setting_info {
 
 /* Apply key = value. Before the segments exist (at_runtime false) every key
  * is accepted; at runtime the startup-only ones are refused. Returns 0, or
- * -ENOENT (unknown key), -EINVAL (bad value), -EPERM (startup only) or
- * -EBUSY (resize below what is in use), with a message in err. */
+ * -ENOENT (unknown key), -EINVAL (bad value) or -EPERM (startup only) with
+ * a message in err, or TCM_CONFIG_PENDING for a change the heap thread
+ * applies (heap_limit at runtime: only it knows what is in use): done then
+ * runs on the main loop once it is applied (rc 0) or refused (-EBUSY, a
+ * resize below what is in use), with the message; NULL done: it is logged. */
+#define TCM_CONFIG_PENDING 1
+typedef void (*tcm_config_done_t)(tcm_server_t *srv, void *arg, int rc, const char *err);
 int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool at_runtime, char *err,
-                    size_t errlen);
+                    size_t errlen, tcm_config_done_t done, void *arg);
 /* The current value of key as text; -ENOENT for an unknown key. */
 int tcm__config_get(tcm_server_t *srv, const char *key, char *value, size_t len);
 /* Every setting at its default (before the file and the command line). */

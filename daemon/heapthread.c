@@ -77,10 +77,14 @@ static void decay_window(tcm_server_t *srv, uint64_t now)
     h->window_ns = now;
 }
 
-static void run_mailbox(tcm_server_t *srv)
+void tcm__heap_run_command_ht(tcm_server_t *srv)
 {
     pthread_mutex_lock(&srv->mbox_lock);
     int cmd = atomic_exchange(&srv->mbox_cmd, TCM_MBOX_NONE);
+    if (cmd == TCM_MBOX_NONE) {
+        pthread_mutex_unlock(&srv->mbox_lock);
+        return;
+    }
     uint64_t result = 0;
     if (cmd == TCM_MBOX_RELEASE) {
         result = release_all(srv); /* measured, not estimated: what the tmpfs object stopped using */
@@ -102,8 +106,8 @@ static void run_mailbox(tcm_server_t *srv)
     }
     srv->mbox_result = result;
     srv->mbox_done = true;
-    pthread_cond_broadcast(&srv->mbox_cond);
     pthread_mutex_unlock(&srv->mbox_lock);
+    uv_async_send(&srv->mbox_async);
 }
 
 static void reap(tcm_server_t *srv, uint32_t i, tcm_client_t *c)
@@ -136,7 +140,7 @@ static bool serve_all(tcm_server_t *srv)
         }
     }
     if (atomic_load_explicit(&srv->mbox_cmd, memory_order_acquire) != TCM_MBOX_NONE) {
-        run_mailbox(srv);
+        tcm__heap_run_command_ht(srv);
         work = true;
     }
     return work;
@@ -212,47 +216,9 @@ void tcm__heap_kick(tcm_server_t *srv)
     tcm__wake(&srv->bell->seq, 1);
 }
 
-/* Main thread: run a command on the heap thread and wait for its result. */
-uint64_t tcm__heap_command(tcm_server_t *srv, int cmd)
-{
-    uint64_t result;
-    tcm__heap_command_timed(srv, cmd, -1, &result);
-    return result;
-}
-
-/* Like tcm__heap_command, but gives up after timeout_ms (-ETIMEDOUT) unless
- * it is negative: for health checks, which must answer even if the heap
- * thread is stuck. */
-int tcm__heap_command_timed(tcm_server_t *srv, int cmd, int timeout_ms, uint64_t *result)
-{
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    if (timeout_ms >= 0) {
-        deadline.tv_sec += timeout_ms / 1000;
-        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-        if (deadline.tv_nsec >= 1000000000) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000;
-        }
-    }
-    pthread_mutex_lock(&srv->mbox_lock);
-    srv->mbox_done = false;
-    atomic_store_explicit(&srv->mbox_cmd, cmd, memory_order_release);
-    tcm__heap_kick(srv);
-    int rc = 0;
-    while (!srv->mbox_done && rc == 0)
-        rc = timeout_ms < 0 ? pthread_cond_wait(&srv->mbox_cond, &srv->mbox_lock)
-                            : pthread_cond_timedwait(&srv->mbox_cond, &srv->mbox_lock, &deadline);
-    *result = srv->mbox_result;
-    bool done = srv->mbox_done;
-    pthread_mutex_unlock(&srv->mbox_lock);
-    return done ? 0 : -ETIMEDOUT;
-}
-
 int tcm__heap_thread_start(tcm_server_t *srv)
 {
     pthread_mutex_init(&srv->mbox_lock, NULL);
-    pthread_cond_init(&srv->mbox_cond, NULL);
     pthread_mutex_init(&srv->reaped_lock, NULL);
     srv->h.last_change_ns = srv->decayed_at = srv->h.window_ns = tcm__now_ns(); /* a quiet spell starts now */
     srv->h.cache_low_pages = srv->h.free_committed_pages;

@@ -271,7 +271,7 @@ int main(int argc, char **argv)
             }
             key = tcm__config_setting((size_t)(opt - O_SETTING))->name;
         }
-        if (key && tcm__config_set(srv, key, optarg, false, err, sizeof err) != 0) {
+        if (key && tcm__config_set(srv, key, optarg, false, err, sizeof err, NULL, NULL) != 0) {
             fprintf(stderr, "tcmd: %s\n", err);
             return 2;
         }

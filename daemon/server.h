@@ -121,14 +121,19 @@ typedef struct tcm_server {
     tcm_client_t *reaped;        /* reclaimed, waiting for the main thread */
     uv_async_t reaped_async;
 
-    /* main thread -> heap thread commands */
+    /* main thread -> heap thread commands (mailbox.c): the main loop queues
+     * them and posts one at a time; the heap thread runs it and answers
+     * through mbox_async, so the loop never waits on the heap thread */
     pthread_mutex_t mbox_lock;
-    pthread_cond_t mbox_cond;
     _Atomic int mbox_cmd;
     uint64_t mbox_arg;
     uint64_t mbox_result;
     char mbox_text[256];      /* CHECK: the first inconsistency found */
     bool mbox_done;
+    struct tcm_mbox_job *mbox_head, *mbox_tail; /* main thread; the head is posted */
+    uv_async_t mbox_async;
+    uv_timer_t mbox_timer;    /* deadlines of queued jobs */
+    bool mbox_closed;         /* shutting down: commands are refused */
 
     /* libuv */
     uv_loop_t *loop;
@@ -191,8 +196,20 @@ bool tcm__validate_ht(tcm_server_t *srv, char *why, size_t whylen);
 int tcm__heap_thread_start(tcm_server_t *srv);
 void tcm__heap_thread_stop(tcm_server_t *srv);
 void tcm__heap_kick(tcm_server_t *srv);
-uint64_t tcm__heap_command(tcm_server_t *srv, int cmd);
-int tcm__heap_command_timed(tcm_server_t *srv, int cmd, int timeout_ms, uint64_t *result);
+void tcm__heap_run_command_ht(tcm_server_t *srv); /* the posted mailbox command, if any */
+
+/* mailbox.c: commands for the heap thread, from the main loop. done runs on
+ * the main loop once the heap thread has run cmd (rc 0, its result and, for
+ * CHECK, its text), or when timeout_ms (< 0: none) passed first
+ * (-ETIMEDOUT), or at shutdown (-ECANCELED); exactly once. */
+typedef void (*tcm_mbox_done_t)(tcm_server_t *srv, void *arg, int rc, uint64_t result, const char *text);
+void tcm__mailbox_post(tcm_server_t *srv, int cmd, uint64_t arg, int timeout_ms, tcm_mbox_done_t done, void *ctx);
+/* The same, posted once ready(srv, ctx) holds or after wait_ms (release
+ * waits for the processes' flushes this way). */
+void tcm__mailbox_post_when(tcm_server_t *srv, int cmd, uint64_t arg, int timeout_ms,
+                            bool (*ready)(tcm_server_t *srv, void *ctx), int wait_ms, tcm_mbox_done_t done, void *ctx);
+void tcm__mailbox_start(tcm_server_t *srv);
+void tcm__mailbox_cancel(tcm_server_t *srv); /* after the heap thread stopped */
 
 /* control.c: the libuv side */
 int tcm__control_start(tcm_server_t *srv);

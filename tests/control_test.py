@@ -173,6 +173,24 @@ try:
         check(c.do("free") == "ok", "free")
         check(c.do("shutdown") == "ok", "client detaches")
 
+    with section("the loop answers while the heap thread's work waits: ping during a release"):
+        # a stopped client never acknowledges the flush release asks for, so
+        # the release waits its 200 ms for it; ping and stats need not wait
+        stopped = Client()
+        check(stopped.do("alloc 100 100") == "ok" and stopped.do("free") == "ok", "a client with a cache")
+        os.kill(stopped.pid, signal.SIGSTOP)
+        try:
+            t0 = time.time()
+            rel = subprocess.Popen([TCMCTL, "--socket", sock, "release"], stdout=subprocess.PIPE, text=True)
+            time.sleep(0.05)
+            ping = ctl("ping")
+            ping_done = time.time() - t0
+            check(rel.poll() is None, f"ping answered ({ping_done * 1000:.0f} ms) while the release still waited")
+            check(rel.wait(timeout=30) == 0 and time.time() - t0 >= 0.2, "the release finished after its wait")
+        finally:
+            os.kill(stopped.pid, signal.SIGCONT)
+        stopped.close()
+
     with section("release: the segment's blocks fall under 5% of their peak"):
         rel = js("release")
         check(rel["committed_after"] * 20 < peak, f"after release {rel['committed_after']} < 5% of peak {peak}")

@@ -1,0 +1,525 @@
+/* handlers.c — what tcmd answers on the control socket: the attach
+ * handshake (Hello/Welcome, resume after a restart) and one handler per
+ * request. Requests the heap thread must run (release, resize, check, the
+ * health probe) go through the mailbox and answer when it is done; the
+ * connection waits, the loop does not. Main thread only. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "control.h"
+#include "frame.h"
+#include "log.h"
+#include "prim.h"
+#include "rows.h"
+#include "stats.h"
+
+static int send_welcome(tcm_conn_t *conn, tcm_client_t *c, bool resumed)
+{
+    tcm_server_t *srv = conn->srv;
+    Tcm__Welcome w = TCM__WELCOME__INIT;
+    uint32_t sizes[TCM_NCLASSES];
+    for (unsigned i = 0; i < TCM_NCLASSES; i++)
+        sizes[i] = srv->h.classes[i].size;
+    w.version = TCM_PROTO_VERSION;
+    w.client_id = c->rec->id;
+    w.heap_name = srv->heap_name;
+    w.meta_name = srv->meta_name;
+    w.channel_name = c->rec->chan_name;
+    w.base_address = srv->base;
+    w.heap_size = srv->heap_size;
+    w.page_shift = TCM_PAGE_SHIFT;
+    w.n_class_size = TCM_NCLASSES;
+    w.class_size = sizes;
+    w.max_threads = srv->max_threads;
+    w.daemon_pid = (uint32_t)getpid();
+    w.token = c->rec->token;
+    w.heap_id = srv->meta->heap_id;
+    w.resumed = resumed;
+    if (resumed) { /* it has its mappings and its channel */
+        tcm__conn_reply(conn, TCM__RESPONSE__BODY_WELCOME, &w);
+        return 0;
+    }
+    int fds[3] = {tcm__shm_open(srv->heap_name, true), tcm__shm_open(srv->meta_name, false),
+                  tcm__shm_open(c->rec->chan_name, true)};
+    int err = fds[0] < 0 ? fds[0] : fds[1] < 0 ? fds[1] : fds[2] < 0 ? fds[2] : tcm__lock_shared(fds[2]);
+    if (!err)
+        err = tcm__conn_reply_with_fds(conn, TCM__RESPONSE__BODY_WELCOME, &w, fds, 3);
+    for (int i = 0; i < 3; i++)
+        tcm__close(fds[i]);
+    if (err)
+        tcm__log(TCM_LOG_WARN, "client %u (pid %u): cannot send its welcome: %s", c->rec->id, c->rec->pid,
+                 strerror(-err));
+    return err;
+}
+
+/* A client of a previous tcmd takes its record back: same channel, caches,
+ * tag and counters. Only the process it belonged to may, with its token. */
+static void resume(tcm_conn_t *conn, const Tcm__Hello *hello)
+{
+    tcm_server_t *srv = conn->srv;
+    uint32_t hw = atomic_load(&srv->clients_hw);
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        if (!c || c->rec->id != hello->resume_client_id)
+            continue;
+        uint32_t state = atomic_load(&c->rec->state);
+        if (c->conn || (state != TCM_REC_ACTIVE && state != TCM_REC_EVICTED) || c->rec->token != hello->resume_token ||
+            c->rec->pid != (uint32_t)conn->pid)
+            break;
+        c->conn = conn;
+        conn->client = c;
+        atomic_store(&((tcm_chan_hdr_t *)c->chan)->resume_wanted, 0);
+        atomic_fetch_add(&srv->meta->stats.clients_resumed, 1);
+        send_welcome(conn, c, true);
+        tcm__log(TCM_LOG_INFO, "client %u (pid %u) resumed", c->rec->id, c->rec->pid);
+        return;
+    }
+    tcm__log(TCM_LOG_WARN, "control: pid %d asked to resume client %u, which this heap does not have", (int)conn->pid,
+             hello->resume_client_id);
+    tcm__conn_error(conn, ESRCH, "no such client to resume (the heap was replaced, or the client was reclaimed)");
+}
+
+static void handle_hello(tcm_conn_t *conn, const Tcm__Hello *hello)
+{
+    tcm_server_t *srv = conn->srv;
+    if (!tcm__conn_may_attach(conn))
+        return;
+    if (conn->client) {
+        tcm__conn_error(conn, EALREADY, "already attached on this connection");
+        return;
+    }
+    if (hello->version != TCM_PROTO_VERSION) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "protocol version %u not supported (daemon speaks %u)",
+                 hello->version, TCM_PROTO_VERSION);
+        tcm__conn_error(conn, EPROTONOSUPPORT, msg);
+        return;
+    }
+    if (hello->resume_client_id) {
+        resume(conn, hello);
+        return;
+    }
+    tcm_client_t *c;
+    int err = tcm__client_create(srv, conn->pid, conn->uid, &c);
+    if (err) {
+        tcm__conn_error(conn, (uint32_t)-err, err == -EMFILE ? "too many clients" : strerror(-err));
+        return;
+    }
+    c->conn = conn;
+    conn->client = c;
+    if (send_welcome(conn, c, false) != 0) {
+        tcm__conn_close(conn); /* the client is reclaimed (it has nothing) */
+        return;
+    }
+    tcm__log(TCM_LOG_INFO, "client %u attached: pid %u uid %u", c->rec->id, c->rec->pid, c->rec->uid);
+}
+
+static void handle_ping(tcm_conn_t *conn, const Tcm__Ping *ping)
+{
+    Tcm__Pong pong = TCM__PONG__INIT;
+    pong.nonce = ping->nonce;
+    pong.version = TCM_PROTO_VERSION;
+    pong.daemon_pid = (uint32_t)getpid();
+    pong.uptime_ms = (tcm__now_ns() - conn->srv->start_ns) / 1000000;
+    pong.daemon_version = TCM_VERSION_STRING;
+    tcm__conn_reply(conn, TCM__RESPONSE__BODY_PONG, &pong);
+}
+
+static void handle_stats(tcm_conn_t *conn)
+{
+    tcm_server_t *srv = conn->srv;
+    tcm_stat_row_t rows[TCM_MAX_STAT_ROWS];
+    size_t n = tcm__stats_snapshot(srv, rows, TCM_MAX_STAT_ROWS);
+    Tcm__Stat st[TCM_MAX_STAT_ROWS], *stp[TCM_MAX_STAT_ROWS];
+    for (size_t i = 0; i < n; i++) {
+        tcm__stat__init(&st[i]);
+        st[i].name = rows[i].name;
+        st[i].help = (char *)rows[i].help;
+        st[i].value = rows[i].value;
+        st[i].fvalue = rows[i].fvalue;
+        st[i].is_float = rows[i].is_float;
+        stp[i] = &st[i];
+    }
+    double upper[TCM_LAT_BUCKETS];
+    uint64_t count[TCM_LAT_BUCKETS];
+    for (unsigned i = 0; i < TCM_LAT_BUCKETS; i++) {
+        upper[i] = tcm__latency_upper_us(i);
+        count[i] = atomic_load(&srv->dstats->latency[i]);
+    }
+    Tcm__Histogram hist = TCM__HISTOGRAM__INIT;
+    hist.n_upper_us = hist.n_count = TCM_LAT_BUCKETS;
+    hist.upper_us = upper;
+    hist.count = count;
+    hist.sum_ns = atomic_load(&srv->dstats->latency_sum_ns);
+    Tcm__Stats stats = TCM__STATS__INIT;
+    stats.n_stat = n;
+    stats.stat = stp;
+    stats.service_time = &hist;
+    tcm__conn_reply(conn, TCM__RESPONSE__BODY_STATS, &stats);
+}
+
+static void handle_clients(tcm_conn_t *conn)
+{
+    Tcm__ClientInfo *rows = calloc(TCM_MAX_CLIENTS, sizeof *rows);
+    Tcm__ClientInfo **ptrs = calloc(TCM_MAX_CLIENTS, sizeof *ptrs);
+    if (!rows || !ptrs) {
+        free(rows);
+        free(ptrs);
+        tcm__conn_error(conn, ENOMEM, "out of memory");
+        return;
+    }
+    Tcm__Clients clients = TCM__CLIENTS__INIT;
+    clients.n_client = tcm__clients_view(conn->srv, rows);
+    for (size_t i = 0; i < clients.n_client; i++)
+        ptrs[i] = &rows[i];
+    clients.client = ptrs;
+    tcm__conn_reply(conn, TCM__RESPONSE__BODY_CLIENTS, &clients);
+    free(rows);
+    free(ptrs);
+}
+
+#define RELEASE_FLUSH_WAIT_MS 200 /* how long release waits for processes to give back what they cache */
+
+/* release: every attached process gives back what it caches (as for a full
+ * heap, tcm__client_ask_flush); the heap thread releases once all have
+ * acknowledged, or after RELEASE_FLUSH_WAIT_MS, so that it finds those
+ * pages free. */
+typedef struct releasing {
+    tcm_conn_t *conn;
+    int64_t before;
+    uint32_t hw;
+    uint32_t gen[]; /* per client slot: the flush asked, 0 none */
+} releasing_t;
+
+static bool flushed(tcm_server_t *srv, void *arg)
+{
+    releasing_t *r = arg;
+    for (uint32_t i = 0; i < r->hw; i++) {
+        tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
+        if (r->gen[i] && c && atomic_load(&c->rec->state) == TCM_REC_ACTIVE &&
+            (int32_t)(atomic_load(&((tcm_chan_hdr_t *)c->chan)->flush_ack) - r->gen[i]) < 0) /* or a later ask */
+            return false;
+    }
+    return true;
+}
+
+static void released(tcm_server_t *srv, void *arg, int rc, uint64_t bytes, const char *text)
+{
+    releasing_t *r = arg;
+    (void)text;
+    int64_t after = tcm__backed_bytes(srv->heap_fd);
+    if (rc) {
+        tcm__conn_error(r->conn, (uint32_t)-rc, "release did not run");
+    } else {
+        tcm__log(TCM_LOG_INFO, "release: %llu bytes given back (backed %lld -> %lld)", (unsigned long long)bytes,
+                 (long long)r->before, (long long)after);
+        Tcm__Released m = TCM__RELEASED__INIT;
+        m.released_bytes = bytes;
+        m.committed_before = r->before > 0 ? (uint64_t)r->before : 0;
+        m.committed_after = after > 0 ? (uint64_t)after : 0;
+        tcm__conn_reply(r->conn, TCM__RESPONSE__BODY_RELEASED, &m);
+    }
+    tcm__conn_resume(r->conn);
+    free(r);
+}
+
+static void handle_release(tcm_conn_t *conn)
+{
+    tcm_server_t *srv = conn->srv;
+    uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
+    releasing_t *r = calloc(1, sizeof *r + (hw ? hw : 1) * sizeof r->gen[0]);
+    if (!r) {
+        tcm__conn_error(conn, ENOMEM, "out of memory");
+        return;
+    }
+    r->conn = conn;
+    r->hw = hw;
+    r->before = tcm__backed_bytes(srv->heap_fd);
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
+        if (c && atomic_load(&c->rec->state) == TCM_REC_ACTIVE)
+            r->gen[i] = tcm__client_ask_flush(c);
+    }
+    tcm__conn_wait(conn);
+    tcm__mailbox_post_when(srv, TCM_MBOX_RELEASE, 0, -1, flushed, RELEASE_FLUSH_WAIT_MS, released, r);
+}
+
+#define HEALTH_WAIT_MS 2000
+
+typedef struct probing {
+    tcm_conn_t *conn;
+    uint64_t t0;
+} probing_t;
+
+static void probed(tcm_server_t *srv, void *arg, int rc, uint64_t result, const char *text)
+{
+    probing_t *p = arg;
+    (void)result, (void)text;
+    Tcm__Health h = TCM__HEALTH__INIT;
+    h.heap_thread_ok = rc == 0;
+    h.heap_thread_rtt_us = (tcm__now_ns() - p->t0) / 1000;
+    h.ok = h.heap_thread_ok;
+    h.clients = (uint32_t)atomic_load(&srv->meta->stats.clients_attached);
+    h.uptime_ms = (tcm__now_ns() - srv->start_ns) / 1000000;
+    h.version = TCM_VERSION_STRING;
+    h.message = h.ok ? "ok" : rc == -ETIMEDOUT ? "the heap thread did not answer within 2 s" : "tcmd is shutting down";
+    tcm__conn_reply(p->conn, TCM__RESPONSE__BODY_HEALTH, &h);
+    tcm__conn_resume(p->conn);
+    free(p);
+}
+
+static void handle_health(tcm_conn_t *conn)
+{
+    probing_t *p = malloc(sizeof *p);
+    if (!p) {
+        tcm__conn_error(conn, ENOMEM, "out of memory");
+        return;
+    }
+    *p = (probing_t){conn, tcm__now_ns()};
+    tcm__conn_wait(conn);
+    tcm__mailbox_post(conn->srv, TCM_MBOX_NOP, 0, HEALTH_WAIT_MS, probed, p);
+}
+
+static void handle_classes(tcm_conn_t *conn)
+{
+    Tcm__ClassInfo rows[TCM_NCLASSES], *ptrs[TCM_NCLASSES];
+    Tcm__Classes classes = TCM__CLASSES__INIT;
+    classes.n_cls = tcm__classes_view(conn->srv, rows);
+    for (size_t i = 0; i < classes.n_cls; i++)
+        ptrs[i] = &rows[i];
+    classes.cls = ptrs;
+    tcm__conn_reply(conn, TCM__RESPONSE__BODY_CLASSES, &classes);
+}
+
+static void send_config(tcm_conn_t *conn, const char *only)
+{
+    Tcm__Setting set[32], *ptrs[32];
+    char values[32][64];
+    size_t n = 0;
+    const tcm_setting_info_t *info;
+    for (size_t i = 0; (info = tcm__config_setting(i)) && n < 32; i++) {
+        if (only && *only && strcmp(only, info->name) != 0)
+            continue;
+        tcm__setting__init(&set[n]);
+        tcm__config_get(conn->srv, info->name, values[n], sizeof values[n]);
+        set[n].key = (char *)info->name;
+        set[n].value = values[n];
+        set[n].runtime = info->runtime;
+        set[n].help = (char *)info->help;
+        ptrs[n] = &set[n];
+        n++;
+    }
+    Tcm__Config cfg = TCM__CONFIG__INIT;
+    cfg.n_setting = n;
+    cfg.setting = ptrs;
+    tcm__conn_reply(conn, TCM__RESPONSE__BODY_CONFIG, &cfg);
+}
+
+static void handle_config_get(tcm_conn_t *conn, const Tcm__ConfigGet *get)
+{
+    char value[64];
+    if (get->key && *get->key && tcm__config_get(conn->srv, get->key, value, sizeof value) != 0) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "unknown setting '%.60s' (tcmctl config get lists them)", get->key);
+        tcm__conn_error(conn, ENOENT, msg);
+        return;
+    }
+    send_config(conn, get->key);
+}
+
+/* A config set or resize the heap thread applies answers here. */
+typedef struct changing {
+    tcm_conn_t *conn;
+    bool resize;
+    uint64_t old_limit;
+    char key[64];
+} changing_t;
+
+static void changed(tcm_server_t *srv, void *arg, int rc, const char *err)
+{
+    changing_t *ch = arg;
+    if (rc < 0) {
+        tcm__conn_error(ch->conn, (uint32_t)-rc, err);
+    } else if (ch->resize) {
+        Tcm__Resized r = TCM__RESIZED__INIT;
+        r.old_limit = ch->old_limit;
+        r.new_limit = atomic_load(&srv->meta->config.heap_limit);
+        tcm__conn_reply(ch->conn, TCM__RESPONSE__BODY_RESIZED, &r);
+    } else {
+        send_config(ch->conn, ch->key);
+    }
+    tcm__conn_resume(ch->conn);
+    free(ch);
+}
+
+static void change(tcm_conn_t *conn, const char *key, const char *value, bool resize)
+{
+    tcm_server_t *srv = conn->srv;
+    char err[256];
+    changing_t *ch = calloc(1, sizeof *ch);
+    if (!ch) {
+        tcm__conn_error(conn, ENOMEM, "out of memory");
+        return;
+    }
+    *ch = (changing_t){.conn = conn, .resize = resize, .old_limit = atomic_load(&srv->meta->config.heap_limit)};
+    snprintf(ch->key, sizeof ch->key, "%s", key);
+    tcm__conn_wait(conn);
+    int rc = tcm__config_set(srv, key, value, true, err, sizeof err, changed, ch);
+    if (rc != TCM_CONFIG_PENDING)
+        changed(srv, ch, rc, err);
+}
+
+static void handle_config_set(tcm_conn_t *conn, const Tcm__ConfigSet *set)
+{
+    if (tcm__conn_may_change(conn, "config set"))
+        change(conn, set->key ? set->key : "", set->value ? set->value : "", false);
+}
+
+static void handle_resize(tcm_conn_t *conn, const Tcm__Resize *rs)
+{
+    char value[32];
+    snprintf(value, sizeof value, "%llu", (unsigned long long)rs->limit);
+    if (tcm__conn_may_change(conn, "resize"))
+        change(conn, "heap_limit", value, true);
+}
+
+static void handle_roots(tcm_conn_t *conn)
+{
+    tcm_server_t *srv = conn->srv;
+    static Tcm__RootInfo infos[TCM_ROOTS];
+    static Tcm__RootInfo *ptrs[TCM_ROOTS];
+    static char names[TCM_ROOTS][TCM_ROOT_NAME_MAX];
+    size_t n = 0;
+    for (unsigned i = 0; i < TCM_ROOTS; i++) {
+        bool used;
+        uint64_t off;
+        tcm__root_read(&srv->h.roots[i], &used, &off, names[n]);
+        if (!used)
+            continue;
+        tcm__root_info__init(&infos[n]);
+        infos[n].name = names[n];
+        infos[n].offset = off;
+        ptrs[n] = &infos[n];
+        n++;
+    }
+    Tcm__Roots roots = TCM__ROOTS__INIT;
+    roots.n_root = n;
+    roots.root = ptrs;
+    tcm__conn_reply(conn, TCM__RESPONSE__BODY_ROOTS, &roots);
+}
+
+static void handle_detach(tcm_conn_t *conn, const Tcm__Detach *d)
+{
+    tcm_server_t *srv = conn->srv;
+    if (!tcm__conn_may_change(conn, "detach"))
+        return;
+    uint32_t hw = atomic_load(&srv->clients_hw);
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        uint32_t expected = TCM_REC_ACTIVE;
+        if (c && c->rec->id == d->client_id &&
+            atomic_compare_exchange_strong(&c->rec->state, &expected, TCM_REC_EVICTED)) {
+            tcm__log(TCM_LOG_WARN, "client %u (pid %u) detached by an operator: its allocations now fail",
+                     c->rec->id, c->rec->pid);
+            Tcm__Detached r = TCM__DETACHED__INIT;
+            r.client_id = c->rec->id;
+            r.pid = c->rec->pid;
+            tcm__conn_reply(conn, TCM__RESPONSE__BODY_DETACHED, &r);
+            return;
+        }
+    }
+    tcm__conn_error(conn, ENOENT, "no attached client with that id (tcmctl clients lists them)");
+}
+
+typedef struct checking {
+    tcm_conn_t *conn;
+    uint64_t t0;
+} checking_t;
+
+static void checked(tcm_server_t *srv, void *arg, int rc, uint64_t bad, const char *text)
+{
+    checking_t *k = arg;
+    (void)srv;
+    if (rc) {
+        tcm__conn_error(k->conn, (uint32_t)-rc, "the check did not run");
+    } else {
+        Tcm__CheckResult r = TCM__CHECK_RESULT__INIT;
+        r.ok = bad == 0;
+        r.message = (char *)text;
+        r.duration_us = (tcm__now_ns() - k->t0) / 1000;
+        tcm__log(r.ok ? TCM_LOG_INFO : TCM_LOG_ERROR, "check: %s", text);
+        tcm__conn_reply(k->conn, TCM__RESPONSE__BODY_CHECK, &r);
+    }
+    tcm__conn_resume(k->conn);
+    free(k);
+}
+
+static void handle_check(tcm_conn_t *conn)
+{
+    checking_t *k = malloc(sizeof *k);
+    if (!k) {
+        tcm__conn_error(conn, ENOMEM, "out of memory");
+        return;
+    }
+    *k = (checking_t){conn, tcm__now_ns()};
+    tcm__conn_wait(conn);
+    tcm__mailbox_post(conn->srv, TCM_MBOX_CHECK, 0, -1, checked, k);
+}
+
+void tcm__control_handle(tcm_conn_t *conn, const Tcm__Request *req)
+{
+    switch (req->body_case) {
+    case TCM__REQUEST__BODY_HELLO:
+        handle_hello(conn, req->hello);
+        break;
+    case TCM__REQUEST__BODY_PING:
+        handle_ping(conn, req->ping);
+        break;
+    case TCM__REQUEST__BODY_STATS:
+        handle_stats(conn);
+        break;
+    case TCM__REQUEST__BODY_CLIENTS:
+        handle_clients(conn);
+        break;
+    case TCM__REQUEST__BODY_RELEASE:
+        if (tcm__conn_may_change(conn, "release"))
+            handle_release(conn);
+        break;
+    case TCM__REQUEST__BODY_HEALTH:
+        handle_health(conn);
+        break;
+    case TCM__REQUEST__BODY_CLASSES:
+        handle_classes(conn);
+        break;
+    case TCM__REQUEST__BODY_CONFIG_GET:
+        handle_config_get(conn, req->config_get);
+        break;
+    case TCM__REQUEST__BODY_CONFIG_SET:
+        handle_config_set(conn, req->config_set);
+        break;
+    case TCM__REQUEST__BODY_RESIZE:
+        handle_resize(conn, req->resize);
+        break;
+    case TCM__REQUEST__BODY_ROOTS:
+        handle_roots(conn);
+        break;
+    case TCM__REQUEST__BODY_DETACH:
+        handle_detach(conn, req->detach);
+        break;
+    case TCM__REQUEST__BODY_CHECK:
+        handle_check(conn);
+        break;
+    case TCM__REQUEST__BODY_BYE:
+        if (conn->client)
+            atomic_store(&conn->client->rec->said_bye, 1);
+        break;
+    default:
+        tcm__conn_error(conn, EOPNOTSUPP, "unknown request");
+        break;
+    }
+}
+
