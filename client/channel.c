@@ -141,3 +141,51 @@ void tcm__slot_release(tcm_slot_t *slot)
     if (slot == &tcm__proc.slots[tcm__proc.lay.max_threads])
         pthread_mutex_unlock(&tcm__proc.spare_lock);
 }
+
+/* Back `want` slots of an array in the channel before they are written;
+ * returns how many are backed (fewer only when /dev/shm is full). */
+uint32_t tcm__back_slots(void **slots, uint32_t *backed, uint32_t want)
+{
+    if (want <= *backed)
+        return want;
+    uint32_t to = (want + 511) & ~511u; /* a page of pointers at a time */
+    if (tcm__populate(slots + *backed, (uint64_t)(to - *backed) * sizeof(void *)) == 0)
+        *backed = to;
+    return want < *backed ? want : *backed;
+}
+
+void tcm__fatal_refused(int st, unsigned cls)
+{
+    tcm__fatal("tcm_free(): tcmd refused an object of class %u: %s (double free or invalid pointer)",
+               cls, tcm__status_msg(st));
+}
+
+/* Give the top n objects of a cache array (objs[0..*count)) back to the
+ * daemon, MAX_BATCH at a time, from the top. *count drops by each batch
+ * once it is answered and before the slot goes back to IDLE, so a tcmd that
+ * reclaims this process after a death never frees an object it already
+ * took back (and may have handed to another process): it skips those that
+ * an answered RETURN still lists. count may be NULL (an array of one's own). */
+int tcm__return_objects(unsigned cls, void **objs, uint32_t n, uint32_t *count)
+{
+    uintptr_t base = (uintptr_t)tcm__proc.heap;
+    uint32_t top = count ? *count : n;
+    while (n) {
+        uint32_t k = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH, idx;
+        tcm_slot_t *slot = tcm__slot_acquire(&idx);
+        slot->op = TCM_OP_RETURN;
+        slot->cls = cls;
+        slot->count = k;
+        for (uint32_t i = 0; i < k; i++)
+            slot->offs[i] = (uintptr_t)objs[top - k + i] - base;
+        int st = tcm__call(slot, idx);
+        top -= k;
+        if (count)
+            *count = top;
+        tcm__slot_release(slot);
+        if (st != TCM_ST_OK && st != TCM_ST_NOMEM)
+            tcm__fatal_refused(st, cls);
+        n -= k;
+    }
+    return 0;
+}

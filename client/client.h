@@ -129,6 +129,23 @@ static inline void tcm__tsan_from_elsewhere(void) {}
 TCM_HIDDEN int tcm__await(tcm_slot_t *slot);
 TCM_HIDDEN tcm_slot_t *tcm__slot_acquire(uint32_t *index);
 TCM_HIDDEN void tcm__slot_release(tcm_slot_t *slot);
+/* Give the top n of objs[0..*count) back to tcmd a batch at a time, *count
+ * dropping as each is answered (count NULL: an array of one's own). */
+TCM_HIDDEN int tcm__return_objects(unsigned cls, void **objs, uint32_t n, uint32_t *count);
+/* Back `want` slots of an array in the channel before they are written;
+ * returns how many are backed (fewer only when /dev/shm is full). */
+TCM_HIDDEN uint32_t tcm__back_slots(void **slots, uint32_t *backed, uint32_t want);
+TCM_HIDDEN void tcm__fatal_refused(int st, unsigned cls) __attribute__((noreturn));
+
+/* xfer.c: the process's transfer tier */
+TCM_HIDDEN uint32_t tcm__xfer_put(unsigned cls, tcm_bin_t *b, uint32_t n); /* from b's top; how many went */
+TCM_HIDDEN uint32_t tcm__xfer_take(unsigned cls, void **dst, uint32_t want);
+TCM_HIDDEN bool tcm__xfer_empty(unsigned cls);
+/* Back to tcmd, largest classes first (the page-run cache before them),
+ * until it holds at most keep_bytes; 0: everything. */
+TCM_HIDDEN void tcm__xfer_trim(uint64_t keep_bytes);
+TCM_HIDDEN void *tcm__xfer_alloc(unsigned cls);        /* threads without a cache */
+TCM_HIDDEN void tcm__xfer_free(unsigned cls, void *p);
 
 /* tcache.c: slow paths */
 extern TCM_HIDDEN TCM_TLS tcm_thread_t *tcm__tls_thread;
@@ -138,8 +155,6 @@ TCM_HIDDEN void tcm__free_slow(void *p);
 TCM_HIDDEN void *tcm__large_alloc(size_t size, size_t align);
 TCM_HIDDEN void tcm__flush_all(void);
 TCM_HIDDEN void tcm__thread_reset_after_fork(void);
-TCM_HIDDEN int tcm__return_objects(unsigned cls, void **objs, uint32_t n, uint32_t *count);
-TCM_HIDDEN void tcm__trim_xfer(uint64_t keep_bytes);
 
 /* large.c: the process's cache of page runs */
 TCM_HIDDEN uint64_t tcm__large_take(uint32_t npages); /* offset of a cached run, 0 if none */

@@ -1,7 +1,9 @@
 /* tcache.c — the slow paths behind the thread cache: registering a thread,
- * refilling a bin (transfer tier first, then the daemon), growing bins with
- * use inside the thread's byte budget, releasing whole batches when a bin is
- * full, and flushing on thread exit and shutdown. */
+ * refilling a bin (transfer tier first, then the daemon, with batches asked
+ * for ahead on async slots), growing bins with use inside the thread's byte
+ * budget, releasing whole batches when a bin is full, and flushing on thread
+ * exit, shutdown and fork. The transfer tier is xfer.c; posting requests
+ * and waiting for answers, channel.c. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
@@ -18,26 +20,9 @@ tcm_tcache_t tcm__empty_tcache;
 #define MIN_THREAD_BUDGET (256u << 10)
 #define MAX_THREAD_BUDGET (16u << 20)
 
-/* Back `want` slots of an array in the channel before they are written;
- * returns how many are backed (fewer only when /dev/shm is full). */
-static uint32_t back_slots(void **slots, uint32_t *backed, uint32_t want)
-{
-    if (want <= *backed)
-        return want;
-    uint32_t to = (want + 511) & ~511u; /* a page of pointers at a time */
-    if (tcm__populate(slots + *backed, (uint64_t)(to - *backed) * sizeof(void *)) == 0)
-        *backed = to;
-    return want < *backed ? want : *backed;
-}
-
 static tcm_tcache_t *thread_tcache(uint32_t idx)
 {
     return (tcm_tcache_t *)(tcm__proc.chan + tcm__tcache_off(&tcm__proc.lay, idx));
-}
-
-static void **xfer_slots(unsigned cls)
-{
-    return (void **)(tcm__proc.chan + tcm__proc.lay.off_xfer + tcm__proc.lay.xfer_slot_off[cls]);
 }
 
 static uint64_t thread_budget(void)
@@ -46,42 +31,6 @@ static uint64_t thread_budget(void)
     uint32_t n = atomic_load_explicit(&tcm__proc.nthreads, memory_order_relaxed);
     uint64_t b = total / (n ? n : 1);
     return b < MIN_THREAD_BUDGET ? MIN_THREAD_BUDGET : b > MAX_THREAD_BUDGET ? MAX_THREAD_BUDGET : b;
-}
-
-static void fatal_refused(int st, unsigned cls)
-{
-    tcm__fatal("tcm_free(): tcmd refused an object of class %u: %s (double free or invalid pointer)",
-               cls, tcm__status_msg(st));
-}
-
-/* Give the top n objects of a cache array (objs[0..*count)) back to the
- * daemon, MAX_BATCH at a time, from the top. *count drops by each batch
- * once it is answered and before the slot goes back to IDLE, so a tcmd that
- * reclaims this process after a death never frees an object it already
- * took back (and may have handed to another process): it skips those that
- * an answered RETURN still lists. count may be NULL (an array of one's own). */
-int tcm__return_objects(unsigned cls, void **objs, uint32_t n, uint32_t *count)
-{
-    uintptr_t base = (uintptr_t)tcm__proc.heap;
-    uint32_t top = count ? *count : n;
-    while (n) {
-        uint32_t k = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH, idx;
-        tcm_slot_t *slot = tcm__slot_acquire(&idx);
-        slot->op = TCM_OP_RETURN;
-        slot->cls = cls;
-        slot->count = k;
-        for (uint32_t i = 0; i < k; i++)
-            slot->offs[i] = (uintptr_t)objs[top - k + i] - base;
-        int st = tcm__call(slot, idx);
-        top -= k;
-        if (count)
-            *count = top;
-        tcm__slot_release(slot);
-        if (st != TCM_ST_OK && st != TCM_ST_NOMEM)
-            fatal_refused(st, cls);
-        n -= k;
-    }
-    return 0;
 }
 
 static tcm_slot_t *async_take(tcm_thread_t *thr, uint32_t *idx);
@@ -119,66 +68,21 @@ static void return_async(tcm_thread_t *thr, unsigned cls, tcm_bin_t *b, uint32_t
 
 /* Move the objects of a thread's bin above keep out of it: the top ones
  * into the process's transfer tier as far as it has room (unless
- * to_daemon), the rest to the daemon. Leaves b->count = keep. async: the calling thread, whose bin it is,
- * does not wait for tcmd to take a single batch (NULL: it waits). */
+ * to_daemon), the rest to the daemon. Leaves b->count = keep. async: the
+ * calling thread, whose bin it is, does not wait for tcmd to take a single
+ * batch (NULL: it waits). */
 static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t keep, bool to_daemon, tcm_thread_t *async)
 {
-    tcm_proc_t *pr = &tcm__proc;
-    const tcm_class_info_t *ci = &pr->classes[cls];
-    uint32_t n = b->count - keep, take = 0;
+    uint32_t n = b->count - keep;
     /* the tier trades between the process's threads: with one thread it
      * would only pin memory */
-    if (!to_daemon && atomic_load_explicit(&pr->nthreads, memory_order_relaxed) > 1) {
-        uint64_t budget = atomic_load_explicit(&pr->meta->config.xfer_budget, memory_order_relaxed);
-        pthread_mutex_lock(&pr->xfer_lock[cls]);
-        tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
-        uint32_t room = ci->xfer_cap - x->count;
-        uint64_t used = atomic_load_explicit(&pr->xfer_bytes, memory_order_relaxed);
-        uint64_t fits = used < budget ? (budget - used) / ci->size : 0;
-        take = n < room ? n : room;
-        if (take > fits)
-            take = (uint32_t)fits;
-        take = back_slots(xfer_slots(cls), &pr->xfer_backed[cls], x->count + take) - x->count;
-        /* the top ones, and the bin drops them before the lock lets another
-         * thread take them: once they can travel to another process, a
-         * reclaim of this one must not find them in its bin */
-        memcpy(xfer_slots(cls) + x->count, b->slots + b->count - take, take * sizeof(void *));
-        x->count += take;
-        b->count -= take;
-        pthread_mutex_unlock(&pr->xfer_lock[cls]);
-        if (take)
-            atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
-        atomic_fetch_add_explicit(&pr->xfer_bytes, (uint64_t)take * ci->size, memory_order_relaxed);
-    }
-    n -= take;
+    if (!to_daemon && atomic_load_explicit(&tcm__proc.nthreads, memory_order_relaxed) > 1)
+        n -= tcm__xfer_put(cls, b, n);
     if (n && async && n <= TCM_MAX_BATCH)
         return_async(async, cls, b, n);
     else if (n)
         tcm__return_objects(cls, b->slots, n, &b->count);
     b->count = keep;
-}
-
-static uint32_t take_from_xfer(unsigned cls, void **dst, uint32_t want)
-{
-    tcm_proc_t *pr = &tcm__proc;
-    pthread_mutex_lock(&pr->xfer_lock[cls]);
-    tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
-    uint32_t k = x->count < want ? x->count : want;
-    memcpy(dst, xfer_slots(cls) + (x->count - k), k * sizeof(void *));
-    x->count -= k;
-    pthread_mutex_unlock(&pr->xfer_lock[cls]);
-    if (k)
-        atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&pr->xfer_bytes, (uint64_t)k * pr->classes[cls].size, memory_order_relaxed);
-    return k;
-}
-
-static bool xfer_empty(unsigned cls)
-{
-    pthread_mutex_lock(&tcm__proc.xfer_lock[cls]);
-    bool empty = tcm__proc.chan_hdr->xfer[cls].count == 0;
-    pthread_mutex_unlock(&tcm__proc.xfer_lock[cls]);
-    return empty;
 }
 
 /* *asked: on NOMEM, how many other processes tcmd asked to give back what
@@ -244,7 +148,7 @@ static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *into)
     }
     atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
     if (slot->op == TCM_OP_RETURN && st != TCM_ST_OK && st != TCM_ST_NOMEM)
-        fatal_refused(st, cls);
+        tcm__fatal_refused(st, cls);
 }
 
 static uint32_t async_index(const tcm_thread_t *thr, uint32_t j)
@@ -340,7 +244,7 @@ static void grow(tcm_thread_t *thr, unsigned cls, uint32_t more)
         more = (uint32_t)(left / ci->size);
     if (b->max == 0 && more == 0)
         more = 1; /* every class may hold at least one object */
-    more = back_slots(b->slots, &thr->backed[cls], b->max + more) - b->max;
+    more = tcm__back_slots(b->slots, &thr->backed[cls], b->max + more) - b->max;
     b->max += more;
     thr->capacity += (uint64_t)more * ci->size;
 }
@@ -366,24 +270,6 @@ static void shrink_to_budget(tcm_thread_t *thr)
     }
 }
 
-/* Give the process's transfer tier back to the daemon, largest classes
- * first, until it holds at most keep_bytes. */
-void tcm__trim_xfer(uint64_t keep_bytes)
-{
-    tcm_proc_t *pr = &tcm__proc;
-    if (atomic_load(&pr->xfer_bytes) > keep_bytes)
-        tcm__large_trim(); /* whole runs first: one request each frees the most */
-    for (unsigned cls = TCM_NCLASSES - 1; cls >= 1 && atomic_load(&pr->xfer_bytes) > keep_bytes; cls--) {
-        pthread_mutex_lock(&pr->xfer_lock[cls]);
-        tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
-        if (x->count) {
-            atomic_fetch_sub(&pr->xfer_bytes, (uint64_t)x->count * pr->classes[cls].size);
-            tcm__return_objects(cls, xfer_slots(cls), x->count, &x->count);
-        }
-        pthread_mutex_unlock(&pr->xfer_lock[cls]);
-    }
-}
-
 static void thread_flush(tcm_thread_t *thr, bool to_daemon);
 
 static void check_config(tcm_thread_t *thr)
@@ -401,7 +287,7 @@ static void check_config(tcm_thread_t *thr)
     thr->budget = thread_budget();
     settle_all(thr, false); /* what it asked for ahead goes back: the budget may be smaller */
     shrink_to_budget(thr);
-    tcm__trim_xfer(atomic_load_explicit(&tcm__proc.meta->config.xfer_budget, memory_order_relaxed));
+    tcm__xfer_trim(atomic_load_explicit(&tcm__proc.meta->config.xfer_budget, memory_order_relaxed));
 }
 
 static void thread_flush(tcm_thread_t *thr, bool to_daemon)
@@ -422,7 +308,7 @@ static void flush_for_nomem(void)
 {
     if (tcm__tls_thread)
         thread_flush(tcm__tls_thread, true);
-    tcm__trim_xfer(0);
+    tcm__xfer_trim(0);
 }
 
 static void thread_forget(void)
@@ -446,7 +332,7 @@ static void thread_exit(void *arg)
          * before its index is given to a new thread. */
         thread_flush(thr, !pr->bg_running);
         if (atomic_fetch_sub(&pr->nthreads, 1) <= 2 && !pr->bg_running)
-            tcm__trim_xfer(0);
+            tcm__xfer_trim(0);
         thr->tc->in_use = 0;
         pthread_mutex_lock(&pr->tcache_lock);
         pr->tcache_used[thr->index] = 0;
@@ -561,13 +447,13 @@ static bool refill(tcm_thread_t *thr, unsigned cls)
         settle_slot(ahead, idx, thr);
         if (b->count) {
             slow_start(thr, cls);
-            if (xfer_empty(cls)) /* still nothing from this process's other threads */
+            if (tcm__xfer_empty(cls)) /* still nothing from this process's other threads */
                 fetch_ahead(thr, cls);
             return true;
         }
     }
     uint64_t asked = 0;
-    uint32_t got = take_from_xfer(cls, b->slots, want);
+    uint32_t got = tcm__xfer_take(cls, b->slots, want);
     bool from_daemon = !got;
     if (!got)
         got = take_from_daemon(thr, cls, b->slots, want, &asked);
@@ -632,65 +518,6 @@ void *tcm__large_alloc(size_t size, size_t align)
     return tcm__proc.heap + off;
 }
 
-/* Threads beyond --max-threads have no cache of their own: they share the
- * process's transfer tier, which fetches and gives back whole batches, so
- * they pay a lock per object and a round trip per batch instead of a round
- * trip per object. */
-static void *shared_alloc(unsigned cls)
-{
-    tcm_proc_t *pr = &tcm__proc;
-    const tcm_class_info_t *ci = &pr->classes[cls];
-    void *p = NULL;
-    pthread_mutex_lock(&pr->xfer_lock[cls]);
-    tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
-    if (!x->count) { /* one batch into the tier, through the spare slot */
-        uint32_t want = back_slots(xfer_slots(cls), &pr->xfer_backed[cls], ci->batch), idx;
-        tcm_slot_t *slot = tcm__slot_acquire(&idx);
-        slot->op = TCM_OP_REFILL;
-        slot->cls = cls;
-        slot->count = want ? want : 1;
-        if (want && tcm__call(slot, idx) == TCM_ST_OK) {
-            uint32_t n = slot->nresult < want ? slot->nresult : want;
-            for (uint32_t i = 0; i < n; i++)
-                xfer_slots(cls)[i] = pr->heap + slot->offs[i];
-            x->count = n; /* before the slot is released: a reclaim finds them in one place or both */
-            atomic_fetch_add_explicit(&pr->xfer_bytes, (uint64_t)n * ci->size, memory_order_relaxed);
-        }
-        tcm__slot_release(slot);
-    }
-    if (x->count) {
-        p = xfer_slots(cls)[--x->count];
-        atomic_fetch_sub_explicit(&pr->xfer_bytes, ci->size, memory_order_relaxed);
-    }
-    pthread_mutex_unlock(&pr->xfer_lock[cls]);
-    return p;
-}
-
-static void shared_free(unsigned cls, void *p)
-{
-    tcm_proc_t *pr = &tcm__proc;
-    const tcm_class_info_t *ci = &pr->classes[cls];
-    pthread_mutex_lock(&pr->xfer_lock[cls]);
-    tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
-    uint64_t budget = atomic_load_explicit(&pr->meta->config.xfer_budget, memory_order_relaxed);
-    bool full = x->count >= ci->xfer_cap ||
-                atomic_load_explicit(&pr->xfer_bytes, memory_order_relaxed) + ci->size > budget;
-    if (full && x->count) { /* make room a batch at a time */
-        uint32_t k = x->count < ci->batch ? x->count : ci->batch;
-        atomic_fetch_sub_explicit(&pr->xfer_bytes, (uint64_t)k * ci->size, memory_order_relaxed);
-        tcm__return_objects(cls, xfer_slots(cls), k, &x->count);
-        full = false;
-    }
-    if (!full && back_slots(xfer_slots(cls), &pr->xfer_backed[cls], x->count + 1) > x->count) {
-        xfer_slots(cls)[x->count++] = p;
-        atomic_fetch_add_explicit(&pr->xfer_bytes, ci->size, memory_order_relaxed);
-        p = NULL;
-    }
-    pthread_mutex_unlock(&pr->xfer_lock[cls]);
-    if (p) /* no room at all (a zero budget, a full /dev/shm) */
-        tcm__return_objects(cls, &p, 1, NULL);
-}
-
 void *tcm__malloc_slow(size_t size)
 {
     if (size > TCM_MAX_SMALL)
@@ -702,7 +529,7 @@ void *tcm__malloc_slow(size_t size)
             errno = ENOMEM;
             return NULL;
         }
-        void *p = shared_alloc(cls);
+        void *p = tcm__xfer_alloc(cls);
         if (!p)
             errno = ENOMEM;
         return p;
@@ -746,7 +573,7 @@ void tcm__free_slow(void *p)
 
     tcm_thread_t *thr = current_thread();
     if (!thr) {
-        shared_free(cls, p);
+        tcm__xfer_free(cls, p);
         return;
     }
     tcm_bin_t *b = &thr->tc->bins[cls];
@@ -782,12 +609,7 @@ void tcm__flush_all(void)
             b->max = 0;
         }
     }
-    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-        tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
-        if (x->count)
-            tcm__return_objects(cls, xfer_slots(cls), x->count, &x->count);
-    }
-    tcm__large_trim();
+    tcm__xfer_trim(0);
     atomic_store(&pr->xfer_bytes, 0);
     tcm_thread_t *thr = tcm__tls_thread;
     if (thr) {
