@@ -154,8 +154,7 @@ static int run(tcm_server_t *srv, int ready_fd)
              srv->socket_path, srv->heap_name, (unsigned long long)srv->heap_size, (unsigned long long)srv->base,
              srv->adopted ? " (adopted)" : "");
     if (ready_fd >= 0) {
-        (void)!write(ready_fd, "k", 1);
-        close(ready_fd);
+        tcm__detach_ready(ready_fd);
         ready_fd = -1;
     }
     uv_run(srv->loop, UV_RUN_DEFAULT);
@@ -181,7 +180,7 @@ out_segments:
     tcm__segments_close(srv);
 out:
     if (ready_fd >= 0)
-        close(ready_fd);
+        tcm__close(ready_fd);
     uv_loop_close(srv->loop);
     return rc;
 }
@@ -297,7 +296,7 @@ int main(int argc, char **argv)
     }
     int fd = tcm__connect(srv->socket_path);
     if (fd >= 0) {
-        close(fd);
+        tcm__close(fd);
         fprintf(stderr, "tcmd: a daemon is already running on %s\n", srv->socket_path);
         return 1;
     }
@@ -320,35 +319,17 @@ int main(int argc, char **argv)
 
     /* Detach, but report failure to start: the parent exits only once the
      * child listens (status 0) or has given up (status 1). */
-    int pipefd[2];
-    if (pipe2(pipefd, O_CLOEXEC) != 0) {
-        perror("tcmd: pipe");
-        return 1;
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("tcmd: fork");
-        return 1;
-    }
+    int ready;
+    pid_t pid = tcm__detach(fileno(log), &ready);
+    if (pid == 0)
+        return run(srv, ready);
     if (pid > 0) {
-        close(pipefd[1]);
-        char c;
-        ssize_t n = read(pipefd[0], &c, 1);
-        if (n == 1) {
-            printf("tcmd: started (pid %d), socket %s\n", (int)pid, srv->socket_path);
-            return 0;
-        }
+        printf("tcmd: started (pid %d), socket %s\n", (int)pid, srv->socket_path);
+        return 0;
+    }
+    if (pid == -ECHILD)
         fprintf(stderr, "tcmd: failed to start; see %s\n", srv->log_path);
-        return 1;
-    }
-    close(pipefd[0]);
-    setsid();
-    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (null >= 0) {
-        dup2(null, 0);
-        dup2(null, 1);
-        dup2(fileno(log), 2);
-        close(null);
-    }
-    return run(srv, pipefd[1]);
+    else
+        fprintf(stderr, "tcmd: cannot go to the background: %s\n", strerror((int)-pid));
+    return 1;
 }

@@ -4,12 +4,10 @@
 #include "prim.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <unistd.h> /* getuid */
 
 uint8_t *tcm__frame_pack(const ProtobufCMessage *msg, size_t *len)
 {
@@ -45,56 +43,13 @@ int tcm__frame_next(const uint8_t *buf, size_t len, const uint8_t **payload, siz
     return 1;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* fds (may be NULL): descriptors that come with the bytes are collected */
-static int read_all(int fd, uint8_t *p, size_t n, int timeout_ms, int *fds, int maxfds, int *nfds)
-{
-    while (n) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int r = poll(&pfd, 1, timeout_ms);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -errno;
-        if (r == 0)
-            return -ETIMEDOUT;
-        long got = fds ? tcm__recv_with_fds(fd, p, n, fds, maxfds, nfds) : (long)recv(fd, p, n, 0);
-        if (got < 0 && !fds)
-            got = -errno;
-        if (got < 0) {
-            if (got == -EINTR || got == -EAGAIN)
-                continue;
-            return (int)got;
-        }
-        if (got == 0)
-            return -ECONNRESET;
-        p += got;
-        n -= (size_t)got;
-    }
-    return 0;
-}
-
 int tcm__frame_send(int fd, const Tcm__Request *req)
 {
     size_t len;
     uint8_t *buf = tcm__frame_pack(&req->base, &len);
     if (!buf)
         return -ENOMEM;
-    int err = write_all(fd, buf, len);
+    int err = tcm__send_all(fd, buf, len);
     free(buf);
     return err;
 }
@@ -107,7 +62,7 @@ Tcm__Response *tcm__frame_recv(int fd, int timeout_ms)
 Tcm__Response *tcm__frame_recv_fds(int fd, int timeout_ms, int *fds, int maxfds, int *nfds)
 {
     uint8_t hdr[4];
-    int err = read_all(fd, hdr, 4, timeout_ms, fds, maxfds, nfds);
+    int err = tcm__recv_all(fd, hdr, 4, timeout_ms, fds, maxfds, nfds);
     if (err) {
         errno = -err;
         return NULL;
@@ -122,7 +77,7 @@ Tcm__Response *tcm__frame_recv_fds(int fd, int timeout_ms, int *fds, int maxfds,
         errno = ENOMEM;
         return NULL;
     }
-    err = read_all(fd, buf, n, timeout_ms, fds, maxfds, nfds);
+    err = tcm__recv_all(fd, buf, n, timeout_ms, fds, maxfds, nfds);
     Tcm__Response *resp = err ? NULL : tcm__response__unpack(NULL, n, buf);
     free(buf);
     if (!resp)

@@ -70,9 +70,21 @@ int tcm__send_with_fds(int sockfd, const void *buf, size_t len, const int *fds, 
  * are added to fds[*nfds..maxfds), extra ones are closed. Bytes read, or
  * -errno; 0 at EOF. */
 long tcm__recv_with_fds(int sockfd, void *buf, size_t len, int *fds, int maxfds, int *nfds);
+/* All len bytes, blocking (no SIGPIPE); 0 or -errno. */
+int tcm__send_all(int sockfd, const void *buf, size_t len);
+/* Exactly len bytes within timeout_ms of each read (< 0: forever),
+ * collecting descriptors as tcm__recv_with_fds does (fds may be NULL): 0,
+ * -ETIMEDOUT, -ECONNRESET at EOF, or -errno. */
+int tcm__recv_all(int sockfd, void *buf, size_t len, int timeout_ms, int *fds, int maxfds, int *nfds);
 /* Leave a unix socket file at path that nobody listens on: connecting
  * gives ECONNREFUSED, which clients read as "tcmd is restarting". */
 int tcm__socket_placeholder(const char *path);
+/* Go to the background. In the parent: the child's pid once it has called
+ * tcm__detach_ready, -ECHILD if it gave up first, or -errno. In the child:
+ * 0, in a session of its own, stdin and stdout on /dev/null, stderr on
+ * log_fd, with *ready for tcm__detach_ready. */
+pid_t tcm__detach(int log_fd, int *ready);
+void tcm__detach_ready(int ready);
 uint64_t tcm__now_ns(void);
 uint64_t tcm__random64(void);        /* unpredictable, for resume tokens */
 void tcm__sleep_ns(uint64_t ns);

@@ -250,6 +250,47 @@ int tcm__peer_cred(int sockfd, pid_t *pid, uid_t *uid, gid_t *gid)
     return 0;
 }
 
+pid_t tcm__detach(int log_fd, int *ready)
+{
+    int pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC) != 0)
+        return -errno;
+    pid_t pid = fork();
+    if (pid < 0) {
+        int err = -errno;
+        close(pipefd[0]);
+        close(pipefd[1]);
+        return err;
+    }
+    if (pid > 0) {
+        close(pipefd[1]);
+        char c;
+        ssize_t n;
+        do
+            n = read(pipefd[0], &c, 1);
+        while (n < 0 && errno == EINTR);
+        close(pipefd[0]);
+        return n == 1 ? pid : -ECHILD;
+    }
+    close(pipefd[0]);
+    setsid();
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(log_fd, 2);
+        close(null);
+    }
+    *ready = pipefd[1];
+    return 0;
+}
+
+void tcm__detach_ready(int ready)
+{
+    (void)!write(ready, "k", 1);
+    close(ready);
+}
+
 uint64_t tcm__now_ns(void)
 {
     struct timespec ts;
@@ -339,6 +380,50 @@ long tcm__recv_with_fds(int sockfd, void *buf, size_t len, int *fds, int maxfds,
         }
     }
     return (long)n;
+}
+
+int tcm__send_all(int sockfd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t w = send(sockfd, p, len, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+int tcm__recv_all(int sockfd, void *buf, size_t len, int timeout_ms, int *fds, int maxfds, int *nfds)
+{
+    uint8_t *p = buf;
+    int none = 0;
+    if (!fds)
+        maxfds = 0, nfds = &none;
+    while (len) {
+        struct pollfd pfd = {.fd = sockfd, .events = POLLIN};
+        int r = poll(&pfd, 1, timeout_ms);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -errno;
+        if (r == 0)
+            return -ETIMEDOUT;
+        long got = tcm__recv_with_fds(sockfd, p, len, fds, maxfds, nfds);
+        if (got == -EINTR || got == -EAGAIN)
+            continue;
+        if (got < 0)
+            return (int)got;
+        if (got == 0)
+            return -ECONNRESET;
+        p += got;
+        len -= (size_t)got;
+    }
+    return 0;
 }
 
 /* A unix stream socket and the address of path; fd or -errno. */
