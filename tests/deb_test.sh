@@ -34,4 +34,4 @@ for _ in $(seq 100); do "$work/root/usr/bin/tcmctl" --socket "$sock" ping > /dev
 kill "$daemon"
 wait "$daemon"
 daemon=
-echo "deb: $(basename "$deb"), $(wc -l <<< "$list") entries; 1 passed, 0 failed"
+echo "deb: $(basename "$deb"), $(wc -l <<< "$list") entries, unpacked daemon and CLI answered"

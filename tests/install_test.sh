@@ -58,4 +58,4 @@ for _ in $(seq 100); do "$prefix/bin/tcmctl" --socket "$sock" ping > /dev/null 2
 kill "$daemon"
 wait "$daemon"
 daemon=
-echo "install: 1 passed, 0 failed"
+echo "install: a program built with pkg-config ran against the installed tree"

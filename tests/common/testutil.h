@@ -59,15 +59,7 @@ int tt_wait(pid_t pid, int timeout_ms);
 /* Expect a normal exit with status 0. */
 void tt_wait_ok(pid_t pid, int timeout_ms);
 
-/* Test cases, each in a child process of its own (fork) with a timeout: a
- * CHECK that aborts, a crash or a hang fails that case only and the next
- * one runs. Prints "ok"/"FAIL" per case and "SUITE: N passed, M failed"
- * (counted); returns the number that failed. */
-typedef struct tt_case {
-    const char *name;
-    void (*fn)(void);
-} tt_case_t;
-int tt_run_cases(const char *suite, const tt_case_t *cases, size_t n, int timeout_ms);
+#include "cases.h"
 
 /* Path of a test helper binary built next to the tests. */
 const char *tt_path(const char *name, char *buf, size_t len);

@@ -116,12 +116,8 @@ static int member(void *arg)
     return 0;
 }
 
-int main(void)
+static void test_other_user(void)
 {
-    if (geteuid() != 0) {
-        printf("access: skipped (needs root to run clients as another user)\n");
-        return 77;
-    }
     phase = mmap(NULL, sizeof *phase, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(phase != MAP_FAILED);
     const char *args[] = {"--allow-group", "65534", NULL};
@@ -144,6 +140,14 @@ int main(void)
     CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
     tt_check_heap(&d);
     tt_daemon_stop(&d);
-    printf("access: 1 passed, 0 failed\n");
-    return 0;
+}
+
+int main(void)
+{
+    if (geteuid() != 0) {
+        printf("access: skipped (needs root to run clients as another user)\n");
+        return 77;
+    }
+    static const tt_case_t cases[] = {{"a member of --allow-group", test_other_user}};
+    return tt_run_cases("access", cases, 1, 120000) != 0;
 }

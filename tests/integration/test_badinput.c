@@ -260,13 +260,15 @@ int main(void)
 {
     tt_daemon_start(&d, NULL);
     CHECK_EQ(tcm_init(d.socket), 0);
-    test_frames();
-    test_idle_connections();
-    test_ring_garbage();
+    static const tt_case_t cases[] = {
+        {"frames", test_frames},
+        {"idle connections", test_idle_connections},
+        {"ring garbage", test_ring_garbage},
+    };
+    int failed = tt_run_cases("badinput", cases, sizeof cases / sizeof cases[0], 120000);
     tcm_shutdown();
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
     CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
     tt_daemon_stop(&d);
-    printf("badinput: 3 passed, 0 failed\n");
-    return 0;
+    return failed != 0;
 }

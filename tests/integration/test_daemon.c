@@ -15,9 +15,12 @@
 #include "tcm.h"
 #include "testutil.h"
 
-static void test_second_daemon(const tcm_test_daemon_t *d)
+static tcm_test_daemon_t daemon_;
+
+static void test_second_daemon(void)
 {
-    char cmd[512], out[4096];
+    const tcm_test_daemon_t *d = &daemon_;
+    char cmd[1024], out[4096];
     /* same socket */
     snprintf(cmd, sizeof cmd, "%s --foreground --socket %s --name other%d 2>&1", TCMD_PATH, d->socket, (int)getpid());
     CHECK_EQ(tt_run(cmd, out, sizeof out), 1);
@@ -31,13 +34,14 @@ static void test_second_daemon(const tcm_test_daemon_t *d)
     CHECK(tt_daemon_alive(d));
 }
 
-static void test_permissions(const tcm_test_daemon_t *d)
+static void test_permissions(void)
 {
+    const tcm_test_daemon_t *d = &daemon_;
     struct stat st;
     CHECK_EQ(stat(d->socket, &st), 0);
     CHECK(S_ISSOCK(st.st_mode));
     CHECK_EQ(st.st_mode & 077, 0);
-    char path[128];
+    char path[256];
     snprintf(path, sizeof path, "/dev/shm/tcm.%s.heap", d->name);
     CHECK_EQ(stat(path, &st), 0);
     CHECK_EQ(st.st_mode & 0777, 0600);
@@ -91,8 +95,9 @@ static void test_permissions(const tcm_test_daemon_t *d)
     chmod(d->socket, 0700);
 }
 
-static void test_tcmctl(const tcm_test_daemon_t *d)
+static void test_tcmctl(void)
 {
+    const tcm_test_daemon_t *d = &daemon_;
     char cmd[512], out[16384];
     void *p = tcm_malloc(1 << 20); /* something to see */
     snprintf(cmd, sizeof cmd, "%s --socket %s ping", TCMCTL_PATH, d->socket);
@@ -168,16 +173,17 @@ static void test_detached_start(void)
 
 int main(void)
 {
-    tcm_test_daemon_t d;
-    tt_daemon_start(&d, NULL);
-    CHECK_EQ(tcm_init(d.socket), 0);
-    test_second_daemon(&d);
-    test_permissions(&d);
-    test_tcmctl(&d);
-    test_no_daemon();
-    test_detached_start();
+    tt_daemon_start(&daemon_, NULL);
+    CHECK_EQ(tcm_init(daemon_.socket), 0);
+    static const tt_case_t cases[] = {
+        {"second daemon", test_second_daemon},
+        {"permissions", test_permissions},
+        {"tcmctl", test_tcmctl},
+        {"no daemon", test_no_daemon},
+        {"detached start", test_detached_start},
+    };
+    int failed = tt_run_cases("daemon", cases, sizeof cases / sizeof cases[0], 120000);
     tcm_shutdown();
-    tt_daemon_stop(&d); /* SIGTERM: exit 0, segments and socket gone */
-    printf("daemon: 5 passed, 0 failed\n");
-    return 0;
+    tt_daemon_stop(&daemon_); /* SIGTERM: exit 0, segments and socket gone */
+    return failed != 0;
 }

@@ -346,12 +346,14 @@ static void test_full_heap_takes_back(void)
     tt_daemon_stop(&d);
 }
 
-int main(void)
+/* A process frees everything and exits; `tcmctl release` gives the pages
+ * back, measured from the segment's blocks. */
+static void test_release(void)
 {
     tcm_test_daemon_t d;
     tt_daemon_start(&d, NULL);
     socket_path = d.socket;
-    phase = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    atomic_store(phase, 0);
     pid_t pid = tt_fork(workload, NULL);
     wait_phase(pid, 1);
     uint64_t peak = tt_stat(&d, "bytes_committed");
@@ -383,12 +385,20 @@ int main(void)
     tcm_free(p);
     tcm_shutdown();
     tt_daemon_stop(&d);
-    test_decay();
-    test_idle_transfer_tier();
-    test_exited_threads();
-    test_release_takes_caches();
-    test_busy_decay();
-    test_full_heap_takes_back();
-    printf("memory: 7 passed, 0 failed\n");
-    return 0;
+}
+
+int main(void)
+{
+    phase = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(phase != MAP_FAILED);
+    static const tt_case_t cases[] = {
+        {"release", test_release},
+        {"decay", test_decay},
+        {"idle transfer tier", test_idle_transfer_tier},
+        {"exited threads", test_exited_threads},
+        {"release takes caches", test_release_takes_caches},
+        {"busy decay", test_busy_decay},
+        {"full heap takes back", test_full_heap_takes_back},
+    };
+    return tt_run_cases("memory", cases, sizeof cases / sizeof cases[0], 120000) != 0;
 }

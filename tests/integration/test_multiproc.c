@@ -24,7 +24,7 @@ static pid_t spawn(const char *mode, const char *root, const char *root2)
     return pid;
 }
 
-int main(void)
+static void test_processes(void)
 {
     tcm_test_daemon_t d;
     tt_daemon_start(&d, NULL);
@@ -75,6 +75,10 @@ int main(void)
     CHECK_EQ(tt_stat(&d, "bytes_orphaned"), 0);
     CHECK_GE(tt_stat(&d, "clients_total"), 5);
     tt_daemon_stop(&d);
-    printf("multiproc: 1 passed, 0 failed\n");
-    return 0;
+}
+
+int main(void)
+{
+    static const tt_case_t cases[] = {{"processes on one heap", test_processes}};
+    return tt_run_cases("multiproc", cases, 1, 240000) != 0;
 }

@@ -53,7 +53,7 @@ int main(int argc, char **argv)
     uint64_t orphaned = tt_stat(&d, "bytes_orphaned"), in_use = tt_stat(&d, "bytes_clients");
     CHECK_EQ(in_use, orphaned);
     printf("client kill stress: %d kills under %d workers, %llu operations, %llu objects handed between "
-           "processes, %llu cached objects reclaimed, %llu bytes orphaned (in use %llu); 1 passed, 0 failed\n",
+           "processes, %llu cached objects reclaimed, %llu bytes orphaned (in use %llu)\n",
            kills, WORKERS, (unsigned long long)atomic_load(&wl->ops), (unsigned long long)atomic_load(&wl->handed_over),
            (unsigned long long)reclaimed, (unsigned long long)orphaned, (unsigned long long)in_use);
     CHECK_GT(reclaimed, 0);

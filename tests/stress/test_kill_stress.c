@@ -51,7 +51,7 @@ int main(int argc, char **argv)
     uint64_t after = tt_stat(&d, "bytes_committed");
     CHECK_LT(after, peak / 20);
     printf("kill stress: %d kills under %d workers, %llu operations, %llu objects handed between processes, "
-           "%llu requests redone, %llu served again; committed %llu of a %llu peak after release; 1 passed, 0 failed\n",
+           "%llu requests redone, %llu served again; committed %llu of a %llu peak after release\n",
            kills, WORKERS, (unsigned long long)atomic_load(&wl->ops), (unsigned long long)atomic_load(&wl->handed_over),
            (unsigned long long)tt_stat(&d, "recovery_redone"), (unsigned long long)tt_stat(&d, "recovery_rolled_back"),
            (unsigned long long)after, (unsigned long long)peak);

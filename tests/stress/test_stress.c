@@ -187,7 +187,7 @@ int main(void)
     CHECK_EQ(tt_stat(&d, "refused"), 0);
     CHECK_EQ(tt_stat(&d, "clients_died"), 0);
     CHECK_EQ(tt_stat(&d, "bytes_orphaned"), 0);
-    printf("stress: %d procs x %d threads x %d ops, %d handed over at exit; 1 passed, 0 failed\n", PROCS,
+    printf("stress: %d procs x %d threads x %d ops, %d handed over at exit\n", PROCS,
            THREADS, OPS, left);
     tt_daemon_stop(&d);
     return 0;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "cases.h"
 #include "heap.h"
 #include "prim.h"
 
@@ -239,14 +240,24 @@ static void test_roots(void)
     CHECK(!used && off == 0 && name[0] == 0);
 }
 
+/* Each case on a heap of its own, set up in its own process. */
+#define ON_A_NEW_HEAP(name) \
+    static void case_##name(void) \
+    { \
+        setup(); \
+        test_##name(); \
+    }
+ON_A_NEW_HEAP(runs)
+ON_A_NEW_HEAP(objects)
+ON_A_NEW_HEAP(release)
+ON_A_NEW_HEAP(limit)
+ON_A_NEW_HEAP(roots)
+
 int main(void)
 {
-    setup();
-    test_runs();
-    test_objects();
-    test_release();
-    test_limit();
-    test_roots();
-    printf("pageheap: 5 passed, 0 failed\n");
-    return 0;
+    static const tt_case_t cases[] = {
+        {"runs", case_runs}, {"objects", case_objects}, {"release", case_release},
+        {"limit", case_limit}, {"roots", case_roots},
+    };
+    return tt_run_cases("pageheap", cases, sizeof cases / sizeof cases[0], 60000) != 0;
 }

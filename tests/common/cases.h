@@ -1,0 +1,18 @@
+/* cases.h — test cases, each in a child process of its own (fork) with a
+ * timeout: a CHECK that aborts, a crash or a hang fails that case only and
+ * the next one runs. Prints "ok"/"FAIL" per case and "SUITE: N passed, M
+ * failed" (counted); returns the number that failed. Linked by unit and
+ * integration tests alike. */
+#ifndef TCM_TEST_CASES_H
+#define TCM_TEST_CASES_H
+
+#include <stddef.h>
+
+typedef struct tt_case {
+    const char *name;
+    void (*fn)(void);
+} tt_case_t;
+
+int tt_run_cases(const char *suite, const tt_case_t *cases, size_t n, int timeout_ms);
+
+#endif
