@@ -171,7 +171,7 @@ int tcm_stat(const char *name, uint64_t *value)
     if (err)
         return err;
     const tcm_heap_stats_t *st = &tcm__proc.meta->stats;
-#define TCM_STAT_LOOKUP(field, kind, doc)                                                                    \
+#define TCM_STAT_LOOKUP(field, kind, w, doc)                                                                 \
     if (strcmp(name, #field) == 0) {                                                                         \
         *value = atomic_load_explicit(&st->field, memory_order_relaxed);                                     \
         return 0;                                                                                            \

@@ -151,42 +151,44 @@ typedef struct tcm_config {
 _Static_assert(sizeof(tcm_config_t) == 64, "config is shared");
 
 /* X-macro of the heap statistics: one list for the struct, the protobuf
- * message, tcmctl's table and its JSON and /metrics. X(name, kind, doc):
- * kind G is a gauge, C a counter (monotonic). W: the heap thread, except
- * bytes_committed, bytes_limit and clients_attached (main thread); relaxed.
- * R: the main thread. Gauges are derived (recovery recomputes them);
+ * message, tcmctl's table and its JSON and /metrics. X(name, kind, writer,
+ * doc): kind G is a gauge, C a counter (monotonic). W: each has one writer,
+ * H the heap thread (or the recovery pass before it starts), M tcmd's main
+ * thread; single-writer relaxed stores (TCM_STAT_ADD and friends in
+ * daemon/heap.h check the writer at compile time). R: the main thread,
+ * clients (tcm_stat). Gauges are derived (recovery recomputes them);
  * counters survive restarts. */
 #define TCM_HEAP_STATS(X)                                                                      \
-    X(bytes_reserved, G, "heap segment size")                                                  \
-    X(bytes_limit, G, "current heap limit")                                                    \
-    X(bytes_spans, G, "bytes in spans handed to classes or large runs")                        \
-    X(bytes_clients, G, "bytes held by clients, in use + caches (bytes_orphaned included)")    \
-    X(bytes_central_free, G, "free objects in central lists")                                  \
-    X(bytes_pageheap_free, G, "free bytes in the page heap")                                   \
-    X(bytes_committed, G, "bytes of the heap backed by memory (st_blocks)")                    \
-    X(bytes_released, C, "bytes given back to the OS so far")                                  \
-    X(bytes_top, G, "high-water mark of pages ever used")                                      \
-    X(requests, C, "ring requests served")                                                     \
-    X(refused, C, "ring requests or objects refused as invalid")                               \
-    X(wakeups, C, "times the heap thread was woken from sleep")                                \
-    X(clients_attached, G, "clients attached now")                                             \
-    X(clients_total, C, "clients attached since the heap was created")                         \
-    X(clients_died, C, "clients that went away without detaching")                             \
-    X(reclaimed_objects, C, "cached objects taken back from departed clients")                 \
-    X(bytes_orphaned, G, "bytes still in use that departed clients had allocated")             \
-    X(restarts, C, "times a tcmd adopted this heap from a previous one")                       \
-    X(clients_resumed, C, "clients that reconnected to a new tcmd as the same client")         \
-    X(recovery_redone, C, "interrupted operations completed by a recovery")                    \
-    X(recovery_rolled_back, C, "interrupted requests a recovery served again from the start")  \
-    X(recovery_repairs, C, "inconsistencies a recovery found and repaired")                    \
-    X(last_recovery_us, G, "duration of the last recovery pass")                               \
-    X(validations, C, "whole-heap validations run")                                            \
-    X(validation_failures, C, "whole-heap validations that found an inconsistency")                 \
-    X(decays, C, "times an idle page heap gave its cached pages back by itself")                  \
-    X(flush_requests, C, "times a full heap asked every process to give back what it caches")
+    X(bytes_reserved, G, H, "heap segment size")                                                  \
+    X(bytes_limit, G, M, "current heap limit")                                                    \
+    X(bytes_spans, G, H, "bytes in spans handed to classes or large runs")                        \
+    X(bytes_clients, G, H, "bytes held by clients, in use + caches (bytes_orphaned included)")    \
+    X(bytes_central_free, G, H, "free objects in central lists")                                  \
+    X(bytes_pageheap_free, G, H, "free bytes in the page heap")                                   \
+    X(bytes_committed, G, M, "bytes of the heap backed by memory (st_blocks)")                    \
+    X(bytes_released, C, H, "bytes given back to the OS so far")                                  \
+    X(bytes_top, G, H, "high-water mark of pages ever used")                                      \
+    X(requests, C, H, "ring requests served")                                                     \
+    X(refused, C, H, "ring requests or objects refused as invalid")                               \
+    X(wakeups, C, H, "times the heap thread was woken from sleep")                                \
+    X(clients_attached, G, M, "clients attached now")                                             \
+    X(clients_total, C, M, "clients attached since the heap was created")                         \
+    X(clients_died, C, H, "clients that went away without detaching")                             \
+    X(reclaimed_objects, C, H, "cached objects taken back from departed clients")                 \
+    X(bytes_orphaned, G, H, "bytes still in use that departed clients had allocated")             \
+    X(restarts, C, H, "times a tcmd adopted this heap from a previous one")                       \
+    X(clients_resumed, C, M, "clients that reconnected to a new tcmd as the same client")         \
+    X(recovery_redone, C, H, "interrupted operations completed by a recovery")                    \
+    X(recovery_rolled_back, C, H, "interrupted requests a recovery served again from the start")  \
+    X(recovery_repairs, C, H, "inconsistencies a recovery found and repaired")                    \
+    X(last_recovery_us, G, H, "duration of the last recovery pass")                               \
+    X(validations, C, H, "whole-heap validations run")                                            \
+    X(validation_failures, C, H, "whole-heap validations that found an inconsistency")                 \
+    X(decays, C, H, "times an idle page heap gave its cached pages back by itself")                  \
+    X(flush_requests, C, H, "times a full heap asked every process to give back what it caches")
 
 typedef struct tcm_heap_stats {
-#define TCM_STAT_FIELD(name, kind, doc) _Atomic uint64_t name;
+#define TCM_STAT_FIELD(name, kind, writer, doc) _Atomic uint64_t name;
     TCM_HEAP_STATS(TCM_STAT_FIELD)
 #undef TCM_STAT_FIELD
 } tcm_heap_stats_t;

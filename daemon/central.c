@@ -13,8 +13,6 @@
 #include "prim.h"
 #include "tcm_assert.h"
 
-#define STAT_ADD(h, f, v) atomic_fetch_add_explicit(&(h)->meta->stats.f, (v), memory_order_relaxed)
-#define STAT_SET(h, f, v) atomic_store_explicit(&(h)->meta->stats.f, (v), memory_order_relaxed)
 
 static uint64_t *span_map(tcm_heap_t *h, const tcm_span_t *sp)
 {
@@ -119,7 +117,7 @@ static uint32_t new_small_span(tcm_heap_t *h, unsigned cls, int *status)
     sp->nfree = ci->span_objs;
     sp->scan = 0;
     tcm__span_list_push(h, &h->meta->central_head[cls], s);
-    STAT_ADD(h, bytes_central_free, (uint64_t)ci->span_objs * ci->size);
+    TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)ci->span_objs * ci->size);
     TCM_HT_ADD(h->cstats[cls].spans, 1);
     TCM_HT_ADD(h->cstats[cls].free_objs, ci->span_objs);
     return s;
@@ -167,7 +165,7 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
     }
     if (n)
         *status = TCM_ST_OK;
-    STAT_ADD(h, bytes_central_free, -(uint64_t)n * ci->size);
+    TCM_STAT_ADD(h->meta, bytes_central_free, -(uint64_t)n * ci->size);
     TCM_HT_ADD(h->cstats[cls].free_objs, -(uint64_t)n);
     return n;
 }
@@ -224,7 +222,7 @@ static inline uint16_t free_one(tcm_heap_t *h, uint32_t s, uint32_t i, uint32_t 
 uint16_t tcm__central_free_ht(tcm_heap_t *h, tcm_obj_loc_t loc, uint32_t *emptied)
 {
     unsigned cls = h->spans[loc.span].cls;
-    STAT_ADD(h, bytes_central_free, h->classes[cls].size);
+    TCM_STAT_ADD(h->meta, bytes_central_free, h->classes[cls].size);
     TCM_HT_ADD(h->cstats[cls].free_objs, 1);
     return free_one(h, loc.span, loc.idx, emptied);
 }
@@ -309,7 +307,7 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
     }
     uint32_t freed = n - refused;
     if (freed) {
-        STAT_ADD(h, bytes_central_free, (uint64_t)freed * ci->size);
+        TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)freed * ci->size);
         TCM_HT_ADD(h->cstats[cls].free_objs, freed);
     }
     return refused;
@@ -329,7 +327,7 @@ bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep_last)
     if (keep_last && h->meta->central_head[cls] == s && sp->next == 0)
         return false;
     tcm__span_list_remove(h, &h->meta->central_head[cls], s);
-    STAT_ADD(h, bytes_central_free, -(uint64_t)ci->span_objs * ci->size);
+    TCM_STAT_ADD(h->meta, bytes_central_free, -(uint64_t)ci->span_objs * ci->size);
     TCM_HT_ADD(h->cstats[cls].spans, -1);
     TCM_HT_ADD(h->cstats[cls].free_objs, -(uint64_t)ci->span_objs);
     unmap_logged(h, s);
@@ -406,7 +404,7 @@ uint64_t tcm__central_rebuild_ht(tcm_heap_t *h)
     uint64_t repairs = 0, central_free = 0;
     for (unsigned cls = 0; cls < TCM_NCLASSES; cls++) {
         h->meta->central_head[cls] = 0;
-        STAT_SET(h, bytes_central_free, 0);
+        TCM_STAT_SET(h->meta, bytes_central_free, 0);
         atomic_store_explicit(&h->cstats[cls].spans, 0, memory_order_relaxed);
         atomic_store_explicit(&h->cstats[cls].free_objs, 0, memory_order_relaxed);
     }
@@ -441,6 +439,6 @@ uint64_t tcm__central_rebuild_ht(tcm_heap_t *h)
         TCM_HT_ADD(h->cstats[sp->cls].spans, 1);
         TCM_HT_ADD(h->cstats[sp->cls].free_objs, sp->nfree);
     }
-    STAT_SET(h, bytes_central_free, central_free);
+    TCM_STAT_SET(h->meta, bytes_central_free, central_free);
     return repairs;
 }

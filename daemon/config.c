@@ -303,7 +303,7 @@ void tcm__config_publish(tcm_server_t *srv)
     atomic_store(&c->page_cache_cap, srv->page_cache_cap);
     atomic_store(&c->reconnect_ms, srv->reconnect_timeout * 1000);
     atomic_store(&c->decay_ms, srv->decay_ms);
-    atomic_store(&srv->meta->stats.bytes_limit, atomic_load(&c->heap_limit));
+    TCM_STAT_SET_MAIN(srv->meta, bytes_limit, atomic_load(&c->heap_limit));
     atomic_fetch_add(&c->gen, 1);
 }
 

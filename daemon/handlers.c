@@ -73,7 +73,7 @@ static void resume(tcm_conn_t *conn, const Tcm__Hello *hello)
         c->conn = conn;
         conn->client = c;
         atomic_store(&((tcm_chan_hdr_t *)c->chan)->resume_wanted, 0);
-        atomic_fetch_add(&srv->meta->stats.clients_resumed, 1);
+        TCM_STAT_ADD_MAIN(srv->meta, clients_resumed, 1);
         send_welcome(conn, c, true);
         tcm__log(TCM_LOG_INFO, "client %u (pid %u) resumed", c->rec->id, c->rec->pid);
         return;

@@ -20,6 +20,29 @@
     atomic_store_explicit(&(counter), atomic_load_explicit(&(counter), memory_order_relaxed) + (v), \
                           memory_order_relaxed)
 
+/* The metadata stats (TCM_HEAP_STATS) the same way, each from its one
+ * writer: the heap thread's with TCM_STAT_ADD/SET, the main thread's with
+ * TCM_STAT_ADD_MAIN/SET_MAIN; the other thread's figure does not compile. */
+enum {
+    TCM_WRITER_H = 1,
+    TCM_WRITER_M = 2,
+#define TCM_STAT_WRITER(name, kind, writer, doc) TCM_STAT_WRITER_##name = TCM_WRITER_##writer,
+    TCM_HEAP_STATS(TCM_STAT_WRITER)
+#undef TCM_STAT_WRITER
+};
+#define TCM_STAT_WRITE_(meta, f, v, who, add)                                                   \
+    do {                                                                                         \
+        _Static_assert(TCM_STAT_WRITER_##f == who, #f " has another writer (TCM_HEAP_STATS)");   \
+        if (add)                                                                                 \
+            TCM_HT_ADD((meta)->stats.f, (v));                                                    \
+        else                                                                                     \
+            atomic_store_explicit(&(meta)->stats.f, (v), memory_order_relaxed);                  \
+    } while (0)
+#define TCM_STAT_ADD(meta, f, v) TCM_STAT_WRITE_(meta, f, v, TCM_WRITER_H, 1)
+#define TCM_STAT_SET(meta, f, v) TCM_STAT_WRITE_(meta, f, v, TCM_WRITER_H, 0)
+#define TCM_STAT_ADD_MAIN(meta, f, v) TCM_STAT_WRITE_(meta, f, v, TCM_WRITER_M, 1)
+#define TCM_STAT_SET_MAIN(meta, f, v) TCM_STAT_WRITE_(meta, f, v, TCM_WRITER_M, 0)
+
 /* Orders the stores of a crash-consistent sequence: tcmd may be killed
  * between any two of them, and the next tcmd reads them back from shared
  * memory, so the compiler must not move one past another. (A killed

@@ -14,7 +14,6 @@
 #include "server.h"
 #include "tcm_assert.h"
 
-#define STAT_ADD(srv, f, v) atomic_fetch_add_explicit(&(srv)->meta->stats.f, (v), memory_order_relaxed)
 #define EXPENSIVE_CHECK_EVERY 4096u /* requests between whole-heap validations (assert level 3) */
 
 /* Punch free runs until at most keep_bytes of free committed pages are
@@ -26,7 +25,7 @@ static uint64_t release_measured(tcm_server_t *srv, uint64_t keep_bytes)
     tcm__ph_release_ht(&srv->h, keep_bytes);
     int64_t after = tcm__backed_bytes(srv->heap_fd);
     uint64_t released = before > after ? (uint64_t)(before - after) : 0;
-    STAT_ADD(srv, bytes_released, released);
+    TCM_STAT_ADD(srv->meta, bytes_released, released);
     return released;
 }
 
@@ -50,7 +49,7 @@ static void decay(tcm_server_t *srv, uint64_t now)
     srv->decayed_at = h->last_change_ns;
     uint64_t released = release_all(srv);
     h->last_change_ns = srv->decayed_at; /* what the release itself freed is not activity */
-    STAT_ADD(srv, decays, 1);
+    TCM_STAT_ADD(srv->meta, decays, 1);
     if (released)
         tcm__log(TCM_LOG_DEBUG, "decay: the page heap was quiet for %llu ms: %llu bytes given back",
                  (unsigned long long)(decay_ns / 1000000), (unsigned long long)released);
@@ -69,7 +68,7 @@ static void decay_window(tcm_server_t *srv, uint64_t now)
     uint64_t unused = h->cache_low_pages < h->free_committed_pages ? h->cache_low_pages : h->free_committed_pages;
     uint64_t released = unused ? release_measured(srv, (h->free_committed_pages - unused) * TCM_PAGE_SIZE) : 0;
     if (released) {
-        STAT_ADD(srv, decays, 1);
+        TCM_STAT_ADD(srv->meta, decays, 1);
         tcm__log(TCM_LOG_DEBUG, "decay: %llu bytes of the page cache unused for %llu ms given back",
                  (unsigned long long)released, (unsigned long long)(decay_ns / 1000000));
     }
@@ -98,7 +97,7 @@ void tcm__heap_run_command_ht(tcm_server_t *srv)
             atomic_store(&srv->meta->config.heap_limit, srv->mbox_arg);
             if (srv->mbox_arg < old) { /* a smaller heap gives its free pages back */
                 tcm__central_drop_empty_ht(&srv->h);
-                STAT_ADD(srv, bytes_released, tcm__ph_release_ht(&srv->h, 0));
+                TCM_STAT_ADD(srv->meta, bytes_released, tcm__ph_release_ht(&srv->h, 0));
             }
         }
     } else if (cmd == TCM_MBOX_CHECK) {
@@ -201,7 +200,7 @@ static void *heap_thread_main(void *arg)
         atomic_thread_fence(memory_order_seq_cst);
         if (!anything_pending(srv)) {
             tcm__wait(&srv->bell->seq, seq, 1000000000ll);
-            STAT_ADD(srv, wakeups, 1);
+            TCM_STAT_ADD(srv->meta, wakeups, 1);
         }
         atomic_store_explicit(&srv->meta->heap_sleeping, 0, memory_order_relaxed);
         idle_since = 0;

@@ -13,8 +13,6 @@
 #include "log.h"
 #include "prim.h"
 
-#define STAT_ADD(h, f, v) atomic_fetch_add_explicit(&(h)->meta->stats.f, (v), memory_order_relaxed)
-#define STAT_SET(h, f, v) atomic_store_explicit(&(h)->meta->stats.f, (v), memory_order_relaxed)
 
 uint32_t tcm__span_new_ht(tcm_heap_t *h)
 {
@@ -107,7 +105,7 @@ static void note_cache_low(tcm_heap_t *h)
 static void publish_free_stats(tcm_heap_t *h)
 {
     note_cache_low(h);
-    STAT_SET(h, bytes_pageheap_free, h->free_pages * TCM_PAGE_SIZE);
+    TCM_STAT_SET(h->meta, bytes_pageheap_free, h->free_pages * TCM_PAGE_SIZE);
 }
 
 void tcm__ph_init(tcm_heap_t *h)
@@ -220,7 +218,7 @@ int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint3
         h->top += (uint32_t)want;
         /* after commit_meta: pages below top have backed metadata */
         atomic_store_explicit(&h->state->top, h->top, memory_order_relaxed);
-        STAT_SET(h, bytes_top, (uint64_t)h->top * TCM_PAGE_SIZE);
+        TCM_STAT_SET(h->meta, bytes_top, (uint64_t)h->top * TCM_PAGE_SIZE);
     }
 
     if (align_pages > 1) {
@@ -252,7 +250,7 @@ int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint3
         sp->committed = 1;
     }
     publish_free_stats(h);
-    STAT_ADD(h, bytes_spans, tcm__page_off(sp->npages));
+    TCM_STAT_ADD(h->meta, bytes_spans, tcm__page_off(sp->npages));
     *out = s;
     return TCM_ST_OK;
 }
@@ -317,7 +315,7 @@ void tcm__ph_insert_free_ht(tcm_heap_t *h, uint32_t s)
     tcm_span_t *sp = &h->spans[s];
     TCM_ASSERT(!sp->on_list);
     h->last_change_ns = tcm__now_ns();
-    STAT_ADD(h, bytes_spans, -tcm__page_off(sp->npages));
+    TCM_STAT_ADD(h->meta, bytes_spans, -tcm__page_off(sp->npages));
     sp->committed = 1;
     insert_coalesced(h, s);
 
@@ -328,7 +326,7 @@ void tcm__ph_insert_free_ht(tcm_heap_t *h, uint32_t s)
     uint64_t cap = atomic_load_explicit(&h->meta->config.page_cache_cap, memory_order_relaxed);
     if (!atomic_load_explicit(&h->meta->config.decay_ms, memory_order_relaxed) &&
         h->free_committed_pages * TCM_PAGE_SIZE > cap)
-        STAT_ADD(h, bytes_released, tcm__ph_release_ht(h, cap));
+        TCM_STAT_ADD(h->meta, bytes_released, tcm__ph_release_ht(h, cap));
     publish_free_stats(h);
 }
 
@@ -469,8 +467,8 @@ uint64_t tcm__ph_rebuild_ht(tcm_heap_t *h)
         free_insert(h, s);
         p = q;
     }
-    STAT_SET(h, bytes_spans, spans_bytes);
-    STAT_SET(h, bytes_top, (uint64_t)top * TCM_PAGE_SIZE);
+    TCM_STAT_SET(h->meta, bytes_spans, spans_bytes);
+    TCM_STAT_SET(h->meta, bytes_top, (uint64_t)top * TCM_PAGE_SIZE);
     publish_free_stats(h);
     return repairs;
 }

@@ -12,7 +12,6 @@
 #include "log.h"
 #include "server.h"
 
-#define STAT_ADD(srv, f, v) atomic_fetch_add_explicit(&(srv)->meta->stats.f, (v), memory_order_relaxed)
 
 /* What the client had already given back when it died but still listed in
  * a cache: the client drops a batch from its cache only once tcmd answered
@@ -154,7 +153,7 @@ static uint64_t reclaim_runs(tcm_server_t *srv, const skip_set_t *skip, const tc
         uint32_t owner;
         if (tcm__large_free_ht(&srv->h, e.off, &bytes, &owner) == TCM_ST_OK) {
             tcm__credit_ht(srv, (uint16_t)owner, bytes);
-            atomic_fetch_sub_explicit(&srv->meta->stats.bytes_clients, bytes, memory_order_relaxed);
+            TCM_STAT_ADD(srv->meta, bytes_clients, -bytes);
             got++;
         }
     }
@@ -211,10 +210,10 @@ void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c)
     /* what it allocated and is still in use -- by itself until now, or by
      * processes it handed objects to -- is orphaned until someone frees it */
     bool bye = atomic_load(&rec->said_bye);
-    STAT_ADD(srv, reclaimed_objects, objects);
-    STAT_ADD(srv, bytes_orphaned, held);
+    TCM_STAT_ADD(srv->meta, reclaimed_objects, objects);
+    TCM_STAT_ADD(srv->meta, bytes_orphaned, held);
     if (!bye)
-        STAT_ADD(srv, clients_died, 1);
+        TCM_STAT_ADD(srv->meta, clients_died, 1);
     tcm__log(bye && !held ? TCM_LOG_INFO : TCM_LOG_WARN,
              "client %u (pid %u) %s: %llu cached objects reclaimed; %llu bytes it allocated are "
              "still in use (by other processes, or leaked)",

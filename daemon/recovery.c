@@ -14,8 +14,6 @@
 #include "server.h"
 #include "util.h"
 
-#define STAT_ADD(srv, f, v) atomic_fetch_add_explicit(&(srv)->meta->stats.f, (v), memory_order_relaxed)
-#define STAT_SET(srv, f, v) atomic_store_explicit(&(srv)->meta->stats.f, (v), memory_order_relaxed)
 
 uint64_t tcm__census_ht(const tcm_heap_t *h, uint64_t *held);
 
@@ -122,9 +120,9 @@ static void recount(tcm_server_t *srv)
         held[rec->tag] = 0;
         attached++;
     }
-    STAT_SET(srv, bytes_clients, total);
-    STAT_SET(srv, bytes_orphaned, total - live);
-    STAT_SET(srv, clients_attached, attached);
+    TCM_STAT_SET(srv->meta, bytes_clients, total);
+    TCM_STAT_SET(srv->meta, bytes_orphaned, total - live);
+    TCM_STAT_SET_MAIN(srv->meta, clients_attached, attached); /* (recovery runs on the main thread) */
     free(held);
 }
 
@@ -134,7 +132,7 @@ int tcm__recover(tcm_server_t *srv)
     report_t r = {0};
     tcm_heap_t *h = &srv->h;
     srv->state->adoptions++;
-    STAT_ADD(srv, restarts, 1);
+    TCM_STAT_ADD(srv->meta, restarts, 1);
     char age[32];
     tcm__log(TCM_LOG_WARN, "adopting the heap left by a previous tcmd (created %s ago, adoption %llu)",
              tcm__format_age((uint64_t)time(NULL) - srv->state->created_unix, age, sizeof age),
@@ -179,14 +177,14 @@ int tcm__recover(tcm_server_t *srv)
         tcm__client_destroy(srv, c);
         r.dead++;
     }
-    STAT_ADD(srv, recovery_redone, r.redone);
-    STAT_ADD(srv, recovery_rolled_back, r.rolled_back);
-    STAT_ADD(srv, recovery_repairs, r.repairs + rings);
+    TCM_STAT_ADD(srv->meta, recovery_redone, r.redone);
+    TCM_STAT_ADD(srv->meta, recovery_rolled_back, r.rolled_back);
+    TCM_STAT_ADD(srv->meta, recovery_repairs, r.repairs + rings);
 
     char why[256];
     bool ok = tcm__validate_ht(srv, why, sizeof why);
     uint64_t us = (tcm__now_ns() - t0) / 1000;
-    STAT_SET(srv, last_recovery_us, us);
+    TCM_STAT_SET(srv->meta, last_recovery_us, us);
     tcm__log(ok ? TCM_LOG_WARN : TCM_LOG_ERROR,
              "recovery done in %llu us: %u pages below top, %u clients adopted (%u died in the gap), %u records "
              "dropped, %llu operations redone, %llu requests to serve again, %u rings and %llu structures repaired; "

@@ -13,14 +13,13 @@
 #include "stats.h"
 #include "tcm_assert.h"
 
-#define STAT_ADD(srv, f, v) atomic_fetch_add_explicit(&(srv)->meta->stats.f, (v), memory_order_relaxed)
 #define PER_CLIENT_BURST 64u /* requests served from one ring before the next ring */
 
 static void refuse(tcm_server_t *srv, tcm_client_t *c, const char *what, unsigned cls, uint64_t off,
                    int status)
 {
     TCM_HT_ADD(c->rec->errors, 1);
-    STAT_ADD(srv, refused, 1);
+    TCM_STAT_ADD(srv->meta, refused, 1);
     if (status >= 0 && status < TCM_ST__COUNT)
         TCM_HT_ADD(srv->dstats->refused[status], 1);
     tcm__log_limited(TCM_LOG_WARN, "client %u (pid %u): refused %s class %u offset 0x%llx: %s", c->rec->id,
@@ -37,8 +36,7 @@ void tcm__credit_ht(tcm_server_t *srv, uint16_t tag, uint64_t bytes)
         return;
     }
     uint64_t orphaned = atomic_load_explicit(&srv->meta->stats.bytes_orphaned, memory_order_relaxed);
-    atomic_store_explicit(&srv->meta->stats.bytes_orphaned, orphaned > bytes ? orphaned - bytes : 0,
-                          memory_order_relaxed);
+    TCM_STAT_SET(srv->meta, bytes_orphaned, orphaned > bytes ? orphaned - bytes : 0);
 }
 
 static void set_phase(tcm_req_intent_t *ri, uint32_t phase)
@@ -101,7 +99,7 @@ static int free_objects(tcm_server_t *srv, tcm_client_t *c, unsigned cls, const 
     }
     if (run)
         tcm__credit_ht(srv, run_owner, run);
-    STAT_ADD(srv, bytes_clients, -(uint64_t)good * size);
+    TCM_STAT_ADD(srv->meta, bytes_clients, -(uint64_t)good * size);
     return first;
 }
 
@@ -139,7 +137,7 @@ static uint64_t ask_to_flush(tcm_server_t *srv, const tcm_client_t *except)
     srv->flush_asked_ns = now;
     srv->flush_asked = asked;
     if (asked)
-        STAT_ADD(srv, flush_requests, 1);
+        TCM_STAT_ADD(srv->meta, flush_requests, 1);
     return asked;
 }
 
@@ -161,7 +159,7 @@ static int op_refill(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
     memcpy(slot->offs, ri->offs, n * sizeof ri->offs[0]);
     slot->nresult = n;
     TCM_HT_ADD(c->rec->bytes_out, (uint64_t)n * srv->h.classes[cls].size);
-    STAT_ADD(srv, bytes_clients, (uint64_t)n * srv->h.classes[cls].size);
+    TCM_STAT_ADD(srv->meta, bytes_clients, (uint64_t)n * srv->h.classes[cls].size);
     if (!n && status == TCM_ST_NOMEM)
         slot->result = ask_to_flush(srv, c);
     return n ? TCM_ST_OK : status;
@@ -213,7 +211,7 @@ static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, 
     tcm__span_map_ht(h, s, ri->first, ri->npages, TCM_SPAN_LARGE, 0, ri->owner);
     slot->result = tcm__page_off(ri->first);
     TCM_HT_ADD(c->rec->bytes_out, npages << TCM_PAGE_SHIFT);
-    STAT_ADD(srv, bytes_clients, npages << TCM_PAGE_SHIFT);
+    TCM_STAT_ADD(srv->meta, bytes_clients, npages << TCM_PAGE_SHIFT);
     return TCM_ST_OK;
 }
 
@@ -237,7 +235,7 @@ static int op_free_pages(tcm_server_t *srv, tcm_client_t *c, uint64_t off)
     tcm__ph_insert_free_ht(h, s);
     uint64_t bytes = tcm__page_off(ri->npages);
     tcm__credit_ht(srv, (uint16_t)ri->owner, bytes);
-    STAT_ADD(srv, bytes_clients, -bytes);
+    TCM_STAT_ADD(srv->meta, bytes_clients, -bytes);
     return TCM_ST_OK;
 }
 
@@ -302,7 +300,7 @@ static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint32_t
     uint32_t op = slot->op, cls = slot->cls, count = slot->count, req_seq = slot->req_seq;
     uint64_t arg = slot->arg, arg2 = slot->arg2;
     TCM_HT_ADD(c->rec->requests, 1);
-    STAT_ADD(srv, requests, 1);
+    TCM_STAT_ADD(srv->meta, requests, 1);
     if (op < TCM_NOPS)
         TCM_HT_ADD(srv->dstats->ops[op], 1);
     uint64_t t0 = tcm__now_ns();

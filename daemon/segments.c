@@ -364,8 +364,8 @@ int tcm__client_create(tcm_server_t *srv, pid_t pid, uid_t uid, tcm_client_t **o
     init_channel(c);
     atomic_store_explicit(&rec->state, TCM_REC_ACTIVE, memory_order_release);
     publish(srv, c);
-    atomic_fetch_add(&srv->meta->stats.clients_attached, 1);
-    atomic_fetch_add(&srv->meta->stats.clients_total, 1);
+    TCM_STAT_ADD_MAIN(srv->meta, clients_attached, 1);
+    TCM_STAT_ADD_MAIN(srv->meta, clients_total, 1);
     *out = c;
     return 0;
 
@@ -467,6 +467,6 @@ void tcm__client_destroy(tcm_server_t *srv, tcm_client_t *c)
     tcm__close(c->chan_fd);
     tcm__shm_unlink(rec->chan_name);
     atomic_store(&rec->state, TCM_REC_FREE);
-    atomic_fetch_sub(&srv->meta->stats.clients_attached, 1);
+    TCM_STAT_ADD_MAIN(srv->meta, clients_attached, -1);
     free(c);
 }

@@ -19,7 +19,7 @@ static const struct {
     const char *name, *doc;
     bool counter;
 } heap_stats[] = {
-#define TCM_STAT_ROW(name, kind, doc) {#name, doc, #kind[0] == 'C'},
+#define TCM_STAT_ROW(name, kind, writer, doc) {#name, doc, #kind[0] == 'C'},
     TCM_HEAP_STATS(TCM_STAT_ROW)
 #undef TCM_STAT_ROW
 };
@@ -79,8 +79,8 @@ size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
 {
     size_t n = 0;
     int64_t backed = tcm__backed_bytes(srv->heap_fd);
-    atomic_store(&srv->meta->stats.bytes_committed, backed > 0 ? (uint64_t)backed : 0);
-    atomic_store(&srv->meta->stats.bytes_limit, atomic_load(&srv->meta->config.heap_limit));
+    TCM_STAT_SET_MAIN(srv->meta, bytes_committed, backed > 0 ? (uint64_t)backed : 0);
+    TCM_STAT_SET_MAIN(srv->meta, bytes_limit, atomic_load(&srv->meta->config.heap_limit));
     const _Atomic uint64_t *vals = (const _Atomic uint64_t *)&srv->meta->stats;
     for (size_t i = 0; i < sizeof heap_stats / sizeof heap_stats[0]; i++)
         row(rows, &n, max, heap_stats[i].name, heap_stats[i].doc,

@@ -285,14 +285,14 @@ bool tcm__heap_validate_ht(tcm_heap_t *h, char *why, size_t whylen)
 bool tcm__validate_ht(tcm_server_t *srv, char *why, size_t whylen)
 {
     tcm_heap_t *h = &srv->h;
-    atomic_fetch_add(&srv->meta->stats.validations, 1);
+    TCM_STAT_ADD(srv->meta, validations, 1);
     bool ok = tcm__heap_validate_ht(h, why, whylen) && check_ownership(srv, why, whylen) && check_roots(srv, why, whylen) && check_caches(srv, why, whylen);
     if (atomic_load(&srv->state->req.phase) != TCM_INTENT_NONE || atomic_load(&srv->state->page.kind) != TCM_PAGES_NONE) {
         snprintf(why, whylen, "an intent is still open between two operations");
         ok = false;
     }
     if (!ok)
-        atomic_fetch_add(&srv->meta->stats.validation_failures, 1);
+        TCM_STAT_ADD(srv->meta, validation_failures, 1);
     else
         snprintf(why, whylen, "%u pages below top, %llu bytes handed out", h->top,
                  (unsigned long long)atomic_load(&srv->meta->stats.bytes_clients));
