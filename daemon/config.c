@@ -43,6 +43,9 @@ static void show_heap_limit(const tcm_server_t *srv, char *out, size_t len);
 #define NO_FIELD SIZE_MAX
 #define FIELD(f) offsetof(tcm_server_t, f), NULL, NULL
 #define HOOKS(set, show) NO_FIELD, set, show
+/* Published to the metadata segment's config (clients read it there; an
+ * adopted heap keeps it), scaled from the setting's unit. */
+#define META(f, scale) offsetof(tcm_config_t, f), scale
 
 /* The one table: the command line (--name-with-dashes), the config file,
  * SIGHUP, `tcmctl config get|set`, `tcmd --help` and `tcmd --list-settings`
@@ -56,6 +59,8 @@ typedef struct setting {
     size_t field;    /* offset of its uint64_t in tcm_server_t, or NO_FIELD: */
     int (*set)(tcm_server_t *srv, uint64_t v, const change_t *ch);
     void (*show)(const tcm_server_t *srv, char *out, size_t len);
+    size_t meta;     /* offset of its value in tcm_config_t; 0: not there */
+    uint64_t meta_scale;
 } setting_t;
 
 static const setting_t settings[] = {
@@ -66,19 +71,19 @@ static const setting_t settings[] = {
     {{"max_threads", false, "thread caches per client process (more threads share its transfer tier)"}, T_UINT, 1,
      TCM_MAX_THREADS, "1024", "N", HOOKS(set_max_threads, show_max_threads)},
     {{"heap_limit", true, "bytes the heap may hand out (tcmctl resize; default: the heap size)"}, T_SIZE, 1u << 20,
-     64ull << 40, "", "SIZE", HOOKS(set_heap_limit, show_heap_limit)},
+     64ull << 40, "", "SIZE", HOOKS(set_heap_limit, show_heap_limit), META(heap_limit, 1)},
     {{"tcache_budget", true, "bytes all thread caches of one process may hold"}, T_SIZE, 256u << 10, 1ull << 40,
-     "32M", "SIZE", FIELD(tcache_budget)},
+     "32M", "SIZE", FIELD(tcache_budget), META(tcache_budget, 1)},
     {{"xfer_budget", true, "bytes the transfer tier of one process may hold"}, T_SIZE, 0, 1ull << 40, "32M", "SIZE",
-     FIELD(xfer_budget)},
+     FIELD(xfer_budget), META(xfer_budget, 1)},
     {{"page_cache_cap", true, "free committed bytes kept at once when decay_ms is 0 (with decay, what a window does not reuse goes back)"}, T_SIZE, 0, 64ull << 40,
-     "64M", "SIZE", FIELD(page_cache_cap)},
+     "64M", "SIZE", FIELD(page_cache_cap), META(page_cache_cap, 1)},
     {{"spin_us", true, "microseconds the heap thread polls before sleeping"}, T_UINT, 0, 1000000, "10", "N",
      HOOKS(set_spin, show_spin)},
     {{"reconnect_timeout", true, "seconds a client waits for tcmd to come back before failing"}, T_UINT, 0, 86400,
-     "30", "N", FIELD(reconnect_timeout)},
+     "30", "N", FIELD(reconnect_timeout), META(reconnect_ms, 1000)},
     {{"decay_ms", true, "free pages unused this long go back to the OS, caches unused this long to tcmd (0: never)"},
-     T_UINT, 0, 86400000, "10000", "N", FIELD(decay_ms)},
+     T_UINT, 0, 86400000, "10000", "N", FIELD(decay_ms), META(decay_ms, 1)},
     {{"log_level", true, "error, warn, info or debug"}, T_LEVEL, 0, 3, "info", "LEVEL", HOOKS(set_level, show_level)},
     {{"allow_group", false, "group (name or id) whose members may attach besides tcmd's own user"}, T_GROUP, 0,
      UINT32_MAX, "", "GROUP", HOOKS(set_allow_group, show_allow_group)},
@@ -295,16 +300,20 @@ void tcm__config_list(FILE *f)
                 settings[i].def, settings[i].arg, settings[i].info.help);
 }
 
+static _Atomic uint64_t *meta_value(tcm_server_t *srv, const setting_t *s)
+{
+    return (_Atomic uint64_t *)((char *)&srv->meta->config + s->meta);
+}
+
 void tcm__config_publish(tcm_server_t *srv)
 {
-    tcm_config_t *c = &srv->meta->config;
-    atomic_store(&c->tcache_budget, srv->tcache_budget);
-    atomic_store(&c->xfer_budget, srv->xfer_budget);
-    atomic_store(&c->page_cache_cap, srv->page_cache_cap);
-    atomic_store(&c->reconnect_ms, srv->reconnect_timeout * 1000);
-    atomic_store(&c->decay_ms, srv->decay_ms);
-    TCM_STAT_SET_MAIN(srv->meta, bytes_limit, atomic_load(&c->heap_limit));
-    atomic_fetch_add(&c->gen, 1);
+    /* a setting with hooks (heap_limit) is published by whoever applies it:
+     * the heap thread, at runtime */
+    for (size_t i = 0; i < NSETTINGS; i++)
+        if (settings[i].meta && settings[i].field != NO_FIELD)
+            atomic_store(meta_value(srv, &settings[i]), *field(srv, &settings[i]) * settings[i].meta_scale);
+    TCM_STAT_SET_MAIN(srv->meta, bytes_limit, atomic_load(&srv->meta->config.heap_limit));
+    atomic_fetch_add(&srv->meta->config.gen, 1);
 }
 
 int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool at_runtime, char *err,
@@ -352,19 +361,14 @@ int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool 
 
 void tcm__config_adopt(tcm_server_t *srv)
 {
-    const tcm_config_t *c = &srv->meta->config;
-    struct { const char *name; uint64_t *field, value; } kept[] = {
-        {"heap_limit", &srv->heap_limit, atomic_load(&c->heap_limit)},
-        {"tcache_budget", &srv->tcache_budget, atomic_load(&c->tcache_budget)},
-        {"xfer_budget", &srv->xfer_budget, atomic_load(&c->xfer_budget)},
-        {"page_cache_cap", &srv->page_cache_cap, atomic_load(&c->page_cache_cap)},
-        {"reconnect_timeout", &srv->reconnect_timeout, atomic_load(&c->reconnect_ms) / 1000},
-        {"decay_ms", &srv->decay_ms, atomic_load(&c->decay_ms)},
-    };
-    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
-        const setting_t *s = find(kept[i].name);
-        if (!(srv->explicit_settings & 1u << (s - settings)) && kept[i].value >= s->min && kept[i].value <= s->max)
-            *kept[i].field = kept[i].value;
+    char err[128];
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        const setting_t *s = &settings[i];
+        if (!s->meta || (srv->explicit_settings & 1u << i))
+            continue;
+        uint64_t v = atomic_load(meta_value(srv, s)) / s->meta_scale;
+        if (v >= s->min && v <= s->max)
+            apply(srv, s, v, &(change_t){.value = "", .err = err, .errlen = sizeof err});
     }
 }
 
