@@ -26,6 +26,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "common"))
+from tcmtest import free_port  # noqa: E402
+
 build, out_md = sys.argv[1], sys.argv[2]
 quick = "--quick" in sys.argv
 RUNS = 1 if quick else 3
@@ -43,13 +46,6 @@ tmp = tempfile.mkdtemp(prefix="tcm-kv-bench-")
 SOCK = os.path.join(tmp, "tcmd.sock")
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def cli(port, *args):

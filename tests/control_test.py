@@ -14,6 +14,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "common"))
+from tcmtest import free_port, wait_tcmd  # noqa: E402
+
 build = sys.argv[1]
 TCMD = os.path.join(build, "tcmd")
 TCMCTL = os.path.join(build, "tcmctl")
@@ -64,13 +67,6 @@ def js(*args):
     return json.loads(ctl("--json", *args).stdout)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
 
 class Client:
     """tcm_test_helper serve: a real client process we can drive."""
@@ -106,10 +102,7 @@ port = free_port()
 daemon = subprocess.Popen([TCMD, "--foreground", "--socket", sock, "--name", f"ctl{os.getpid()}", "--config", conf,
                            "--log", log, "--metrics-port", str(port)])
 try:
-    for _ in range(200):
-        if subprocess.run([TCMCTL, "--socket", sock, "ping"], capture_output=True).returncode == 0:
-            break
-        time.sleep(0.05)
+    check(wait_tcmd(TCMCTL, sock), "tcmd started")
 
     with section("ping, health"):
         check(js("ping")["daemon_pid"] == daemon.pid, "ping names the daemon")

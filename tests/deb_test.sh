@@ -4,10 +4,8 @@
 # tcmd and tcmctl against each other.
 set -euo pipefail
 src=$1
-work=$(mktemp -d /tmp/tcm-deb.XXXXXX)
-daemon=
-cleanup() { if [[ -n $daemon ]]; then kill "$daemon" 2>/dev/null; fi; rm -rf "$work"; }
-trap cleanup EXIT
+source "$(dirname "$0")/common/lib.sh"
+scratch deb
 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr -DTCM_BUILD_TESTS=OFF \
       -DTCM_BUILD_BENCH=OFF > /dev/null
 cmake --build "$work/build" -j"${JOBS:-2}" > /dev/null
@@ -26,12 +24,8 @@ done
 dpkg -x "$deb" "$work/root"
 grep -q "(heap_size)" "$work/root/usr/share/man/man8/tcmd.8"  # the settings, from tcmd itself
 sock=$work/tcmd.sock
-"$work/root/usr/bin/tcmd" --foreground --socket "$sock" --name "deb$$" --log "$work/tcmd.log" &
-daemon=$!
-for _ in $(seq 100); do "$work/root/usr/bin/tcmctl" --socket "$sock" ping > /dev/null 2>&1 && break; sleep 0.05; done
+start_tcmd "$work/root/usr/bin" "$sock" --name "deb$$" --log "$work/tcmd.log"
 "$work/root/usr/bin/tcmctl" --socket "$sock" --json ping | grep -q "\"daemon_pid\":$daemon"
 "$work/root/usr/bin/tcmctl" --socket "$sock" check > /dev/null
-kill "$daemon"
-wait "$daemon"
-daemon=
+stop_tcmd
 echo "deb: $(basename "$deb"), $(wc -l <<< "$list") entries, unpacked daemon and CLI answered"

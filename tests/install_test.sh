@@ -10,10 +10,10 @@ case $sanitize in
   thread) san=(-fsanitize=thread) ;;
   *) san=() ;;
 esac
-daemon=
-prefix=$(mktemp -d /tmp/tcm-install.XXXXXX)
+source "$(dirname "$0")/common/lib.sh"
+scratch install
+prefix=$work
 sock=$prefix/tcmd.sock
-trap 'if [[ -n $daemon ]]; then kill "$daemon" 2>/dev/null || true; fi; rm -rf "$prefix"' EXIT
 
 cmake --install "$build" --prefix "$prefix" > /dev/null
 for f in bin/tcmd bin/tcmctl bin/tcm-kv include/tcm.h lib/libtcm.a lib/libtcm.so lib/pkgconfig/tcm.pc \
@@ -49,13 +49,9 @@ cc "${san[@]}" -o "$prefix/prog-shared" "$prefix/prog.c" $(pkg-config --cflags -
 cc "${san[@]}" -o "$prefix/prog-static" "$prefix/prog.c" $(pkg-config --cflags tcm) "$prefix/lib/libtcm.a" \
    $(pkg-config --static --libs-only-l tcm | sed 's/-ltcm\b//')
 
-"$prefix/bin/tcmd" --foreground --socket "$sock" --name "inst$$" --log "$prefix/tcmd.log" &
-daemon=$!
-for _ in $(seq 100); do "$prefix/bin/tcmctl" --socket "$sock" ping > /dev/null 2>&1 && break; sleep 0.05; done
+start_tcmd "$prefix/bin" "$sock" --name "inst$$" --log "$prefix/tcmd.log"
 [[ $(TCM_SOCKET=$sock "$prefix/prog-shared") == ok ]]
 [[ $(TCM_SOCKET=$sock "$prefix/prog-static") == ok ]]
 "$prefix/bin/tcmctl" --socket "$sock" --json stats | grep -q '"clients_total":2'
-kill "$daemon"
-wait "$daemon"
-daemon=
+stop_tcmd
 echo "install: a program built with pkg-config ran against the installed tree"

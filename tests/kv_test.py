@@ -18,6 +18,9 @@ import threading
 import time
 import traceback
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "common"))
+from tcmtest import free_port, wait_tcmd  # noqa: E402
+
 build = sys.argv[1]
 TCMD = os.path.join(build, "tcmd")
 TCMCTL = os.path.join(build, "tcmctl")
@@ -36,13 +39,6 @@ def check(cond, what):
     if not cond:
         raise Failed(what)
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def ctl(*args):
@@ -67,12 +63,7 @@ class Tcmd:
         self.log = open(os.path.join(tmp, "tcmd.log"), "a")
         self.p = subprocess.Popen([TCMD, "--socket", SOCK, "--name", NAME, "--foreground"], stdout=self.log,
                                   stderr=self.log)
-        for _ in range(200):
-            if os.path.exists(SOCK) and subprocess.run([TCMCTL, "--socket", SOCK, "ping"],
-                                                       capture_output=True).returncode == 0:
-                return
-            time.sleep(0.05)
-        raise Failed("tcmd did not start")
+        check(wait_tcmd(TCMCTL, SOCK), "tcmd did not start")
 
     def kill(self):
         self.p.kill()
