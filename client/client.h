@@ -96,7 +96,7 @@ typedef struct tcm_proc {
 
     /* the background thread (background.c) */
     pthread_t bg_thread;
-    bool bg_running;
+    _Atomic bool bg_running;   /* written under attach_lock, read by exiting threads */
     _Atomic bool bg_stop;
 } tcm_proc_t;
 

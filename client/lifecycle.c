@@ -114,8 +114,12 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     tcm_proc_t *pr = &tcm__proc;
-    pthread_mutex_init(&pr->attach_lock, NULL);
-    pthread_mutex_init(&pr->conn_lock, NULL);
+    /* the forking thread took these in fork_prepare and is the child's
+     * only thread: it lets them go (ThreadSanitizer would otherwise still
+     * count them held); the others may have been held by threads the
+     * child does not have */
+    pthread_mutex_unlock(&pr->conn_lock);
+    pthread_mutex_unlock(&pr->attach_lock);
     pthread_mutex_init(&pr->large_lock, NULL);
     pthread_mutex_init(&pr->tcache_lock, NULL);
     pthread_mutex_init(&pr->spare_lock, NULL);

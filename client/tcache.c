@@ -330,8 +330,9 @@ static void thread_exit(void *arg)
          * their memory pinned: to the daemon, and the tier too once at
          * most one thread is left. Trimmed through this thread's slot, so
          * before its index is given to a new thread. */
-        thread_flush(thr, !pr->bg_running);
-        if (atomic_fetch_sub(&pr->nthreads, 1) <= 2 && !pr->bg_running)
+        bool bg = atomic_load_explicit(&pr->bg_running, memory_order_relaxed);
+        thread_flush(thr, !bg);
+        if (atomic_fetch_sub(&pr->nthreads, 1) <= 2 && !bg)
             tcm__xfer_trim(0);
         thr->tc->in_use = 0;
         pthread_mutex_lock(&pr->tcache_lock);
