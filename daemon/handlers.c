@@ -248,40 +248,52 @@ static void handle_release(tcm_conn_t *conn)
     tcm__mailbox_post_when(srv, TCM_MBOX_RELEASE, 0, -1, flushed, RELEASE_FLUSH_WAIT_MS, released, r);
 }
 
-#define HEALTH_WAIT_MS 2000
-
-typedef struct probing {
+/* A request the heap thread answers (the health probe, check): the
+ * connection waits meanwhile. */
+typedef struct asking {
     tcm_conn_t *conn;
     uint64_t t0;
-} probing_t;
+} asking_t;
+
+static void ask_heap_thread(tcm_conn_t *conn, int cmd, int timeout_ms, tcm_mbox_done_t done)
+{
+    asking_t *a = malloc(sizeof *a);
+    if (!a) {
+        tcm__conn_error(conn, ENOMEM, "out of memory");
+        return;
+    }
+    *a = (asking_t){conn, tcm__now_ns()};
+    tcm__conn_wait(conn);
+    tcm__mailbox_post(conn->srv, cmd, 0, timeout_ms, done, a);
+}
+
+static void answered(asking_t *a)
+{
+    tcm__conn_resume(a->conn);
+    free(a);
+}
+
+#define HEALTH_WAIT_MS 2000
 
 static void probed(tcm_server_t *srv, void *arg, int rc, uint64_t result, const char *text)
 {
-    probing_t *p = arg;
+    asking_t *a = arg;
     (void)result, (void)text;
     Tcm__Health h = TCM__HEALTH__INIT;
     h.heap_thread_ok = rc == 0;
-    h.heap_thread_rtt_us = (tcm__now_ns() - p->t0) / 1000;
+    h.heap_thread_rtt_us = (tcm__now_ns() - a->t0) / 1000;
     h.ok = h.heap_thread_ok;
     h.clients = (uint32_t)atomic_load(&srv->meta->stats.clients_attached);
     h.uptime_ms = (tcm__now_ns() - srv->start_ns) / 1000000;
     h.version = TCM_VERSION_STRING;
     h.message = h.ok ? "ok" : rc == -ETIMEDOUT ? "the heap thread did not answer within 2 s" : "tcmd is shutting down";
-    tcm__conn_reply(p->conn, TCM__RESPONSE__BODY_HEALTH, &h);
-    tcm__conn_resume(p->conn);
-    free(p);
+    tcm__conn_reply(a->conn, TCM__RESPONSE__BODY_HEALTH, &h);
+    answered(a);
 }
 
 static void handle_health(tcm_conn_t *conn)
 {
-    probing_t *p = malloc(sizeof *p);
-    if (!p) {
-        tcm__conn_error(conn, ENOMEM, "out of memory");
-        return;
-    }
-    *p = (probing_t){conn, tcm__now_ns()};
-    tcm__conn_wait(conn);
-    tcm__mailbox_post(conn->srv, TCM_MBOX_NOP, 0, HEALTH_WAIT_MS, probed, p);
+    ask_heap_thread(conn, TCM_MBOX_NOP, HEALTH_WAIT_MS, probed);
 }
 
 static void handle_classes(tcm_conn_t *conn)
@@ -435,39 +447,26 @@ static void handle_detach(tcm_conn_t *conn, const Tcm__Detach *d)
     tcm__conn_error(conn, ENOENT, "no attached client with that id (tcmctl clients lists them)");
 }
 
-typedef struct checking {
-    tcm_conn_t *conn;
-    uint64_t t0;
-} checking_t;
-
 static void checked(tcm_server_t *srv, void *arg, int rc, uint64_t bad, const char *text)
 {
-    checking_t *k = arg;
+    asking_t *a = arg;
     (void)srv;
     if (rc) {
-        tcm__conn_error(k->conn, (uint32_t)-rc, "the check did not run");
+        tcm__conn_error(a->conn, (uint32_t)-rc, "the check did not run");
     } else {
         Tcm__CheckResult r = TCM__CHECK_RESULT__INIT;
         r.ok = bad == 0;
         r.message = (char *)text;
-        r.duration_us = (tcm__now_ns() - k->t0) / 1000;
+        r.duration_us = (tcm__now_ns() - a->t0) / 1000;
         tcm__log(r.ok ? TCM_LOG_INFO : TCM_LOG_ERROR, "check: %s", text);
-        tcm__conn_reply(k->conn, TCM__RESPONSE__BODY_CHECK, &r);
+        tcm__conn_reply(a->conn, TCM__RESPONSE__BODY_CHECK, &r);
     }
-    tcm__conn_resume(k->conn);
-    free(k);
+    answered(a);
 }
 
 static void handle_check(tcm_conn_t *conn)
 {
-    checking_t *k = malloc(sizeof *k);
-    if (!k) {
-        tcm__conn_error(conn, ENOMEM, "out of memory");
-        return;
-    }
-    *k = (checking_t){conn, tcm__now_ns()};
-    tcm__conn_wait(conn);
-    tcm__mailbox_post(conn->srv, TCM_MBOX_CHECK, 0, -1, checked, k);
+    ask_heap_thread(conn, TCM_MBOX_CHECK, -1, checked);
 }
 
 void tcm__control_handle(tcm_conn_t *conn, const Tcm__Request *req)
