@@ -81,29 +81,39 @@ static void on_answer(uv_async_t *async)
     post_head(srv);
 }
 
-/* Jobs past their deadline are answered -ETIMEDOUT; one not yet posted
+/* Jobs past their deadline are answered -ETIMEDOUT: one not yet posted
  * leaves the queue, the posted one stays until the heap thread is done. A
- * head waiting to be ready is asked again. */
+ * head waiting to be ready is asked again. The queue is made consistent
+ * before any answer runs: an answer resumes its connection, whose next
+ * request may be posted from inside it. */
 static void on_tick(uv_timer_t *timer)
 {
     tcm_server_t *srv = timer->data;
     uint64_t now = tcm__now_ns();
-    bool waiting = false;
-    tcm_mbox_job_t **pp = &srv->mbox_head, *j;
+    tcm_mbox_job_t *late = NULL, **pp = &srv->mbox_head, *j;
     srv->mbox_tail = NULL;
     while ((j = *pp)) {
-        if (j->deadline_ns && !j->answered && now >= j->deadline_ns)
-            answer(srv, j, -ETIMEDOUT, 0, "");
-        if (j->answered && !j->posted) {
+        if (!j->posted && j->deadline_ns && now >= j->deadline_ns) {
             *pp = j->next;
-            free(j);
+            j->next = late;
+            late = j;
             continue;
         }
-        waiting |= (j->deadline_ns && !j->answered) || (j->ready && !j->posted);
         srv->mbox_tail = j;
         pp = &j->next;
     }
+    j = srv->mbox_head;
+    if (j && j->posted && j->deadline_ns && now >= j->deadline_ns)
+        answer(srv, j, -ETIMEDOUT, 0, "");
+    while ((j = late)) {
+        late = j->next;
+        answer(srv, j, -ETIMEDOUT, 0, "");
+        free(j);
+    }
     post_head(srv);
+    bool waiting = false;
+    for (j = srv->mbox_head; j; j = j->next)
+        waiting |= (j->deadline_ns && !j->answered) || (j->ready && !j->posted);
     if (!waiting)
         uv_timer_stop(timer);
 }
