@@ -27,6 +27,14 @@ extern TCM_HIDDEN const uint8_t *_Atomic tcm__page_class;
 /* The calling thread's cache; &tcm__empty_tcache (every bin count 0 and
  * max 0) until the thread registers, so the hot path needs no NULL test. */
 extern TCM_HIDDEN TCM_TLS tcm_tcache_t *tcm__tls_tc;
+/* Non-zero while this thread runs the library's own code that may call
+ * malloc (its background thread, a thread's exit, the exit handler, the
+ * drop-in's slow paths): libtcm-malloc.so serves those from the system
+ * malloc, so the library never re-enters itself. */
+extern TCM_HIDDEN TCM_TLS unsigned tcm__in_library;
+/* Added to the one line tcm_init prints when it cannot attach (the
+ * drop-in: what the process does instead). */
+extern TCM_HIDDEN const char *tcm__attach_failed_note;
 extern TCM_HIDDEN tcm_tcache_t tcm__empty_tcache;
 
 typedef struct tcm_thread {

@@ -79,6 +79,7 @@ static void say_bye(void)
 
 static void at_exit(void)
 {
+    tcm__in_library++; /* never decremented: the process is going */
     /* the kernel closes the socket; the daemon reclaims every cache. A tcmd
      * that replaced the one we knew should hear the Bye too. */
     if (!atomic_load(&tcm__proc.attached) || tcm__proc.pid != getpid())
@@ -444,6 +445,8 @@ int tcm__ensure_attached(void)
     return tcm_init(tcm__proc.socket_path[0] ? tcm__proc.socket_path : NULL);
 }
 
+const char *tcm__attach_failed_note;
+
 int tcm_init(const char *socket_path)
 {
     static bool reported;
@@ -453,8 +456,9 @@ int tcm_init(const char *socket_path)
     if (rc && !reported) {
         char path[108];
         reported = true;
-        fprintf(stderr, "tcm: cannot attach to tcmd on %s: %s\n",
-                socket_path ? socket_path : tcm__default_socket(path, sizeof path), strerror(-rc));
+        fprintf(stderr, "tcm: cannot attach to tcmd on %s: %s%s\n",
+                socket_path ? socket_path : tcm__default_socket(path, sizeof path), strerror(-rc),
+                tcm__attach_failed_note ? tcm__attach_failed_note : "");
     }
     return rc;
 }

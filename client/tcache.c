@@ -13,6 +13,7 @@
 #include "prim.h"
 
 TCM_TLS tcm_tcache_t *tcm__tls_tc = &tcm__empty_tcache;
+TCM_TLS unsigned tcm__in_library;
 TCM_TLS tcm_thread_t *tcm__tls_thread;
 tcm_tcache_t tcm__empty_tcache;
 
@@ -322,6 +323,7 @@ static void thread_exit(void *arg)
 {
     tcm_thread_t *thr = arg;
     tcm_proc_t *pr = &tcm__proc;
+    tcm__in_library++;
     if (thr->epoch == pr->epoch && atomic_load(&pr->attached)) {
         /* into the transfer tier, where the next thread finds it without a
          * round trip (threads that come and go); the background thread
@@ -342,6 +344,7 @@ static void thread_exit(void *arg)
     if (tcm__tls_thread == thr)
         thread_forget();
     free(thr);
+    tcm__in_library--;
 }
 
 static tcm_thread_t *thread_register(void)

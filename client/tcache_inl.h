@@ -6,6 +6,12 @@
 
 #include "client.h"
 
+/* What a miss calls; libtcm-malloc.so puts its own wrappers here. */
+#ifndef TCM_MALLOC_SLOW
+#define TCM_MALLOC_SLOW tcm__malloc_slow
+#define TCM_FREE_SLOW tcm__free_slow
+#endif
+
 static inline void *tcm__malloc_fast(size_t size)
 {
     unsigned cls;
@@ -14,14 +20,14 @@ static inline void *tcm__malloc_fast(size_t size)
     else if (size <= TCM_MAX_SMALL)
         cls = tcm__size_class(size);
     else
-        return tcm__malloc_slow(size);
+        return TCM_MALLOC_SLOW(size);
     tcm_bin_t *b = &tcm__tls_tc->bins[cls];
     uint32_t n = b->count;
     if (tcm_likely(n != 0)) {
         b->count = n - 1;
         return b->slots[n - 1];
     }
-    return tcm__malloc_slow(size);
+    return TCM_MALLOC_SLOW(size);
 }
 
 static inline void tcm__free_fast(void *p)
@@ -41,7 +47,7 @@ static inline void tcm__free_fast(void *p)
             return;
         }
     }
-    tcm__free_slow(p);
+    TCM_FREE_SLOW(p);
 }
 
 #endif

@@ -14,6 +14,7 @@ PACKAGES=(
   util-linux                                # unshare, for the full-/dev/shm test
   python3-matplotlib                        # benchmark plots (bench/run_suite.sh)
   redis-tools redis-server                  # tcm-kv: its tests drive it with redis-cli and redis-benchmark; the reference server
+  sqlite3 perl gzip                         # programs the LD_PRELOAD drop-in is tested on
 )
 
 missing=()

@@ -26,6 +26,13 @@ void *tcm__map(int fd, uint64_t size, void *at, bool writable, char *err, size_t
 void tcm__unmap(void *p, uint64_t size);
 /* Private zero-filled memory that only costs what is touched; NULL on failure. */
 void *tcm__reserve(uint64_t size);
+/* Zero-filled memory shared with the children this process forks. */
+void *tcm__shared_anon(uint64_t size);
+/* Replace the shared mapping [at, at + size) by a private copy of itself
+ * (a snapshot, at the same address), copying the pages that have memory
+ * behind them and whose entry in page_map (one byte per 1 << page_shift
+ * bytes; NULL: none) is not skip. 0 or -errno. */
+int tcm__privatize(void *at, uint64_t size, unsigned page_shift, const uint8_t *page_map, uint8_t skip);
 
 /* Backing store of a heap range: commit before handing pages out, so a full
  * /dev/shm is ENOMEM rather than SIGBUS; release so tmpfs really frees. */

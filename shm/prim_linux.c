@@ -144,6 +144,51 @@ void *tcm__reserve(uint64_t size)
     return p == MAP_FAILED ? NULL : p;
 }
 
+void *tcm__shared_anon(uint64_t size)
+{
+    void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+int tcm__privatize(void *at, uint64_t size, unsigned page_shift, const uint8_t *page_map, uint8_t skip)
+{
+    size_t len = (size_t)size, sys_page = (size_t)sysconf(_SC_PAGESIZE);
+    void *moved = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (moved == MAP_FAILED)
+        return -errno;
+    if (mremap(at, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, moved) == MAP_FAILED) {
+        int err = -errno;
+        munmap(moved, len);
+        return err;
+    }
+    if (mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) ==
+        MAP_FAILED) {
+        int err = -errno;
+        munmap(moved, len);
+        return err;
+    }
+    /* only what has memory behind it (mincore: in the page cache), and
+     * only the pages the map says are in use */
+    /* no malloc here: a fork child's handler runs this before the
+     * allocator under it (another process's malloc library) is usable */
+    size_t npages = len / sys_page;
+    unsigned char *resident = mmap(NULL, npages ? npages : 1, PROT_READ | PROT_WRITE,
+                                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (resident == MAP_FAILED)
+        resident = NULL;
+    bool all = !resident || mincore(moved, len, resident) != 0;
+    for (size_t i = 0; i < npages; i++) {
+        size_t off = i * sys_page;
+        if ((!all && !(resident[i] & 1)) || (page_map && page_map[off >> page_shift] == skip))
+            continue;
+        memcpy((char *)at + off, (char *)moved + off, sys_page);
+    }
+    if (resident)
+        munmap(resident, npages ? npages : 1);
+    munmap(moved, len);
+    return 0;
+}
+
 int tcm__commit(int fd, uint64_t off, uint64_t len)
 {
     if (fallocate(fd, 0, (off_t)off, (off_t)len) == 0)

@@ -16,7 +16,7 @@ prefix=$work
 sock=$prefix/tcmd.sock
 
 cmake --install "$build" --prefix "$prefix" > /dev/null
-for f in bin/tcmd bin/tcmctl bin/tcm-kv include/tcm.h lib/libtcm.a lib/libtcm.so lib/pkgconfig/tcm.pc \
+for f in bin/tcmd bin/tcmctl bin/tcm-kv include/tcm.h lib/libtcm.a lib/libtcm.so lib/libtcm-malloc.so lib/pkgconfig/tcm.pc \
          lib/systemd/system/tcmd.service etc/default/tcmd etc/tcm/tcmd.conf; do
   [[ -e $prefix/$f ]] || { echo "not installed: $f"; exit 1; }
 done

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# libtcm-malloc.so as the malloc of real programs: each runs with and without
+# LD_PRELOAD against a real tcmd and must print the same; tcmd must have seen
+# each as a client (so tcm served it, not the fallback). Then redis-server
+# under redis-benchmark with BGSAVE forks, the start-up cases (no tcmd: one
+# line and the system malloc; TCM_MALLOC_FALLBACK=0: fail), and tcmd killed
+# while a program runs.
+set -euo pipefail
+build=$1
+source "$(dirname "$0")/common/lib.sh"
+scratch preload
+lib=$build/libtcm-malloc.so
+export TCM_SOCKET=$work/tcmd.sock
+start_tcmd "$build" "$TCM_SOCKET" --name "preload$$" --log "$work/tcmd.log"
+failed=0 passed=0
+stat() { "$build/tcmctl" --json stats | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1"; failed=$((failed + 1)); }
+
+# same output with and without the preload, no fallback line, and a client more
+same() {
+  local name=$1 cmd=$2
+  local plain with clients=$(stat clients_total)
+  plain=$(bash -c "$cmd" 2>&1) || { fail "$name: fails without the preload: $plain"; return; }
+  if ! with=$(LD_PRELOAD=$lib bash -c "$cmd" 2> "$work/err"); then
+    fail "$name: exit status under the preload: $(cat "$work/err")"; return
+  fi
+  if [[ $with != "$plain" ]]; then fail "$name: output differs: [$with] vs [$plain]"; return; fi
+  if [[ -s $work/err ]] && grep -q "tcm" "$work/err"; then fail "$name: $(cat "$work/err")"; return; fi
+  (( $(stat clients_total) > clients )) || { fail "$name: tcmd saw no client"; return; }
+  ok "$name"
+}
+
+py=$(python3 -c 'import sys; print(sys.executable)')  # the interpreter itself, not a wrapper script
+seq 1 300000 | awk '{ print ($1 * 7919) % 300007 }' > "$work/numbers"
+same "python3 dict and sort" \
+  "$py -c 'd = {str(i): i * i for i in range(300000)}; ks = sorted(d, key=lambda k: d[k] % 1000); print(len(ks), ks[:3], sum(d.values()))'"
+same "python3 subprocess" "$py -c 'import subprocess; print(subprocess.run([\"echo\", \"hi\"], capture_output=True).stdout)'"
+same "perl text" "perl -ne 'chomp; \$h{\$_ % 997} .= \$_ . q(,); END { print scalar(keys %h), q( ), length(join q(), map { \$h{\$_} } sort { \$a <=> \$b } keys %h), qq(\n); print \`echo forked\` }' $work/numbers"
+same "sort" "sort -n $work/numbers | md5sum"
+same "sort, 2 threads" "sort --parallel=2 -S 20M $work/numbers | md5sum"
+same "gzip pipeline" "gzip -c $work/numbers | gzip -dc | md5sum"
+cat > "$work/q.sql" <<'SQL'
+create table t(a integer primary key, b text, c real);
+with recursive n(x) as (select 1 union all select x + 1 from n where x < 50000)
+  insert into t select x, printf('row%08d', x * 7919 % 50000), x / 3.0 from n;
+create index tb on t(b);
+select count(*), sum(a), max(b), round(avg(c), 3) from t where b like 'row0001%';
+select b from t order by b desc limit 3;
+SQL
+same "sqlite3" "sqlite3 :memory: < $work/q.sql"
+same "C++ containers" "$build/tests/tcm_preload_cxx"
+
+# redis-server: writes under redis-benchmark while it forks for BGSAVE; the
+# snapshot loads into a plain redis-server with every key
+port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+LD_PRELOAD=$lib redis-server --port "$port" --save "" --dir "$work" --dbfilename dump.rdb > "$work/redis.log" 2>&1 &
+redis=$!
+for _ in $(seq 100); do redis-cli -p "$port" ping > /dev/null 2>&1 && break; sleep 0.05; done
+redis-benchmark -p "$port" -q -n 50000 -P 16 -t set,lpush -r 20000 > /dev/null
+redis-benchmark -p "$port" -q -n 100000 -P 16 -t set -r 20000 > /dev/null &
+bench=$!
+saves=0
+for _ in 1 2 3; do
+  redis-cli -p "$port" bgsave > /dev/null
+  for _ in $(seq 100); do [[ $(redis-cli -p "$port" info persistence | grep -c 'rdb_bgsave_in_progress:1') == 0 ]] && break; sleep 0.05; done
+  redis-cli -p "$port" info persistence | grep -q 'rdb_last_bgsave_status:ok' && saves=$((saves + 1))
+done
+wait "$bench"
+redis-cli -p "$port" bgsave > /dev/null
+for _ in $(seq 100); do [[ $(redis-cli -p "$port" info persistence | grep -c 'rdb_bgsave_in_progress:1') == 0 ]] && break; sleep 0.05; done
+keys=$(redis-cli -p "$port" dbsize)
+redis-cli -p "$port" shutdown nosave > /dev/null 2>&1 || true
+wait "$redis" || true
+port2=$((port + 1))
+redis-server --port "$port2" --save "" --dir "$work" --dbfilename dump.rdb > "$work/redis2.log" 2>&1 &
+plain=$!
+for _ in $(seq 100); do redis-cli -p "$port2" ping > /dev/null 2>&1 && break; sleep 0.05; done
+loaded=$(redis-cli -p "$port2" dbsize)
+redis-cli -p "$port2" shutdown nosave > /dev/null 2>&1 || true
+wait "$plain" || true
+if [[ $saves == 3 && $keys -gt 10000 && $loaded == "$keys" ]]; then
+  ok "redis-server, BGSAVE under load ($keys keys saved and loaded back)"
+else
+  fail "redis-server: $saves of 3 BGSAVEs ok, $keys keys, $loaded loaded; $(tail -5 "$work/redis.log"; tail -5 "$work/redis2.log")"
+fi
+
+# no tcmd: one line, and the program goes on with the system malloc
+out=$(TCM_SOCKET=$work/nobody.sock LD_PRELOAD=$lib "$py" -c 'print(sum(range(1000)))' 2> "$work/err")
+if [[ $out == 499500 && $(wc -l < "$work/err") == 1 ]] && grep -q "cannot attach.*system malloc" "$work/err"; then
+  ok "no tcmd: one line, then the system malloc"
+else
+  fail "no tcmd: [$out] $(cat "$work/err")"
+fi
+if TCM_SOCKET=$work/nobody.sock TCM_MALLOC_FALLBACK=0 LD_PRELOAD=$lib sort "$work/numbers" > /dev/null 2> "$work/err"; then
+  fail "TCM_MALLOC_FALLBACK=0 without tcmd: sort succeeded"
+else
+  ok "TCM_MALLOC_FALLBACK=0 without tcmd: allocations fail"
+fi
+
+# tcmd killed while the program runs: it goes on (the system malloc once
+# tcmd does not come back within TCM_RECONNECT_TIMEOUT)
+TCM_RECONNECT_TIMEOUT=1 LD_PRELOAD=$lib "$py" -c '
+import time
+keep = []
+for i in range(40):
+    keep.append([str(j) * 3 for j in range(20000)])
+    time.sleep(0.05)
+print(sum(len(x) for x in keep))' > "$work/out" 2> "$work/err" &
+prog=$!
+sleep 0.5
+kill -9 "$daemon"
+wait "$daemon" 2> /dev/null || true
+daemon=
+if wait "$prog" && [[ $(cat "$work/out") == 800000 ]]; then
+  ok "tcmd killed while a program runs"
+else
+  fail "tcmd killed: [$(cat "$work/out")] $(cat "$work/err")"
+fi
+
+echo "preload: $passed passed, $failed failed"
+[[ $failed == 0 ]]
