@@ -50,6 +50,7 @@ select b from t order by b desc limit 3;
 SQL
 same "sqlite3" "sqlite3 :memory: < $work/q.sql"
 same "C++ containers" "$build/tests/tcm_preload_cxx"
+same "300 threads, destructors that free, a handler that frees, exit from a thread" "$build/tests/tcm_preload_threads"
 
 # redis-server: writes under redis-benchmark while it forks for BGSAVE; the
 # snapshot loads into a plain redis-server with every key
