@@ -119,8 +119,8 @@ static void read_settings_once(void)
     tcm__attach_failed_note = fallback ? "; going on with the system malloc" : "; allocations fail (TCM_MALLOC_FALLBACK=0)";
     pthread_atfork(before_fork, parent_after_fork, child_after_fork);
 }
-static uint32_t fork_gen;
-static bool fork_snapshots;
+static TCM_TLS uint32_t fork_gen; /* the forking thread's (and its child's copy of it) */
+static TCM_TLS bool fork_snapshots;
 
 static void before_fork(void)
 {
