@@ -155,6 +155,13 @@ TCM_HIDDEN void tcm__xfer_trim(uint64_t keep_bytes);
 TCM_HIDDEN void *tcm__xfer_alloc(unsigned cls);        /* threads without a cache */
 TCM_HIDDEN void tcm__xfer_free(unsigned cls, void *p);
 
+/* realloc keeps a block of old usable bytes while size fits and does not
+ * leave it mostly empty (tcm_realloc and the drop-in's realloc). */
+static inline bool tcm__realloc_keeps(size_t old, size_t size)
+{
+    return size <= old && (size > old / 2 || old <= 16);
+}
+
 /* tcache.c: slow paths */
 extern TCM_HIDDEN TCM_TLS tcm_thread_t *tcm__tls_thread;
 

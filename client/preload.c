@@ -231,11 +231,24 @@ static void *malloc_missed(size_t size)
     return tcm_slow(size, 0);
 }
 
+/* A free the hot path did not take: a heap object whose bin is full, or a
+ * pointer that is not the heap's (the hot path's one range check routes
+ * both here). A fork child's thread has no cache, so every free of its
+ * snapshot comes here too. */
 static void free_missed(void *p)
 {
-    tcm__in_library++;
-    tcm__free_slow(p);
-    tcm__in_library--;
+    if (in_heap(p)) {
+        if (heap_is_parents)
+            return; /* the snapshot's: nothing to give back */
+        tcm__in_library++;
+        tcm__free_slow(p); /* a misaligned one: tcm's "invalid pointer" */
+        tcm__in_library--;
+        return;
+    }
+    if (!p || in_boot(p))
+        return;
+    resolve();
+    sys_free(p);
 }
 
 /* ---- the malloc family */
@@ -249,15 +262,7 @@ TCM_EXPORT void *malloc(size_t size)
 
 TCM_EXPORT void free(void *p)
 {
-    if (tcm_likely(in_heap(p))) {
-        if (!heap_is_parents)
-            tcm__free_fast(p); /* a misaligned one: tcm's "invalid pointer" */
-        return;
-    }
-    if (!p || in_boot(p))
-        return;
-    resolve();
-    sys_free(p);
+    tcm__free_fast(p);
 }
 
 TCM_EXPORT void *calloc(size_t n, size_t size)
@@ -300,7 +305,7 @@ TCM_EXPORT void *realloc(void *p, size_t size)
         return sys_realloc(p, size);
     }
     size_t old = usable(p);
-    if (in_heap(p) && size <= old && (size > old / 2 || old <= 16))
+    if (in_heap(p) && tcm__realloc_keeps(old, size))
         return p;
     void *q = malloc(size);
     if (!q)

@@ -72,8 +72,7 @@ void *tcm_realloc(void *p, size_t size)
     size_t old = tcm_usable_size(p);
     if (old == 0)
         tcm__fatal("tcm_realloc(): invalid pointer %p", p);
-    /* keep the block while it fits and is not mostly empty */
-    if (size <= old && (size > old / 2 || old <= 16))
+    if (tcm__realloc_keeps(old, size))
         return p;
     void *q = tcm__malloc_fast(size);
     if (!q)

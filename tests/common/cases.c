@@ -10,14 +10,18 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The case's status, or SIGKILLed at the timeout (*timed_out). */
-static int wait_case(pid_t pid, int timeout_ms, bool *timed_out)
+int tt_wait_timed(pid_t pid, int timeout_ms, bool *timed_out)
 {
     int st;
     *timed_out = false;
     for (int t = 0; t < timeout_ms; t += 5) {
-        if (waitpid(pid, &st, WNOHANG) == pid)
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
             return st;
+        if (r < 0) {
+            perror("waitpid");
+            abort();
+        }
         nanosleep(&(struct timespec){0, 5000000}, NULL);
     }
     *timed_out = true;
@@ -42,7 +46,7 @@ int tt_run_cases(const char *suite, const tt_case_t *cases, size_t n, int timeou
             exit(0); /* exit, not _exit: the library's exit handler gives the caches back */
         }
         bool timed_out;
-        int st = wait_case(pid, timeout_ms, &timed_out);
+        int st = tt_wait_timed(pid, timeout_ms, &timed_out);
         bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
         if (ok)
             printf("ok   %s\n", cases[i].name);

@@ -6,7 +6,9 @@
 #ifndef TCM_TEST_CASES_H
 #define TCM_TEST_CASES_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 typedef struct tt_case {
     const char *name;
@@ -14,5 +16,8 @@ typedef struct tt_case {
 } tt_case_t;
 
 int tt_run_cases(const char *suite, const tt_case_t *cases, size_t n, int timeout_ms);
+/* A child's raw status, or, SIGKILLed once timeout_ms passed, its status
+ * then with *timed_out set. */
+int tt_wait_timed(pid_t pid, int timeout_ms, bool *timed_out);
 
 #endif

@@ -283,18 +283,13 @@ pid_t tt_fork(int (*fn)(void *), void *arg)
 
 int tt_wait(pid_t pid, int timeout_ms)
 {
-    int st;
-    for (int t = 0; t < timeout_ms; t += 5) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid)
-            return st;
-        CHECK(r == 0);
-        sleep_ms(5);
+    bool timed_out;
+    int st = tt_wait_timed(pid, timeout_ms, &timed_out);
+    if (timed_out) {
+        fprintf(stderr, "child %d timed out after %d ms; killed it\n", (int)pid, timeout_ms);
+        abort();
     }
-    fprintf(stderr, "child %d timed out after %d ms; killing it\n", (int)pid, timeout_ms);
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    abort();
+    return st;
 }
 
 void tt_wait_ok(pid_t pid, int timeout_ms)
