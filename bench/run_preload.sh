@@ -3,7 +3,9 @@
 # preload of tcm, jemalloc, tcmalloc and mimalloc and under plain glibc, in
 # one run: median wall time and median peak RSS (GNU time's %M: the heap's
 # shared pages a process touched count in it too) of RUNS runs each,
-# alternating allocators within a run. Workloads: bench/preload/*.c.
+# alternating allocators within a run (the preload is the workload's, not
+# GNU time's: a preloaded time would add its fork to the figure). Workloads:
+# bench/preload/*.c.
 #   bench/run_preload.sh [BUILD_DIR]      (default build-bench; RUNS=5)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -27,7 +29,7 @@ for ((r = 0; r < runs; r++)); do
   for w in "${workloads[@]}"; do
     for a in "${allocs[@]}"; do
       name=${a%%:*} lib=${a#*:}
-      LD_PRELOAD=$lib /usr/bin/time -f "$w $name %e %M" -a -o "$work/raw" "$work/$w" > /dev/null
+      /usr/bin/time -f "$w $name %e %M" -a -o "$work/raw" env LD_PRELOAD="$lib" "$work/$w" > /dev/null
     done
   done
 done

@@ -33,16 +33,16 @@ static void *bg_main(void *arg)
         uint64_t now = tcm__now_ns(), gen = atomic_load(&pr->meta->config.gen);
         if (flush != seen_flush) {
             seen_flush = flush;
-            tcm__xfer_trim(0);
+            tcm__xfer_trim(true);
             atomic_store(&pr->chan_hdr->flush_ack, flush);
         } else if (gen != seen_gen) {
             seen_gen = gen;
-            tcm__xfer_trim(atomic_load(&pr->meta->config.xfer_budget));
+            tcm__xfer_trim(false);
         }
         if (atomic_exchange_explicit(&pr->xfer_used, false, memory_order_relaxed))
             last_used = now;
-        else if (decay_ns && now - last_used >= decay_ns && atomic_load(&pr->xfer_bytes))
-            tcm__xfer_trim(0); /* nobody traded through it for a while: it only pins memory */
+        else if (decay_ns && now - last_used >= decay_ns && (atomic_load(&pr->xfer_bytes) || atomic_load(&pr->large_bytes)))
+            tcm__xfer_trim(true); /* nobody traded through it for a while: it only pins memory */
     }
     return NULL;
 }

@@ -99,8 +99,8 @@ typedef struct tcm_proc {
     _Atomic uint64_t xfer_bytes;
     _Atomic bool xfer_used;     /* a thread took from or gave to the transfer tier or the page-run
                                    cache since the background thread last looked */
-    pthread_mutex_t large_lock; /* the page-run cache in chan_hdr (large.c); its bytes count in
-                                   xfer_bytes, under the same budget */
+    pthread_mutex_t large_lock; /* the page-run cache in chan_hdr (large.c), under run_cache */
+    _Atomic uint64_t large_bytes;
 
     /* the background thread (background.c) */
     pthread_t bg_thread;
@@ -149,9 +149,9 @@ TCM_HIDDEN void tcm__fatal_refused(int st, unsigned cls) __attribute__((noreturn
 TCM_HIDDEN uint32_t tcm__xfer_put(unsigned cls, tcm_bin_t *b, uint32_t n); /* from b's top; how many went */
 TCM_HIDDEN uint32_t tcm__xfer_take(unsigned cls, void **dst, uint32_t want);
 TCM_HIDDEN bool tcm__xfer_empty(unsigned cls);
-/* Back to tcmd, largest classes first (the page-run cache before them),
- * until it holds at most keep_bytes; 0: everything. */
-TCM_HIDDEN void tcm__xfer_trim(uint64_t keep_bytes);
+/* Back to tcmd, the page-run cache first, then the largest classes: all of
+ * it, or what exceeds run_cache and xfer_budget. */
+TCM_HIDDEN void tcm__xfer_trim(bool all);
 TCM_HIDDEN void *tcm__xfer_alloc(unsigned cls);        /* threads without a cache */
 TCM_HIDDEN void tcm__xfer_free(unsigned cls, void *p);
 
@@ -174,7 +174,7 @@ TCM_HIDDEN void tcm__thread_reset_after_fork(void);
 /* large.c: the process's cache of page runs */
 TCM_HIDDEN uint64_t tcm__large_take(uint32_t npages); /* offset of a cached run, 0 if none */
 TCM_HIDDEN bool tcm__large_keep(uint64_t off, uint32_t npages); /* false: give it to tcmd */
-TCM_HIDDEN void tcm__large_trim(void);           /* every cached run back to tcmd */
+TCM_HIDDEN void tcm__large_trim(uint64_t keep_bytes); /* cached runs back to tcmd, down to keep_bytes */
 TCM_HIDDEN void tcm__free_pages(uint64_t off);
 
 /* background.c: one thread per attached process */

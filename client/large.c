@@ -1,10 +1,10 @@
 /* large.c — the process's cache of page runs: a large allocation that finds
- * a cached run of its size (up to 1/8 larger) takes it without a daemon
- * round trip, and a freed run stays cached while the process's transfer
- * budget allows. The table lives in the channel (tcmd reclaims it if the
- * process dies, checking every entry) under a process-local lock. Runs
- * freed here are handed out again only here: another process gets a run
- * only from tcmd, after tcmd's own checks. */
+ * a cached run of its size (up to 1/4 larger, the waste of four size classes
+ * per doubling) takes it without a daemon round trip, and a freed run stays
+ * cached while run_cache allows. The table lives in the channel (tcmd
+ * reclaims it if the process dies, checking every entry) under a
+ * process-local lock. Runs freed here are handed out again only here:
+ * another process gets a run only from tcmd, after tcmd's own checks. */
 #define _GNU_SOURCE
 #include <errno.h>
 
@@ -23,13 +23,13 @@ uint64_t tcm__large_take(uint32_t npages)
     uint32_t best = TCM_LARGE_CACHE, n = hdr->large_count;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t have = hdr->large[i].npages;
-        if (have >= npages && have - npages <= npages / 8 && (best == TCM_LARGE_CACHE || have < hdr->large[best].npages))
+        if (have >= npages && have - npages <= npages / 4 && (best == TCM_LARGE_CACHE || have < hdr->large[best].npages))
             best = i;
     }
     uint64_t off = 0;
     if (best != TCM_LARGE_CACHE) {
         off = hdr->large[best].off;
-        atomic_fetch_sub_explicit(&pr->xfer_bytes, run_bytes(hdr->large[best].npages), memory_order_relaxed);
+        atomic_fetch_sub_explicit(&pr->large_bytes, run_bytes(hdr->large[best].npages), memory_order_relaxed);
         hdr->large[best] = hdr->large[n - 1];
         hdr->large_count = n - 1;
         atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
@@ -42,7 +42,7 @@ bool tcm__large_keep(uint64_t off, uint32_t npages)
 {
     tcm_proc_t *pr = &tcm__proc;
     tcm_chan_hdr_t *hdr = pr->chan_hdr;
-    uint64_t budget = atomic_load_explicit(&pr->meta->config.xfer_budget, memory_order_relaxed);
+    uint64_t budget = atomic_load_explicit(&pr->meta->config.run_cache, memory_order_relaxed);
     pthread_mutex_lock(&pr->large_lock);
     uint32_t n = hdr->large_count;
     for (uint32_t i = 0; i < n; i++)
@@ -51,11 +51,11 @@ bool tcm__large_keep(uint64_t off, uint32_t npages)
             tcm__fatal("tcm_free(): double free of page run %p", (void *)(pr->heap + off));
         }
     bool kept = n < TCM_LARGE_CACHE &&
-                atomic_load_explicit(&pr->xfer_bytes, memory_order_relaxed) + run_bytes(npages) <= budget;
+                atomic_load_explicit(&pr->large_bytes, memory_order_relaxed) + run_bytes(npages) <= budget;
     if (kept) {
         hdr->large[n] = (tcm_large_entry_t){.off = off, .npages = npages};
         hdr->large_count = n + 1; /* after the entry: tcmd reads count, then entries */
-        atomic_fetch_add_explicit(&pr->xfer_bytes, run_bytes(npages), memory_order_relaxed);
+        atomic_fetch_add_explicit(&pr->large_bytes, run_bytes(npages), memory_order_relaxed);
         atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
     }
     pthread_mutex_unlock(&pr->large_lock);
@@ -86,16 +86,16 @@ void tcm__free_pages(uint64_t off)
     free_pages(off, NULL);
 }
 
-void tcm__large_trim(void)
+void tcm__large_trim(uint64_t keep_bytes)
 {
     tcm_proc_t *pr = &tcm__proc;
     tcm_chan_hdr_t *hdr = pr->chan_hdr;
     pthread_mutex_lock(&pr->large_lock);
     /* from the top, so that what is left is always a valid prefix */
-    while (hdr->large_count) {
+    while (hdr->large_count && atomic_load_explicit(&pr->large_bytes, memory_order_relaxed) > keep_bytes) {
         tcm_large_entry_t e = hdr->large[hdr->large_count - 1];
         free_pages(e.off, &hdr->large_count);
-        atomic_fetch_sub_explicit(&pr->xfer_bytes, run_bytes(e.npages), memory_order_relaxed);
+        atomic_fetch_sub_explicit(&pr->large_bytes, run_bytes(e.npages), memory_order_relaxed);
     }
     pthread_mutex_unlock(&pr->large_lock);
 }

@@ -144,6 +144,7 @@ static void fork_child(void)
     pr->tcache_used = NULL;
     atomic_store(&pr->nthreads, 0);
     atomic_store(&pr->xfer_bytes, 0);
+    atomic_store(&pr->large_bytes, 0);
     memset(pr->xfer_backed, 0, sizeof pr->xfer_backed);
     pr->daemon_lost = false;
     atomic_store(&pr->attached, false);

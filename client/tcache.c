@@ -288,7 +288,7 @@ static void check_config(tcm_thread_t *thr)
     thr->budget = thread_budget();
     settle_all(thr, false); /* what it asked for ahead goes back: the budget may be smaller */
     shrink_to_budget(thr);
-    tcm__xfer_trim(atomic_load_explicit(&tcm__proc.meta->config.xfer_budget, memory_order_relaxed));
+    tcm__xfer_trim(false);
 }
 
 static void thread_flush(tcm_thread_t *thr, bool to_daemon)
@@ -309,7 +309,7 @@ static void flush_for_nomem(void)
 {
     if (tcm__tls_thread)
         thread_flush(tcm__tls_thread, true);
-    tcm__xfer_trim(0);
+    tcm__xfer_trim(true);
 }
 
 static void thread_forget(void)
@@ -335,7 +335,7 @@ static void thread_exit(void *arg)
         bool bg = atomic_load_explicit(&pr->bg_running, memory_order_relaxed);
         thread_flush(thr, !bg);
         if (atomic_fetch_sub(&pr->nthreads, 1) <= 2 && !bg)
-            tcm__xfer_trim(0);
+            tcm__xfer_trim(true);
         thr->tc->in_use = 0;
         pthread_mutex_lock(&pr->tcache_lock);
         pr->tcache_used[thr->index] = 0;
@@ -546,6 +546,30 @@ void *tcm__malloc_slow(size_t size)
     return b->slots[--b->count];
 }
 
+/* A thread's first touch of a small class is a free: most likely of another
+ * thread's object, on a cache line that thread may still write
+ * (cache-scratch). The bin gets a batch of its own and the object goes
+ * under it, so that this thread's next mallocs land elsewhere. No waiting
+ * for memory here: false when none comes at once. */
+static bool free_first(tcm_thread_t *thr, unsigned cls, void *p)
+{
+    tcm_bin_t *b = &thr->tc->bins[cls];
+    uint32_t want = thr->refill[cls];
+    grow(thr, cls, want + 1);
+    if (b->max < want + 1)
+        return false;
+    uint64_t asked;
+    uint32_t got = tcm__xfer_take(cls, b->slots + 1, want);
+    if (!got)
+        got = take_from_daemon(thr, cls, b->slots + 1, want, &asked);
+    if (!got)
+        return false;
+    b->slots[0] = p;
+    b->count = got + 1;
+    slow_start(thr, cls);
+    return true;
+}
+
 void tcm__free_slow(void *p)
 {
     tcm_proc_t *pr = &tcm__proc;
@@ -581,6 +605,8 @@ void tcm__free_slow(void *p)
         return;
     }
     tcm_bin_t *b = &thr->tc->bins[cls];
+    if (b->max == 0 && pr->classes[cls].size < 2 * TCM_CACHE_LINE && free_first(thr, cls, p))
+        return;
     if (b->count >= b->max) {
         grow(thr, cls, thr->refill[cls]);
         if (b->count >= b->max) {
@@ -613,8 +639,9 @@ void tcm__flush_all(void)
             b->max = 0;
         }
     }
-    tcm__xfer_trim(0);
+    tcm__xfer_trim(true);
     atomic_store(&pr->xfer_bytes, 0);
+    atomic_store(&pr->large_bytes, 0);
     tcm_thread_t *thr = tcm__tls_thread;
     if (thr) {
         pthread_setspecific(pr->thread_key, NULL);

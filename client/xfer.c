@@ -100,11 +100,13 @@ static bool return_top_batch(unsigned cls)
     return posted;
 }
 
-void tcm__xfer_trim(uint64_t keep_bytes)
+void tcm__xfer_trim(bool all)
 {
     tcm_proc_t *pr = &tcm__proc;
-    if (!keep_bytes || atomic_load(&pr->xfer_bytes) > keep_bytes)
-        tcm__large_trim(); /* whole runs first: one request each frees the most */
+    const tcm_config_t *cf = &pr->meta->config;
+    /* whole runs first: one request each frees the most */
+    tcm__large_trim(all ? 0 : atomic_load_explicit(&cf->run_cache, memory_order_relaxed));
+    uint64_t keep_bytes = all ? 0 : atomic_load_explicit(&cf->xfer_budget, memory_order_relaxed);
     for (unsigned cls = TCM_NCLASSES - 1; cls >= 1; cls--)
         while ((!keep_bytes || atomic_load(&pr->xfer_bytes) > keep_bytes) && return_top_batch(cls))
             ;

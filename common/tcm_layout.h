@@ -54,7 +54,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TCM_LAYOUT_VERSION 7u
+#define TCM_LAYOUT_VERSION 8u
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
 #define TCM_CHAN_MAGIC 0x4e4148434d4354ull /* "TCMCHAN" */
 #define TCM_STATE_MAGIC 0x4554415453434d54ull /* "TCMSTATE" */
@@ -62,6 +62,7 @@
 #define TCM_PAGE_SHIFT 13u
 #define TCM_PAGE_SIZE (1u << TCM_PAGE_SHIFT)
 #define TCM_ALIGN 16u
+#define TCM_CACHE_LINE 64u
 #define TCM_GRANULE_SHIFT 4u
 #define TCM_MAX_SMALL (256u * 1024u)
 #define TCM_NCLASSES 97u          /* class 0 is "none"; 1..96 are real */
@@ -146,7 +147,7 @@ typedef struct tcm_config {
     _Atomic uint64_t page_cache_cap; /* free committed bytes kept before release */
     _Atomic uint64_t reconnect_ms;   /* how long a client waits for tcmd to come back */
     _Atomic uint64_t decay_ms;       /* page heap untouched this long: its cache goes back to the OS */
-    uint64_t reserved[1];
+    _Atomic uint64_t run_cache;      /* bytes per process, freed page runs kept for reuse */
 } tcm_config_t;
 _Static_assert(sizeof(tcm_config_t) == 64, "config is shared");
 

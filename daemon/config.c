@@ -76,6 +76,8 @@ static const setting_t settings[] = {
      "32M", "SIZE", FIELD(tcache_budget), META(tcache_budget, 1)},
     {{"xfer_budget", true, "bytes the transfer tier of one process may hold"}, T_SIZE, 0, 1ull << 40, "32M", "SIZE",
      FIELD(xfer_budget), META(xfer_budget, 1)},
+    {{"run_cache", true, "bytes of freed page runs (objects above 256K) one process keeps for reuse"}, T_SIZE, 0,
+     1ull << 40, "128M", "SIZE", FIELD(run_cache), META(run_cache, 1)},
     {{"page_cache_cap", true, "free committed bytes kept at once when decay_ms is 0 (with decay, what a window does not reuse goes back)"}, T_SIZE, 0, 64ull << 40,
      "64M", "SIZE", FIELD(page_cache_cap), META(page_cache_cap, 1)},
     {{"spin_us", true, "microseconds the heap thread polls before sleeping"}, T_UINT, 0, 1000000, "10", "N",

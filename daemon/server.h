@@ -81,6 +81,7 @@ typedef struct tcm_server {
     uint64_t heap_limit;
     uint64_t tcache_budget;
     uint64_t xfer_budget;
+    uint64_t run_cache;
     uint64_t page_cache_cap;
     uint64_t reconnect_timeout; /* seconds */
     uint64_t decay_ms;

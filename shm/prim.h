@@ -29,9 +29,10 @@ void *tcm__reserve(uint64_t size);
 /* Zero-filled memory shared with the children this process forks. */
 void *tcm__shared_anon(uint64_t size);
 /* Replace the shared mapping [at, at + size) by a private copy of itself
- * (a snapshot, at the same address), copying the pages that have memory
- * behind them and whose entry in page_map (one byte per 1 << page_shift
- * bytes; NULL: none) is not skip. 0 or -errno. */
+ * (a snapshot, at the same address): with a page_map (one byte per
+ * 1 << page_shift bytes), the pages whose entry is not skip, all of which
+ * must have memory behind them; without, the pages that have memory
+ * behind them. 0 or -errno. */
 int tcm__privatize(void *at, uint64_t size, unsigned page_shift, const uint8_t *page_map, uint8_t skip);
 
 /* Backing store of a heap range: commit before handing pages out, so a full

@@ -150,9 +150,47 @@ void *tcm__shared_anon(uint64_t size)
     return p == MAP_FAILED ? NULL : p;
 }
 
+/* The runs page_map marks in use, one copy each: no mincore over the
+ * whole heap (16 ms for 1 GiB of tmpfs), and every page in use has memory
+ * behind it (tcm commits before it hands pages out). */
+static void copy_in_use(char *to, const char *from, size_t len, unsigned page_shift, const uint8_t *page_map,
+                        uint8_t skip)
+{
+    size_t npages = len >> page_shift;
+    for (size_t i = 0; i < npages;) {
+        if (page_map[i] == skip) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < npages && page_map[j] != skip)
+            j++;
+        memcpy(to + (i << page_shift), from + (i << page_shift), (j - i) << page_shift);
+        i = j;
+    }
+}
+
+/* The pages that have memory behind them (mincore: in the page cache). No
+ * malloc: a fork child's handler runs this before the allocator under it
+ * (another process's malloc library) is usable. */
+static void copy_resident(char *to, const char *from, size_t len)
+{
+    size_t sys_page = (size_t)sysconf(_SC_PAGESIZE), npages = len / sys_page;
+    unsigned char *resident = mmap(NULL, npages ? npages : 1, PROT_READ | PROT_WRITE,
+                                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (resident == MAP_FAILED)
+        resident = NULL;
+    bool all = !resident || mincore((void *)from, len, resident) != 0;
+    for (size_t i = 0; i < npages; i++)
+        if (all || (resident[i] & 1))
+            memcpy(to + i * sys_page, from + i * sys_page, sys_page);
+    if (resident)
+        munmap(resident, npages ? npages : 1);
+}
+
 int tcm__privatize(void *at, uint64_t size, unsigned page_shift, const uint8_t *page_map, uint8_t skip)
 {
-    size_t len = (size_t)size, sys_page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t len = (size_t)size;
     void *moved = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (moved == MAP_FAILED)
         return -errno;
@@ -167,24 +205,10 @@ int tcm__privatize(void *at, uint64_t size, unsigned page_shift, const uint8_t *
         munmap(moved, len);
         return err;
     }
-    /* only what has memory behind it (mincore: in the page cache), and
-     * only the pages the map says are in use */
-    /* no malloc here: a fork child's handler runs this before the
-     * allocator under it (another process's malloc library) is usable */
-    size_t npages = len / sys_page;
-    unsigned char *resident = mmap(NULL, npages ? npages : 1, PROT_READ | PROT_WRITE,
-                                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (resident == MAP_FAILED)
-        resident = NULL;
-    bool all = !resident || mincore(moved, len, resident) != 0;
-    for (size_t i = 0; i < npages; i++) {
-        size_t off = i * sys_page;
-        if ((!all && !(resident[i] & 1)) || (page_map && page_map[off >> page_shift] == skip))
-            continue;
-        memcpy((char *)at + off, (char *)moved + off, sys_page);
-    }
-    if (resident)
-        munmap(resident, npages ? npages : 1);
+    if (page_map)
+        copy_in_use(at, moved, len, page_shift, page_map, skip);
+    else
+        copy_resident(at, moved, len);
     munmap(moved, len);
     return 0;
 }

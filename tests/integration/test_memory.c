@@ -73,6 +73,7 @@ static void test_decay(void)
     /* the process's own caches small, so that what is measured is the daemon's */
     CHECK_EQ(tt_tcmctl(&d, "config set tcache_budget 256K", out, sizeof out), 0);
     CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 0", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(&d, "config set run_cache 0", out, sizeof out), 0);
     CHECK_EQ(tt_tcmctl(&d, "config set decay_ms 500", out, sizeof out), 0);
     atomic_store(phase, 0);
     pid_t pid = tt_fork(workload, (void *)1);
@@ -263,7 +264,7 @@ static void test_release_takes_caches(void)
 
 /* A heap that never goes quiet still gives back what it does not reuse:
  * 40 MiB of page runs freed into the page cache, then page runs of 64 KiB
- * cut and freed without pause (no page-run cache: xfer_budget 0); within
+ * cut and freed without pause (no page-run cache: run_cache 0); within
  * two decay windows the unused part of the cache is gone. */
 static int busy_heap(void *arg)
 {
@@ -290,7 +291,7 @@ static int busy_heap(void *arg)
 static void test_busy_decay(void)
 {
     tcm_test_daemon_t d;
-    pid_t pid = start_idler(&d, (const char *[]){"decay_ms 300", "xfer_budget 0", NULL}, busy_heap);
+    pid_t pid = start_idler(&d, (const char *[]){"decay_ms 300", "run_cache 0", NULL}, busy_heap);
     uint64_t before = tt_stat(&d, "bytes_committed"), now = before;
     for (int i = 0; i < 300 && now > (8u << 20); i++) {
         usleep(10000);

@@ -131,8 +131,9 @@ static int test_threads(void *arg)
     tcm_test_daemon_t d;
     tt_daemon_start(&d, NULL);
     char out[256];
-    /* no page-run cache (it shares this budget): every malloc and free needs tcmd */
+    /* no transfer tier or page-run cache: every malloc and free needs tcmd */
     CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 0", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(&d, "config set run_cache 0", out, sizeof out), 0);
     memset(sh, 0, sizeof *sh);
     thread_ops = mmap(NULL, 2 * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(thread_ops != MAP_FAILED);
