@@ -3,7 +3,7 @@
 # preload of tcm, jemalloc, tcmalloc and mimalloc and under plain glibc, in
 # one run: median wall time and median peak RSS (GNU time's %M: the heap's
 # shared pages a process touched count in it too) of RUNS runs each,
-# alternating allocators within a run (the preload is the workload's, not
+# alternating allocators within a run, each round in a rotated order (the preload is the workload's, not
 # GNU time's: a preloaded time would add its fork to the figure). Workloads:
 # bench/preload/*.c.
 #   bench/run_preload.sh [BUILD_DIR]      (default build-bench; RUNS=5)
@@ -27,7 +27,8 @@ start_tcmd "$build" "$TCM_SOCKET" --name "pbench$$" --log "$work/tcmd.log"
 : > "$work/raw"
 for ((r = 0; r < runs; r++)); do
   for w in "${workloads[@]}"; do
-    for a in "${allocs[@]}"; do
+    for ((i = 0; i < ${#allocs[@]}; i++)); do # each round starts with the next allocator
+      a=${allocs[(i + r) % ${#allocs[@]}]}
       name=${a%%:*} lib=${a#*:}
       /usr/bin/time -f "$w $name %e %M" -a -o "$work/raw" env LD_PRELOAD="$lib" "$work/$w" > /dev/null
     done

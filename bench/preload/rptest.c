@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPS = 2000000, WINDOW = 1024 };
+enum { OPS = 8000000, WINDOW = 1024 };
 
 static void *worker(void *arg)
 {
