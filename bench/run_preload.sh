@@ -2,7 +2,8 @@
 # Programs that know nothing of tcm, each built once and run under the
 # preload of tcm, jemalloc, tcmalloc and mimalloc and under plain glibc, in
 # one run: median wall time and median peak RSS (GNU time's %M: the heap's
-# shared pages a process touched count in it too) of RUNS runs each,
+# shared pages a process touched count in it too; for tcm, plus the heap
+# pages the run made tcmd commit, after a release before it) of RUNS runs each,
 # alternating allocators within a run, each round in a rotated order (the preload is the workload's, not
 # GNU time's: a preloaded time would add its fork to the figure). Workloads:
 # bench/preload/*.c.
@@ -30,7 +31,11 @@ for ((r = 0; r < runs; r++)); do
     for ((i = 0; i < ${#allocs[@]}; i++)); do # each round starts with the next allocator
       a=${allocs[(i + r) % ${#allocs[@]}]}
       name=${a%%:*} lib=${a#*:}
+      [[ $name == tcm ]] && "$build/tcmctl" release > /dev/null
       /usr/bin/time -f "$w $name %e %M" -a -o "$work/raw" env LD_PRELOAD="$lib" "$work/$w" > /dev/null
+      if [[ $name == tcm ]]; then # what the run made tcmd commit (decay_ms is longer than a run)
+        "$build/tcmctl" stats | awk -v w="$w" '/^bytes_committed /{print w, "tcm-heap", 0, int($2 / 1024)}' >> "$work/raw"
+      fi
     done
   done
 done
@@ -50,8 +55,11 @@ for w in works:
     best = min(med[a] for a in names if a != "tcm")
     ratios.append(med["tcm"] / best)
     print(f"| {w} (s) | " + " | ".join(f"{med[a]:.2f}" for a in names) + f" | {med['tcm'] / best:.2f} |")
-    mem = {a: statistics.median(m[w, a]) / 1024 for a in names}
-    print(f"| {w} (peak RSS, MB) | " + " | ".join(f"{mem[a]:.0f}" for a in names) + " | |")
+    mem = {a: statistics.median(m[w, a]) / 1024 for a in names + ["tcm-heap"]}
+    cells = [f"{mem[a]:.0f}" if a != "tcm" else f"{mem['tcm']:.0f} + {mem['tcm-heap']:.0f}" for a in names]
+    best = min(mem[a] for a in names if a != "tcm")
+    print(f"| {w} (peak RSS, MB; tcm: + heap committed) | " + " | ".join(cells) +
+          f" | {(mem['tcm'] + mem['tcm-heap']) / max(best, 1):.1f} |")
 g = statistics.geometric_mean(ratios)
 print(f"\ngeometric mean of tcm's time / the best other's: {g:.2f}")
 PY
