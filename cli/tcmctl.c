@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "frame.h"
+#include "prim.h"
 #include "util.h"
 #include "views.h"
 
@@ -67,7 +67,7 @@ static Tcm__Response *call(const ctx_t *ctx, Tcm__Request *req)
         fprintf(stderr, "tcmctl: no answer from tcmd on %s: %s\n", ctx->socket, strerror(err ? -err : errno));
         exit(EXIT_CONNECT);
     }
-    close(fd);
+    tcm__close(fd);
     if (resp->body_case == TCM__RESPONSE__BODY_ERROR) {
         if (ctx->json)
             printf("{\"error\":{\"code\":%u,\"message\":\"%s\"}}\n", resp->error->code, js(resp->error->message));
@@ -103,12 +103,10 @@ static int cmd_ping(const ctx_t *ctx, int argc, char **argv)
 {
     (void)argc, (void)argv;
     Tcm__Ping ping = TCM__PING__INIT;
-    ping.nonce = (uint64_t)getpid();
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ping.nonce = tcm__pid();
+    uint64_t t0 = tcm__now_ns();
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_PING, &ping, TCM__RESPONSE__BODY_PONG);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+    double us = (double)(tcm__now_ns() - t0) / 1e3;
     const Tcm__Pong *p = resp->pong;
     if (ctx->json)
         printf("{\"ok\":true,\"daemon_pid\":%u,\"version\":\"%s\",\"protocol\":%u,\"uptime_ms\":%llu,"
@@ -409,7 +407,7 @@ static int cmd_stats(const ctx_t *ctx, int argc, char **argv)
     for (long n = 0; count < 0 || n < count; n++) {
         Tcm__StatsRequest sr = TCM__STATS_REQUEST__INIT;
         Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_STATS, &sr, TCM__RESPONSE__BODY_STATS);
-        if (every > 0 && !ctx->json && isatty(1))
+        if (every > 0 && !ctx->json && tcm__is_terminal(1))
             printf("\033[H\033[2J"); /* top-like: redraw in place */
         if (every > 0 && !ctx->json) {
             time_t now = time(NULL);
@@ -421,7 +419,7 @@ static int cmd_stats(const ctx_t *ctx, int argc, char **argv)
         if (every <= 0)
             break;
         if (count < 0 || n + 1 < count)
-            usleep((useconds_t)(every * 1e6));
+            tcm__sleep_ns((uint64_t)(every * 1e9));
     }
     return 0;
 }

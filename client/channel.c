@@ -4,7 +4,6 @@
  * call then waits (bounded) for the next tcmd and resumes with it. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <sched.h>
 
 #include "client.h"
 #include "prim.h"
@@ -64,7 +63,7 @@ bool tcm__post(tcm_slot_t *slot, uint32_t slot_index)
     /* release: a recovering tcmd may read the slot without the ring */
     atomic_store_explicit(&slot->state, TCM_SLOT_POSTED, memory_order_release);
     while (!tcm__ring_push(pr->ring, pr->lay.ring_cap, slot_index))
-        sched_yield(); /* cannot happen: the ring has a cell for every slot */
+        tcm__yield(); /* cannot happen: the ring has a cell for every slot */
     tcm__bell_ring((_Atomic uint32_t *)&pr->meta->heap_sleeping, pr->bell);
     return true;
 }

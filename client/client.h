@@ -61,7 +61,7 @@ typedef struct tcm_proc {
     _Atomic uint64_t lost_retry_ns;      /* when a call may try to resume again after daemon_lost */
     _Atomic uint64_t outage_deadline_ns; /* while tcmd is away: when to give up waiting (0: not away) */
     _Atomic uint32_t conn_gen;  /* bumped by each successful resume */
-    pid_t pid;
+    uint32_t pid;
     _Atomic int sock;           /* control connection; its EOF tells the daemon we left */
     int chan_fd;                /* our own open file description of the channel, locked shared
                                    for as long as we are attached: a tcmd that lost our socket

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "client.h"
 #include "frame.h"
@@ -67,7 +66,7 @@ void tcm__note(const char *fmt, ...)
 static void say_bye(void)
 {
     tcm_proc_t *pr = &tcm__proc;
-    if (pr->sock < 0 || pr->pid != getpid())
+    if (pr->sock < 0 || pr->pid != tcm__pid())
         return;
     Tcm__Request req = TCM__REQUEST__INIT;
     Tcm__Bye bye = TCM__BYE__INIT;
@@ -82,7 +81,7 @@ static void at_exit(void)
     tcm__in_library++; /* never decremented: the process is going */
     /* the kernel closes the socket; the daemon reclaims every cache. A tcmd
      * that replaced the one we knew should hear the Bye too. */
-    if (!atomic_load(&tcm__proc.attached) || tcm__proc.pid != getpid())
+    if (!atomic_load(&tcm__proc.attached) || tcm__proc.pid != tcm__pid())
         return;
     if (tcm__daemon_gone()) {
         tcm__proc.outage_deadline_ns = tcm__now_ns(); /* one try, no waiting */
@@ -155,7 +154,7 @@ static void once_init(void)
     tcm__thread_key_init();
     for (unsigned c = 0; c < TCM_NCLASSES; c++)
         pthread_mutex_init(&tcm__proc.xfer_lock[c], NULL);
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    tcm__at_fork(fork_prepare, fork_parent, fork_child);
     atexit(at_exit);
 }
 
@@ -276,7 +275,7 @@ static int handshake(const char *socket_path, uint32_t resume_id, uint64_t token
     Tcm__Request req = TCM__REQUEST__INIT;
     Tcm__Hello hello = TCM__HELLO__INIT;
     hello.version = TCM_PROTO_VERSION;
-    hello.pid = (uint32_t)getpid();
+    hello.pid = tcm__pid();
     hello.resume_client_id = resume_id;
     hello.resume_token = token;
     req.version = TCM_PROTO_VERSION;
@@ -363,7 +362,7 @@ static int attach_locked(const char *socket_path)
     pr->client_id = resp->welcome->client_id;
     pr->token = resp->welcome->token;
     pr->sock = fd;
-    pr->pid = getpid();
+    pr->pid = tcm__pid();
     pr->daemon_lost = false;
     pr->outage_deadline_ns = 0;
     if (socket_path != pr->socket_path)

@@ -2,18 +2,16 @@
  * LD_PRELOAD. Three kinds of pointer, told apart by address in free():
  * the shared heap's (tcm's hot path), a small bootstrap region (what is
  * allocated before the system malloc is found), and the system malloc's
- * (dlsym(RTLD_NEXT)): what the library's own code allocates (tcm__in_library),
+ * (tcm__next_symbol, dlsym(RTLD_NEXT)): what the library's own code allocates (tcm__in_library),
  * everything once tcm cannot serve (no tcmd: one line on stderr, then the
  * system malloc for the rest of the process; a full heap: that allocation;
  * TCM_MALLOC_FALLBACK=0 makes those fail with ENOMEM instead), and a fork
  * child's (below). */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "client.h"
 #include "prim.h"
@@ -76,12 +74,12 @@ static void resolve(void)
 {
     if (sys_malloc || atomic_exchange(&resolving, 1))
         return; /* found, or being found (dlsym's own allocations come here) */
-    sys_calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
-    sys_realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
-    sys_memalign = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "memalign");
-    sys_usable = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
-    sys_free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
-    sys_malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
+    sys_calloc = (void *(*)(size_t, size_t))tcm__next_symbol("calloc");
+    sys_realloc = (void *(*)(void *, size_t))tcm__next_symbol("realloc");
+    sys_memalign = (void *(*)(size_t, size_t))tcm__next_symbol("memalign");
+    sys_usable = (size_t(*)(void *))tcm__next_symbol("malloc_usable_size");
+    sys_free = (void (*)(void *))tcm__next_symbol("free");
+    sys_malloc = (void *(*)(size_t))tcm__next_symbol("malloc");
 }
 
 /* ---- which allocator serves a request */
@@ -117,7 +115,7 @@ static void read_settings_once(void)
     fork_shares = k && strcmp(k, "shared") == 0;
     fork_words = tcm__shared_anon(64);
     tcm__attach_failed_note = fallback ? "; going on with the system malloc" : "; allocations fail (TCM_MALLOC_FALLBACK=0)";
-    pthread_atfork(before_fork, parent_after_fork, child_after_fork);
+    tcm__at_fork(before_fork, parent_after_fork, child_after_fork);
 }
 static TCM_TLS uint32_t fork_gen; /* the forking thread's (and its child's copy of it) */
 static TCM_TLS bool fork_snapshots;
@@ -158,7 +156,7 @@ static void child_after_fork(void)
     tcm__wake(&fork_words[1], 1);
     if (err) {
         fprintf(stderr, "tcm-malloc: fork: cannot make the child's copy of the heap: %s\n", strerror(-err));
-        _exit(127);
+        _Exit(127);
     }
 }
 
@@ -361,12 +359,12 @@ TCM_EXPORT void *memalign(size_t align, size_t size)
 
 TCM_EXPORT void *valloc(size_t size)
 {
-    return aligned((size_t)sysconf(_SC_PAGESIZE), size);
+    return aligned(tcm__os_page_size(), size);
 }
 
 TCM_EXPORT void *pvalloc(size_t size)
 {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t page = tcm__os_page_size();
     return aligned(page, (size + page - 1) & ~(page - 1));
 }
 

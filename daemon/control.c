@@ -8,8 +8,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "frame.h"
 #include "log.h"
@@ -125,7 +123,7 @@ void tcm__conn_error(tcm_conn_t *conn, uint32_t code, const char *msg)
  * lets in may read. */
 bool tcm__conn_may_change(tcm_conn_t *conn, const char *what)
 {
-    if (conn->uid == geteuid() || conn->uid == 0)
+    if (conn->uid == tcm__uid() || conn->uid == 0)
         return true;
     return refuse_access(conn, what);
 }
@@ -136,7 +134,7 @@ bool tcm__conn_may_attach(tcm_conn_t *conn)
 {
     tcm_server_t *srv = conn->srv;
     uv_os_fd_t fd;
-    if (conn->uid == geteuid() || conn->uid == 0 ||
+    if (conn->uid == tcm__uid() || conn->uid == 0 ||
         (srv->allow_group_set && uv_fileno((uv_handle_t *)&conn->pipe, &fd) == 0 &&
          tcm__peer_in_group(fd, conn->gid, srv->allow_group)))
         return true;
@@ -147,7 +145,7 @@ static bool refuse_access(tcm_conn_t *conn, const char *what)
 {
     char msg[160];
     snprintf(msg, sizeof msg, "permission denied: %s needs uid %u or root%s (you are uid %u)", what,
-             (unsigned)geteuid(), strcmp(what, "attaching") == 0 && conn->srv->allow_group_set ? " or the allowed group" : "",
+             tcm__uid(), strcmp(what, "attaching") == 0 && conn->srv->allow_group_set ? " or the allowed group" : "",
              (unsigned)conn->uid);
     tcm__log_limited(TCM_LOG_WARN, "control: pid %d uid %u refused: %s", (int)conn->pid, (unsigned)conn->uid,
                      what);
@@ -308,10 +306,10 @@ int tcm__control_start(tcm_server_t *srv)
      * socket refuse, then the new one answer */
     char tmp[sizeof srv->socket_path + 8];
     snprintf(tmp, sizeof tmp, "%s.new", srv->socket_path);
-    unlink(tmp);
-    mode_t old = umask(0077); /* the socket is owner-only */
+    tcm__unlink(tmp);
+    unsigned old = tcm__umask(0077); /* the socket is owner-only */
     err = uv_pipe_bind(&srv->listener, tmp);
-    umask(old);
+    tcm__umask(old);
     if (err) {
         tcm__log(TCM_LOG_ERROR, "bind(%s) failed: %s", tmp, uv_strerror(err));
         return err;
@@ -326,9 +324,8 @@ int tcm__control_start(tcm_server_t *srv)
                  strerror(-err));
         return err;
     }
-    if (rename(tmp, srv->socket_path) != 0) {
-        err = -errno;
-        tcm__log(TCM_LOG_ERROR, "rename(%s, %s) failed: %s", tmp, srv->socket_path, strerror(errno));
+    if ((err = tcm__rename(tmp, srv->socket_path)) != 0) {
+        tcm__log(TCM_LOG_ERROR, "rename(%s, %s) failed: %s", tmp, srv->socket_path, strerror(-err));
         return err;
     }
     return 0;
@@ -359,5 +356,5 @@ void tcm__control_close(tcm_server_t *srv)
     if (srv->keep_segments)
         tcm__socket_placeholder(srv->socket_path);
     else
-        unlink(srv->socket_path);
+        tcm__unlink(srv->socket_path);
 }

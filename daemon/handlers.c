@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "config.h"
 #include "control.h"
@@ -35,7 +34,7 @@ static int send_welcome(tcm_conn_t *conn, tcm_client_t *c, bool resumed)
     w.n_class_size = TCM_NCLASSES;
     w.class_size = sizes;
     w.max_threads = srv->max_threads;
-    w.daemon_pid = (uint32_t)getpid();
+    w.daemon_pid = tcm__pid();
     w.token = c->rec->token;
     w.heap_id = srv->meta->heap_id;
     w.resumed = resumed;
@@ -123,7 +122,7 @@ static void handle_ping(tcm_conn_t *conn, const Tcm__Ping *ping)
     Tcm__Pong pong = TCM__PONG__INIT;
     pong.nonce = ping->nonce;
     pong.version = TCM_PROTO_VERSION;
-    pong.daemon_pid = (uint32_t)getpid();
+    pong.daemon_pid = tcm__pid();
     pong.uptime_ms = (tcm__now_ns() - conn->srv->start_ns) / 1000000;
     pong.daemon_version = TCM_VERSION_STRING;
     tcm__conn_reply(conn, TCM__RESPONSE__BODY_PONG, &pong);

@@ -2,7 +2,6 @@
  * heap thread's view (tcm_heap_t) at the parts of either segment. */
 #include <errno.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "heap.h"
 #include "prim.h"
@@ -44,7 +43,7 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, int heap_fd, int me
         st->heap_size = heap_size;
         st->npages = npages;
         st->max_threads = max_threads;
-        st->uid = (uint32_t)geteuid();
+        st->uid = tcm__uid();
         st->size = h->sl.size;
         st->off_clients = h->sl.off_clients;
         st->off_objmap = h->sl.off_objmap;

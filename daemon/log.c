@@ -1,10 +1,10 @@
 /* log.c — timestamped log lines to stderr or a file. */
 #include "log.h"
+#include "prim.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <time.h>
-#include <unistd.h>
 
 static FILE *log_file;
 static _Atomic int log_level = TCM_LOG_INFO;
@@ -31,15 +31,10 @@ static void vlog(int level, const char *fmt, va_list ap)
 {
     static const char *const names[] = {"error", "warn", "info", "debug"};
     FILE *f = log_file ? log_file : stderr;
-    struct timespec ts;
-    struct tm tm;
-    char when[32];
-    clock_gettime(CLOCK_REALTIME, &ts);
-    localtime_r(&ts.tv_sec, &tm);
-    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    char when[48];
+    tcm__wall_clock(when, sizeof when);
     char line[1024];
-    int n = snprintf(line, sizeof line, "%s.%03ld tcmd[%d] %s: ", when, ts.tv_nsec / 1000000,
-                     (int)getpid(), names[level]);
+    int n = snprintf(line, sizeof line, "%s tcmd[%u] %s: ", when, tcm__pid(), names[level]);
     if (n < 0 || n >= (int)sizeof line)
         return;
     vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);

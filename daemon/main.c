@@ -2,14 +2,11 @@
  * and the control loop; clean shutdown on SIGTERM/SIGINT. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "frame.h"
 #include "config.h"
@@ -50,19 +47,10 @@ static int make_socket_dir(const char *path, tcm_server_t *srv)
     if (!slash || slash == dir)
         return 0;
     *slash = 0;
-    for (char *p = dir + 1; *p; p++) {
-        if (*p == '/') {
-            *p = 0;
-            mkdir(dir, 0700);
-            *p = '/';
-        }
-    }
-    if (mkdir(dir, 0700) == 0) {
-        if (srv->allow_group_set)
-            return tcm__path_share(dir, srv->allow_group, 0710);
-        return 0;
-    }
-    return errno == EEXIST ? 0 : -errno;
+    int made = tcm__make_dirs(dir, 0700);
+    if (made == 1 && srv->allow_group_set)
+        return tcm__path_share(dir, srv->allow_group, 0710);
+    return made < 0 ? made : 0;
 }
 
 static uint32_t fnv1a(const char *s)
@@ -149,7 +137,7 @@ static int run(tcm_server_t *srv, int ready_fd)
     uv_signal_init(srv->loop, &srv->sighup);
     srv->sighup.data = srv;
     uv_signal_start(&srv->sighup, on_sighup, SIGHUP);
-    signal(SIGPIPE, SIG_IGN);
+    tcm__ignore_sigpipe();
     tcm__log(TCM_LOG_INFO, "tcmd %s ready: socket %s, heap %s %llu bytes at 0x%llx%s", TCM_VERSION_STRING,
              srv->socket_path, srv->heap_name, (unsigned long long)srv->heap_size, (unsigned long long)srv->base,
              srv->adopted ? " (adopted)" : "");
@@ -220,8 +208,9 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--config") == 0)
             config = argv[i + 1];
     if (config) {
-        if (!realpath(config, srv->config_path)) {
-            fprintf(stderr, "tcmd: cannot open config %s: %s\n", config, strerror(errno));
+        int bad = tcm__absolute_path(config, srv->config_path, sizeof srv->config_path);
+        if (bad) {
+            fprintf(stderr, "tcmd: cannot open config %s: %s\n", config, strerror(-bad));
             return 2;
         }
         if (tcm__config_load(srv, srv->config_path, false) != 0)
@@ -287,7 +276,7 @@ int main(int argc, char **argv)
     if (!srv->socket_path[0])
         tcm__default_socket(srv->socket_path, sizeof srv->socket_path);
     if (!srv->name[0])
-        snprintf(srv->name, sizeof srv->name, "u%u-%08x", (unsigned)getuid(), fnv1a(srv->socket_path));
+        snprintf(srv->name, sizeof srv->name, "u%u-%08x", tcm__login_uid(), fnv1a(srv->socket_path));
 
     int dir_err = make_socket_dir(srv->socket_path, srv);
     if (dir_err) {

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "crash.h"
 #include "log.h"
@@ -40,9 +39,9 @@ static const char *adoption_problem(tcm_server_t *srv, const char *seg, int fd, 
     int err = tcm__shm_stat(fd, &size, &uid, &mode);
     if (err)
         snprintf(why, len, "%s: fstat failed: %s", seg, strerror(-err));
-    else if (uid != geteuid())
+    else if (uid != tcm__uid())
         snprintf(why, len, "%s is owned by uid %u, this tcmd runs as uid %u", seg, (unsigned)uid,
-                 (unsigned)geteuid());
+                 tcm__uid());
     else if (size != want_size) {
         char a[32], b[32];
         snprintf(why, len, "%s is %s, a heap of --heap-size %s needs %s", seg, tcm__format_size(size, a, sizeof a),
@@ -72,9 +71,9 @@ static bool can_adopt(tcm_server_t *srv, const tcm_meta_hdr_t *m, const tcm_stat
     else if (st->max_threads != srv->max_threads)
         snprintf(why, len, "%s was created with --max-threads %u, this tcmd was given %u", srv->state_name,
                  st->max_threads, srv->max_threads);
-    else if (st->uid != geteuid())
+    else if (st->uid != tcm__uid())
         snprintf(why, len, "%s belongs to uid %u, this tcmd runs as uid %u", srv->state_name, st->uid,
-                 (unsigned)geteuid());
+                 tcm__uid());
     else if (st->page_shift != TCM_PAGE_SHIFT || m->page_shift != TCM_PAGE_SHIFT || m->nclasses != TCM_NCLASSES)
         snprintf(why, len, "%s has another page size or class table", srv->meta_name);
     else

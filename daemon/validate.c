@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "prim.h"
 #include "server.h"
 
 bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen);
@@ -192,7 +192,7 @@ static bool in_return_slot(const tcm_client_t *c, unsigned cls, uint64_t off)
  * again after a pause, and is wrong only if it reads the same. */
 static bool still_there(const volatile void *p, const void *seen, size_t len)
 {
-    usleep(1000);
+    tcm__sleep_ns(1000000);
     return memcmp((const void *)p, seen, len) == 0;
 }
 

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h> /* getuid */
 
 uint8_t *tcm__frame_pack(const ProtobufCMessage *msg, size_t *len)
 {
@@ -96,6 +95,6 @@ const char *tcm__default_socket(char *buf, size_t len)
     if (rt && *rt)
         snprintf(buf, len, "%s/tcm/tcmd.sock", rt);
     else
-        snprintf(buf, len, "/tmp/tcm-%u/tcmd.sock", (unsigned)getuid());
+        snprintf(buf, len, "/tmp/tcm-%u/tcmd.sock", tcm__login_uid());
     return buf;
 }

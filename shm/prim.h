@@ -96,7 +96,31 @@ void tcm__detach_ready(int ready);
 uint64_t tcm__now_ns(void);
 uint64_t tcm__random64(void);        /* unpredictable, for resume tokens */
 void tcm__sleep_ns(uint64_t ns);
+void tcm__yield(void); /* let another thread run */
+/* "YYYY-MM-DD HH:MM:SS.mmm", local time, for log lines. */
+void tcm__wall_clock(char *buf, size_t len);
+
+/* The process, its user, its files. */
+uint32_t tcm__pid(void);
+uint32_t tcm__uid(void);       /* effective: whose segments and socket these are */
+uint32_t tcm__login_uid(void); /* real: whose default socket directory */
 bool tcm__path_exists(const char *path);
+bool tcm__is_terminal(int fd);
+/* path made absolute, links resolved (SIGHUP rereads it after a chdir); 0 or -errno. */
+int tcm__absolute_path(const char *path, char *out, size_t len);
+int tcm__unlink(const char *path); /* 0 or -errno; a path that is not there is 0 */
+int tcm__rename(const char *from, const char *to);
+/* Make dir and any missing parents, each with mode: 1 made, 0 there already, -errno. */
+int tcm__make_dirs(const char *dir, unsigned mode);
+unsigned tcm__umask(unsigned mask); /* the previous mask */
+void tcm__ignore_sigpipe(void);     /* a write to a closed socket is an error, not a signal */
+/* Handlers around fork (pthread_atfork); nothing where there is no fork. */
+int tcm__at_fork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
+/* The definition of a symbol in the libraries after this one (dlsym
+ * RTLD_NEXT): the system malloc under the drop-in. */
+void *tcm__next_symbol(const char *name);
+size_t tcm__os_page_size(void);
+
 void tcm__kill_self(void) __attribute__((noreturn)); /* SIGKILL: test crash points */
 /* A helper thread that receives no signals (they stay the application's),
  * named for ps/top; 0 or -errno. */

@@ -5,7 +5,10 @@
 #include "prim.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <grp.h>
+#include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -545,6 +548,104 @@ void tcm__sleep_ns(uint64_t ns)
     struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
+}
+
+void tcm__wall_clock(char *buf, size_t len)
+{
+    struct timespec ts;
+    struct tm tm;
+    char day[24];
+    clock_gettime(CLOCK_REALTIME, &ts);
+    localtime_r(&ts.tv_sec, &tm);
+    strftime(day, sizeof day, "%Y-%m-%d %H:%M:%S", &tm);
+    snprintf(buf, len, "%s.%03ld", day, ts.tv_nsec / 1000000);
+}
+
+uint32_t tcm__pid(void)
+{
+    return (uint32_t)getpid();
+}
+
+uint32_t tcm__uid(void)
+{
+    return (uint32_t)geteuid();
+}
+
+uint32_t tcm__login_uid(void)
+{
+    return (uint32_t)getuid();
+}
+
+int tcm__absolute_path(const char *path, char *out, size_t len)
+{
+    char buf[PATH_MAX];
+    if (!realpath(path, buf))
+        return -errno;
+    if (snprintf(out, len, "%s", buf) >= (int)len)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+void tcm__yield(void)
+{
+    sched_yield();
+}
+
+bool tcm__is_terminal(int fd)
+{
+    return isatty(fd) == 1;
+}
+
+int tcm__unlink(const char *path)
+{
+    return unlink(path) == 0 || errno == ENOENT ? 0 : -errno;
+}
+
+int tcm__rename(const char *from, const char *to)
+{
+    return rename(from, to) == 0 ? 0 : -errno;
+}
+
+int tcm__make_dirs(const char *dir, unsigned mode)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return -ENAMETOOLONG;
+    for (char *p = path + 1; *p; p++) {
+        if (*p == '/') {
+            *p = 0;
+            mkdir(path, (mode_t)mode);
+            *p = '/';
+        }
+    }
+    if (mkdir(path, (mode_t)mode) == 0)
+        return 1;
+    return errno == EEXIST ? 0 : -errno;
+}
+
+unsigned tcm__umask(unsigned mask)
+{
+    return (unsigned)umask((mode_t)mask);
+}
+
+void tcm__ignore_sigpipe(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+}
+
+int tcm__at_fork(void (*prepare)(void), void (*parent)(void), void (*child)(void))
+{
+    return -pthread_atfork(prepare, parent, child);
+}
+
+void *tcm__next_symbol(const char *name)
+{
+    return dlsym(RTLD_NEXT, name);
+}
+
+size_t tcm__os_page_size(void)
+{
+    return (size_t)sysconf(_SC_PAGESIZE);
 }
 
 bool tcm__path_exists(const char *path)
