@@ -54,11 +54,26 @@ same "300 threads, destructors that free, a handler that frees, exit from a thre
 
 # redis-server: writes under redis-benchmark while it forks for BGSAVE; the
 # snapshot loads into a plain redis-server with every key
-port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-LD_PRELOAD=$lib redis-server --port "$port" --save "" --dir "$work" --dbfilename dump.rdb > "$work/redis.log" 2>&1 &
-redis=$!
-for _ in $(seq 100); do redis-cli -p "$port" ping > /dev/null 2>&1 && break; sleep 0.05; done
-redis-benchmark -p "$port" -q -n 50000 -P 16 -t set,lpush -r 20000 > /dev/null
+# (a port found free may be taken by someone's outgoing connection before
+# redis binds it: then redis exits saying so, and another port is tried)
+for attempt in 1 2 3; do
+  port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  LD_PRELOAD=$lib redis-server --port "$port" --save "" --dir "$work" --dbfilename dump.rdb > "$work/redis.log" 2>&1 &
+  redis=$!
+  for _ in $(seq 100); do redis-cli -p "$port" ping > /dev/null 2>&1 && break; sleep 0.05; done
+  kill -0 "$redis" 2> /dev/null || ! grep -q "Address already in use" "$work/redis.log" || continue
+  break
+done
+if ! redis-benchmark -p "$port" -q -n 50000 -P 16 -t set,lpush -r 20000 > /dev/null; then
+  if kill -0 "$redis" 2> /dev/null; then
+    echo "redis-server (pid $redis) is running but did not serve:"
+    gdb -p "$redis" -batch -ex "thread apply all bt" 2> /dev/null | grep -E '^#|^Thread' | head -40 || true
+  else
+    wait "$redis" || echo "redis-server exited with status $?"
+  fi
+  echo "FAIL redis-server under redis-benchmark: $(tail -30 "$work/redis.log")"
+  exit 1
+fi
 redis-benchmark -p "$port" -q -n 100000 -P 16 -t set -r 20000 > /dev/null &
 bench=$!
 saves=0
