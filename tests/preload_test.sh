@@ -54,16 +54,22 @@ same "300 threads, destructors that free, a handler that frees, exit from a thre
 
 # redis-server: writes under redis-benchmark while it forks for BGSAVE; the
 # snapshot loads into a plain redis-server with every key
-# (a port found free may be taken by someone's outgoing connection before
-# redis binds it: then redis exits saying so, and another port is tried)
-for attempt in 1 2 3; do
-  port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  LD_PRELOAD=$lib redis-server --port "$port" --save "" --dir "$work" --dbfilename dump.rdb > "$work/redis.log" 2>&1 &
-  redis=$!
-  for _ in $(seq 100); do redis-cli -p "$port" ping > /dev/null 2>&1 && break; sleep 0.05; done
-  kill -0 "$redis" 2> /dev/null || ! grep -q "Address already in use" "$work/redis.log" || continue
-  break
-done
+# start_redis LOG [PRELOAD]: a redis-server on a free port; sets port and
+# redis. A port found free may be taken by an outgoing connection (a
+# client's ephemeral port) before redis binds it: redis then exits saying
+# so, and another port is tried.
+start_redis() {
+  local log=$1 preload=${2:-}
+  for _ in 1 2 3; do
+    port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    LD_PRELOAD=$preload redis-server --port "$port" --save "" --dir "$work" --dbfilename dump.rdb > "$log" 2>&1 &
+    redis=$!
+    for _ in $(seq 100); do redis-cli -p "$port" ping > /dev/null 2>&1 && break; sleep 0.05; done
+    kill -0 "$redis" 2> /dev/null || ! grep -q "Address already in use" "$log" || continue
+    return
+  done
+}
+start_redis "$work/redis.log" "$lib"
 if ! redis-benchmark -p "$port" -q -n 50000 -P 16 -t set,lpush -r 20000 > /dev/null; then
   if kill -0 "$redis" 2> /dev/null; then
     echo "redis-server (pid $redis) is running but did not serve:"
@@ -88,13 +94,10 @@ for _ in $(seq 100); do [[ $(redis-cli -p "$port" info persistence | grep -c 'rd
 keys=$(redis-cli -p "$port" dbsize)
 redis-cli -p "$port" shutdown nosave > /dev/null 2>&1 || true
 wait "$redis" || true
-port2=$((port + 1))
-redis-server --port "$port2" --save "" --dir "$work" --dbfilename dump.rdb > "$work/redis2.log" 2>&1 &
-plain=$!
-for _ in $(seq 100); do redis-cli -p "$port2" ping > /dev/null 2>&1 && break; sleep 0.05; done
-loaded=$(redis-cli -p "$port2" dbsize)
-redis-cli -p "$port2" shutdown nosave > /dev/null 2>&1 || true
-wait "$plain" || true
+start_redis "$work/redis2.log" # plain, loading the snapshot
+loaded=$(redis-cli -p "$port" dbsize)
+redis-cli -p "$port" shutdown nosave > /dev/null 2>&1 || true
+wait "$redis" || true
 if [[ $saves == 3 && $keys -gt 10000 && $loaded == "$keys" ]]; then
   ok "redis-server, BGSAVE under load ($keys keys saved and loaded back)"
 else
