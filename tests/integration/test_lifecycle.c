@@ -280,11 +280,24 @@ static pid_t fork_filled(void (*fill)(void), uint64_t *held, uint64_t *cached)
     return pid;
 }
 
-/* SIGKILL it; returns how many bytes of clients tcmd took back. */
-static uint64_t kill_filled(pid_t pid)
+/* SIGKILL it; returns how many bytes of clients tcmd took back, and what
+ * tcmd said the child held and cached just before. Requests the child did
+ * not wait for (a RETURN, a batch asked for ahead, which its cached figure
+ * counts from the moment it is asked for) may still be unserved when
+ * fork_filled looked, on a loaded machine: the figures are read until they
+ * have not moved for 100 ms. */
+static uint64_t kill_filled(pid_t pid, uint64_t *held, uint64_t *cached)
 {
-    uint64_t died_before = tt_stat(&d, "clients_died");
-    uint64_t clients_before = tt_stat(&d, "bytes_clients");
+    uint64_t died_before = tt_stat(&d, "clients_died"), clients_before = 0, h, c, total;
+    *held = *cached = UINT64_MAX;
+    for (int quiet = 0, tries = 0; quiet < 4; tries++) {
+        CHECK_LT(tries, 400);
+        tt_clients(&d, pid, &h, &c, NULL);
+        total = tt_stat(&d, "bytes_clients");
+        quiet = h == *held && c == *cached && total == clients_before ? quiet + 1 : 0;
+        *held = h, *cached = c, clients_before = total;
+        usleep(25000);
+    }
     kill(pid, SIGKILL);
     CHECK(WIFSIGNALED(tt_wait(pid, 10000)));
     CHECK_EQ(tt_wait_stat(&d, "clients_died", died_before + 1, 5000), died_before + 1);
@@ -312,7 +325,8 @@ static void test_sigkill_in_flight(void)
     pid_t pid = fork_filled(fill_in_flight, &held, &cached);
     CHECK_GE(held, 150000u * 64); /* what it still uses */
     /* the caches, the fetched-ahead batch among them, came back: only what it used is orphaned */
-    CHECK_EQ(kill_filled(pid), cached);
+    uint64_t back = kill_filled(pid, &held, &cached);
+    CHECK_EQ(back, cached);
     tt_check_heap(&d);
 }
 
@@ -338,7 +352,8 @@ static void test_sigkill_returned_again(void)
     uint64_t held = 0, cached = 0;
     pid_t pid = fork_filled(fill_returned_again, &held, &cached);
     CHECK_GE(cached, 100u * 64);
-    CHECK_EQ(kill_filled(pid), cached);
+    uint64_t back = kill_filled(pid, &held, &cached);
+    CHECK_EQ(back, cached);
     tt_check_heap(&d);
 }
 
@@ -367,7 +382,8 @@ static void test_sigkill(void)
     pid_t pid = fork_filled(fill_caches, &held, &cached);
     CHECK_GT(cached, 18u << 20); /* 18 MiB of page runs among it */
     /* all it held was cache, so all of it came back */
-    CHECK_EQ(kill_filled(pid), held);
+    uint64_t back = kill_filled(pid, &held, &cached);
+    CHECK_EQ(back, held);
     CHECK_GT(tt_stat(&d, "reclaimed_objects"), reclaimed_before);
     /* and the daemon still serves everyone else */
     void *p = tcm_malloc(12345);
