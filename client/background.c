@@ -41,7 +41,8 @@ static void *bg_main(void *arg)
         }
         if (atomic_exchange_explicit(&pr->xfer_used, false, memory_order_relaxed))
             last_used = now;
-        else if (decay_ns && now - last_used >= decay_ns && (atomic_load(&pr->xfer_bytes) || atomic_load(&pr->large_bytes)))
+        else if (decay_ns && now - last_used >= decay_ns &&
+                 (atomic_load(&pr->xfer_bytes) || atomic_load(&pr->large_bytes)))
             tcm__xfer_trim(true); /* nobody traded through it for a while: it only pins memory */
     }
     return NULL;

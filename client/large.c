@@ -15,6 +15,12 @@ static uint64_t run_bytes(uint32_t npages)
     return (uint64_t)npages << TCM_PAGE_SHIFT;
 }
 
+/* A cached run of have pages serves npages: it is at most 1/4 larger. */
+static bool run_fits(uint32_t have, uint32_t npages)
+{
+    return have >= npages && have - npages <= npages / 4;
+}
+
 uint64_t tcm__large_take(uint32_t npages)
 {
     tcm_proc_t *pr = &tcm__proc;
@@ -23,7 +29,7 @@ uint64_t tcm__large_take(uint32_t npages)
     uint32_t best = TCM_LARGE_CACHE, n = hdr->large_count;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t have = hdr->large[i].npages;
-        if (have >= npages && have - npages <= npages / 4 && (best == TCM_LARGE_CACHE || have < hdr->large[best].npages))
+        if (run_fits(have, npages) && (best == TCM_LARGE_CACHE || have < hdr->large[best].npages))
             best = i;
     }
     uint64_t off = 0;

@@ -2,7 +2,7 @@
  * LD_PRELOAD. Three kinds of pointer, told apart by address in free():
  * the shared heap's (tcm's hot path), a small bootstrap region (what is
  * allocated before the system malloc is found), and the system malloc's
- * (tcm__next_symbol, dlsym(RTLD_NEXT)): what the library's own code allocates (tcm__in_library),
+ * (tcm__next_symbol): what the library's own code allocates (tcm__in_library),
  * everything once tcm cannot serve (no tcmd: one line on stderr, then the
  * system malloc for the rest of the process; a full heap: that allocation;
  * TCM_MALLOC_FALLBACK=0 makes those fail with ENOMEM instead), and a fork
@@ -114,7 +114,8 @@ static void read_settings_once(void)
     const char *k = getenv("TCM_MALLOC_FORK");
     fork_shares = k && strcmp(k, "shared") == 0;
     fork_words = tcm__shared_anon(64);
-    tcm__attach_failed_note = fallback ? "; going on with the system malloc" : "; allocations fail (TCM_MALLOC_FALLBACK=0)";
+    tcm__attach_failed_note =
+        fallback ? "; going on with the system malloc" : "; allocations fail (TCM_MALLOC_FALLBACK=0)";
     tcm__at_fork(before_fork, parent_after_fork, child_after_fork);
 }
 static TCM_TLS uint32_t fork_gen; /* the forking thread's (and its child's copy of it) */

@@ -12,6 +12,10 @@
 #include "client.h"
 #include "prim.h"
 
+/* A class's first refill asks for this many; each refill doubles it (slow
+ * start), so a bin still at it has never been refilled. */
+enum { REFILL_FIRST = 2 };
+
 TCM_TLS tcm_tcache_t *tcm__tls_tc = &tcm__empty_tcache;
 TCM_TLS unsigned tcm__in_library;
 TCM_TLS tcm_thread_t *tcm__tls_thread;
@@ -404,7 +408,7 @@ static tcm_thread_t *thread_register(void)
     thr->flush_seen = atomic_load(&pr->chan_hdr->flush_gen);
     thr->budget = thread_budget();
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
-        thr->refill[cls] = 2;
+        thr->refill[cls] = REFILL_FIRST;
     pthread_setspecific(pr->thread_key, thr);
     tcm__tls_thread = thr;
     tcm__tls_tc = tc;
@@ -549,8 +553,11 @@ void *tcm__malloc_slow(size_t size)
 /* A thread's first touch of a small class is a free: most likely of another
  * thread's object, on a cache line that thread may still write
  * (cache-scratch). The bin gets a batch of its own and the object goes
- * under it, so that this thread's next mallocs land elsewhere. No waiting
- * for memory here: false when none comes at once. */
+ * under it, so that this thread's next mallocs land elsewhere. Only a bin
+ * never refilled: one emptied by a flush (tcmd asked for memory back) must
+ * not fetch a batch on its next free. No waiting for memory here: false
+ * when none comes at once (the bin has grown by then, so it is not asked
+ * again). */
 static bool free_first(tcm_thread_t *thr, unsigned cls, void *p)
 {
     tcm_bin_t *b = &thr->tc->bins[cls];
@@ -605,7 +612,8 @@ void tcm__free_slow(void *p)
         return;
     }
     tcm_bin_t *b = &thr->tc->bins[cls];
-    if (b->max == 0 && pr->classes[cls].size < 2 * TCM_CACHE_LINE && free_first(thr, cls, p))
+    if (b->max == 0 && thr->refill[cls] == REFILL_FIRST && pr->classes[cls].size < 2 * TCM_CACHE_LINE &&
+        free_first(thr, cls, p))
         return;
     if (b->count >= b->max) {
         grow(thr, cls, thr->refill[cls]);

@@ -77,7 +77,7 @@ def main():
             problems.append(f"{f.relative_to(root)}:{line}: includes <{m.group(1)}{m.group(2) or ''}>")
         code = strip(text)
         for m in CALL.finditer(code):
-            if code[:m.start()].rstrip().endswith(("define", "struct")):
+            if code[max(0, m.start() - 16):m.start()].rstrip().endswith(("define", "struct")):
                 continue
             line = code.count("\n", 0, m.start()) + 1
             problems.append(f"{f.relative_to(root)}:{line}: calls {m.group(1)}()")
