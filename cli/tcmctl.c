@@ -53,7 +53,7 @@ static const char *js(const char *s)
 
 static Tcm__Response *call(const ctx_t *ctx, Tcm__Request *req)
 {
-    int fd = tcm__connect(ctx->socket);
+    tcm_handle_t fd = tcm__connect(ctx->socket);
     if (fd < 0) {
         fprintf(stderr, "tcmctl: cannot connect to tcmd on %s: %s\n", ctx->socket, strerror(-fd));
         if (fd == -ENOENT || fd == -ECONNREFUSED)

@@ -7,12 +7,17 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <sys/types.h>
 
+#include "prim.h"
 #include "tcm_layout.h"
 
+#ifdef _WIN32 /* PE has no symbol visibility or TLS models */
+#define TCM_HIDDEN
+#define TCM_TLS __thread
+#else
 #define TCM_HIDDEN __attribute__((visibility("hidden")))
 #define TCM_TLS __thread __attribute__((tls_model("initial-exec")))
+#endif
 #define tcm_likely(x) __builtin_expect(!!(x), 1)
 #define tcm_unlikely(x) __builtin_expect(!!(x), 0)
 
@@ -63,7 +68,7 @@ typedef struct tcm_proc {
     _Atomic uint32_t conn_gen;  /* bumped by each successful resume */
     uint32_t pid;
     _Atomic int sock;           /* control connection; its EOF tells the daemon we left */
-    int chan_fd;                /* our own open file description of the channel, locked shared
+    tcm_handle_t chan_fd;                /* our own open file description of the channel, locked shared
                                    for as long as we are attached: a tcmd that lost our socket
                                    learns from the lock whether we are still alive */
     uint32_t client_id;

@@ -163,7 +163,7 @@ enum { FD_HEAP, FD_META, FD_CHANNEL, NFDS };
 /* Map the segments of a Welcome from the descriptors that came with it
  * (the heap read-write at the daemon's base, the metadata read-only, the
  * channel read-write); fds are consumed. */
-static int map_segments(const Tcm__Welcome *w, int *fds, char *err, size_t errlen)
+static int map_segments(const Tcm__Welcome *w, tcm_handle_t *fds, char *err, size_t errlen)
 {
     tcm_proc_t *pr = &tcm__proc;
     if (pr->heap && (strcmp(pr->heap_name, w->heap_name) != 0 || (uintptr_t)pr->heap != w->base_address ||
@@ -255,7 +255,7 @@ static uint64_t reconnect_timeout_ns(void)
     return 30000000000ull;
 }
 
-static void close_fds(int *fds, int n)
+static void close_fds(tcm_handle_t *fds, int n)
 {
     for (int i = 0; i < n; i++)
         tcm__close(fds[i]);
@@ -263,13 +263,13 @@ static void close_fds(int *fds, int n)
 
 /* One Hello on a new connection; the answer in *out (a Welcome or an
  * Error), and the descriptors that came with it in fds (-1 where none). */
-static int handshake(const char *socket_path, uint32_t resume_id, uint64_t token, int *fd_out, Tcm__Response **out,
-                     int fds[NFDS])
+static int handshake(const char *socket_path, uint32_t resume_id, uint64_t token, tcm_handle_t *fd_out,
+                     Tcm__Response **out, tcm_handle_t fds[NFDS])
 {
     int nfds = 0;
     for (int i = 0; i < NFDS; i++)
         fds[i] = -1;
-    int fd = tcm__connect(socket_path);
+    tcm_handle_t fd = tcm__connect(socket_path);
     if (fd < 0)
         return fd;
     Tcm__Request req = TCM__REQUEST__INIT;
@@ -309,7 +309,8 @@ static int attach_locked(const char *socket_path)
     pthread_once(&once, once_init);
     if (!socket_path)
         socket_path = tcm__default_socket(path, sizeof path);
-    int fd, rc, fds[NFDS];
+    int rc;
+    tcm_handle_t fd, fds[NFDS];
     Tcm__Response *resp;
     uint64_t deadline = 0;
     while ((rc = handshake(socket_path, 0, 0, &fd, &resp, fds)) != 0) {
@@ -408,7 +409,7 @@ int tcm__await_daemon(void)
         tcm__note("lost the connection to tcmd on %s: waiting up to %.0f s for it to come back", pr->socket_path,
                   (double)(pr->outage_deadline_ns - now) / 1e9);
     }
-    int fd, fds[NFDS];
+    tcm_handle_t fd, fds[NFDS];
     Tcm__Response *resp;
     rc = handshake(pr->socket_path, pr->client_id, pr->token, &fd, &resp, fds);
     close_fds(fds, NFDS); /* a resume keeps its mappings */

@@ -129,7 +129,7 @@ static int parse(const setting_t *s, const char *text, uint64_t *v)
             return -EINVAL; /* 2 MiB aligned */
         break;
     case T_GROUP: {
-        gid_t gid;
+        tcm_gid_t gid;
         if (tcm__group_id(text, &gid) != 0)
             return -EINVAL;
         *v = gid;
@@ -166,7 +166,7 @@ static void show_max_threads(const tcm_server_t *srv, char *out, size_t len)
 static int set_allow_group(tcm_server_t *srv, uint64_t v, const change_t *ch)
 {
     (void)ch;
-    srv->allow_group = (gid_t)v;
+    srv->allow_group = (tcm_gid_t)v;
     srv->allow_group_set = true;
     return 0;
 }

@@ -90,7 +90,7 @@ void tcm__conn_reply(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body
  * description cannot be mapped writable) and its own open file description
  * of its channel, already holding the liveness lock. Sent directly, not
  * through libuv's write queue, which cannot carry descriptors. */
-int tcm__conn_reply_with_fds(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body, const int *fds, int nfds)
+int tcm__conn_reply_with_fds(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body, const tcm_handle_t *fds, int nfds)
 {
     Tcm__Response resp = TCM__RESPONSE__INIT;
     resp.body_case = which;

@@ -16,9 +16,9 @@ struct tcm_conn {
     tcm_client_t *client; /* set after Hello */
     uint8_t *buf;         /* frames read, not yet handled */
     size_t len;
-    pid_t pid;
-    uid_t uid;
-    gid_t gid;
+    tcm_pid_t pid;
+    tcm_uid_t uid;
+    tcm_gid_t gid;
     bool closing;         /* closed or closing: replies go nowhere */
     bool handle_closed;
     bool waiting;         /* a request is being answered later: the next frames wait */
@@ -26,7 +26,7 @@ struct tcm_conn {
 
 void tcm__conn_reply(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body);
 /* Sent at once with descriptors (SCM_RIGHTS); 0 or -errno. */
-int tcm__conn_reply_with_fds(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body, const int *fds, int nfds);
+int tcm__conn_reply_with_fds(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body, const tcm_handle_t *fds, int nfds);
 void tcm__conn_error(tcm_conn_t *conn, uint32_t code, const char *msg);
 void tcm__conn_close(tcm_conn_t *conn);
 /* A handler that answers later (after the heap thread): wait, then resume

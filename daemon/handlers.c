@@ -42,7 +42,7 @@ static int send_welcome(tcm_conn_t *conn, tcm_client_t *c, bool resumed)
         tcm__conn_reply(conn, TCM__RESPONSE__BODY_WELCOME, &w);
         return 0;
     }
-    int fds[3] = {tcm__shm_open(srv->heap_name, true), tcm__shm_open(srv->meta_name, false),
+    tcm_handle_t fds[3] = {tcm__shm_open(srv->heap_name, true), tcm__shm_open(srv->meta_name, false),
                   tcm__shm_open(c->rec->chan_name, true)};
     int err = fds[0] < 0 ? fds[0] : fds[1] < 0 ? fds[1] : fds[2] < 0 ? fds[2] : tcm__lock_shared(fds[2]);
     if (!err)

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prim.h"
 #include "tcm_layout.h"
 
 #define TCM_PH_NLISTS 128u /* exact free lists for 1..128 pages; list 0: longer runs */
@@ -65,9 +66,9 @@ typedef struct tcm_heap {
     uint64_t *objmap;              /* in state: 1 bit per object slot, 1 = handed out */
     uint16_t *owners;              /* in state: owner tag of each object, indexed like objmap bits */
     tcm_class_stats_t *cstats;     /* in state */
-    int heap_fd;
-    int meta_fd;                   /* -1: not shm objects (unit tests); nothing to commit */
-    int state_fd;
+    tcm_handle_t heap_fd;
+    tcm_handle_t meta_fd;                   /* -1: not shm objects (unit tests); nothing to commit */
+    tcm_handle_t state_fd;
     tcm_meta_layout_t ml;
     tcm_state_layout_t sl;
     uint64_t heap_size;
@@ -90,7 +91,7 @@ typedef struct tcm_heap {
 /* Point h at a metadata and a state segment of a heap of heap_size bytes
  * (segments.c). fresh: lay them out; else they hold an adopted heap whose
  * derived parts the caller rebuilds. */
-int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, int heap_fd, int meta_fd, int state_fd,
+int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, tcm_handle_t heap_fd, tcm_handle_t meta_fd, tcm_handle_t state_fd,
                      uint64_t heap_size, uint64_t base, uint32_t max_threads, bool fresh);
 
 /* spans */
@@ -160,9 +161,11 @@ int tcm__large_check_ht(const tcm_heap_t *h, uint64_t off, uint32_t *span);
 /* Recovery: free counts from the object map, central lists, class stats. */
 uint64_t tcm__central_rebuild_ht(tcm_heap_t *h);
 
-/* validate.c: page heap and central lists against the page map and the
+/* validate_heap.c: page heap and central lists against the page map and the
  * object map; false and the first inconsistency in why. */
 bool tcm__heap_validate_ht(tcm_heap_t *h, char *why, size_t whylen);
+/* held[tag] += bytes of the objects and runs each client tag owns; the total. */
+uint64_t tcm__census_ht(const tcm_heap_t *h, uint64_t *held);
 
 /* Where the bits and owner tags of span s start. */
 static inline uint64_t tcm__span_bit0(const tcm_span_t *sp)

@@ -108,7 +108,7 @@ static void decide_what_stays(tcm_server_t *srv)
     }
 }
 
-static int run(tcm_server_t *srv, int ready_fd)
+static int run(tcm_server_t *srv, tcm_handle_t ready_fd)
 {
     int rc = 1;
     srv->loop = uv_default_loop();
@@ -283,7 +283,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "tcmd: cannot create the directory of %s: %s\n", srv->socket_path, strerror(-dir_err));
         return 1;
     }
-    int fd = tcm__connect(srv->socket_path);
+    tcm_handle_t fd = tcm__connect(srv->socket_path);
     if (fd >= 0) {
         tcm__close(fd);
         fprintf(stderr, "tcmd: a daemon is already running on %s\n", srv->socket_path);
@@ -308,8 +308,8 @@ int main(int argc, char **argv)
 
     /* Detach, but report failure to start: the parent exits only once the
      * child listens (status 0) or has given up (status 1). */
-    int ready;
-    pid_t pid = tcm__detach(fileno(log), &ready);
+    tcm_handle_t ready;
+    tcm_pid_t pid = tcm__detach(fileno(log), &ready);
     if (pid == 0)
         return run(srv, ready);
     if (pid > 0) {

@@ -15,7 +15,6 @@
 #include "util.h"
 
 
-uint64_t tcm__census_ht(const tcm_heap_t *h, uint64_t *held);
 
 typedef struct report {
     uint32_t adopted, dead, dropped;

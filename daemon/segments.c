@@ -30,11 +30,11 @@ static void unlink_all(tcm_server_t *srv)
 
 /* What differs between a segment's header and this tcmd; NULL if it can be
  * adopted. */
-static const char *adoption_problem(tcm_server_t *srv, const char *seg, int fd, uint64_t want_size, char *why,
+static const char *adoption_problem(tcm_server_t *srv, const char *seg, tcm_handle_t fd, uint64_t want_size, char *why,
                                     size_t len)
 {
     uint64_t size;
-    uid_t uid;
+    tcm_uid_t uid;
     unsigned mode;
     int err = tcm__shm_stat(fd, &size, &uid, &mode);
     if (err)
@@ -81,7 +81,7 @@ static bool can_adopt(tcm_server_t *srv, const tcm_meta_hdr_t *m, const tcm_stat
     return false;
 }
 
-static int map_or_log(tcm_server_t *srv, int fd, uint64_t size, void *at, void **out, const char *what)
+static int map_or_log(tcm_server_t *srv, tcm_handle_t fd, uint64_t size, void *at, void **out, const char *what)
 {
     char err[256];
     *out = tcm__map(fd, size, at, true, err, sizeof err);
@@ -304,7 +304,7 @@ static void publish(tcm_server_t *srv, tcm_client_t *c)
         atomic_store(&srv->clients_hw, c->index + 1);
 }
 
-int tcm__client_create(tcm_server_t *srv, pid_t pid, uid_t uid, tcm_client_t **out)
+int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_client_t **out)
 {
     tcm_client_rec_t *recs = records(srv);
     uint32_t idx = TCM_MAX_CLIENTS;
@@ -425,7 +425,7 @@ int tcm__client_map(tcm_server_t *srv, uint32_t index, tcm_client_t **out)
     rec->chan_name[sizeof rec->chan_name - 1] = 0;
     c->chan_fd = tcm__shm_open(rec->chan_name, true);
     uint64_t size;
-    uid_t uid;
+    tcm_uid_t uid;
     unsigned mode;
     int err = c->chan_fd < 0 ? c->chan_fd : tcm__shm_stat(c->chan_fd, &size, &uid, &mode);
     if (!err && size != srv->chan_layout.size)

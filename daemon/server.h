@@ -7,7 +7,6 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <sys/types.h>
 #include <uv.h>
 
 #include "heap.h"
@@ -30,7 +29,7 @@ typedef struct tcm_conn tcm_conn_t;
 typedef struct tcm_client {
     tcm_client_rec_t *rec;    /* in the state segment */
     uint32_t index;           /* of rec, and in server.clients */
-    int chan_fd;
+    tcm_handle_t chan_fd;
     uint8_t *chan;            /* the daemon's mapping of the channel */
     tcm_chan_layout_t lay;    /* private copy: the channel header is untrusted */
     tcm_ring_t *ring;
@@ -88,12 +87,12 @@ typedef struct tcm_server {
 
     bool discard_heap;        /* --discard-heap: replace segments left by a previous tcmd */
     bool allow_group_set;     /* --allow-group: its members may attach too */
-    gid_t allow_group;
+    tcm_gid_t allow_group;
     uint32_t explicit_settings; /* bit per config.c setting given on the command line or file */
 
     /* segments */
     char heap_name[96], meta_name[96], state_name[96], lock_name[96];
-    int heap_fd, meta_fd, state_fd, lock_fd;
+    tcm_handle_t heap_fd, meta_fd, state_fd, lock_fd;
     uint8_t *heap;
     tcm_meta_hdr_t *meta;
     uint64_t meta_size;
@@ -150,7 +149,7 @@ typedef struct tcm_server {
 /* segments.c */
 int tcm__segments_open(tcm_server_t *srv);     /* create, or adopt what a previous tcmd left */
 void tcm__segments_close(tcm_server_t *srv);   /* unlinks them unless keep_segments */
-int tcm__client_create(tcm_server_t *srv, pid_t pid, uid_t uid, tcm_client_t **out);
+int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_client_t **out);
 int tcm__client_map(tcm_server_t *srv, uint32_t index, tcm_client_t **out); /* an adopted record */
 void tcm__client_destroy(tcm_server_t *srv, tcm_client_t *c);              /* unlinks, frees the record */
 void tcm__client_unmap(tcm_server_t *srv, tcm_client_t *c);                /* keeps both */

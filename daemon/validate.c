@@ -14,117 +14,18 @@
 #include "prim.h"
 #include "server.h"
 
-bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen);
-
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
         snprintf(why, whylen, __VA_ARGS__);                                                        \
         goto fail;                                                                                 \
     } while (0)
 
-/* Spans of each class with free objects are exactly the spans on its list. */
-static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
-{
-    uint64_t central_free = 0;
-    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-        uint64_t listed = 0;
-        for (uint32_t s = h->meta->central_head[cls], prev = 0; s; prev = s, s = h->spans[s].next) {
-            const tcm_span_t *sp = &h->spans[s];
-            if (s > h->npages || sp->state != TCM_SPAN_SMALL || sp->cls != cls || sp->prev != prev || !sp->on_list)
-                FAIL("central list %u: span %u (state %u class %u) does not belong there", cls, s, sp->state,
-                     sp->cls);
-            if (++listed > h->npages)
-                FAIL("central list %u has a cycle", cls);
-        }
-    }
-    uint64_t spans[TCM_NCLASSES] = {0}, free_objs[TCM_NCLASSES] = {0};
-    for (uint32_t p = 1; p < h->top;) {
-        if (h->page_class[p] == TCM_PAGE_CLASS_FREE) {
-            p++;
-            continue;
-        }
-        uint32_t s = h->page_span[p];
-        const tcm_span_t *sp = &h->spans[s];
-        p += sp->npages;
-        if (sp->state != TCM_SPAN_SMALL)
-            continue;
-        const tcm_class_info_t *ci = &h->classes[sp->cls];
-        const uint64_t *map = &h->objmap[(uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE];
-        uint32_t words = (ci->span_objs + 63) / 64, used = 0;
-        for (uint32_t w = 0; w < words; w++) {
-            uint64_t valid = (w == words - 1 && ci->span_objs % 64) ? (1ull << (ci->span_objs % 64)) - 1 : ~0ull;
-            if (map[w] & ~valid)
-                FAIL("span %u (class %u): object map has bits past its last object", s, sp->cls);
-            used += (uint32_t)__builtin_popcountll(map[w]);
-        }
-        if (sp->nfree != ci->span_objs - used)
-            FAIL("span %u (class %u): free count %u but the object map says %u", s, sp->cls, sp->nfree,
-                 ci->span_objs - used);
-        if ((sp->nfree != 0) != (sp->on_list != 0))
-            FAIL("span %u (class %u): %u free objects but %s its central list", s, sp->cls, sp->nfree,
-                 sp->on_list ? "on" : "not on");
-        if (sp->scan > 0 && sp->nfree) {
-            for (uint32_t w = 0; w < sp->scan && w < words; w++)
-                if (~map[w] & ((w == words - 1 && ci->span_objs % 64) ? (1ull << (ci->span_objs % 64)) - 1 : ~0ull))
-                    FAIL("span %u (class %u): a free object lies before its scan hint %u", s, sp->cls, sp->scan);
-        }
-        spans[sp->cls]++;
-        free_objs[sp->cls] += sp->nfree;
-        central_free += (uint64_t)sp->nfree * ci->size;
-    }
-    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
-        if (atomic_load(&h->cstats[cls].spans) != spans[cls] || atomic_load(&h->cstats[cls].free_objs) != free_objs[cls])
-            FAIL("class %u: counts say %llu spans and %llu free objects, the heap has %llu and %llu", cls,
-                 (unsigned long long)atomic_load(&h->cstats[cls].spans),
-                 (unsigned long long)atomic_load(&h->cstats[cls].free_objs), (unsigned long long)spans[cls],
-                 (unsigned long long)free_objs[cls]);
-    if (atomic_load(&h->meta->stats.bytes_central_free) != central_free)
-        FAIL("bytes_central_free is %llu, the central lists hold %llu",
-             (unsigned long long)atomic_load(&h->meta->stats.bytes_central_free), (unsigned long long)central_free);
-    return true;
-fail:
-    return false;
-}
-
-/* held[tag]: bytes of live objects and page runs owned by each tag. */
-static uint64_t census(const tcm_heap_t *h, uint64_t *held)
-{
-    uint64_t total = 0;
-    for (uint32_t p = 1; p < h->top;) {
-        if (h->page_class[p] == TCM_PAGE_CLASS_FREE) {
-            p++;
-            continue;
-        }
-        const tcm_span_t *sp = &h->spans[h->page_span[p]];
-        p += sp->npages;
-        if (sp->state == TCM_SPAN_LARGE) {
-            held[sp->owner & 0xffff] += tcm__page_off(sp->npages);
-            total += tcm__page_off(sp->npages);
-            continue;
-        }
-        const tcm_class_info_t *ci = &h->classes[sp->cls];
-        const uint64_t *map = &h->objmap[(uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE];
-        const uint16_t *owners = &h->owners[tcm__span_bit0(sp)];
-        for (uint32_t w = 0; w < (ci->span_objs + 63) / 64; w++)
-            for (uint64_t bits = map[w]; bits; bits &= bits - 1) {
-                held[owners[w * 64 + (unsigned)__builtin_ctzll(bits)]] += ci->size;
-                total += ci->size;
-            }
-    }
-    return total;
-}
-
-uint64_t tcm__census_ht(const tcm_heap_t *h, uint64_t *held)
-{
-    return census(h, held);
-}
-
 static bool check_ownership(tcm_server_t *srv, char *why, size_t whylen)
 {
     uint64_t *held = calloc(65536, sizeof *held);
     if (!held)
         FAIL("out of memory");
-    uint64_t total = census(&srv->h, held), live = 0;
+    uint64_t total = tcm__census_ht(&srv->h, held), live = 0;
     if (atomic_load(&srv->meta->stats.bytes_clients) != total)
         FAIL("bytes_clients is %llu, handed-out objects and page runs add up to %llu",
              (unsigned long long)atomic_load(&srv->meta->stats.bytes_clients), (unsigned long long)total);
@@ -275,11 +176,6 @@ static bool check_caches(tcm_server_t *srv, char *why, size_t whylen)
             return false;
     }
     return true;
-}
-
-bool tcm__heap_validate_ht(tcm_heap_t *h, char *why, size_t whylen)
-{
-    return tcm__ph_validate(h, why, whylen) && check_central(h, why, whylen);
 }
 
 bool tcm__validate_ht(tcm_server_t *srv, char *why, size_t whylen)

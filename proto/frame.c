@@ -42,7 +42,7 @@ int tcm__frame_next(const uint8_t *buf, size_t len, const uint8_t **payload, siz
     return 1;
 }
 
-int tcm__frame_send(int fd, const Tcm__Request *req)
+int tcm__frame_send(tcm_handle_t fd, const Tcm__Request *req)
 {
     size_t len;
     uint8_t *buf = tcm__frame_pack(&req->base, &len);
@@ -53,12 +53,12 @@ int tcm__frame_send(int fd, const Tcm__Request *req)
     return err;
 }
 
-Tcm__Response *tcm__frame_recv(int fd, int timeout_ms)
+Tcm__Response *tcm__frame_recv(tcm_handle_t fd, int timeout_ms)
 {
     return tcm__frame_recv_fds(fd, timeout_ms, NULL, 0, NULL);
 }
 
-Tcm__Response *tcm__frame_recv_fds(int fd, int timeout_ms, int *fds, int maxfds, int *nfds)
+Tcm__Response *tcm__frame_recv_fds(tcm_handle_t fd, int timeout_ms, tcm_handle_t *fds, int maxfds, int *nfds)
 {
     uint8_t hdr[4];
     int err = tcm__recv_all(fd, hdr, 4, timeout_ms, fds, maxfds, nfds);

@@ -22,10 +22,10 @@ int tcm__frame_next(const uint8_t *buf, size_t len, const uint8_t **payload, siz
 
 /* Blocking helpers for the client library and tcmctl: send one Request and
  * read one Response (NULL on error, errno set). timeout_ms < 0 waits forever. */
-int tcm__frame_send(int fd, const Tcm__Request *req);
-Tcm__Response *tcm__frame_recv(int fd, int timeout_ms);
+int tcm__frame_send(tcm_handle_t fd, const Tcm__Request *req);
+Tcm__Response *tcm__frame_recv(tcm_handle_t fd, int timeout_ms);
 /* The same, collecting descriptors sent with the frame (SCM_RIGHTS). */
-Tcm__Response *tcm__frame_recv_fds(int fd, int timeout_ms, int *fds, int maxfds, int *nfds);
+Tcm__Response *tcm__frame_recv_fds(tcm_handle_t fd, int timeout_ms, tcm_handle_t *fds, int maxfds, int *nfds);
 
 /* The default socket: $TCM_SOCKET, else $XDG_RUNTIME_DIR/tcm/tcmd.sock, else
  * /tmp/tcm-UID/tcmd.sock. */

@@ -7,22 +7,31 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <pthread.h>
-#include <sys/types.h>
+#include <pthread.h> /* winpthreads under mingw-w64 */
+
+/* Identities and handles of the platform's own, so no caller needs a POSIX
+ * header. A handle is an open OS object: a descriptor on Linux, a HANDLE's
+ * 32-bit value on Windows (HandleToLong: kernel handles fit in 32 bits so
+ * that 32- and 64-bit processes can share them). Functions that open one
+ * return it or -errno, so it stays a signed int. */
+typedef int tcm_handle_t;
+typedef int32_t tcm_pid_t;  /* a process id */
+typedef uint32_t tcm_uid_t; /* a user: the uid; on Windows the RID of the user's SID */
+typedef uint32_t tcm_gid_t; /* a group: the gid; on Windows the RID of the group's SID */
 
 /* Shared-memory objects. */
-int tcm__shm_create(const char *name, uint64_t size, unsigned mode); /* fd or -errno */
-int tcm__shm_open(const char *name, bool writable);                  /* fd or -errno */
+tcm_handle_t tcm__shm_create(const char *name, uint64_t size, unsigned mode); /* handle or -errno */
+tcm_handle_t tcm__shm_open(const char *name, bool writable);                  /* handle or -errno */
 int tcm__shm_unlink(const char *name);
 /* Give a file (a socket, its directory) to a group, with mode. */
-int tcm__path_share(const char *path, gid_t gid, unsigned mode);
+int tcm__path_share(const char *path, tcm_gid_t gid, unsigned mode);
 /* A group's id from its name or number; -ENOENT if there is none. */
-int tcm__group_id(const char *name, gid_t *gid);
-void tcm__close(int fd);
+int tcm__group_id(const char *name, tcm_gid_t *gid);
+void tcm__close(tcm_handle_t fd);
 
 /* Map fd at exactly `at` (MAP_FIXED_NOREPLACE) or anywhere (at == NULL).
  * On failure returns NULL and writes a message naming the clash to err. */
-void *tcm__map(int fd, uint64_t size, void *at, bool writable, char *err, size_t errlen);
+void *tcm__map(tcm_handle_t fd, uint64_t size, void *at, bool writable, char *err, size_t errlen);
 void tcm__unmap(void *p, uint64_t size);
 /* Private zero-filled memory that only costs what is touched; NULL on failure. */
 void *tcm__reserve(uint64_t size);
@@ -37,53 +46,56 @@ int tcm__privatize(void *at, uint64_t size, unsigned page_shift, const uint8_t *
 
 /* Backing store of a heap range: commit before handing pages out, so a full
  * /dev/shm is ENOMEM rather than SIGBUS; release so tmpfs really frees. */
-int tcm__commit(int fd, uint64_t off, uint64_t len);
-int tcm__release(int fd, uint64_t off, uint64_t len);
+int tcm__commit(tcm_handle_t fd, uint64_t off, uint64_t len);
+int tcm__release(tcm_handle_t fd, uint64_t off, uint64_t len);
 /* Back [addr, addr + len) of a shared mapping now: -ENOMEM on a full
  * /dev/shm instead of a SIGBUS at the first write. */
 int tcm__populate(void *addr, uint64_t len);
-int64_t tcm__backed_bytes(int fd); /* allocated blocks of the object */
+int64_t tcm__backed_bytes(tcm_handle_t fd); /* allocated blocks of the object (Windows: committed bytes) */
+/* Bytes of [addr, addr + len) with physical memory behind them: in the
+ * page cache on Linux, in this process's working set on Windows. */
+int64_t tcm__resident_bytes(const void *addr, uint64_t len);
 /* 1 when [off, off + len) of the object has no hole, 0 when it has one,
  * -errno on failure. */
-int tcm__backed_range(int fd, uint64_t off, uint64_t len);
+int tcm__backed_range(tcm_handle_t fd, uint64_t off, uint64_t len);
 /* Size and owner of a shared-memory object. */
-int tcm__shm_stat(int fd, uint64_t *size, uid_t *uid, unsigned *mode);
+int tcm__shm_stat(tcm_handle_t fd, uint64_t *size, tcm_uid_t *uid, unsigned *mode);
 
 /* Wakeups on a 32-bit word in shared memory (futex, not process-private). */
 int tcm__wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns);
 void tcm__wake(_Atomic uint32_t *word, int n);
 
 /* An exclusive lock held for the life of the process: one daemon per name. */
-int tcm__lock_name(const char *name); /* fd (keep open) or -errno */
+tcm_handle_t tcm__lock_name(const char *name); /* handle (keep open) or -errno */
 /* Advisory lock on an open file description: a client holds its channel
  * shared for as long as it lives; tcmd tries it exclusively to learn
  * whether the client is still there. 0, -EWOULDBLOCK when held elsewhere,
  * or -errno. */
-int tcm__lock_shared(int fd);
-int tcm__lock_try_exclusive(int fd);
+int tcm__lock_shared(tcm_handle_t fd);
+int tcm__lock_try_exclusive(tcm_handle_t fd);
 
 /* Connect to a unix socket path; fd or -errno. */
-int tcm__connect(const char *path);
-int tcm__peer_cred(int sockfd, pid_t *pid, uid_t *uid, gid_t *gid);
+tcm_handle_t tcm__connect(const char *path); /* handle or -errno */
+int tcm__peer_cred(tcm_handle_t sockfd, tcm_pid_t *pid, tcm_uid_t *uid, tcm_gid_t *gid);
 /* The peer of a connected stream socket has gone (EOF, hang-up or error);
  * never blocks. */
-bool tcm__socket_hung_up(int sockfd);
+bool tcm__socket_hung_up(tcm_handle_t sockfd);
 /* Is gid the primary or a supplementary group of the socket's peer? */
-bool tcm__peer_in_group(int sockfd, gid_t primary, gid_t gid);
+bool tcm__peer_in_group(tcm_handle_t sockfd, tcm_gid_t primary, tcm_gid_t gid);
 /* Send len bytes and, with the first of them, nfds descriptors
  * (SCM_RIGHTS), in one go on a non-blocking socket: 0, or -errno
  * (-EAGAIN when the socket buffer cannot take it all now). */
-int tcm__send_with_fds(int sockfd, const void *buf, size_t len, const int *fds, int nfds);
+int tcm__send_with_fds(tcm_handle_t sockfd, const void *buf, size_t len, const tcm_handle_t *fds, int nfds);
 /* Receive up to len bytes; descriptors that came with them (close-on-exec)
  * are added to fds[*nfds..maxfds), extra ones are closed. Bytes read, or
  * -errno; 0 at EOF. */
-long tcm__recv_with_fds(int sockfd, void *buf, size_t len, int *fds, int maxfds, int *nfds);
+long tcm__recv_with_fds(tcm_handle_t sockfd, void *buf, size_t len, tcm_handle_t *fds, int maxfds, int *nfds);
 /* All len bytes, blocking (no SIGPIPE); 0 or -errno. */
-int tcm__send_all(int sockfd, const void *buf, size_t len);
+int tcm__send_all(tcm_handle_t sockfd, const void *buf, size_t len);
 /* Exactly len bytes within timeout_ms of each read (< 0: forever),
  * collecting descriptors as tcm__recv_with_fds does (fds may be NULL): 0,
  * -ETIMEDOUT, -ECONNRESET at EOF, or -errno. */
-int tcm__recv_all(int sockfd, void *buf, size_t len, int timeout_ms, int *fds, int maxfds, int *nfds);
+int tcm__recv_all(tcm_handle_t sockfd, void *buf, size_t len, int timeout_ms, tcm_handle_t *fds, int maxfds, int *nfds);
 /* Leave a unix socket file at path that nobody listens on: connecting
  * gives ECONNREFUSED, which clients read as "tcmd is restarting". */
 int tcm__socket_placeholder(const char *path);
@@ -91,8 +103,8 @@ int tcm__socket_placeholder(const char *path);
  * tcm__detach_ready, -ECHILD if it gave up first, or -errno. In the child:
  * 0, in a session of its own, stdin and stdout on /dev/null, stderr on
  * log_fd, with *ready for tcm__detach_ready. */
-pid_t tcm__detach(int log_fd, int *ready);
-void tcm__detach_ready(int ready);
+tcm_pid_t tcm__detach(tcm_handle_t log_fd, tcm_handle_t *ready);
+void tcm__detach_ready(tcm_handle_t ready);
 uint64_t tcm__now_ns(void);
 uint64_t tcm__random64(void);        /* unpredictable, for resume tokens */
 void tcm__sleep_ns(uint64_t ns);
@@ -102,10 +114,10 @@ void tcm__wall_clock(char *buf, size_t len);
 
 /* The process, its user, its files. */
 uint32_t tcm__pid(void);
-uint32_t tcm__uid(void);       /* effective: whose segments and socket these are */
-uint32_t tcm__login_uid(void); /* real: whose default socket directory */
+tcm_uid_t tcm__uid(void);     /* effective: whose segments and socket these are */
+tcm_uid_t tcm__login_uid(void); /* real: whose default socket directory */
 bool tcm__path_exists(const char *path);
-bool tcm__is_terminal(int fd);
+bool tcm__is_terminal(tcm_handle_t fd);
 /* path made absolute, links resolved (SIGHUP rereads it after a chdir); 0 or -errno. */
 int tcm__absolute_path(const char *path, char *out, size_t len);
 int tcm__unlink(const char *path); /* 0 or -errno; a path that is not there is 0 */

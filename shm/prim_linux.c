@@ -32,7 +32,7 @@
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
-int tcm__shm_create(const char *name, uint64_t size, unsigned mode)
+tcm_handle_t tcm__shm_create(const char *name, uint64_t size, unsigned mode)
 {
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
     if (fd < 0)
@@ -46,7 +46,7 @@ int tcm__shm_create(const char *name, uint64_t size, unsigned mode)
     return fd;
 }
 
-int tcm__shm_open(const char *name, bool writable)
+tcm_handle_t tcm__shm_open(const char *name, bool writable)
 {
     int fd = shm_open(name, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
     return fd < 0 ? -errno : fd;
@@ -57,14 +57,14 @@ int tcm__shm_unlink(const char *name)
     return shm_unlink(name) == 0 ? 0 : -errno;
 }
 
-int tcm__path_share(const char *path, gid_t gid, unsigned mode)
+int tcm__path_share(const char *path, tcm_gid_t gid, unsigned mode)
 {
     if (chown(path, (uid_t)-1, gid) != 0 || chmod(path, (mode_t)mode) != 0)
         return -errno;
     return 0;
 }
 
-int tcm__group_id(const char *name, gid_t *gid)
+int tcm__group_id(const char *name, tcm_gid_t *gid)
 {
     char *end;
     unsigned long v = strtoul(name, &end, 10);
@@ -79,7 +79,7 @@ int tcm__group_id(const char *name, gid_t *gid)
     return 0;
 }
 
-void tcm__close(int fd)
+void tcm__close(tcm_handle_t fd)
 {
     if (fd >= 0)
         close(fd);
@@ -110,7 +110,7 @@ static void describe_clash(uintptr_t lo, uintptr_t hi, char *err, size_t errlen)
     fclose(f);
 }
 
-void *tcm__map(int fd, uint64_t size, void *at, bool writable, char *err, size_t errlen)
+void *tcm__map(tcm_handle_t fd, uint64_t size, void *at, bool writable, char *err, size_t errlen)
 {
     int prot = PROT_READ | (writable ? PROT_WRITE : 0);
     int flags = MAP_SHARED | (at ? MAP_FIXED_NOREPLACE : 0);
@@ -216,14 +216,14 @@ int tcm__privatize(void *at, uint64_t size, unsigned page_shift, const uint8_t *
     return 0;
 }
 
-int tcm__commit(int fd, uint64_t off, uint64_t len)
+int tcm__commit(tcm_handle_t fd, uint64_t off, uint64_t len)
 {
     if (fallocate(fd, 0, (off_t)off, (off_t)len) == 0)
         return 0;
     return errno == ENOSPC ? -ENOMEM : -errno;
 }
 
-int tcm__release(int fd, uint64_t off, uint64_t len)
+int tcm__release(tcm_handle_t fd, uint64_t off, uint64_t len)
 {
     if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len) == 0)
         return 0;
@@ -243,7 +243,7 @@ int tcm__populate(void *addr, uint64_t len)
     return errno == EINVAL ? 0 : -errno; /* kernels before 5.14: nothing to check with */
 }
 
-int64_t tcm__backed_bytes(int fd)
+int64_t tcm__backed_bytes(tcm_handle_t fd)
 {
     struct stat st;
     if (fstat(fd, &st) != 0)
@@ -251,7 +251,26 @@ int64_t tcm__backed_bytes(int fd)
     return (int64_t)st.st_blocks * 512;
 }
 
-int tcm__backed_range(int fd, uint64_t off, uint64_t len)
+int64_t tcm__resident_bytes(const void *addr, uint64_t len)
+{
+    size_t sys_page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)addr & ~(uintptr_t)(sys_page - 1), hi = (uintptr_t)addr + len;
+    unsigned char vec[256];
+    int64_t total = 0;
+    for (uintptr_t a = lo; a < hi;) {
+        size_t n = (hi - a + sys_page - 1) / sys_page;
+        if (n > sizeof vec)
+            n = sizeof vec;
+        if (mincore((void *)a, n * sys_page, vec) != 0)
+            return -errno;
+        for (size_t i = 0; i < n; i++)
+            total += (vec[i] & 1) ? (int64_t)sys_page : 0;
+        a += n * sys_page;
+    }
+    return total;
+}
+
+int tcm__backed_range(tcm_handle_t fd, uint64_t off, uint64_t len)
 {
     off_t hole = lseek(fd, (off_t)off, SEEK_HOLE);
     if (hole < 0)
@@ -259,7 +278,7 @@ int tcm__backed_range(int fd, uint64_t off, uint64_t len)
     return (uint64_t)hole >= off + len ? 1 : 0;
 }
 
-int tcm__shm_stat(int fd, uint64_t *size, uid_t *uid, unsigned *mode)
+int tcm__shm_stat(tcm_handle_t fd, uint64_t *size, tcm_uid_t *uid, unsigned *mode)
 {
     struct stat st;
     if (fstat(fd, &st) != 0)
@@ -287,7 +306,7 @@ void tcm__wake(_Atomic uint32_t *word, int n)
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, n, NULL, NULL, 0);
 }
 
-int tcm__lock_name(const char *name)
+tcm_handle_t tcm__lock_name(const char *name)
 {
     int fd = shm_open(name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0)
@@ -300,17 +319,17 @@ int tcm__lock_name(const char *name)
     return fd;
 }
 
-int tcm__lock_shared(int fd)
+int tcm__lock_shared(tcm_handle_t fd)
 {
     return flock(fd, LOCK_SH | LOCK_NB) == 0 ? 0 : -errno;
 }
 
-int tcm__lock_try_exclusive(int fd)
+int tcm__lock_try_exclusive(tcm_handle_t fd)
 {
     return flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : -errno;
 }
 
-int tcm__peer_cred(int sockfd, pid_t *pid, uid_t *uid, gid_t *gid)
+int tcm__peer_cred(tcm_handle_t sockfd, tcm_pid_t *pid, tcm_uid_t *uid, tcm_gid_t *gid)
 {
     struct ucred cred;
     socklen_t len = sizeof cred;
@@ -322,7 +341,7 @@ int tcm__peer_cred(int sockfd, pid_t *pid, uid_t *uid, gid_t *gid)
     return 0;
 }
 
-pid_t tcm__detach(int log_fd, int *ready)
+tcm_pid_t tcm__detach(tcm_handle_t log_fd, tcm_handle_t *ready)
 {
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0)
@@ -357,7 +376,7 @@ pid_t tcm__detach(int log_fd, int *ready)
     return 0;
 }
 
-void tcm__detach_ready(int ready)
+void tcm__detach_ready(tcm_handle_t ready)
 {
     (void)!write(ready, "k", 1);
     close(ready);
@@ -370,7 +389,7 @@ uint64_t tcm__now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-bool tcm__socket_hung_up(int sockfd)
+bool tcm__socket_hung_up(tcm_handle_t sockfd)
 {
     struct pollfd pfd = {.fd = sockfd, .events = POLLIN | POLLRDHUP};
     if (sockfd < 0)
@@ -383,7 +402,7 @@ bool tcm__socket_hung_up(int sockfd)
     return recv(sockfd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-bool tcm__peer_in_group(int sockfd, gid_t primary, gid_t gid)
+bool tcm__peer_in_group(tcm_handle_t sockfd, tcm_gid_t primary, tcm_gid_t gid)
 {
     if (primary == gid)
         return true;
@@ -397,7 +416,7 @@ bool tcm__peer_in_group(int sockfd, gid_t primary, gid_t gid)
     return false;
 }
 
-int tcm__send_with_fds(int sockfd, const void *buf, size_t len, const int *fds, int nfds)
+int tcm__send_with_fds(tcm_handle_t sockfd, const void *buf, size_t len, const tcm_handle_t *fds, int nfds)
 {
     union {
         char space[CMSG_SPACE(sizeof(int) * 8)];
@@ -423,7 +442,7 @@ int tcm__send_with_fds(int sockfd, const void *buf, size_t len, const int *fds, 
     return (size_t)n == len ? 0 : -EAGAIN;
 }
 
-long tcm__recv_with_fds(int sockfd, void *buf, size_t len, int *fds, int maxfds, int *nfds)
+long tcm__recv_with_fds(tcm_handle_t sockfd, void *buf, size_t len, tcm_handle_t *fds, int maxfds, int *nfds)
 {
     union {
         char space[CMSG_SPACE(sizeof(int) * 8)];
@@ -454,7 +473,7 @@ long tcm__recv_with_fds(int sockfd, void *buf, size_t len, int *fds, int maxfds,
     return (long)n;
 }
 
-int tcm__send_all(int sockfd, const void *buf, size_t len)
+int tcm__send_all(tcm_handle_t sockfd, const void *buf, size_t len)
 {
     const uint8_t *p = buf;
     while (len) {
@@ -470,7 +489,7 @@ int tcm__send_all(int sockfd, const void *buf, size_t len)
     return 0;
 }
 
-int tcm__recv_all(int sockfd, void *buf, size_t len, int timeout_ms, int *fds, int maxfds, int *nfds)
+int tcm__recv_all(tcm_handle_t sockfd, void *buf, size_t len, int timeout_ms, tcm_handle_t *fds, int maxfds, int *nfds)
 {
     uint8_t *p = buf;
     int none = 0;
@@ -509,7 +528,7 @@ static int unix_socket(const char *path, struct sockaddr_un *sa)
     return fd < 0 ? -errno : fd;
 }
 
-int tcm__connect(const char *path)
+tcm_handle_t tcm__connect(const char *path)
 {
     struct sockaddr_un sa;
     int fd = unix_socket(path, &sa);
@@ -566,12 +585,12 @@ uint32_t tcm__pid(void)
     return (uint32_t)getpid();
 }
 
-uint32_t tcm__uid(void)
+tcm_uid_t tcm__uid(void)
 {
     return (uint32_t)geteuid();
 }
 
-uint32_t tcm__login_uid(void)
+tcm_uid_t tcm__login_uid(void)
 {
     return (uint32_t)getuid();
 }
@@ -591,7 +610,7 @@ void tcm__yield(void)
     sched_yield();
 }
 
-bool tcm__is_terminal(int fd)
+bool tcm__is_terminal(tcm_handle_t fd)
 {
     return isatty(fd) == 1;
 }

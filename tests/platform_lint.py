@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """platform_lint.py SOURCE_DIR — every OS call belongs to the platform layer.
 
-tcm keeps its operating-system calls in shm/ (prim.h, prim_linux.c), so that
-a Windows backend replaces one file. This check fails when a source file of
-the programs and libraries outside shm/ includes a POSIX-only header or calls
-a POSIX or Linux function directly. Comments and string literals are skipped.
+tcm keeps its operating-system calls in shm/ (prim.h, with prim_linux.c and
+prim_win.c behind it). This check fails when a source file of the programs
+and libraries outside shm/, or the platform interface itself (prim.h,
+ring.h), includes an OS header, uses a POSIX type (pid_t, uid_t, ...) or
+calls a POSIX or Linux function directly. Comments and string literals are skipped.
 tests/, bench/ and examples/ are programs of their own and are not checked.
 """
 import pathlib
@@ -12,11 +13,14 @@ import re
 import sys
 
 CHECKED = ["client", "daemon", "proto", "common", "cli"]
+# the platform interface itself, which both backends implement
+INTERFACE = ["shm/prim.h", "shm/ring.h"]
 
-# <sys/types.h> stays allowed: prim.h's interface still speaks pid_t, uid_t
-# and gid_t (issue 11 replaces them with types of its own).
 HEADERS = re.compile(r"#\s*include\s*<(unistd|fcntl|dlfcn|pwd|grp|poll|dirent|termios|netdb|semaphore|spawn"
-                     r"|sys/(?!types\.h)[\w/]+|linux/[\w/]+|netinet/[\w/]+|arpa/[\w/]+)(\.h)?>")
+                     r"|sys/[\w/]+|linux/[\w/]+|netinet/[\w/]+|arpa/[\w/]+|windows|winsock2)(\.h)?>")
+# POSIX types: prim.h has tcm_handle_t, tcm_pid_t, tcm_uid_t, tcm_gid_t (ssize_t
+# stays: libuv callbacks take it on every platform)
+TYPES = re.compile(r"(?<![\w])(pid_t|uid_t|gid_t|mode_t|off_t)(?![\w])")
 
 CALLS = """
 getpid getppid getuid geteuid getgid getegid setuid setgid setsid
@@ -69,13 +73,16 @@ def main():
     root = pathlib.Path(sys.argv[1])
     problems = []
     files = [f for d in CHECKED for f in sorted((root / d).rglob("*"))
-             if f.suffix in (".c", ".h", ".cpp")]
+             if f.suffix in (".c", ".h", ".cpp")] + [root / f for f in INTERFACE]
     for f in files:
         text = f.read_text()
         for m in HEADERS.finditer(text):
             line = text.count("\n", 0, m.start()) + 1
             problems.append(f"{f.relative_to(root)}:{line}: includes <{m.group(1)}{m.group(2) or ''}>")
         code = strip(text)
+        for m in TYPES.finditer(code):
+            line = code.count("\n", 0, m.start()) + 1
+            problems.append(f"{f.relative_to(root)}:{line}: uses the POSIX type {m.group(1)}")
         for m in CALL.finditer(code):
             if code[max(0, m.start() - 16):m.start()].rstrip().endswith(("define", "struct")):
                 continue
@@ -87,7 +94,7 @@ def main():
         print(f"platform lint: {len(problems)} OS calls or headers outside shm/; "
               "put them behind shm/prim.h", file=sys.stderr)
         return 1
-    print(f"platform lint: {len(files)} files outside shm/ make no OS call of their own")
+    print(f"platform lint: {len(files)} files outside the backends make no OS call of their own")
     return 0
 
 

@@ -23,7 +23,10 @@
 extern "C" {
 #endif
 
-#if defined(__GNUC__)
+#if defined(_WIN32)
+#define TCM_API
+#define TCM_MALLOC_ATTR __attribute__((malloc))
+#elif defined(__GNUC__)
 #define TCM_API __attribute__((visibility("default")))
 #define TCM_MALLOC_ATTR __attribute__((malloc))
 #else

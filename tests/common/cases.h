@@ -16,8 +16,10 @@ typedef struct tt_case {
 } tt_case_t;
 
 int tt_run_cases(const char *suite, const tt_case_t *cases, size_t n, int timeout_ms);
+#ifndef _WIN32
 /* A child's raw status, or, SIGKILLed once timeout_ms passed, its status
  * then with *timed_out set. */
 int tt_wait_timed(pid_t pid, int timeout_ms, bool *timed_out);
+#endif
 
 #endif

@@ -1,0 +1,848 @@
+/* prim_win.c — Windows implementation of prim.h: named file mappings on the
+ * paging file (SEC_RESERVE, committed by VirtualAlloc on a view), named
+ * events for the shared-word wait, a named mutex for one daemon per name.
+ * Built with mingw-w64 and tested under Wine (tests/windows/).
+ *
+ * What Windows does differently, and how tcm lives with it (DESIGN.md,
+ * "The Windows backend"):
+ * - A segment has no name in a file system: it lives while a handle or a
+ *   view of it is open, so "unlink" is a no-op and a heap outlives its
+ *   daemon only while some client keeps it open.
+ * - Pages are committed through a view, so this file keeps a table of the
+ *   segments this process opened and the view it mapped of each; commit,
+ *   release and the backed figures of a handle go through that view (or a
+ *   short-lived one when the process has none).
+ * - A committed page of a section cannot be decommitted while the section
+ *   exists (VirtualFree refuses mapped views). Release therefore resets
+ *   the pages (MEM_RESET: their contents are dropped, never written to the
+ *   paging file) and takes them out of the working set: the physical memory
+ *   goes back, the commit charge stays with the segment. tcm never relies
+ *   on a released page reading zero (calloc clears what it hands out).
+ * - WaitOnAddress only works inside one process. A word in a shared
+ *   segment is waited on with an auto-reset named event per (segment,
+ *   offset); a word elsewhere (private memory) with WaitOnAddress.
+ * - The control channel (unix sockets with descriptor passing and peer
+ *   credentials), the liveness lock on a client's channel and detaching
+ *   have no Windows version yet: they answer -ENOSYS (see DESIGN.md). */
+#define WIN32_LEAN_AND_MEAN
+#ifndef _WIN32_WINNT
+#define _WIN32_WINNT 0x0602 /* Windows 8: WaitOnAddress */
+#endif
+#include "prim.h"
+
+#include <windows.h>
+#include <aclapi.h>
+#include <bcrypt.h>
+#include <io.h>
+#include <psapi.h>
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NAME_MAX_CHARS 200
+#define MAX_SEGMENTS 256
+#define MAX_WORDS 1024
+
+static HANDLE to_handle(tcm_handle_t h)
+{
+    return LongToHandle(h);
+}
+
+static tcm_handle_t from_handle(HANDLE h)
+{
+    return HandleToLong(h);
+}
+
+static int errno_of(DWORD err)
+{
+    switch (err) {
+    case ERROR_ALREADY_EXISTS:
+    case ERROR_FILE_EXISTS:
+        return EEXIST;
+    case ERROR_FILE_NOT_FOUND:
+    case ERROR_PATH_NOT_FOUND:
+        return ENOENT;
+    case ERROR_ACCESS_DENIED:
+        return EACCES;
+    case ERROR_NOT_ENOUGH_MEMORY:
+    case ERROR_OUTOFMEMORY:
+    case ERROR_COMMITMENT_LIMIT:
+    case ERROR_DISK_FULL:
+        return ENOMEM;
+    case ERROR_INVALID_ADDRESS:
+        return EEXIST;
+    case ERROR_INVALID_PARAMETER:
+        return EINVAL;
+    case ERROR_FILENAME_EXCED_RANGE:
+        return ENAMETOOLONG;
+    default:
+        return EIO;
+    }
+}
+
+static int last_error(void)
+{
+    return -errno_of(GetLastError());
+}
+
+/* "/tcm.NAME.heap" + suffix -> L"Local\\tcm.NAME.heap<suffix>": the
+ * session's namespace, which a user's processes share. */
+static int object_name(const char *name, const char *suffix, wchar_t *out, size_t n)
+{
+    char utf8[NAME_MAX_CHARS + 64];
+    while (*name == '/')
+        name++;
+    int len = snprintf(utf8, sizeof utf8, "Local\\%s%s", name, suffix ? suffix : "");
+    if (len < 0 || (size_t)len >= sizeof utf8)
+        return -ENAMETOOLONG;
+    for (char *p = utf8 + 6; *p; p++)
+        if (*p == '\\' || *p == '/')
+            *p = '_'; /* a backslash would name another namespace */
+    if (!MultiByteToWideChar(CP_UTF8, 0, utf8, -1, out, (int)n))
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+/* The segments this process opened, and the view of each it maps. An entry
+ * outlives its handle while its view is mapped: the view's words are
+ * waited on by the segment's name. */
+typedef struct {
+    HANDLE handle; /* NULL once closed */
+    char name[NAME_MAX_CHARS];
+    uint64_t size;
+    char *view;    /* the first view this process mapped, NULL if none */
+    bool view_writable;
+} segment_t;
+
+static segment_t segments[MAX_SEGMENTS];
+static SRWLOCK segments_lock = SRWLOCK_INIT;
+
+static void segment_add(HANDLE h, const char *name, uint64_t size)
+{
+    AcquireSRWLockExclusive(&segments_lock);
+    for (int i = 0; i < MAX_SEGMENTS; i++) {
+        if (!segments[i].handle && !segments[i].view) {
+            segments[i] = (segment_t){.handle = h, .size = size};
+            snprintf(segments[i].name, sizeof segments[i].name, "%s", name);
+            break;
+        }
+    }
+    ReleaseSRWLockExclusive(&segments_lock);
+}
+
+/* A copy of the entry of handle h (false if this process did not open it). */
+static bool segment_of_handle(HANDLE h, segment_t *out)
+{
+    bool found = false;
+    AcquireSRWLockShared(&segments_lock);
+    for (int i = 0; i < MAX_SEGMENTS && !found; i++)
+        if (segments[i].handle == h)
+            *out = segments[i], found = true;
+    ReleaseSRWLockShared(&segments_lock);
+    return found;
+}
+
+/* The entry whose view holds addr. */
+static bool segment_of_address(const void *addr, segment_t *out)
+{
+    bool found = false;
+    const char *a = addr;
+    AcquireSRWLockShared(&segments_lock);
+    for (int i = 0; i < MAX_SEGMENTS && !found; i++) {
+        segment_t *s = &segments[i];
+        if (s->view && a >= s->view && a < s->view + s->size)
+            *out = *s, found = true;
+    }
+    ReleaseSRWLockShared(&segments_lock);
+    return found;
+}
+
+static uint64_t section_size(HANDLE h)
+{
+    /* NtQuerySection's SectionBasicInformation: base, attributes, size */
+    typedef struct {
+        PVOID base;
+        ULONG attributes;
+        LARGE_INTEGER size;
+    } basic_info_t;
+    typedef LONG(NTAPI * query_fn)(HANDLE, int, PVOID, SIZE_T, PSIZE_T);
+    static query_fn query;
+    if (!query)
+        query = (query_fn)(void (*)(void))GetProcAddress(GetModuleHandleW(L"ntdll.dll"), "NtQuerySection");
+    basic_info_t info;
+    if (!query || query(h, 0, &info, sizeof info, NULL) != 0)
+        return 0;
+    return (uint64_t)info.size.QuadPart;
+}
+
+tcm_handle_t tcm__shm_create(const char *name, uint64_t size, unsigned mode)
+{
+    (void)mode; /* the default DACL: the creating user (and SYSTEM, administrators) */
+    wchar_t wname[NAME_MAX_CHARS + 64];
+    int err = object_name(name, NULL, wname, sizeof wname / sizeof wname[0]);
+    if (err)
+        return err;
+    HANDLE h = CreateFileMappingW(INVALID_HANDLE_VALUE, NULL, PAGE_READWRITE | SEC_RESERVE,
+                                  (DWORD)(size >> 32), (DWORD)size, wname);
+    if (!h)
+        return last_error();
+    if (GetLastError() == ERROR_ALREADY_EXISTS) {
+        CloseHandle(h);
+        return -EEXIST;
+    }
+    segment_add(h, name, size);
+    return from_handle(h);
+}
+
+tcm_handle_t tcm__shm_open(const char *name, bool writable)
+{
+    wchar_t wname[NAME_MAX_CHARS + 64];
+    int err = object_name(name, NULL, wname, sizeof wname / sizeof wname[0]);
+    if (err)
+        return err;
+    HANDLE h = OpenFileMappingW(FILE_MAP_READ | (writable ? FILE_MAP_WRITE : 0), FALSE, wname);
+    if (!h)
+        return last_error();
+    segment_add(h, name, section_size(h));
+    return from_handle(h);
+}
+
+int tcm__shm_unlink(const char *name)
+{
+    (void)name; /* a section goes with its last handle and view */
+    return 0;
+}
+
+int tcm__shm_unlink_prefix(const char *prefix)
+{
+    (void)prefix;
+    return 0;
+}
+
+int tcm__path_share(const char *path, tcm_gid_t gid, unsigned mode)
+{
+    (void)path, (void)gid, (void)mode;
+    return -ENOSYS;
+}
+
+int tcm__group_id(const char *name, tcm_gid_t *gid)
+{
+    (void)name, (void)gid;
+    return -ENOSYS;
+}
+
+void tcm__close(tcm_handle_t fd)
+{
+    if (fd < 0)
+        return;
+    HANDLE h = to_handle(fd);
+    AcquireSRWLockExclusive(&segments_lock);
+    for (int i = 0; i < MAX_SEGMENTS; i++)
+        if (segments[i].handle == h)
+            segments[i].handle = NULL; /* the entry stays while its view does */
+    ReleaseSRWLockExclusive(&segments_lock);
+    CloseHandle(h);
+}
+
+static const char *region_kind(DWORD type)
+{
+    return type == MEM_IMAGE ? "an image" : type == MEM_MAPPED ? "a mapped view" : "private memory";
+}
+
+/* What occupies [lo, hi) in this process, for the message. */
+static void describe_clash(uintptr_t lo, uintptr_t hi, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "address range 0x%llx-0x%llx is already in use in this process",
+             (unsigned long long)lo, (unsigned long long)hi);
+    for (uintptr_t a = lo; a < hi;) {
+        MEMORY_BASIC_INFORMATION mi;
+        if (!VirtualQuery((void *)a, &mi, sizeof mi))
+            break;
+        uintptr_t base = (uintptr_t)mi.AllocationBase, end = (uintptr_t)mi.BaseAddress + mi.RegionSize;
+        if (mi.State != MEM_FREE) {
+            /* the regions of the same allocation after this one */
+            MEMORY_BASIC_INFORMATION next;
+            while (VirtualQuery((void *)end, &next, sizeof next) && next.AllocationBase == mi.AllocationBase &&
+                   next.State != MEM_FREE)
+                end = (uintptr_t)next.BaseAddress + next.RegionSize;
+            snprintf(err, errlen,
+                     "heap range 0x%llx-0x%llx clashes with existing mapping 0x%llx-0x%llx (%s) "
+                     "(start tcmd with another --base)",
+                     (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)base,
+                     (unsigned long long)end, region_kind(mi.Type));
+            return;
+        }
+        a = end;
+    }
+}
+
+void *tcm__map(tcm_handle_t fd, uint64_t size, void *at, bool writable, char *err, size_t errlen)
+{
+    HANDLE h = to_handle(fd);
+    void *p = MapViewOfFileEx(h, FILE_MAP_READ | (writable ? FILE_MAP_WRITE : 0), 0, 0, (SIZE_T)size, at);
+    if (!p) {
+        DWORD e = GetLastError();
+        if (at && e == ERROR_INVALID_ADDRESS)
+            describe_clash((uintptr_t)at, (uintptr_t)at + size, err, errlen);
+        else
+            snprintf(err, errlen, "MapViewOfFileEx(%p, %llu) failed: error %lu", at, (unsigned long long)size,
+                     (unsigned long)e);
+        errno = errno_of(e);
+        return NULL;
+    }
+    AcquireSRWLockExclusive(&segments_lock);
+    for (int i = 0; i < MAX_SEGMENTS; i++) {
+        segment_t *s = &segments[i];
+        if (s->handle == h && (!s->view || (writable && !s->view_writable))) {
+            s->view = p;
+            s->view_writable = writable;
+            if (!s->size)
+                s->size = size;
+            break;
+        }
+    }
+    ReleaseSRWLockExclusive(&segments_lock);
+    return p;
+}
+
+static void forget_words(const char *lo, const char *hi);
+
+void tcm__unmap(void *p, uint64_t size)
+{
+    if (!p)
+        return;
+    forget_words(p, (char *)p + size);
+    AcquireSRWLockExclusive(&segments_lock);
+    for (int i = 0; i < MAX_SEGMENTS; i++)
+        if (segments[i].view == p)
+            segments[i].view = NULL;
+    ReleaseSRWLockExclusive(&segments_lock);
+    UnmapViewOfFile(p);
+}
+
+void *tcm__reserve(uint64_t size)
+{
+    /* committed up front (Windows has no overcommit), backed when touched */
+    return VirtualAlloc(NULL, (SIZE_T)size, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+}
+
+void *tcm__shared_anon(uint64_t size)
+{
+    return tcm__reserve(size); /* no fork: nobody to share it with */
+}
+
+int tcm__privatize(void *at, uint64_t size, unsigned page_shift, const uint8_t *page_map, uint8_t skip)
+{
+    (void)at, (void)size, (void)page_shift, (void)page_map, (void)skip;
+    return -ENOSYS; /* only a fork child needs a snapshot */
+}
+
+/* A view of the segment behind fd for [off, off + len): this process's own,
+ * or a temporary one (*temp set) when it has none that is writable enough. */
+static char *view_for(tcm_handle_t fd, uint64_t off, uint64_t len, bool writable, char **temp)
+{
+    segment_t s;
+    *temp = NULL;
+    if (segment_of_handle(to_handle(fd), &s) && s.view && (s.view_writable || !writable) &&
+        off + len <= s.size)
+        return s.view + off;
+    /* the whole section: Wine loses a commit made through a view that
+     * starts past the section's first byte */
+    char *v = MapViewOfFile(to_handle(fd), FILE_MAP_READ | (writable ? FILE_MAP_WRITE : 0), 0, 0, 0);
+    if (!v)
+        return NULL;
+    *temp = v;
+    return v + off;
+}
+
+int tcm__commit(tcm_handle_t fd, uint64_t off, uint64_t len)
+{
+    char *temp, *p = view_for(fd, off, len, true, &temp);
+    if (!p)
+        return last_error();
+    int rc = VirtualAlloc(p, (SIZE_T)len, MEM_COMMIT, PAGE_READWRITE) ? 0 : last_error();
+    if (temp)
+        UnmapViewOfFile(temp);
+    return rc;
+}
+
+int tcm__release(tcm_handle_t fd, uint64_t off, uint64_t len)
+{
+    char *temp, *p = view_for(fd, off, len, true, &temp);
+    if (!p)
+        return last_error();
+    int rc = VirtualAlloc(p, (SIZE_T)len, MEM_RESET, PAGE_READWRITE) ? 0 : last_error();
+    VirtualUnlock(p, (SIZE_T)len); /* fails (not locked) and takes the pages out of the working set */
+    if (temp)
+        UnmapViewOfFile(temp);
+    return rc;
+}
+
+int tcm__populate(void *addr, uint64_t len)
+{
+    segment_t s;
+    if (!segment_of_address(addr, &s))
+        return 0; /* private memory is committed when reserved */
+    uintptr_t lo = (uintptr_t)addr & ~(uintptr_t)4095;
+    uintptr_t hi = ((uintptr_t)addr + len + 4095) & ~(uintptr_t)4095;
+    if (hi > lo && !VirtualAlloc((void *)lo, hi - lo, MEM_COMMIT, PAGE_READWRITE))
+        return last_error();
+    return 0;
+}
+
+/* Committed bytes of [p, p + len) of a view. */
+static uint64_t committed_in(const char *p, uint64_t len)
+{
+    uint64_t total = 0;
+    for (const char *a = p, *end = p + len; a < end;) {
+        MEMORY_BASIC_INFORMATION mi;
+        if (!VirtualQuery(a, &mi, sizeof mi))
+            break;
+        const char *next = (const char *)mi.BaseAddress + mi.RegionSize;
+        if (next > end)
+            next = end;
+        if (mi.State == MEM_COMMIT)
+            total += (uint64_t)(next - a);
+        a = next;
+    }
+    return total;
+}
+
+int64_t tcm__backed_bytes(tcm_handle_t fd)
+{
+    segment_t s;
+    if (!segment_of_handle(to_handle(fd), &s) || !s.size)
+        return -EBADF;
+    char *temp, *p = view_for(fd, 0, s.size, false, &temp);
+    if (!p)
+        return last_error();
+    int64_t total = (int64_t)committed_in(p, s.size);
+    if (temp)
+        UnmapViewOfFile(temp);
+    return total;
+}
+
+int tcm__backed_range(tcm_handle_t fd, uint64_t off, uint64_t len)
+{
+    char *temp, *p = view_for(fd, off, len, false, &temp);
+    if (!p)
+        return last_error();
+    int rc = committed_in(p, len) == len;
+    if (temp)
+        UnmapViewOfFile(temp);
+    return rc;
+}
+
+int64_t tcm__resident_bytes(const void *addr, uint64_t len)
+{
+    enum { BATCH = 256 };
+    PSAPI_WORKING_SET_EX_INFORMATION info[BATCH];
+    uintptr_t lo = (uintptr_t)addr & ~(uintptr_t)4095, hi = (uintptr_t)addr + len;
+    int64_t total = 0;
+    while (lo < hi) {
+        size_t n = 0;
+        for (; n < BATCH && lo + n * 4096 < hi; n++)
+            info[n].VirtualAddress = (void *)(lo + n * 4096);
+        if (!QueryWorkingSetEx(GetCurrentProcess(), info, (DWORD)(n * sizeof info[0])))
+            return last_error();
+        for (size_t i = 0; i < n; i++)
+            total += info[i].VirtualAttributes.Valid ? 4096 : 0;
+        lo += n * 4096;
+    }
+    return total;
+}
+
+static uint32_t sid_rid(PSID sid)
+{
+    if (!sid || !IsValidSid(sid))
+        return 0;
+    UCHAR n = *GetSidSubAuthorityCount(sid);
+    return n ? (uint32_t)*GetSidSubAuthority(sid, n - 1u) : 0;
+}
+
+int tcm__shm_stat(tcm_handle_t fd, uint64_t *size, tcm_uid_t *uid, unsigned *mode)
+{
+    HANDLE h = to_handle(fd);
+    segment_t s;
+    *size = segment_of_handle(h, &s) && s.size ? s.size : section_size(h);
+    PSID owner = NULL;
+    PSECURITY_DESCRIPTOR sd = NULL;
+    if (GetSecurityInfo(h, SE_KERNEL_OBJECT, OWNER_SECURITY_INFORMATION, &owner, NULL, NULL, NULL, &sd) !=
+        ERROR_SUCCESS)
+        owner = NULL;
+    /* Wine keeps no owner on sections: the object is in our session's
+     * namespace, which only our user's processes reach */
+    *uid = owner ? sid_rid(owner) : tcm__uid();
+    if (sd)
+        LocalFree(sd);
+    *mode = 0600;
+    return 0;
+}
+
+/* Waits on shared words: one auto-reset named event per (segment, offset),
+ * opened once per process and kept until the view goes. */
+typedef struct {
+    const void *word;
+    HANDLE event;
+} word_event_t;
+
+static word_event_t words[MAX_WORDS];
+static SRWLOCK words_lock = SRWLOCK_INIT;
+
+static HANDLE event_for(const segment_t *s, const void *word)
+{
+    HANDLE ev = NULL;
+    AcquireSRWLockShared(&words_lock);
+    for (int i = 0; i < MAX_WORDS && !ev; i++)
+        if (words[i].word == word)
+            ev = words[i].event;
+    ReleaseSRWLockShared(&words_lock);
+    if (ev)
+        return ev;
+    char suffix[32];
+    wchar_t wname[NAME_MAX_CHARS + 64];
+    snprintf(suffix, sizeof suffix, ".w%llx", (unsigned long long)((const char *)word - s->view));
+    if (object_name(s->name, suffix, wname, sizeof wname / sizeof wname[0]) != 0)
+        return NULL;
+    ev = CreateEventW(NULL, FALSE, FALSE, wname); /* or opens the waker's */
+    if (!ev)
+        return NULL;
+    AcquireSRWLockExclusive(&words_lock);
+    HANDLE kept = NULL;
+    for (int i = 0; i < MAX_WORDS && !kept; i++)
+        if (words[i].word == word)
+            kept = words[i].event; /* another thread of ours got there first */
+    for (int i = 0; i < MAX_WORDS && !kept; i++)
+        if (!words[i].word)
+            words[i] = (word_event_t){word, ev}, kept = ev;
+    ReleaseSRWLockExclusive(&words_lock);
+    if (kept != ev) {
+        CloseHandle(ev); /* a duplicate, or the table is full (-> NULL: callers poll) */
+        ev = kept;
+    }
+    return ev;
+}
+
+static void forget_words(const char *lo, const char *hi)
+{
+    AcquireSRWLockExclusive(&words_lock);
+    for (int i = 0; i < MAX_WORDS; i++) {
+        const char *w = words[i].word;
+        if (w && w >= lo && w < hi) {
+            CloseHandle(words[i].event);
+            words[i] = (word_event_t){0};
+        }
+    }
+    ReleaseSRWLockExclusive(&words_lock);
+}
+
+static DWORD timeout_ms(int64_t timeout_ns)
+{
+    if (timeout_ns < 0)
+        return INFINITE;
+    uint64_t ms = ((uint64_t)timeout_ns + 999999) / 1000000;
+    return ms >= INFINITE ? INFINITE - 1 : (DWORD)ms;
+}
+
+/* The futex contract: returns at once (-EAGAIN) when the word no longer
+ * holds expected, else sleeps until a wake, the timeout (-ETIMEDOUT) or a
+ * spurious return (callers loop). A wake between the check and the sleep
+ * leaves the event set, so the sleep returns at once: no lost wakeup. */
+int tcm__wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns)
+{
+    segment_t s;
+    if (!segment_of_address((const void *)word, &s)) {
+        uint32_t cmp = expected;
+        if (WaitOnAddress((volatile void *)word, &cmp, sizeof cmp, timeout_ms(timeout_ns)))
+            return 0;
+        return GetLastError() == ERROR_TIMEOUT ? -ETIMEDOUT : last_error();
+    }
+    HANDLE ev = event_for(&s, (const void *)word);
+    if (atomic_load_explicit(word, memory_order_acquire) != expected)
+        return -EAGAIN;
+    if (!ev) { /* no event to sleep on: poll */
+        Sleep(1);
+        return 0;
+    }
+    DWORD r = WaitForSingleObject(ev, timeout_ms(timeout_ns));
+    return r == WAIT_OBJECT_0 ? 0 : r == WAIT_TIMEOUT ? -ETIMEDOUT : last_error();
+}
+
+void tcm__wake(_Atomic uint32_t *word, int n)
+{
+    segment_t s;
+    if (!segment_of_address((const void *)word, &s)) {
+        if (n == 1)
+            WakeByAddressSingle((void *)word);
+        else
+            WakeByAddressAll((void *)word);
+        return;
+    }
+    /* tcm has one waiter per word; an auto-reset event wakes one */
+    HANDLE ev = event_for(&s, (const void *)word);
+    if (ev)
+        SetEvent(ev);
+}
+
+/* One daemon per name: a named mutex owned by the calling thread (tcmd's
+ * main thread, for the life of the process). A holder that died leaves it
+ * abandoned, which the next one takes. */
+tcm_handle_t tcm__lock_name(const char *name)
+{
+    wchar_t wname[NAME_MAX_CHARS + 64];
+    int err = object_name(name, NULL, wname, sizeof wname / sizeof wname[0]);
+    if (err)
+        return err;
+    HANDLE m = CreateMutexW(NULL, FALSE, wname);
+    if (!m)
+        return last_error();
+    DWORD r = WaitForSingleObject(m, 0);
+    if (r == WAIT_OBJECT_0 || r == WAIT_ABANDONED)
+        return from_handle(m);
+    CloseHandle(m);
+    return r == WAIT_TIMEOUT ? -EBUSY : last_error();
+}
+
+int tcm__lock_shared(tcm_handle_t fd)
+{
+    (void)fd;
+    return -ENOSYS;
+}
+
+int tcm__lock_try_exclusive(tcm_handle_t fd)
+{
+    (void)fd;
+    return -ENOSYS;
+}
+
+/* The control channel: not yet on Windows (DESIGN.md: named pipes, peer
+ * identity from GetNamedPipeClientProcessId, handles passed with
+ * DuplicateHandle instead of SCM_RIGHTS). */
+tcm_handle_t tcm__connect(const char *path)
+{
+    (void)path;
+    return -ENOSYS;
+}
+
+int tcm__peer_cred(tcm_handle_t sockfd, tcm_pid_t *pid, tcm_uid_t *uid, tcm_gid_t *gid)
+{
+    (void)sockfd, (void)pid, (void)uid, (void)gid;
+    return -ENOSYS;
+}
+
+bool tcm__socket_hung_up(tcm_handle_t sockfd)
+{
+    (void)sockfd;
+    return true;
+}
+
+bool tcm__peer_in_group(tcm_handle_t sockfd, tcm_gid_t primary, tcm_gid_t gid)
+{
+    (void)sockfd;
+    return primary == gid;
+}
+
+int tcm__send_with_fds(tcm_handle_t sockfd, const void *buf, size_t len, const tcm_handle_t *fds, int nfds)
+{
+    (void)sockfd, (void)buf, (void)len, (void)fds, (void)nfds;
+    return -ENOSYS;
+}
+
+long tcm__recv_with_fds(tcm_handle_t sockfd, void *buf, size_t len, tcm_handle_t *fds, int maxfds, int *nfds)
+{
+    (void)sockfd, (void)buf, (void)len, (void)fds, (void)maxfds, (void)nfds;
+    return -ENOSYS;
+}
+
+int tcm__send_all(tcm_handle_t sockfd, const void *buf, size_t len)
+{
+    (void)sockfd, (void)buf, (void)len;
+    return -ENOSYS;
+}
+
+int tcm__recv_all(tcm_handle_t sockfd, void *buf, size_t len, int timeout_ms_, tcm_handle_t *fds, int maxfds,
+                  int *nfds)
+{
+    (void)sockfd, (void)buf, (void)len, (void)timeout_ms_, (void)fds, (void)maxfds, (void)nfds;
+    return -ENOSYS;
+}
+
+int tcm__socket_placeholder(const char *path)
+{
+    (void)path;
+    return -ENOSYS;
+}
+
+tcm_pid_t tcm__detach(tcm_handle_t log_fd, tcm_handle_t *ready)
+{
+    (void)log_fd, (void)ready;
+    return -ENOSYS; /* a service, not a forked daemon, on Windows */
+}
+
+void tcm__detach_ready(tcm_handle_t ready)
+{
+    (void)ready;
+}
+
+uint64_t tcm__now_ns(void)
+{
+    static LARGE_INTEGER freq;
+    LARGE_INTEGER now;
+    if (!freq.QuadPart)
+        QueryPerformanceFrequency(&freq);
+    QueryPerformanceCounter(&now);
+    uint64_t f = (uint64_t)freq.QuadPart, t = (uint64_t)now.QuadPart;
+    return t / f * 1000000000ull + t % f * 1000000000ull / f;
+}
+
+uint64_t tcm__random64(void)
+{
+    uint64_t v = 0;
+    if (BCryptGenRandom(NULL, (PUCHAR)&v, sizeof v, BCRYPT_USE_SYSTEM_PREFERRED_RNG) != 0)
+        v = tcm__now_ns() ^ ((uint64_t)GetCurrentProcessId() << 32);
+    return v;
+}
+
+void tcm__sleep_ns(uint64_t ns)
+{
+    Sleep((DWORD)((ns + 999999) / 1000000));
+}
+
+void tcm__yield(void)
+{
+    SwitchToThread();
+}
+
+void tcm__wall_clock(char *buf, size_t len)
+{
+    SYSTEMTIME t;
+    GetLocalTime(&t);
+    snprintf(buf, len, "%04u-%02u-%02u %02u:%02u:%02u.%03u", t.wYear, t.wMonth, t.wDay, t.wHour, t.wMinute,
+             t.wSecond, t.wMilliseconds);
+}
+
+uint32_t tcm__pid(void)
+{
+    return (uint32_t)GetCurrentProcessId();
+}
+
+tcm_uid_t tcm__uid(void)
+{
+    static tcm_uid_t uid;
+    if (uid)
+        return uid;
+    HANDLE token;
+    union {
+        TOKEN_USER user;
+        char space[256];
+    } info;
+    DWORD len;
+    if (OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &token)) {
+        if (GetTokenInformation(token, TokenUser, &info, sizeof info, &len))
+            uid = sid_rid(info.user.User.Sid);
+        CloseHandle(token);
+    }
+    return uid;
+}
+
+tcm_uid_t tcm__login_uid(void)
+{
+    return tcm__uid();
+}
+
+int tcm__absolute_path(const char *path, char *out, size_t len)
+{
+    DWORD n = GetFullPathNameA(path, (DWORD)len, out, NULL);
+    if (n == 0)
+        return last_error();
+    if (n >= len)
+        return -ENAMETOOLONG;
+    return GetFileAttributesA(out) == INVALID_FILE_ATTRIBUTES ? -ENOENT : 0;
+}
+
+bool tcm__is_terminal(tcm_handle_t fd)
+{
+    return _isatty(fd) != 0;
+}
+
+bool tcm__path_exists(const char *path)
+{
+    return GetFileAttributesA(path) != INVALID_FILE_ATTRIBUTES;
+}
+
+int tcm__unlink(const char *path)
+{
+    if (DeleteFileA(path))
+        return 0;
+    DWORD e = GetLastError();
+    return e == ERROR_FILE_NOT_FOUND || e == ERROR_PATH_NOT_FOUND ? 0 : -errno_of(e);
+}
+
+int tcm__rename(const char *from, const char *to)
+{
+    return MoveFileExA(from, to, MOVEFILE_REPLACE_EXISTING) ? 0 : last_error();
+}
+
+int tcm__make_dirs(const char *dir, unsigned mode)
+{
+    (void)mode; /* the directory inherits its parent's ACL */
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return -ENAMETOOLONG;
+    for (char *p = path + 1; *p; p++) {
+        if (*p == '/' || *p == '\\') {
+            char c = *p;
+            *p = 0;
+            CreateDirectoryA(path, NULL);
+            *p = c;
+        }
+    }
+    if (CreateDirectoryA(path, NULL))
+        return 1;
+    return GetLastError() == ERROR_ALREADY_EXISTS ? 0 : last_error();
+}
+
+unsigned tcm__umask(unsigned mask)
+{
+    return mask; /* no umask: objects get the default DACL */
+}
+
+void tcm__ignore_sigpipe(void)
+{
+    /* a write to a closed pipe is an error on Windows, never a signal */
+}
+
+int tcm__at_fork(void (*prepare)(void), void (*parent)(void), void (*child)(void))
+{
+    (void)prepare, (void)parent, (void)child;
+    return 0; /* no fork */
+}
+
+void *tcm__next_symbol(const char *name)
+{
+    (void)name;
+    return NULL; /* no symbol interposition: the drop-in is for ELF systems */
+}
+
+size_t tcm__os_page_size(void)
+{
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    return si.dwPageSize;
+}
+
+int tcm__thread_start_quiet(pthread_t *t, void *(*fn)(void *), void *arg, const char *name)
+{
+    (void)name; /* Windows threads take no signals, and Wine has no thread names */
+    int err = pthread_create(t, NULL, fn, arg);
+    return err ? -err : 0;
+}
+
+void tcm__kill_self(void)
+{
+    TerminateProcess(GetCurrentProcess(), 137);
+    abort();
+}
