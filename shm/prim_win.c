@@ -21,9 +21,11 @@
  * - WaitOnAddress only works inside one process. A word in a shared
  *   segment is waited on with an auto-reset named event per (segment,
  *   offset); a word elsewhere (private memory) with WaitOnAddress.
- * - The control channel (unix sockets with descriptor passing and peer
- *   credentials), the liveness lock on a client's channel and detaching
- *   have no Windows version yet: they answer -ENOSYS (see DESIGN.md). */
+ * - The control channel is a named pipe; its peer's identity comes from
+ *   the pipe (client process id) and that process's token. Descriptors do
+ *   not travel with frames (segments are opened by name). The liveness lock
+ *   on a client's channel and detaching have no Windows version yet: they
+ *   answer -ENOSYS (see DESIGN.md). */
 #define WIN32_LEAN_AND_MEAN
 #ifndef _WIN32_WINNT
 #define _WIN32_WINNT 0x0602 /* Windows 8: WaitOnAddress */
@@ -618,56 +620,176 @@ int tcm__lock_try_exclusive(tcm_handle_t fd)
     return -ENOSYS;
 }
 
-/* The control channel: not yet on Windows (DESIGN.md: named pipes, peer
- * identity from GetNamedPipeClientProcessId, handles passed with
- * DuplicateHandle instead of SCM_RIGHTS). */
+/* The control channel is a named pipe: libuv's uv_pipe_t is one on Windows,
+ * so tcmd's loop can serve it as it serves the unix socket. A socket path
+ * names the pipe \\.\pipe\<path with its separators as '_'>. */
+static int pipe_name(const char *path, char *out, size_t n)
+{
+    if (strncmp(path, "\\\\.\\pipe\\", 9) == 0)
+        return snprintf(out, n, "%s", path) < (int)n ? 0 : -ENAMETOOLONG;
+    int len = snprintf(out, n, "\\\\.\\pipe\\tcm%s", path);
+    if (len < 0 || (size_t)len >= n)
+        return -ENAMETOOLONG;
+    for (char *p = out + 9; *p; p++)
+        if (*p == '/' || *p == '\\' || *p == ':')
+            *p = '_';
+    return 0;
+}
+
 tcm_handle_t tcm__connect(const char *path)
 {
-    (void)path;
-    return -ENOSYS;
+    char name[300];
+    int err = pipe_name(path, name, sizeof name);
+    if (err)
+        return err;
+    for (int tries = 0;; tries++) {
+        HANDLE h = CreateFileA(name, GENERIC_READ | GENERIC_WRITE, 0, NULL, OPEN_EXISTING, 0, NULL);
+        if (h != INVALID_HANDLE_VALUE)
+            return from_handle(h);
+        DWORD e = GetLastError();
+        if (e != ERROR_PIPE_BUSY || tries == 10)
+            return e == ERROR_PIPE_BUSY ? -ECONNREFUSED : -errno_of(e);
+        WaitNamedPipeA(name, 200); /* every instance is taken: wait for one */
+    }
+}
+
+/* The token of process pid: its user's and primary group's RIDs, or
+ * whether group gid is among its groups. */
+static HANDLE process_token(DWORD pid)
+{
+    HANDLE proc = OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, pid), token = NULL;
+    if (!proc)
+        return NULL;
+    if (!OpenProcessToken(proc, TOKEN_QUERY, &token))
+        token = NULL;
+    CloseHandle(proc);
+    return token;
+}
+
+static uint32_t token_rid(HANDLE token, TOKEN_INFORMATION_CLASS what)
+{
+    union {
+        TOKEN_USER user;
+        TOKEN_PRIMARY_GROUP group;
+        char space[256];
+    } info;
+    DWORD len;
+    if (!GetTokenInformation(token, what, &info, sizeof info, &len))
+        return 0;
+    return sid_rid(what == TokenUser ? info.user.User.Sid : info.group.PrimaryGroup);
+}
+
+/* The process at the other end of a pipe: the client if we are the server. */
+static DWORD pipe_peer(HANDLE h)
+{
+    ULONG pid = 0, self = GetCurrentProcessId();
+    if (GetNamedPipeClientProcessId(h, &pid) && pid != self)
+        return pid;
+    if (GetNamedPipeServerProcessId(h, &pid))
+        return pid;
+    return 0;
 }
 
 int tcm__peer_cred(tcm_handle_t sockfd, tcm_pid_t *pid, tcm_uid_t *uid, tcm_gid_t *gid)
 {
-    (void)sockfd, (void)pid, (void)uid, (void)gid;
-    return -ENOSYS;
+    DWORD peer = pipe_peer(to_handle(sockfd));
+    if (!peer)
+        return last_error();
+    HANDLE token = process_token(peer);
+    if (!token)
+        return last_error();
+    *pid = (tcm_pid_t)peer;
+    *uid = token_rid(token, TokenUser);
+    *gid = token_rid(token, TokenPrimaryGroup);
+    CloseHandle(token);
+    return 0;
 }
 
 bool tcm__socket_hung_up(tcm_handle_t sockfd)
 {
-    (void)sockfd;
-    return true;
+    DWORD avail;
+    if (sockfd < 0)
+        return true;
+    return !PeekNamedPipe(to_handle(sockfd), NULL, 0, NULL, &avail, NULL);
 }
 
 bool tcm__peer_in_group(tcm_handle_t sockfd, tcm_gid_t primary, tcm_gid_t gid)
 {
-    (void)sockfd;
-    return primary == gid;
+    if (primary == gid)
+        return true;
+    HANDLE token = process_token(pipe_peer(to_handle(sockfd)));
+    if (!token)
+        return false;
+    bool found = false;
+    DWORD len = 0;
+    GetTokenInformation(token, TokenGroups, NULL, 0, &len);
+    TOKEN_GROUPS *groups = len ? malloc(len) : NULL;
+    if (groups && GetTokenInformation(token, TokenGroups, groups, len, &len))
+        for (DWORD i = 0; i < groups->GroupCount && !found; i++)
+            found = sid_rid(groups->Groups[i].Sid) == gid;
+    free(groups);
+    CloseHandle(token);
+    return found;
 }
 
+/* Descriptors do not travel on Windows: a client opens the segments by the
+ * names the Welcome carries. Frames without them go as they are. */
 int tcm__send_with_fds(tcm_handle_t sockfd, const void *buf, size_t len, const tcm_handle_t *fds, int nfds)
 {
-    (void)sockfd, (void)buf, (void)len, (void)fds, (void)nfds;
-    return -ENOSYS;
+    (void)fds;
+    return nfds > 0 ? -ENOSYS : tcm__send_all(sockfd, buf, len);
 }
 
 long tcm__recv_with_fds(tcm_handle_t sockfd, void *buf, size_t len, tcm_handle_t *fds, int maxfds, int *nfds)
 {
-    (void)sockfd, (void)buf, (void)len, (void)fds, (void)maxfds, (void)nfds;
-    return -ENOSYS;
+    (void)fds, (void)maxfds, (void)nfds;
+    DWORD got = 0;
+    if (!ReadFile(to_handle(sockfd), buf, (DWORD)(len > 1u << 30 ? 1u << 30 : len), &got, NULL)) {
+        DWORD e = GetLastError();
+        return e == ERROR_BROKEN_PIPE || e == ERROR_PIPE_NOT_CONNECTED ? 0 : -errno_of(e);
+    }
+    return (long)got;
 }
 
 int tcm__send_all(tcm_handle_t sockfd, const void *buf, size_t len)
 {
-    (void)sockfd, (void)buf, (void)len;
-    return -ENOSYS;
+    const char *p = buf;
+    while (len) {
+        DWORD put = 0;
+        if (!WriteFile(to_handle(sockfd), p, (DWORD)(len > 1u << 30 ? 1u << 30 : len), &put, NULL)) {
+            DWORD e = GetLastError();
+            return e == ERROR_NO_DATA || e == ERROR_BROKEN_PIPE ? -EPIPE : -errno_of(e);
+        }
+        p += put;
+        len -= put;
+    }
+    return 0;
 }
 
+/* A pipe opened without overlapped I/O has no read with a timeout: wait
+ * for bytes with PeekNamedPipe, in 1 ms steps. */
 int tcm__recv_all(tcm_handle_t sockfd, void *buf, size_t len, int timeout_ms_, tcm_handle_t *fds, int maxfds,
                   int *nfds)
 {
-    (void)sockfd, (void)buf, (void)len, (void)timeout_ms_, (void)fds, (void)maxfds, (void)nfds;
-    return -ENOSYS;
+    char *p = buf;
+    uint64_t deadline = timeout_ms_ < 0 ? UINT64_MAX : tcm__now_ns() + (uint64_t)timeout_ms_ * 1000000ull;
+    while (len) {
+        DWORD avail = 0;
+        if (!PeekNamedPipe(to_handle(sockfd), NULL, 0, NULL, &avail, NULL))
+            return -ECONNRESET;
+        if (!avail) {
+            if (tcm__now_ns() >= deadline)
+                return -ETIMEDOUT;
+            Sleep(1);
+            continue;
+        }
+        long got = tcm__recv_with_fds(sockfd, p, len < avail ? len : avail, fds, maxfds, nfds);
+        if (got <= 0)
+            return got == 0 ? -ECONNRESET : (int)got;
+        p += got;
+        len -= (size_t)got;
+    }
+    return 0;
 }
 
 int tcm__socket_placeholder(const char *path)

@@ -2,13 +2,22 @@
  * Windows (cross-built with mingw-w64, run under Wine): a segment created
  * in one process and mapped at the same address in another, commit and
  * release measured from the OS, the ring with its producer in one process
- * and its consumer in the other, and the shared-word wait never missing a
- * wake. The second process is this program again (spawn.h). */
+ * and its consumer in the other, the shared-word wait never missing a
+ * wake, one holder per name, and the control channel's transport with the
+ * peer's identity. The second process is this program again (spawn.h). */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef _WIN32
+#include <windows.h>
+#else
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#endif
 
 #include "cases.h"
 #include "check.h"
@@ -17,7 +26,7 @@
 #include "spawn.h"
 
 #define MiB (1024ull * 1024)
-#define BASE ((void *)0x7e4000000000ull) /* below tcmd's default base, 64 KiB aligned */
+#define BASE ((void *)0x7ec000000000ull) /* past a tcmd heap at the default base; in TSan's application range */
 #define SEG_SIZE (64 * MiB)
 #define RING_CAP 64
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
@@ -302,6 +311,90 @@ static void child_lock(bool expect_free)
         CHECK_EQ(l, -EBUSY);
 }
 
+/* The control channel's transport: a client connects with tcm__connect,
+ * the server learns who it is from the channel, frames go both ways, and
+ * the server sees the client go. The server side is tcmd's libuv loop in
+ * the daemon; here it is the OS's own calls. */
+static char channel_path[100]; /* fits a sun_path */
+
+static tcm_handle_t channel_listen(void)
+{
+#ifdef _WIN32
+    snprintf(channel_path, sizeof channel_path, "\\\\.\\pipe\\tcm-test-shm-%u", (unsigned)tcm__pid());
+    HANDLE h = CreateNamedPipeA(channel_path, PIPE_ACCESS_DUPLEX, PIPE_TYPE_BYTE | PIPE_READMODE_BYTE | PIPE_WAIT, 1,
+                                4096, 4096, 0, NULL);
+    CHECK(h != INVALID_HANDLE_VALUE);
+    return HandleToLong(h);
+#else
+    snprintf(channel_path, sizeof channel_path, "/tmp/tcm-test-shm-%u.sock", (unsigned)tcm__pid());
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", channel_path);
+    unlink(channel_path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK_GE(fd, 0);
+    CHECK_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    CHECK_EQ(listen(fd, 1), 0);
+    return fd;
+#endif
+}
+
+static tcm_handle_t channel_accept(tcm_handle_t listener)
+{
+#ifdef _WIN32
+    HANDLE h = LongToHandle(listener);
+    CHECK(ConnectNamedPipe(h, NULL) || GetLastError() == ERROR_PIPE_CONNECTED);
+    return listener;
+#else
+    int fd = accept(listener, NULL, NULL);
+    CHECK_GE(fd, 0);
+    return fd;
+#endif
+}
+
+static void child_peer(void)
+{
+    tcm_handle_t fd = tcm__connect(tt_role_arg());
+    CHECK_GE(fd, 0);
+    uint32_t pid = tcm__pid();
+    CHECK_EQ(tcm__send_all(fd, &pid, sizeof pid), 0);
+    char reply[3];
+    CHECK_EQ(tcm__recv_all(fd, reply, sizeof reply, 10000, NULL, 0, NULL), 0);
+    CHECK(memcmp(reply, "bye", 3) == 0);
+    /* nothing more comes: a read with a timeout says so */
+    CHECK_EQ(tcm__recv_all(fd, reply, 1, 50, NULL, 0, NULL), -ETIMEDOUT);
+    tcm__close(fd);
+}
+
+static void control_channel(void)
+{
+    tcm_handle_t listener = channel_listen();
+    CHECK_LT(tcm__connect("/tmp/tcm-test-shm-nobody-serves-this"), 0);
+    tt_proc_t p;
+    CHECK_EQ(tt_spawn_self("peer", channel_path, &p), 0);
+    tcm_handle_t conn = channel_accept(listener);
+    uint32_t child_pid = 0;
+    CHECK_EQ(tcm__recv_all(conn, &child_pid, sizeof child_pid, 10000, NULL, 0, NULL), 0);
+    tcm_pid_t pid = 0;
+    tcm_uid_t uid = 0;
+    tcm_gid_t gid = 0;
+    CHECK_EQ(tcm__peer_cred(conn, &pid, &uid, &gid), 0);
+    CHECK_EQ((uint32_t)pid, child_pid); /* who is at the other end, from the channel itself */
+    CHECK_EQ(uid, tcm__uid());
+    CHECK(tcm__peer_in_group(conn, gid, gid));
+    CHECK(!tcm__socket_hung_up(conn));
+    CHECK_EQ(tcm__send_all(conn, "bye", 3), 0);
+    bool timed_out;
+    CHECK_EQ(tt_proc_wait(p, 30000, &timed_out), 0);
+    CHECK(tcm__socket_hung_up(conn)); /* the client has gone */
+    char c;
+    CHECK_EQ(tcm__recv_all(conn, &c, 1, 1000, NULL, 0, NULL), -ECONNRESET);
+    tcm__close(conn);
+#ifndef _WIN32
+    tcm__close(listener);
+    unlink(channel_path);
+#endif
+}
+
 int main(void)
 {
     const char *role = tt_role();
@@ -312,6 +405,8 @@ int main(void)
             child_producer();
         else if (strcmp(role, "pong") == 0)
             child_pong();
+        else if (strcmp(role, "peer") == 0)
+            child_peer();
         else if (strcmp(role, "lock") == 0 || strcmp(role, "lock-free") == 0)
             child_lock(strcmp(role, "lock-free") == 0);
         else
@@ -324,6 +419,7 @@ int main(void)
         {"the ring between two processes", ring_two_processes},
         {"no lost wakeup between processes", no_lost_wakeup},
         {"one holder of a name", name_lock},
+        {"the control channel: who is at the other end", control_channel},
     };
     return tt_run_cases("shm", cases, sizeof cases / sizeof cases[0], 120000) ? 1 : 0;
 }
