@@ -122,11 +122,11 @@ TCM_HIDDEN int tcm__ensure_attached(void);
  * waiting, another -errno when this process must give up. */
 TCM_HIDDEN int tcm__await_daemon(void);
 TCM_HIDDEN bool tcm__daemon_gone(void); /* our control socket was hung up */
-TCM_HIDDEN void tcm__fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+TCM_HIDDEN void tcm__fatal(const char *fmt, ...) __attribute__((noreturn)) TCM_PRINTF(1, 2);
 TCM_HIDDEN void tcm__warn_once(const char *what);
 /* A line on stderr only when TCM_VERBOSE is set: routine events (a tcmd
  * restart ridden through) stay out of the application's output. */
-TCM_HIDDEN void tcm__note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+TCM_HIDDEN void tcm__note(const char *fmt, ...) TCM_PRINTF(1, 2);
 
 /* channel.c: one request on a slot; returns the slot's status or
  * TCM_ST_NOMEM when the daemon is gone. */

@@ -90,6 +90,16 @@ void tcm__conn_reply(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body
  * description cannot be mapped writable) and its own open file description
  * of its channel, already holding the liveness lock. Sent directly, not
  * through libuv's write queue, which cannot carry descriptors. */
+/* A connection's OS handle, as the platform layer takes it (a descriptor,
+ * or a pipe HANDLE's value on Windows). */
+static int conn_handle(tcm_conn_t *conn, tcm_handle_t *out)
+{
+    uv_os_fd_t fd;
+    int err = uv_fileno((uv_handle_t *)&conn->pipe, &fd);
+    *out = (tcm_handle_t)(intptr_t)fd;
+    return err;
+}
+
 int tcm__conn_reply_with_fds(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body, const tcm_handle_t *fds, int nfds)
 {
     Tcm__Response resp = TCM__RESPONSE__INIT;
@@ -97,9 +107,9 @@ int tcm__conn_reply_with_fds(tcm_conn_t *conn, Tcm__Response__BodyCase which, vo
     resp.welcome = body;
     size_t len;
     uint8_t *buf = tcm__frame_pack(&resp.base, &len);
-    uv_os_fd_t sock;
+    tcm_handle_t sock;
     int err = !buf ? -ENOMEM
-              : uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe) || uv_fileno((uv_handle_t *)&conn->pipe, &sock)
+              : uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe) || conn_handle(conn, &sock)
                   ? -EBUSY
                   : tcm__send_with_fds(sock, buf, len, fds, nfds);
     free(buf);
@@ -133,9 +143,9 @@ bool tcm__conn_may_change(tcm_conn_t *conn, const char *what)
 bool tcm__conn_may_attach(tcm_conn_t *conn)
 {
     tcm_server_t *srv = conn->srv;
-    uv_os_fd_t fd;
+    tcm_handle_t fd;
     if (conn->uid == tcm__uid() || conn->uid == 0 ||
-        (srv->allow_group_set && uv_fileno((uv_handle_t *)&conn->pipe, &fd) == 0 &&
+        (srv->allow_group_set && conn_handle(conn, &fd) == 0 &&
          tcm__peer_in_group(fd, conn->gid, srv->allow_group)))
         return true;
     return refuse_access(conn, "attaching");
@@ -249,8 +259,8 @@ static void on_connection(uv_stream_t *server, int status)
         uv_close((uv_handle_t *)&conn->pipe, on_close);
         return;
     }
-    uv_os_fd_t fd;
-    if (uv_fileno((uv_handle_t *)&conn->pipe, &fd) != 0 ||
+    tcm_handle_t fd;
+    if (conn_handle(conn, &fd) != 0 ||
         tcm__peer_cred(fd, &conn->pid, &conn->uid, &conn->gid) != 0) {
         uv_close((uv_handle_t *)&conn->pipe, on_close);
         return;
@@ -304,9 +314,11 @@ int tcm__control_start(tcm_server_t *srv)
     /* bound under a temporary name and renamed over the path, so that the
      * path never disappears: clients waiting through a restart see the old
      * socket refuse, then the new one answer */
-    char tmp[sizeof srv->socket_path + 8];
-    snprintf(tmp, sizeof tmp, "%s.new", srv->socket_path);
-    tcm__unlink(tmp);
+    char tmp[sizeof srv->socket_path + 16];
+    if ((err = tcm__socket_bind_name(srv->socket_path, tmp, sizeof tmp)) != 0) {
+        tcm__log(TCM_LOG_ERROR, "socket %s: %s", srv->socket_path, strerror(-err));
+        return err;
+    }
     unsigned old = tcm__umask(0077); /* the socket is owner-only */
     err = uv_pipe_bind(&srv->listener, tmp);
     tcm__umask(old);
@@ -324,7 +336,7 @@ int tcm__control_start(tcm_server_t *srv)
                  strerror(-err));
         return err;
     }
-    if ((err = tcm__rename(tmp, srv->socket_path)) != 0) {
+    if ((err = tcm__socket_publish(tmp, srv->socket_path)) != 0) {
         tcm__log(TCM_LOG_ERROR, "rename(%s, %s) failed: %s", tmp, srv->socket_path, strerror(-err));
         return err;
     }

@@ -44,7 +44,7 @@ static int send_welcome(tcm_conn_t *conn, tcm_client_t *c, bool resumed)
     }
     tcm_handle_t fds[3] = {tcm__shm_open(srv->heap_name, true), tcm__shm_open(srv->meta_name, false),
                   tcm__shm_open(c->rec->chan_name, true)};
-    int err = fds[0] < 0 ? fds[0] : fds[1] < 0 ? fds[1] : fds[2] < 0 ? fds[2] : tcm__lock_shared(fds[2]);
+    int err = fds[0] < 0 ? fds[0] : fds[1] < 0 ? fds[1] : fds[2] < 0 ? fds[2] : tcm__liveness_grant(fds[2]);
     if (!err)
         err = tcm__conn_reply_with_fds(conn, TCM__RESPONSE__BODY_WELCOME, &w, fds, 3);
     for (int i = 0; i < 3; i++)

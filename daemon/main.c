@@ -77,7 +77,7 @@ static void on_sighup(uv_signal_t *sig, int signum)
 
 static void on_signal(uv_signal_t *sig, int signum)
 {
-    tcm__log(TCM_LOG_INFO, "%s received: shutting down", strsignal(signum));
+    tcm__log(TCM_LOG_INFO, "%s received: shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
     uv_stop(sig->loop);
 }
 

@@ -29,7 +29,7 @@ typedef struct text {
     size_t len, cap;
 } text_t;
 
-static void put(text_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text_t *t, const char *fmt, ...) TCM_PRINTF(2, 3);
 static void put(text_t *t, const char *fmt, ...)
 {
     for (;;) {

@@ -448,7 +448,7 @@ int tcm__client_map(tcm_server_t *srv, uint32_t index, tcm_client_t **out)
 
 bool tcm__client_alive(tcm_client_t *c)
 {
-    return tcm__lock_try_exclusive(c->chan_fd) == -EWOULDBLOCK;
+    return tcm__liveness_check(c->chan_fd, (tcm_pid_t)c->rec->pid);
 }
 
 void tcm__client_unmap(tcm_server_t *srv, tcm_client_t *c)

@@ -1,11 +1,10 @@
 /* views.c — the descriptor tables of the classes and clients views, and
  * what shows them the same way everywhere. */
-#define _GNU_SOURCE /* localtime_r */
 #include "views.h"
 
 #include <string.h>
-#include <time.h>
 
+#include "prim.h"
 #include "util.h"
 
 #define N(a) (sizeof(a) / sizeof(a)[0])
@@ -114,9 +113,7 @@ void tcm__view_print_table(FILE *f, const tcm_view_t *v, ProtobufCMessage *const
             if (fd->show == TCM_SHOW_BYTES) {
                 tcm__format_size(x, buf, sizeof buf);
             } else if (fd->show == TCM_SHOW_TIME) {
-                time_t t = (time_t)x;
-                struct tm tm;
-                strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
+                tcm__format_time(x, buf, sizeof buf);
             } else {
                 snprintf(buf, sizeof buf, "%llu", (unsigned long long)x);
             }

@@ -18,25 +18,58 @@ PACKAGES=(
   gcc-mingw-w64-x86-64 wine64               # the Windows backend: cross-built, its tests run under Wine
 )
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
-  [[ "$status" == installed ]] || missing+=("$p")
-done
-((${#missing[@]} == 0)) && exit 0
+# Debian's source of the two libraries tcmd's control plane needs, for the
+# Windows build (cmake/windows.cmake): Debian packages them only for Linux.
+# The versions are bookworm's; the checksums are those of their .dsc files.
+SOURCES=(
+  "libu/libuv1/libuv1_1.44.2.orig.tar.gz d79b4b06ef04be85fb890bf39d55942cc64c2e15fd14eaa32dae5dce94485484"
+  "p/protobuf-c/protobuf-c_1.4.1.orig.tar.gz 4cc4facd508172f3e0a4d3a8736225d472418aee35b4ad053384b137b220339f"
+)
+DEPS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.deps"
 
-if ((EUID == 0)); then
-  SUDO=()
-elif command -v sudo >/dev/null 2>&1; then
-  SUDO=(sudo)
-else
-  echo "setup.sh: missing packages: ${missing[*]}" >&2
-  echo "setup.sh: run this script as root (or install sudo) to install them" >&2
-  exit 1
-fi
+install_packages() {
+  local missing=() p status
+  for p in "${PACKAGES[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+    [[ "$status" == installed ]] || missing+=("$p")
+  done
+  ((${#missing[@]} == 0)) && return 0
 
-echo "setup.sh: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  local sudo=()
+  if ((EUID != 0)); then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo=(sudo)
+    else
+      echo "setup.sh: missing packages: ${missing[*]}" >&2
+      echo "setup.sh: run this script as root (or install sudo) to install them" >&2
+      exit 1
+    fi
+  fi
+  echo "setup.sh: installing ${missing[*]}"
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# .deps/NAME-VERSION/, unpacked from the Debian archive once, checksum verified.
+fetch_sources() {
+  local entry path sum file
+  for entry in "${SOURCES[@]}"; do
+    read -r path sum <<<"$entry"
+    file="$DEPS_DIR/${path##*/}"
+    [[ -f "$file.ok" ]] && continue
+    mkdir -p "$DEPS_DIR"
+    echo "setup.sh: fetching Debian's ${path##*/}"
+    curl -fsSL --retry 3 -o "$file" "http://deb.debian.org/debian/pool/main/$path"
+    if ! echo "$sum  $file" | sha256sum -c --quiet -; then
+      echo "setup.sh: checksum mismatch for $file" >&2
+      rm -f "$file"
+      exit 1
+    fi
+    tar -xzf "$file" -C "$DEPS_DIR"
+    touch "$file.ok"
+  done
+}
+
+install_packages
+fetch_sources

@@ -19,6 +19,13 @@ typedef int32_t tcm_pid_t;  /* a process id */
 typedef uint32_t tcm_uid_t; /* a user: the uid; on Windows the RID of the user's SID */
 typedef uint32_t tcm_gid_t; /* a group: the gid; on Windows the RID of the group's SID */
 
+/* printf-like functions; mingw's C99 printf (__USE_MINGW_ANSI_STDIO) is GNU's. */
+#ifdef _WIN32
+#define TCM_PRINTF(fmt, first) __attribute__((format(gnu_printf, fmt, first)))
+#else
+#define TCM_PRINTF(fmt, first) __attribute__((format(printf, fmt, first)))
+#endif
+
 /* Shared-memory objects. */
 tcm_handle_t tcm__shm_create(const char *name, uint64_t size, unsigned mode); /* handle or -errno */
 tcm_handle_t tcm__shm_open(const char *name, bool writable);                  /* handle or -errno */
@@ -67,14 +74,21 @@ void tcm__wake(_Atomic uint32_t *word, int n);
 
 /* An exclusive lock held for the life of the process: one daemon per name. */
 tcm_handle_t tcm__lock_name(const char *name); /* handle (keep open) or -errno */
-/* Advisory lock on an open file description: a client holds its channel
- * shared for as long as it lives; tcmd tries it exclusively to learn
- * whether the client is still there. 0, -EWOULDBLOCK when held elsewhere,
- * or -errno. */
-int tcm__lock_shared(tcm_handle_t fd);
-int tcm__lock_try_exclusive(tcm_handle_t fd);
+/* Whether the client process pid, which tcmd gave the channel fd to, is
+ * still there. tcmd grants before it passes the channel: on Linux a shared
+ * flock on the channel's open file description, which the client then
+ * holds for as long as it lives (no pid reuse can fool it); on Windows
+ * nothing, and the check looks at the process itself. grant: 0 or -errno. */
+int tcm__liveness_grant(tcm_handle_t fd);
+bool tcm__liveness_check(tcm_handle_t fd, tcm_pid_t pid);
 
-/* Connect to a unix socket path; fd or -errno. */
+/* A control socket: tcmd binds it under tcm__socket_bind_name(path) and
+ * then publishes it at path, so that on Linux the path (a unix socket file)
+ * never disappears during a restart; on Windows both name the named pipe
+ * of path. 0 or -errno. */
+int tcm__socket_bind_name(const char *path, char *out, size_t len);
+int tcm__socket_publish(const char *bound, const char *path);
+/* Connect to the control socket of path; handle or -errno. */
 tcm_handle_t tcm__connect(const char *path); /* handle or -errno */
 int tcm__peer_cred(tcm_handle_t sockfd, tcm_pid_t *pid, tcm_uid_t *uid, tcm_gid_t *gid);
 /* The peer of a connected stream socket has gone (EOF, hang-up or error);
@@ -111,6 +125,8 @@ void tcm__sleep_ns(uint64_t ns);
 void tcm__yield(void); /* let another thread run */
 /* "YYYY-MM-DD HH:MM:SS.mmm", local time, for log lines. */
 void tcm__wall_clock(char *buf, size_t len);
+/* "YYYY-MM-DD HH:MM:SS", local time, of a time in seconds since 1970. */
+void tcm__format_time(uint64_t secs, char *buf, size_t len);
 
 /* The process, its user, its files. */
 uint32_t tcm__pid(void);
@@ -121,7 +137,6 @@ bool tcm__is_terminal(tcm_handle_t fd);
 /* path made absolute, links resolved (SIGHUP rereads it after a chdir); 0 or -errno. */
 int tcm__absolute_path(const char *path, char *out, size_t len);
 int tcm__unlink(const char *path); /* 0 or -errno; a path that is not there is 0 */
-int tcm__rename(const char *from, const char *to);
 /* Make dir and any missing parents, each with mode: 1 made, 0 there already, -errno. */
 int tcm__make_dirs(const char *dir, unsigned mode);
 unsigned tcm__umask(unsigned mask); /* the previous mask */

@@ -319,14 +319,15 @@ tcm_handle_t tcm__lock_name(const char *name)
     return fd;
 }
 
-int tcm__lock_shared(tcm_handle_t fd)
+int tcm__liveness_grant(tcm_handle_t fd)
 {
     return flock(fd, LOCK_SH | LOCK_NB) == 0 ? 0 : -errno;
 }
 
-int tcm__lock_try_exclusive(tcm_handle_t fd)
+bool tcm__liveness_check(tcm_handle_t fd, tcm_pid_t pid)
 {
-    return flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : -errno;
+    (void)pid; /* the lock outlives nothing: it goes with the client's last descriptor */
+    return flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
 }
 
 int tcm__peer_cred(tcm_handle_t sockfd, tcm_pid_t *pid, tcm_uid_t *uid, tcm_gid_t *gid)
@@ -528,6 +529,19 @@ static int unix_socket(const char *path, struct sockaddr_un *sa)
     return fd < 0 ? -errno : fd;
 }
 
+int tcm__socket_bind_name(const char *path, char *out, size_t len)
+{
+    if (snprintf(out, len, "%s.new", path) >= (int)len)
+        return -ENAMETOOLONG;
+    unlink(out); /* a previous tcmd's, killed between bind and rename */
+    return 0;
+}
+
+int tcm__socket_publish(const char *bound, const char *path)
+{
+    return rename(bound, path) == 0 ? 0 : -errno;
+}
+
 tcm_handle_t tcm__connect(const char *path)
 {
     struct sockaddr_un sa;
@@ -580,6 +594,13 @@ void tcm__wall_clock(char *buf, size_t len)
     snprintf(buf, len, "%s.%03ld", day, ts.tv_nsec / 1000000);
 }
 
+void tcm__format_time(uint64_t secs, char *buf, size_t len)
+{
+    time_t t = (time_t)secs;
+    struct tm tm;
+    strftime(buf, len, "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
+}
+
 uint32_t tcm__pid(void)
 {
     return (uint32_t)getpid();
@@ -618,11 +639,6 @@ bool tcm__is_terminal(tcm_handle_t fd)
 int tcm__unlink(const char *path)
 {
     return unlink(path) == 0 || errno == ENOENT ? 0 : -errno;
-}
-
-int tcm__rename(const char *from, const char *to)
-{
-    return rename(from, to) == 0 ? 0 : -errno;
 }
 
 int tcm__make_dirs(const char *dir, unsigned mode)

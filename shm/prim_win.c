@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NAME_MAX_CHARS 200
 #define MAX_SEGMENTS 256
@@ -608,16 +609,25 @@ tcm_handle_t tcm__lock_name(const char *name)
     return r == WAIT_TIMEOUT ? -EBUSY : last_error();
 }
 
-int tcm__lock_shared(tcm_handle_t fd)
+int tcm__liveness_grant(tcm_handle_t fd)
 {
     (void)fd;
-    return -ENOSYS;
+    return 0;
 }
 
-int tcm__lock_try_exclusive(tcm_handle_t fd)
+/* The process itself: alive while its handle is not signalled. A pid can
+ * be reused once the process is gone and every handle to it closed; tcmd
+ * keeps none, so a reused pid reads as alive until that process exits too
+ * (its channel is then reclaimed late, never early). */
+bool tcm__liveness_check(tcm_handle_t fd, tcm_pid_t pid)
 {
     (void)fd;
-    return -ENOSYS;
+    HANDLE h = OpenProcess(SYNCHRONIZE, FALSE, (DWORD)pid);
+    if (!h)
+        return GetLastError() == ERROR_ACCESS_DENIED; /* there, but not ours to open */
+    bool alive = WaitForSingleObject(h, 0) == WAIT_TIMEOUT;
+    CloseHandle(h);
+    return alive;
 }
 
 /* The control channel is a named pipe: libuv's uv_pipe_t is one on Windows,
@@ -633,6 +643,17 @@ static int pipe_name(const char *path, char *out, size_t n)
     for (char *p = out + 9; *p; p++)
         if (*p == '/' || *p == '\\' || *p == ':')
             *p = '_';
+    return 0;
+}
+
+int tcm__socket_bind_name(const char *path, char *out, size_t len)
+{
+    return pipe_name(path, out, len);
+}
+
+int tcm__socket_publish(const char *bound, const char *path)
+{
+    (void)bound, (void)path; /* a pipe is there as soon as it is bound */
     return 0;
 }
 
@@ -732,12 +753,13 @@ bool tcm__peer_in_group(tcm_handle_t sockfd, tcm_gid_t primary, tcm_gid_t gid)
     return found;
 }
 
-/* Descriptors do not travel on Windows: a client opens the segments by the
- * names the Welcome carries. Frames without them go as they are. */
+/* Descriptors do not travel on Windows: the frame goes without them and the
+ * client opens the segments by the names the Welcome carries (with the
+ * access its own token allows). */
 int tcm__send_with_fds(tcm_handle_t sockfd, const void *buf, size_t len, const tcm_handle_t *fds, int nfds)
 {
-    (void)fds;
-    return nfds > 0 ? -ENOSYS : tcm__send_all(sockfd, buf, len);
+    (void)fds, (void)nfds;
+    return tcm__send_all(sockfd, buf, len);
 }
 
 long tcm__recv_with_fds(tcm_handle_t sockfd, void *buf, size_t len, tcm_handle_t *fds, int maxfds, int *nfds)
@@ -846,6 +868,15 @@ void tcm__wall_clock(char *buf, size_t len)
              t.wSecond, t.wMilliseconds);
 }
 
+void tcm__format_time(uint64_t secs, char *buf, size_t len)
+{
+    __time64_t t = (__time64_t)secs;
+    struct tm tm;
+    if (_localtime64_s(&tm, &t) != 0)
+        memset(&tm, 0, sizeof tm);
+    strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
 uint32_t tcm__pid(void)
 {
     return (uint32_t)GetCurrentProcessId();
@@ -901,11 +932,6 @@ int tcm__unlink(const char *path)
         return 0;
     DWORD e = GetLastError();
     return e == ERROR_FILE_NOT_FOUND || e == ERROR_PATH_NOT_FOUND ? 0 : -errno_of(e);
-}
-
-int tcm__rename(const char *from, const char *to)
-{
-    return MoveFileExA(from, to, MOVEFILE_REPLACE_EXISTING) ? 0 : last_error();
 }
 
 int tcm__make_dirs(const char *dir, unsigned mode)

@@ -37,7 +37,7 @@ syscall prctl kill fork vfork execv execve execvp execl waitpid wait4 _exit
 sigaction sigprocmask pthread_sigmask signal sigaltstack
 pthread_atfork sched_yield sched_setaffinity
 dlopen dlsym dlclose
-getpwnam getpwuid getgrnam getgrgid getgrouplist getrandom
+getpwnam getpwuid getgrnam getgrgid getgrouplist getrandom localtime_r gmtime_r strerror_r strsignal
 """.split()
 CALL = re.compile(r"(?<![\w.>])(" + "|".join(CALLS) + r")\s*\(")
 
