@@ -43,13 +43,7 @@ target_link_libraries(tcm_heap PUBLIC tcm_platform)
 
 if(TCM_WIN_CONTROL)
   find_program(PROTOC_C protoc-c REQUIRED) # the host's, from Debian
-  set(PROTO_OUT ${CMAKE_CURRENT_BINARY_DIR}/proto)
-  file(MAKE_DIRECTORY ${PROTO_OUT})
-  add_custom_command(
-    OUTPUT ${PROTO_OUT}/tcm.pb-c.c ${PROTO_OUT}/tcm.pb-c.h
-    COMMAND ${PROTOC_C} --c_out=${PROTO_OUT} -I${CMAKE_CURRENT_SOURCE_DIR}/proto tcm.proto
-    DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/proto/tcm.proto
-    COMMENT "protoc-c tcm.proto")
+  include(cmake/proto.cmake)
   add_library(tcm_proto STATIC proto/frame.c proto/views.c ${PROTO_OUT}/tcm.pb-c.c)
   target_include_directories(tcm_proto PUBLIC proto ${PROTO_OUT})
   target_link_libraries(tcm_proto PUBLIC tcm_platform protobuf_c)

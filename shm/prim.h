@@ -68,7 +68,10 @@ int tcm__backed_range(tcm_handle_t fd, uint64_t off, uint64_t len);
 /* Size and owner of a shared-memory object. */
 int tcm__shm_stat(tcm_handle_t fd, uint64_t *size, tcm_uid_t *uid, unsigned *mode);
 
-/* Wakeups on a 32-bit word in shared memory (futex, not process-private). */
+/* Wakeups on a 32-bit word in shared memory (futex, not process-private).
+ * A word has one waiter at a time, which never wakes it itself (a slot's
+ * thread, the heap thread, a background thread): the Windows backend's
+ * event per word relies on it. */
 int tcm__wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns);
 void tcm__wake(_Atomic uint32_t *word, int n);
 

@@ -361,41 +361,6 @@ static char *view_for(tcm_handle_t fd, uint64_t off, uint64_t len, bool writable
     return v + off;
 }
 
-int tcm__commit(tcm_handle_t fd, uint64_t off, uint64_t len)
-{
-    char *temp, *p = view_for(fd, off, len, true, &temp);
-    if (!p)
-        return last_error();
-    int rc = VirtualAlloc(p, (SIZE_T)len, MEM_COMMIT, PAGE_READWRITE) ? 0 : last_error();
-    if (temp)
-        UnmapViewOfFile(temp);
-    return rc;
-}
-
-int tcm__release(tcm_handle_t fd, uint64_t off, uint64_t len)
-{
-    char *temp, *p = view_for(fd, off, len, true, &temp);
-    if (!p)
-        return last_error();
-    int rc = VirtualAlloc(p, (SIZE_T)len, MEM_RESET, PAGE_READWRITE) ? 0 : last_error();
-    VirtualUnlock(p, (SIZE_T)len); /* fails (not locked) and takes the pages out of the working set */
-    if (temp)
-        UnmapViewOfFile(temp);
-    return rc;
-}
-
-int tcm__populate(void *addr, uint64_t len)
-{
-    segment_t s;
-    if (!segment_of_address(addr, &s))
-        return 0; /* private memory is committed when reserved */
-    uintptr_t lo = (uintptr_t)addr & ~(uintptr_t)4095;
-    uintptr_t hi = ((uintptr_t)addr + len + 4095) & ~(uintptr_t)4095;
-    if (hi > lo && !VirtualAlloc((void *)lo, hi - lo, MEM_COMMIT, PAGE_READWRITE))
-        return last_error();
-    return 0;
-}
-
 /* Committed bytes of [p, p + len) of a view. */
 static uint64_t committed_in(const char *p, uint64_t len)
 {
@@ -414,29 +379,63 @@ static uint64_t committed_in(const char *p, uint64_t len)
     return total;
 }
 
+enum range_op { COMMIT, RESET, COUNT_COMMITTED };
+
+/* op on [off, off + len) of the segment behind fd, through a view of it:
+ * 0 or -errno, or for COUNT_COMMITTED the bytes committed. */
+static int64_t on_range(tcm_handle_t fd, uint64_t off, uint64_t len, enum range_op op)
+{
+    char *temp, *p = view_for(fd, off, len, op != COUNT_COMMITTED, &temp);
+    if (!p)
+        return last_error();
+    int64_t rc;
+    if (op == COMMIT) {
+        rc = VirtualAlloc(p, (SIZE_T)len, MEM_COMMIT, PAGE_READWRITE) ? 0 : last_error();
+    } else if (op == RESET) {
+        rc = VirtualAlloc(p, (SIZE_T)len, MEM_RESET, PAGE_READWRITE) ? 0 : last_error();
+        VirtualUnlock(p, (SIZE_T)len); /* fails (not locked) and takes the pages out of the working set */
+    } else {
+        rc = (int64_t)committed_in(p, len);
+    }
+    if (temp)
+        UnmapViewOfFile(temp);
+    return rc;
+}
+
+int tcm__commit(tcm_handle_t fd, uint64_t off, uint64_t len)
+{
+    return (int)on_range(fd, off, len, COMMIT);
+}
+
+int tcm__release(tcm_handle_t fd, uint64_t off, uint64_t len)
+{
+    return (int)on_range(fd, off, len, RESET);
+}
+
+int tcm__populate(void *addr, uint64_t len)
+{
+    segment_t s;
+    if (!segment_of_address(addr, &s))
+        return 0; /* private memory is committed when reserved */
+    uintptr_t lo = (uintptr_t)addr & ~(uintptr_t)4095;
+    uintptr_t hi = ((uintptr_t)addr + len + 4095) & ~(uintptr_t)4095;
+    if (hi > lo && !VirtualAlloc((void *)lo, hi - lo, MEM_COMMIT, PAGE_READWRITE))
+        return last_error();
+    return 0;
+}
+
 int64_t tcm__backed_bytes(tcm_handle_t fd)
 {
     segment_t s;
     if (!segment_of_handle(to_handle(fd), &s) || !s.size)
         return -EBADF;
-    char *temp, *p = view_for(fd, 0, s.size, false, &temp);
-    if (!p)
-        return last_error();
-    int64_t total = (int64_t)committed_in(p, s.size);
-    if (temp)
-        UnmapViewOfFile(temp);
-    return total;
+    return on_range(fd, 0, s.size, COUNT_COMMITTED);
 }
 
 int tcm__backed_range(tcm_handle_t fd, uint64_t off, uint64_t len)
 {
-    char *temp, *p = view_for(fd, off, len, false, &temp);
-    if (!p)
-        return last_error();
-    int rc = committed_in(p, len) == len;
-    if (temp)
-        UnmapViewOfFile(temp);
-    return rc;
+    int64_t n = on_range(fd, off, len, COUNT_COMMITTED);
+    return n < 0 ? (int)n : n == (int64_t)len;
 }
 
 int64_t tcm__resident_bytes(const void *addr, uint64_t len)
@@ -584,7 +583,8 @@ void tcm__wake(_Atomic uint32_t *word, int n)
             WakeByAddressAll((void *)word);
         return;
     }
-    /* tcm has one waiter per word; an auto-reset event wakes one */
+    /* one waiter per word (prim.h): an auto-reset event wakes it, and a wake
+     * that finds it awake is taken by its next wait (one spurious return) */
     HANDLE ev = event_for(&s, (const void *)word);
     if (ev)
         SetEvent(ev);

@@ -41,8 +41,8 @@
 typedef struct {
     _Atomic uint32_t ready;    /* the child mapped it */
     _Atomic uint32_t sleeping; /* the consumer's heap_sleeping */
-    _Atomic uint32_t ping;     /* the ping-pong word */
-    uint32_t pad;
+    _Atomic uint32_t ping;     /* the ping-pong words: the first process waits on ping, */
+    _Atomic uint32_t pong;     /* the second on pong (one waiter per word, as in tcm) */
     uint64_t child_saw;        /* what the child read at the pattern's offset */
     tcm_bell_t bell;
     _Alignas(64) char ring_space[4096]; /* tcm_ring_t + RING_CAP cells */
@@ -154,9 +154,13 @@ static void commit_release(void)
     memset(region, 0xab, 8 * MiB);
     CHECK_EQ(tcm__backed_range(fd, 16 * MiB, 8 * MiB), 1); /* tmpfs: a page not yet written reads as a hole */
     CHECK_EQ(tcm__resident_bytes(region, 8 * MiB), (int64_t)(8 * MiB));
+    int64_t committed = tcm__backed_bytes(fd);
     CHECK_EQ(tcm__release(fd, 16 * MiB, 8 * MiB), 0);
     /* the physical memory went back */
     CHECK_EQ(tcm__resident_bytes(region, 8 * MiB), 0);
+    printf("commit/release of 8 MiB: committed %lld -> %lld -> %lld bytes, resident %lld -> %lld\n",
+           (long long)base, (long long)committed, (long long)tcm__backed_bytes(fd), (long long)(8 * MiB),
+           (long long)tcm__resident_bytes(region, 8 * MiB));
 #ifdef _WIN32
     /* a section's committed pages stay charged until it is closed (prim_win.c) */
     CHECK_EQ(tcm__backed_bytes(fd), base + (int64_t)(8 * MiB));
@@ -235,25 +239,29 @@ static void ring_two_processes(void)
     tcm__shm_unlink(seg_name);
 }
 
-/* Ping-pong on one word: each side waits for its turn with a timeout that
- * only a lost wakeup can reach, then hands the turn over and wakes. */
-static void pong(shared_t *sh, uint32_t mine, uint32_t next)
+/* Ping-pong: each side waits on its own word for its turn, with a timeout
+ * that only a lost wakeup can reach, then hands the turn over on the other
+ * side's word and wakes it. A word has one waiter, and never its waker: the
+ * contract of prim.h's wait (a Windows event would let a waker that waits
+ * next on the same word take its own wake). */
+static void pong(_Atomic uint32_t *mine, _Atomic uint32_t *theirs, uint32_t lead)
 {
-    for (int i = 0; i < PINGS; i++) {
+    for (uint32_t i = 1; i <= PINGS; i++) {
         uint64_t t0 = tcm__now_ns();
         uint32_t v;
-        while ((v = atomic_load(&sh->ping)) != mine) {
+        while ((v = atomic_load(mine)) < i) {
             CHECK_LT(tcm__now_ns() - t0, 5000000000ull);
-            tcm__wait(&sh->ping, v, 10000000000ll);
+            tcm__wait(mine, v, 10000000000ll);
         }
-        atomic_store(&sh->ping, next);
-        tcm__wake(&sh->ping, 1);
+        atomic_store(theirs, i + lead);
+        tcm__wake(theirs, 1);
     }
 }
 
 static void child_pong(void)
 {
-    pong(open_shared(NULL, true), 2, 1);
+    shared_t *sh = open_shared(NULL, true);
+    pong(&sh->pong, &sh->ping, 1);
 }
 
 static void no_lost_wakeup(void)
@@ -265,7 +273,7 @@ static void no_lost_wakeup(void)
     tt_proc_t p;
     CHECK_EQ(tt_spawn_self("pong", seg_name, &p), 0);
     uint64_t t0 = tcm__now_ns();
-    pong(sh, 1, 2);
+    pong(&sh->ping, &sh->pong, 0);
     bool timed_out;
     CHECK_EQ(tt_proc_wait(p, 60000, &timed_out), 0);
     printf("wakeups: %d round trips between processes, %.1f us each\n", PINGS,
