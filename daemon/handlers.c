@@ -47,6 +47,10 @@ static int send_welcome(tcm_conn_t *conn, tcm_client_t *c, bool resumed)
     int err = fds[0] < 0 ? fds[0] : fds[1] < 0 ? fds[1] : fds[2] < 0 ? fds[2] : tcm__liveness_grant(fds[2]);
     if (!err)
         err = tcm__conn_reply_with_fds(conn, TCM__RESPONSE__BODY_WELCOME, &w, fds, 3);
+    /* the client keeps the heap's segments in existence for a later tcmd */
+    tcm_handle_t keep[] = {srv->heap_fd, srv->meta_fd, srv->state_fd};
+    for (int i = 0; i < 3 && !err; i++)
+        err = tcm__keep_alive_in(keep[i], c->rec->pid);
     for (int i = 0; i < 3; i++)
         tcm__close(fds[i]);
     if (err)

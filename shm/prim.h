@@ -84,6 +84,11 @@ tcm_handle_t tcm__lock_name(const char *name); /* handle (keep open) or -errno *
  * nothing, and the check looks at the process itself. grant: 0 or -errno. */
 int tcm__liveness_grant(tcm_handle_t fd);
 bool tcm__liveness_check(tcm_handle_t fd, tcm_pid_t pid);
+/* Keep the object behind fd in existence while process pid lives, giving
+ * it no access: on Windows a name goes with its last handle, so tcmd leaves
+ * one of no access rights in each client and the heap's segments outlive
+ * tcmd; nothing on Linux, where they have names in /dev/shm. 0 or -errno. */
+int tcm__keep_alive_in(tcm_handle_t fd, tcm_pid_t pid);
 
 /* A control socket: tcmd binds it under tcm__socket_bind_name(path) and
  * then publishes it at path, so that on Linux the path (a unix socket file)

@@ -206,7 +206,8 @@ tcm_handle_t tcm__shm_open(const char *name, bool writable)
     int err = object_name(name, NULL, wname, sizeof wname / sizeof wname[0]);
     if (err)
         return err;
-    HANDLE h = OpenFileMappingW(FILE_MAP_READ | (writable ? FILE_MAP_WRITE : 0), FALSE, wname);
+    /* SECTION_QUERY: its size, for tcm__shm_stat (NtQuerySection) */
+    HANDLE h = OpenFileMappingW(SECTION_QUERY | FILE_MAP_READ | (writable ? FILE_MAP_WRITE : 0), FALSE, wname);
     if (!h)
         return last_error();
     segment_add(h, name, section_size(h));
@@ -628,6 +629,18 @@ bool tcm__liveness_check(tcm_handle_t fd, tcm_pid_t pid)
     bool alive = WaitForSingleObject(h, 0) == WAIT_TIMEOUT;
     CloseHandle(h);
     return alive;
+}
+
+int tcm__keep_alive_in(tcm_handle_t fd, tcm_pid_t pid)
+{
+    HANDLE proc = OpenProcess(PROCESS_DUP_HANDLE, FALSE, (DWORD)pid), dup = NULL;
+    if (!proc)
+        return last_error();
+    /* access 0: the handle keeps the section, and grants nothing */
+    BOOL ok = DuplicateHandle(GetCurrentProcess(), to_handle(fd), proc, &dup, 0, FALSE, 0);
+    int rc = ok ? 0 : last_error();
+    CloseHandle(proc);
+    return rc;
 }
 
 /* The control channel is a named pipe: libuv's uv_pipe_t is one on Windows,

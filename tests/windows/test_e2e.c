@@ -1,7 +1,8 @@
 /* tcm end to end on Windows (under Wine): a real tcmd.exe, processes that
  * attach over its named pipe, objects allocated in one process and freed in
  * another, a shared root, and a client killed with TerminateProcess whose
- * cached objects tcmd takes back. */
+ * cached objects tcmd takes back, and tcmd killed and started again under
+ * a client that goes on. */
 #include <windows.h>
 
 #include <stdatomic.h>
@@ -168,6 +169,33 @@ int main(void)
     printf("e2e: killed client: bytes held by clients %llu -> %llu -> %llu\n", (unsigned long long)before,
            (unsigned long long)with_holder, (unsigned long long)back);
     CHECK_LE(back, before + 65536);
+
+    /* tcmd killed and started again: the heap outlives it (this process
+     * keeps its segments, tcmd left it handles to them) and the new tcmd
+     * adopts it; this process rides through */
+    for (uint32_t i = 0; i < 1000; i++)
+        fill(t->objs[i] = tcm_malloc(size_of(i)), size_of(i), i);
+    TerminateProcess(tcmd, 137);
+    WaitForSingleObject(tcmd, INFINITE);
+    CloseHandle(tcmd);
+    tcmd = start_tcmd();
+    for (uint32_t i = 0; i < 1000; i++) {
+        CHECK(intact(t->objs[i], size_of(i), i));
+        tcm_free(t->objs[i]);
+    }
+    for (uint32_t round = 0; round < 5; round++) { /* beyond what the caches hold: through the new tcmd */
+        for (uint32_t i = 0; i < OBJECTS; i++) {
+            t->objs[i] = tcm_malloc(size_of(i));
+            CHECK(t->objs[i] != NULL);
+            fill(t->objs[i], size_of(i), i);
+        }
+        for (uint32_t i = 0; i < OBJECTS; i++) {
+            CHECK(intact(t->objs[i], size_of(i), i));
+            tcm_free(t->objs[i]);
+        }
+    }
+    CHECK_EQ(stat_of("requests") > 0, 1);
+    printf("e2e: tcmd killed and restarted: the heap was adopted, this process rode through\n");
 
     tcm_free(flag);
     tcm_free(t);
