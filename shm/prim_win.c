@@ -46,8 +46,6 @@
 #include <time.h>
 
 #define NAME_MAX_CHARS 200
-#define MAX_SEGMENTS 256
-#define MAX_WORDS 1024
 
 static HANDLE to_handle(tcm_handle_t h)
 {
@@ -120,18 +118,30 @@ typedef struct {
     bool view_writable;
 } segment_t;
 
-static segment_t segments[MAX_SEGMENTS];
+/* Grows as segments are opened: tcmd has one per client (up to
+ * TCM_MAX_CLIENTS) besides its own. */
+static segment_t *segments;
+static size_t nsegments;
 static SRWLOCK segments_lock = SRWLOCK_INIT;
 
 static void segment_add(HANDLE h, const char *name, uint64_t size)
 {
     AcquireSRWLockExclusive(&segments_lock);
-    for (int i = 0; i < MAX_SEGMENTS; i++) {
-        if (!segments[i].handle && !segments[i].view) {
-            segments[i] = (segment_t){.handle = h, .size = size};
-            snprintf(segments[i].name, sizeof segments[i].name, "%s", name);
-            break;
+    size_t i = 0;
+    while (i < nsegments && (segments[i].handle || segments[i].view))
+        i++;
+    if (i == nsegments) {
+        size_t n = nsegments ? 2 * nsegments : 16;
+        segment_t *grown = realloc(segments, n * sizeof *grown);
+        if (grown) {
+            memset(grown + nsegments, 0, (n - nsegments) * sizeof *grown);
+            segments = grown;
+            nsegments = n;
         }
+    }
+    if (i < nsegments) { /* else out of memory: commits use a short-lived view, waits poll */
+        segments[i] = (segment_t){.handle = h, .size = size};
+        snprintf(segments[i].name, sizeof segments[i].name, "%s", name);
     }
     ReleaseSRWLockExclusive(&segments_lock);
 }
@@ -141,7 +151,7 @@ static bool segment_of_handle(HANDLE h, segment_t *out)
 {
     bool found = false;
     AcquireSRWLockShared(&segments_lock);
-    for (int i = 0; i < MAX_SEGMENTS && !found; i++)
+    for (size_t i = 0; i < nsegments && !found; i++)
         if (segments[i].handle == h)
             *out = segments[i], found = true;
     ReleaseSRWLockShared(&segments_lock);
@@ -154,10 +164,10 @@ static bool segment_of_address(const void *addr, segment_t *out)
     bool found = false;
     const char *a = addr;
     AcquireSRWLockShared(&segments_lock);
-    for (int i = 0; i < MAX_SEGMENTS && !found; i++) {
-        segment_t *s = &segments[i];
-        if (s->view && a >= s->view && a < s->view + s->size)
-            *out = *s, found = true;
+    for (size_t i = 0; i < nsegments && !found; i++) {
+        segment_t *sg = &segments[i];
+        if (sg->view && a >= sg->view && a < sg->view + sg->size)
+            *out = *sg, found = true;
     }
     ReleaseSRWLockShared(&segments_lock);
     return found;
@@ -244,7 +254,7 @@ void tcm__close(tcm_handle_t fd)
         return;
     HANDLE h = to_handle(fd);
     AcquireSRWLockExclusive(&segments_lock);
-    for (int i = 0; i < MAX_SEGMENTS; i++)
+    for (size_t i = 0; i < nsegments; i++)
         if (segments[i].handle == h)
             segments[i].handle = NULL; /* the entry stays while its view does */
     ReleaseSRWLockExclusive(&segments_lock);
@@ -298,7 +308,7 @@ void *tcm__map(tcm_handle_t fd, uint64_t size, void *at, bool writable, char *er
         return NULL;
     }
     AcquireSRWLockExclusive(&segments_lock);
-    for (int i = 0; i < MAX_SEGMENTS; i++) {
+    for (size_t i = 0; i < nsegments; i++) {
         segment_t *s = &segments[i];
         if (s->handle == h && (!s->view || (writable && !s->view_writable))) {
             s->view = p;
@@ -320,7 +330,7 @@ void tcm__unmap(void *p, uint64_t size)
         return;
     forget_words(p, (char *)p + size);
     AcquireSRWLockExclusive(&segments_lock);
-    for (int i = 0; i < MAX_SEGMENTS; i++)
+    for (size_t i = 0; i < nsegments; i++)
         if (segments[i].view == p)
             segments[i].view = NULL;
     ReleaseSRWLockExclusive(&segments_lock);
@@ -486,44 +496,94 @@ int tcm__shm_stat(tcm_handle_t fd, uint64_t *size, tcm_uid_t *uid, unsigned *mod
 }
 
 /* Waits on shared words: one auto-reset named event per (segment, offset),
- * opened once per process and kept until the view goes. */
+ * opened once per process and kept until the view goes, found by the
+ * word's address in an open-addressing table (tcmd wakes the slots of every
+ * client thread: thousands of words). */
 typedef struct {
     const void *word;
     HANDLE event;
 } word_event_t;
 
-static word_event_t words[MAX_WORDS];
+static word_event_t *words;
+static size_t words_cap, words_used; /* cap: a power of two, at most half full */
 static SRWLOCK words_lock = SRWLOCK_INIT;
 
-static HANDLE event_for(const segment_t *s, const void *word)
+static size_t word_hash(const void *word)
+{
+    return (size_t)(((uintptr_t)word >> 2) * 0x9e3779b97f4a7c15ull >> 20);
+}
+
+/* The entry of word, or the empty one where it would go. Lock held. */
+static word_event_t *word_entry(const void *word)
+{
+    for (size_t i = word_hash(word) & (words_cap - 1);; i = (i + 1) & (words_cap - 1))
+        if (words[i].word == word || !words[i].word)
+            return &words[i];
+}
+
+static HANDLE known_event(const void *word)
 {
     HANDLE ev = NULL;
     AcquireSRWLockShared(&words_lock);
-    for (int i = 0; i < MAX_WORDS && !ev; i++)
-        if (words[i].word == word)
-            ev = words[i].event;
+    if (words_cap)
+        ev = word_entry(word)->event;
     ReleaseSRWLockShared(&words_lock);
-    if (ev)
-        return ev;
+    return ev;
+}
+
+/* Rebuild the table with room for at least want entries, leaving out those
+ * in [lo, hi) (closed). Lock held. */
+static void words_rebuild(size_t want, const char *lo, const char *hi)
+{
+    size_t cap = 64;
+    while (cap < 2 * want)
+        cap *= 2;
+    word_event_t *old = words, *fresh = calloc(cap, sizeof *fresh);
+    size_t old_cap = words_cap;
+    if (!fresh)
+        return; /* keep the old table */
+    words = fresh;
+    words_cap = cap;
+    words_used = 0;
+    for (size_t i = 0; i < old_cap; i++) {
+        const char *w = old[i].word;
+        if (!w)
+            continue;
+        if (w >= lo && w < hi) {
+            CloseHandle(old[i].event);
+            continue;
+        }
+        *word_entry(w) = old[i];
+        words_used++;
+    }
+    free(old);
+}
+
+static HANDLE event_for(const segment_t *s, const void *word)
+{
     char suffix[32];
     wchar_t wname[NAME_MAX_CHARS + 64];
     snprintf(suffix, sizeof suffix, ".w%llx", (unsigned long long)((const char *)word - s->view));
     if (object_name(s->name, suffix, wname, sizeof wname / sizeof wname[0]) != 0)
         return NULL;
-    ev = CreateEventW(NULL, FALSE, FALSE, wname); /* or opens the waker's */
+    HANDLE ev = CreateEventW(NULL, FALSE, FALSE, wname); /* or opens the waker's */
     if (!ev)
         return NULL;
     AcquireSRWLockExclusive(&words_lock);
+    if (2 * (words_used + 1) > words_cap)
+        words_rebuild(words_used + 1, NULL, NULL);
     HANDLE kept = NULL;
-    for (int i = 0; i < MAX_WORDS && !kept; i++)
-        if (words[i].word == word)
-            kept = words[i].event; /* another thread of ours got there first */
-    for (int i = 0; i < MAX_WORDS && !kept; i++)
-        if (!words[i].word)
-            words[i] = (word_event_t){word, ev}, kept = ev;
+    if (2 * (words_used + 1) <= words_cap) {
+        word_event_t *e = word_entry(word);
+        if (!e->word) { /* else another thread of ours got there first */
+            *e = (word_event_t){word, ev};
+            words_used++;
+        }
+        kept = e->event;
+    }
     ReleaseSRWLockExclusive(&words_lock);
     if (kept != ev) {
-        CloseHandle(ev); /* a duplicate, or the table is full (-> NULL: callers poll) */
+        CloseHandle(ev); /* a duplicate, or no memory for the table (-> NULL: callers poll) */
         ev = kept;
     }
     return ev;
@@ -532,13 +592,8 @@ static HANDLE event_for(const segment_t *s, const void *word)
 static void forget_words(const char *lo, const char *hi)
 {
     AcquireSRWLockExclusive(&words_lock);
-    for (int i = 0; i < MAX_WORDS; i++) {
-        const char *w = words[i].word;
-        if (w && w >= lo && w < hi) {
-            CloseHandle(words[i].event);
-            words[i] = (word_event_t){0};
-        }
-    }
+    if (words_cap)
+        words_rebuild(words_used, lo, hi);
     ReleaseSRWLockExclusive(&words_lock);
 }
 
@@ -557,13 +612,15 @@ static DWORD timeout_ms(int64_t timeout_ns)
 int tcm__wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns)
 {
     segment_t s;
-    if (!segment_of_address((const void *)word, &s)) {
+    HANDLE ev = known_event((const void *)word);
+    if (!ev && !segment_of_address((const void *)word, &s)) {
         uint32_t cmp = expected;
         if (WaitOnAddress((volatile void *)word, &cmp, sizeof cmp, timeout_ms(timeout_ns)))
             return 0;
         return GetLastError() == ERROR_TIMEOUT ? -ETIMEDOUT : last_error();
     }
-    HANDLE ev = event_for(&s, (const void *)word);
+    if (!ev)
+        ev = event_for(&s, (const void *)word);
     if (atomic_load_explicit(word, memory_order_acquire) != expected)
         return -EAGAIN;
     if (!ev) { /* no event to sleep on: poll */
@@ -577,7 +634,8 @@ int tcm__wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns)
 void tcm__wake(_Atomic uint32_t *word, int n)
 {
     segment_t s;
-    if (!segment_of_address((const void *)word, &s)) {
+    HANDLE ev = known_event((const void *)word);
+    if (!ev && !segment_of_address((const void *)word, &s)) {
         if (n == 1)
             WakeByAddressSingle((void *)word);
         else
@@ -586,7 +644,8 @@ void tcm__wake(_Atomic uint32_t *word, int n)
     }
     /* one waiter per word (prim.h): an auto-reset event wakes it, and a wake
      * that finds it awake is taken by its next wait (one spurious return) */
-    HANDLE ev = event_for(&s, (const void *)word);
+    if (!ev)
+        ev = event_for(&s, (const void *)word);
     if (ev)
         SetEvent(ev);
 }

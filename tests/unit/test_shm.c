@@ -278,6 +278,15 @@ static void no_lost_wakeup(void)
     CHECK_EQ(tt_proc_wait(p, 60000, &timed_out), 0);
     printf("wakeups: %d round trips between processes, %.1f us each\n", PINGS,
            (double)(tcm__now_ns() - t0) / PINGS / 1e3);
+    /* thousands of words (tcmd wakes every client thread's slots): each
+     * gets its own wakeup object on Windows, none is refused */
+    _Atomic uint32_t *many = (_Atomic uint32_t *)((char *)sh + 8 * MiB);
+    CHECK_EQ(tcm__commit(fd, 8 * MiB, 64 * 1024), 0);
+    for (int i = 0; i < 5000; i++) {
+        atomic_store(&many[i], 1);
+        tcm__wake(&many[i], 1);
+        CHECK_NE(tcm__wait(&many[i], 0, 1000000000ll), -ETIMEDOUT);
+    }
     /* a wait on a word that no longer holds the value returns at once */
     uint64_t t1 = tcm__now_ns();
     CHECK_NE(tcm__wait(&sh->ping, 12345, 2000000000ll), 0);
