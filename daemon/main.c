@@ -318,6 +318,8 @@ int main(int argc, char **argv)
     }
     if (pid == -ECHILD)
         fprintf(stderr, "tcmd: failed to start; see %s\n", srv->log_path);
+    else if (pid == -ENOSYS) /* Windows: a service manager, not a fork, puts daemons in the background */
+        fprintf(stderr, "tcmd: cannot go to the background here: run it with --foreground\n");
     else
         fprintf(stderr, "tcmd: cannot go to the background: %s\n", strerror((int)-pid));
     return 1;
