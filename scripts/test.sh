@@ -50,10 +50,12 @@ reap_daemons() {
   fi
   # a failed test can leave a heap behind for a next tcmd that never comes
   local left
-  left=$(find /dev/shm -maxdepth 1 -name 'tcm.test*' 2>/dev/null | wc -l)
+  local names=(-name 'tcm.test*' -o -name 'tcm.kvtest*' -o -name 'tcm.preload*' -o -name 'tcm.demo*'
+               -o -name 'tcm.deb*' -o -name 'tcm.inst*' -o -name 'tcm.ctl*' -o -name 'tcm.shmfull*')
+  left=$(find /dev/shm -maxdepth 1 \( "${names[@]}" \) 2>/dev/null | wc -l)
   if ((left)); then
     echo "test.sh: warning: removing $left shared-memory segments the tests left behind" >&2
-    find /dev/shm -maxdepth 1 -name 'tcm.test*' -delete 2>/dev/null || true
+    find /dev/shm -maxdepth 1 \( "${names[@]}" \) -delete 2>/dev/null || true
   fi
 }
 

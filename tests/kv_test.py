@@ -7,6 +7,8 @@ tcm; eviction under --maxmemory; expiry, lazy and swept; workers SIGKILLed
 under load, while holding a stripe lock and between two stores of a change;
 tcmd killed and restarted under load; bad input of every kind. Each case
 runs even if an earlier one failed; the summary counts them."""
+import atexit
+import glob
 import json
 import os
 import signal
@@ -28,6 +30,14 @@ KV = os.path.join(build, "examples", "tcm-kv")
 tmp = tempfile.mkdtemp(prefix="tcm-kv-test-")
 SOCK = os.path.join(tmp, "tcmd.sock")
 NAME = "kvtest%d" % os.getpid()
+
+
+@atexit.register
+def remove_heap():
+    """A tcmd stopped while a (killed) worker is still recorded leaves its
+    heap for the next tcmd; the test's heap goes with the test."""
+    for f in glob.glob("/dev/shm/tcm.%s.*" % NAME):
+        os.unlink(f)
 WORKERS = 3
 
 

@@ -4,9 +4,13 @@
 #   start_tcmd BIN SOCK ARGS start BIN/tcmd --foreground on SOCK (ARGS
 #                            added), wait until BIN/tcmctl pings it; $daemon
 #   stop_tcmd                SIGTERM, and its exit status must be 0
-work= daemon=
+# At exit the heap of the test's tcmd goes too: a tcmd stopped while some
+# client is still recorded leaves its segments for the next one (1.4 GB of
+# /dev/shm blocks per run of the kv and preload tests, before this).
+work= daemon= heap_name=
 tcm_cleanup() {
-  if [[ -n $daemon ]]; then kill "$daemon" 2>/dev/null || true; fi
+  if [[ -n $daemon ]]; then kill "$daemon" 2>/dev/null || true; wait "$daemon" 2>/dev/null || true; fi
+  if [[ -n $heap_name ]]; then rm -f /dev/shm/tcm."$heap_name".*; fi
   if [[ -n $work ]]; then rm -rf "$work"; fi
 }
 trap tcm_cleanup EXIT
@@ -14,8 +18,9 @@ trap tcm_cleanup EXIT
 scratch() { work=$(mktemp -d "/tmp/tcm-$1.XXXXXX"); }
 
 start_tcmd() {
-  local bin=$1 sock=$2
+  local bin=$1 sock=$2 a prev=
   shift 2
+  for a in "$@"; do [[ $prev == --name ]] && heap_name=$a; prev=$a; done
   "$bin/tcmd" --foreground --socket "$sock" "$@" &
   daemon=$!
   for _ in $(seq 200); do
