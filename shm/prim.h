@@ -1,6 +1,7 @@
 /* prim.h — the platform layer. Every OS call tcm makes lives behind these
- * functions (prim_linux.c), so another backend (Windows file mappings and
- * named events) can replace one file. Errors are returned as -errno. */
+ * functions: prim_linux.c (POSIX shm, futexes, unix sockets) and
+ * prim_win.c (file mappings, named events, named pipes; DESIGN.md, "The
+ * Windows backend"). Errors are returned as -errno. */
 #ifndef TCM_PRIM_H
 #define TCM_PRIM_H
 
@@ -97,7 +98,7 @@ int tcm__keep_alive_in(tcm_handle_t fd, tcm_pid_t pid);
 int tcm__socket_bind_name(const char *path, char *out, size_t len);
 int tcm__socket_publish(const char *bound, const char *path);
 /* Connect to the control socket of path; handle or -errno. */
-tcm_handle_t tcm__connect(const char *path); /* handle or -errno */
+tcm_handle_t tcm__connect(const char *path);
 int tcm__peer_cred(tcm_handle_t sockfd, tcm_pid_t *pid, tcm_uid_t *uid, tcm_gid_t *gid);
 /* The peer of a connected stream socket has gone (EOF, hang-up or error);
  * never blocks. */
@@ -106,7 +107,8 @@ bool tcm__socket_hung_up(tcm_handle_t sockfd);
 bool tcm__peer_in_group(tcm_handle_t sockfd, tcm_gid_t primary, tcm_gid_t gid);
 /* Send len bytes and, with the first of them, nfds descriptors
  * (SCM_RIGHTS), in one go on a non-blocking socket: 0, or -errno
- * (-EAGAIN when the socket buffer cannot take it all now). */
+ * (-EAGAIN when the socket buffer cannot take it all now). Windows sends
+ * the bytes alone: its clients open the segments by name. */
 int tcm__send_with_fds(tcm_handle_t sockfd, const void *buf, size_t len, const tcm_handle_t *fds, int nfds);
 /* Receive up to len bytes; descriptors that came with them (close-on-exec)
  * are added to fds[*nfds..maxfds), extra ones are closed. Bytes read, or

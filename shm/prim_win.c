@@ -882,6 +882,8 @@ int tcm__recv_all(tcm_handle_t sockfd, void *buf, size_t len, int timeout_ms_, t
             return got == 0 ? -ECONNRESET : (int)got;
         p += got;
         len -= (size_t)got;
+        if (timeout_ms_ >= 0) /* the timeout is for each read, as on Linux */
+            deadline = tcm__now_ns() + (uint64_t)timeout_ms_ * 1000000ull;
     }
     return 0;
 }
