@@ -68,9 +68,9 @@ typedef struct tcm_proc {
     _Atomic uint32_t conn_gen;  /* bumped by each successful resume */
     uint32_t pid;
     _Atomic int sock;           /* control connection; its EOF tells the daemon we left */
-    tcm_handle_t chan_fd;                /* our own open file description of the channel, locked shared
-                                   for as long as we are attached: a tcmd that lost our socket
-                                   learns from the lock whether we are still alive */
+    tcm_handle_t chan_fd;       /* our own open file description of the channel: on Linux
+                                   locked shared for as long as we are attached, so a tcmd that
+                                   lost our socket learns from the lock whether we are alive */
     uint32_t client_id;
     uint64_t token;             /* what a resume presents */
     uint64_t heap_id;           /* of the heap mapped now */

@@ -100,7 +100,8 @@ static int conn_handle(tcm_conn_t *conn, tcm_handle_t *out)
     return err;
 }
 
-int tcm__conn_reply_with_fds(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body, const tcm_handle_t *fds, int nfds)
+int tcm__conn_reply_with_fds(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body, const tcm_handle_t *fds,
+                             int nfds)
 {
     Tcm__Response resp = TCM__RESPONSE__INIT;
     resp.body_case = which;

@@ -26,7 +26,8 @@ struct tcm_conn {
 
 void tcm__conn_reply(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body);
 /* Sent at once with descriptors (SCM_RIGHTS); 0 or -errno. */
-int tcm__conn_reply_with_fds(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body, const tcm_handle_t *fds, int nfds);
+int tcm__conn_reply_with_fds(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body, const tcm_handle_t *fds,
+                             int nfds);
 void tcm__conn_error(tcm_conn_t *conn, uint32_t code, const char *msg);
 void tcm__conn_close(tcm_conn_t *conn);
 /* A handler that answers later (after the heap thread): wait, then resume

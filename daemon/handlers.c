@@ -47,10 +47,15 @@ static int send_welcome(tcm_conn_t *conn, tcm_client_t *c, bool resumed)
     int err = fds[0] < 0 ? fds[0] : fds[1] < 0 ? fds[1] : fds[2] < 0 ? fds[2] : tcm__liveness_grant(fds[2]);
     if (!err)
         err = tcm__conn_reply_with_fds(conn, TCM__RESPONSE__BODY_WELCOME, &w, fds, 3);
-    /* the client keeps the heap's segments in existence for a later tcmd */
+    /* the client keeps the heap's segments in existence for a later tcmd;
+     * without it the client still works, only a restart may lose the heap */
     tcm_handle_t keep[] = {srv->heap_fd, srv->meta_fd, srv->state_fd};
-    for (int i = 0; i < 3 && !err; i++)
-        err = tcm__keep_alive_in(keep[i], c->rec->pid);
+    int kept = 0;
+    for (int i = 0; i < 3 && !err && !kept; i++)
+        kept = tcm__keep_alive_in(keep[i], c->rec->pid);
+    if (kept)
+        tcm__log(TCM_LOG_WARN, "client %u (pid %u): cannot leave it the heap's segments: %s", c->rec->id,
+                 c->rec->pid, strerror(-kept));
     for (int i = 0; i < 3; i++)
         tcm__close(fds[i]);
     if (err)

@@ -6,8 +6,8 @@
 #include "heap.h"
 #include "prim.h"
 
-int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, tcm_handle_t heap_fd, tcm_handle_t meta_fd, tcm_handle_t state_fd,
-                     uint64_t heap_size, uint64_t base, uint32_t max_threads, bool fresh)
+int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, tcm_handle_t heap_fd, tcm_handle_t meta_fd,
+                     tcm_handle_t state_fd, uint64_t heap_size, uint64_t base, uint32_t max_threads, bool fresh)
 {
     uint32_t npages = (uint32_t)(heap_size >> TCM_PAGE_SHIFT);
     tcm_meta_hdr_t *m = meta;

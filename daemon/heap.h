@@ -91,8 +91,8 @@ typedef struct tcm_heap {
 /* Point h at a metadata and a state segment of a heap of heap_size bytes
  * (segments.c). fresh: lay them out; else they hold an adopted heap whose
  * derived parts the caller rebuilds. */
-int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, tcm_handle_t heap_fd, tcm_handle_t meta_fd, tcm_handle_t state_fd,
-                     uint64_t heap_size, uint64_t base, uint32_t max_threads, bool fresh);
+int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, tcm_handle_t heap_fd, tcm_handle_t meta_fd,
+                     tcm_handle_t state_fd, uint64_t heap_size, uint64_t base, uint32_t max_threads, bool fresh);
 
 /* spans */
 uint32_t tcm__span_new_ht(tcm_heap_t *h);
