@@ -5,8 +5,8 @@
 #                            added), wait until BIN/tcmctl pings it; $daemon
 #   stop_tcmd                SIGTERM, and its exit status must be 0
 # At exit the heap of the test's tcmd goes too: a tcmd stopped while some
-# client is still recorded leaves its segments for the next one (1.4 GB of
-# /dev/shm blocks per run of the kv and preload tests, before this).
+# client is still recorded leaves its segments for the next one (before
+# this, a day of test runs had left 8 heaps, 1.4 GB of /dev/shm blocks).
 work= daemon= heap_name=
 tcm_cleanup() {
   if [[ -n $daemon ]]; then kill "$daemon" 2>/dev/null || true; wait "$daemon" 2>/dev/null || true; fi
