@@ -106,6 +106,10 @@ typedef struct tcm_proc {
                                    cache since the background thread last looked */
     pthread_mutex_t large_lock; /* the page-run cache in chan_hdr (large.c), under run_cache */
     _Atomic uint64_t large_bytes;
+    /* the same table's sizes and offsets, private and dense (the first
+     * chan_hdr->large_count are valid): what the searches read */
+    uint32_t large_np[TCM_LARGE_CACHE];
+    uint64_t large_off[TCM_LARGE_CACHE];
 
     /* the background thread (background.c) */
     pthread_t bg_thread;

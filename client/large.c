@@ -15,10 +15,24 @@ static uint64_t run_bytes(uint32_t npages)
     return (uint64_t)npages << TCM_PAGE_SHIFT;
 }
 
-/* A cached run of have pages serves npages: it is at most 1/4 larger. */
+/* A cached run of have pages serves npages: it is at most 1/4 larger (one
+ * unsigned compare: a smaller run wraps round to a huge difference). */
 static bool run_fits(uint32_t have, uint32_t npages)
 {
-    return have >= npages && have - npages <= npages / 4;
+    return have - npages <= npages / 4;
+}
+
+/* The table in the channel is what tcmd reads (a dead process's runs, the
+ * validator); large_np and large_off mirror it entry for entry in private,
+ * dense arrays, so that a search reads 64 sizes or 64 offsets in a row
+ * rather than 64 entries of the shared table. Both change together, under
+ * large_lock, always by appending or by moving the last entry into a hole. */
+static void put_entry(uint32_t i, uint64_t off, uint32_t npages)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    pr->chan_hdr->large[i] = (tcm_large_entry_t){.off = off, .npages = npages};
+    pr->large_np[i] = npages;
+    pr->large_off[i] = off;
 }
 
 uint64_t tcm__large_take(uint32_t npages)
@@ -26,17 +40,19 @@ uint64_t tcm__large_take(uint32_t npages)
     tcm_proc_t *pr = &tcm__proc;
     tcm_chan_hdr_t *hdr = pr->chan_hdr;
     pthread_mutex_lock(&pr->large_lock);
-    uint32_t best = TCM_LARGE_CACHE, n = hdr->large_count;
+    uint32_t best = TCM_LARGE_CACHE, best_np = UINT32_MAX, n = hdr->large_count;
+    /* no branch on the sizes: random ones mispredict every other entry */
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t have = hdr->large[i].npages;
-        if (run_fits(have, npages) && (best == TCM_LARGE_CACHE || have < hdr->large[best].npages))
-            best = i;
+        uint32_t have = pr->large_np[i];
+        uint32_t take = -(uint32_t)(run_fits(have, npages) & (have < best_np)); /* all ones or 0 */
+        best = (i & take) | (best & ~take);
+        best_np = (have & take) | (best_np & ~take);
     }
     uint64_t off = 0;
     if (best != TCM_LARGE_CACHE) {
-        off = hdr->large[best].off;
-        atomic_fetch_sub_explicit(&pr->large_bytes, run_bytes(hdr->large[best].npages), memory_order_relaxed);
-        hdr->large[best] = hdr->large[n - 1];
+        off = pr->large_off[best];
+        atomic_fetch_sub_explicit(&pr->large_bytes, run_bytes(best_np), memory_order_relaxed);
+        put_entry(best, pr->large_off[n - 1], pr->large_np[n - 1]);
         hdr->large_count = n - 1;
         atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
     }
@@ -51,15 +67,17 @@ bool tcm__large_keep(uint64_t off, uint32_t npages)
     uint64_t budget = atomic_load_explicit(&pr->meta->config.run_cache, memory_order_relaxed);
     pthread_mutex_lock(&pr->large_lock);
     uint32_t n = hdr->large_count;
+    bool twice = false;
     for (uint32_t i = 0; i < n; i++)
-        if (hdr->large[i].off == off) {
-            pthread_mutex_unlock(&pr->large_lock);
-            tcm__fatal("tcm_free(): double free of page run %p", (void *)(pr->heap + off));
-        }
+        twice |= pr->large_off[i] == off;
+    if (twice) {
+        pthread_mutex_unlock(&pr->large_lock);
+        tcm__fatal("tcm_free(): double free of page run %p", (void *)(pr->heap + off));
+    }
     bool kept = n < TCM_LARGE_CACHE &&
                 atomic_load_explicit(&pr->large_bytes, memory_order_relaxed) + run_bytes(npages) <= budget;
     if (kept) {
-        hdr->large[n] = (tcm_large_entry_t){.off = off, .npages = npages};
+        put_entry(n, off, npages);
         hdr->large_count = n + 1; /* after the entry: tcmd reads count, then entries */
         atomic_fetch_add_explicit(&pr->large_bytes, run_bytes(npages), memory_order_relaxed);
         atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
