@@ -185,6 +185,8 @@ TCM_HIDDEN uint64_t tcm__large_take(uint32_t npages); /* offset of a cached run,
 TCM_HIDDEN bool tcm__large_keep(uint64_t off, uint32_t npages); /* false: give it to tcmd */
 TCM_HIDDEN void tcm__large_trim(uint64_t keep_bytes); /* cached runs back to tcmd, down to keep_bytes */
 TCM_HIDDEN void tcm__free_pages(uint64_t off);
+/* What tcmd answered to a FREE_PAGES of off: fatal on a refusal. */
+TCM_HIDDEN void tcm__free_pages_answered(uint64_t off, int st);
 
 /* background.c: one thread per attached process */
 TCM_HIDDEN void tcm__bg_start(void);

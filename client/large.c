@@ -99,6 +99,11 @@ static void free_pages(uint64_t off, uint32_t *count)
     if (count)
         (*count)--;
     tcm__slot_release(slot);
+    tcm__free_pages_answered(off, st);
+}
+
+void tcm__free_pages_answered(uint64_t off, int st)
+{
     if (st == TCM_ST_DOUBLE_FREE)
         tcm__fatal("tcm_free(): double free of page run %p", (void *)(tcm__proc.heap + off));
     if (st != TCM_ST_OK && st != TCM_ST_NOMEM)

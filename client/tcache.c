@@ -71,6 +71,25 @@ static void return_async(tcm_thread_t *thr, unsigned cls, tcm_bin_t *b, uint32_t
     }
 }
 
+/* A page run the cache does not keep, back to tcmd without waiting for the
+ * answer (settled when the slot is next needed; a refusal is fatal then).
+ * Once posted it is tcmd's: a death after that leaves it in a posted
+ * FREE_PAGES, which reclaim serves. */
+static void free_pages_async(uint64_t off)
+{
+    tcm_thread_t *thr = tcm__tls_thread;
+    uint32_t idx;
+    tcm_slot_t *slot = thr && thr->epoch == tcm__proc.epoch ? async_take(thr, &idx) : NULL;
+    if (!slot) {
+        tcm__free_pages(off);
+        return;
+    }
+    slot->op = TCM_OP_FREE_PAGES;
+    slot->arg = off;
+    if (!tcm__post(slot, idx)) /* tcmd is lost: the call that waits says so */
+        tcm__free_pages(off);
+}
+
 /* Move the objects of a thread's bin above keep out of it: the top ones
  * into the process's transfer tier as far as it has room (unless
  * to_daemon), the rest to the daemon. Leaves b->count = keep. async: the
@@ -154,6 +173,8 @@ static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *into)
     atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
     if (slot->op == TCM_OP_RETURN && st != TCM_ST_OK && st != TCM_ST_NOMEM)
         tcm__fatal_refused(st, cls);
+    if (slot->op == TCM_OP_FREE_PAGES)
+        tcm__free_pages_answered((uint64_t)slot->arg, st);
 }
 
 static uint32_t async_index(const tcm_thread_t *thr, uint32_t j)
@@ -172,9 +193,16 @@ static void settle_all(tcm_thread_t *thr, bool stash)
     }
 }
 
-/* An async slot for a new request: an IDLE one, else one that holds a
- * RETURN (settled here, waiting if need be: a RETURN touches no bin). NULL
- * when every one holds a batch asked for ahead. */
+/* A request that gives memory back (a RETURN or a FREE_PAGES): settling it
+ * touches no bin. */
+static bool gives_back(const tcm_slot_t *slot)
+{
+    return slot->op == TCM_OP_RETURN || slot->op == TCM_OP_FREE_PAGES;
+}
+
+/* An async slot for a new request: an IDLE one, else one that gives memory
+ * back (settled here, waiting if need be). NULL when every one holds a batch
+ * asked for ahead. */
 static tcm_slot_t *async_take(tcm_thread_t *thr, uint32_t *idx)
 {
     uint32_t ret = UINT32_MAX;
@@ -186,7 +214,7 @@ static tcm_slot_t *async_take(tcm_thread_t *thr, uint32_t *idx)
             ret = i;
             break;
         }
-        if (slot->op == TCM_OP_RETURN && (ret == UINT32_MAX || state == TCM_SLOT_DONE))
+        if (gives_back(slot) && (ret == UINT32_MAX || state == TCM_SLOT_DONE))
             ret = i; /* the oldest pending one, unless another is answered already */
     }
     if (ret == UINT32_MAX)
@@ -599,7 +627,7 @@ void tcm__free_slow(void *p)
         if (off != ((uint64_t)sp->first << TCM_PAGE_SHIFT))
             tcm__fatal("tcm_free(): invalid pointer %p (inside a page run)", p);
         if (!tcm__large_keep(off, sp->npages))
-            tcm__free_pages(off);
+            free_pages_async(off);
         return;
     }
     uint64_t rel = off - ((uint64_t)sp->first << TCM_PAGE_SHIFT);

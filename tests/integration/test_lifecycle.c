@@ -234,6 +234,21 @@ static void free_large_twice(void)
     tcm_free(p);
 }
 
+/* The same with the page-run cache full: the first free goes to tcmd on a
+ * FREE_PAGES the thread does not wait for; the second is caught by the page
+ * map if tcmd has served the first, else by tcmd, answered when the slot is
+ * next needed (here at the shutdown's flush at the latest). */
+static void free_large_twice_uncached(void)
+{
+    static void *ps[80];
+    for (int i = 0; i < 80; i++)
+        ps[i] = tcm_malloc(1 << 20);
+    for (int i = 0; i < 80; i++)
+        tcm_free(ps[i]); /* 64 cached (the cache's entries), 16 to tcmd */
+    tcm_free(ps[79]); /* right after its first free: usually before tcmd has served it */
+    tcm_shutdown();
+}
+
 /* A second free of a small object: the hit path takes it, tcmd refuses it
  * when its batch comes back (a RETURN the thread did not wait for, or the
  * flush at shutdown), and the process stops with the reason. */
@@ -256,6 +271,7 @@ static void test_bad_free(void)
     expect_abort(free_stack, "invalid pointer");
     expect_abort(free_interior, "invalid pointer");
     expect_abort(free_large_twice, "free");
+    expect_abort(free_large_twice_uncached, "double free");
     CHECK(tt_daemon_alive(&d));
 }
 
