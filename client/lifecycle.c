@@ -341,8 +341,7 @@ static int attach_locked(const char *socket_path)
         rc = -EPROTO;
         goto out_resp;
     }
-    if (fds[FD_HEAP] < 0 && fds[FD_META] < 0 && fds[FD_CHANNEL] < 0) {
-        /* no descriptors travel with a frame (Windows): open them by name */
+    if (!tcm__handles_travel()) { /* Windows: open them by name */
         fds[FD_HEAP] = tcm__shm_open(resp->welcome->heap_name, true);
         fds[FD_META] = tcm__shm_open(resp->welcome->meta_name, false);
         fds[FD_CHANNEL] = tcm__shm_open(resp->welcome->channel_name, true);

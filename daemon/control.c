@@ -85,11 +85,6 @@ void tcm__conn_reply(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body
     send_response(conn, &resp);
 }
 
-/* The Welcome of a new client carries its segments as descriptors: the
- * heap read-write, the metadata read-only (a read-only open file
- * description cannot be mapped writable) and its own open file description
- * of its channel, already holding the liveness lock. Sent directly, not
- * through libuv's write queue, which cannot carry descriptors. */
 /* A connection's OS handle, as the platform layer takes it (a descriptor,
  * or a pipe HANDLE's value on Windows). */
 static int conn_handle(tcm_conn_t *conn, tcm_handle_t *out)
@@ -100,9 +95,20 @@ static int conn_handle(tcm_conn_t *conn, tcm_handle_t *out)
     return err;
 }
 
+/* The Welcome of a new client carries its segments as descriptors: the
+ * heap read-write, the metadata read-only (a read-only open file
+ * description cannot be mapped writable) and its own open file description
+ * of its channel, already holding the liveness lock. Sent directly, not
+ * through libuv's write queue, which cannot carry descriptors. Where
+ * descriptors do not travel (Windows) it goes as any reply, and the client
+ * opens the segments by name. */
 int tcm__conn_reply_with_fds(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body, const tcm_handle_t *fds,
                              int nfds)
 {
+    if (!tcm__handles_travel()) {
+        tcm__conn_reply(conn, which, body);
+        return 0;
+    }
     Tcm__Response resp = TCM__RESPONSE__INIT;
     resp.body_case = which;
     resp.welcome = body;

@@ -105,10 +105,14 @@ int tcm__peer_cred(tcm_handle_t sockfd, tcm_pid_t *pid, tcm_uid_t *uid, tcm_gid_
 bool tcm__socket_hung_up(tcm_handle_t sockfd);
 /* Is gid the primary or a supplementary group of the socket's peer? */
 bool tcm__peer_in_group(tcm_handle_t sockfd, tcm_gid_t primary, tcm_gid_t gid);
+/* Whether descriptors travel with control frames (Linux: SCM_RIGHTS).
+ * Where they do not (Windows), tcmd's Welcome goes as any reply and the
+ * client opens the segments by the names it carries. */
+bool tcm__handles_travel(void);
 /* Send len bytes and, with the first of them, nfds descriptors
  * (SCM_RIGHTS), in one go on a non-blocking socket: 0, or -errno
- * (-EAGAIN when the socket buffer cannot take it all now). Windows sends
- * the bytes alone: its clients open the segments by name. */
+ * (-EAGAIN when the socket buffer cannot take it all now); -EOPNOTSUPP
+ * where descriptors do not travel. */
 int tcm__send_with_fds(tcm_handle_t sockfd, const void *buf, size_t len, const tcm_handle_t *fds, int nfds);
 /* Receive up to len bytes; descriptors that came with them (close-on-exec)
  * are added to fds[*nfds..maxfds), extra ones are closed. Bytes read, or

@@ -423,6 +423,11 @@ bool tcm__peer_in_group(tcm_handle_t sockfd, tcm_gid_t primary, tcm_gid_t gid)
     return false;
 }
 
+bool tcm__handles_travel(void)
+{
+    return true;
+}
+
 int tcm__send_with_fds(tcm_handle_t sockfd, const void *buf, size_t len, const tcm_handle_t *fds, int nfds)
 {
     union {

@@ -5,9 +5,10 @@
  *
  * What Windows does differently, and how tcm lives with it (DESIGN.md,
  * "The Windows backend"):
- * - A segment has no name in a file system: it lives while a handle or a
- *   view of it is open, so "unlink" is a no-op and a heap outlives its
- *   daemon only while some client keeps it open.
+ * - A segment has no name in a file system: its name lasts while a handle
+ *   to it is open, so "unlink" is a no-op, and tcmd leaves each client
+ *   handles of no access rights to the heap's segments
+ *   (tcm__keep_alive_in) so that they outlive a killed tcmd.
  * - Pages are committed through a view, so this file keeps a table of the
  *   segments this process opened and the view it mapped of each; commit,
  *   release and the backed figures of a handle go through that view (or a
@@ -23,9 +24,9 @@
  *   offset); a word elsewhere (private memory) with WaitOnAddress.
  * - The control channel is a named pipe; its peer's identity comes from
  *   the pipe (client process id) and that process's token. Descriptors do
- *   not travel with frames (segments are opened by name). The liveness lock
- *   on a client's channel and detaching have no Windows version yet: they
- *   answer -ENOSYS (see DESIGN.md). */
+ *   not travel with frames (clients open the segments by name), and a
+ *   client's liveness is its process. Detaching and --allow-group have no
+ *   Windows version: they answer -ENOSYS. */
 #define WIN32_LEAN_AND_MEAN
 #ifndef _WIN32_WINNT
 #define _WIN32_WINNT 0x0602 /* Windows 8: WaitOnAddress */
@@ -115,6 +116,7 @@ typedef struct {
     char name[NAME_MAX_CHARS];
     uint64_t size;
     char *view;    /* the first view this process mapped, NULL if none */
+    uint64_t view_size;
     bool view_writable;
 } segment_t;
 
@@ -166,7 +168,7 @@ static bool segment_of_address(const void *addr, segment_t *out)
     AcquireSRWLockShared(&segments_lock);
     for (size_t i = 0; i < nsegments && !found; i++) {
         segment_t *sg = &segments[i];
-        if (sg->view && a >= sg->view && a < sg->view + sg->size)
+        if (sg->view && a >= sg->view && a < sg->view + sg->view_size)
             *out = *sg, found = true;
     }
     ReleaseSRWLockShared(&segments_lock);
@@ -312,6 +314,7 @@ void *tcm__map(tcm_handle_t fd, uint64_t size, void *at, bool writable, char *er
         segment_t *s = &segments[i];
         if (s->handle == h && (!s->view || (writable && !s->view_writable))) {
             s->view = p;
+            s->view_size = size;
             s->view_writable = writable;
             if (!s->size)
                 s->size = size;
@@ -361,7 +364,7 @@ static char *view_for(tcm_handle_t fd, uint64_t off, uint64_t len, bool writable
     segment_t s;
     *temp = NULL;
     if (segment_of_handle(to_handle(fd), &s) && s.view && (s.view_writable || !writable) &&
-        off + len <= s.size)
+        off + len <= s.view_size)
         return s.view + off;
     /* the whole section: Wine loses a commit made through a view that
      * starts past the section's first byte */
@@ -825,13 +828,18 @@ bool tcm__peer_in_group(tcm_handle_t sockfd, tcm_gid_t primary, tcm_gid_t gid)
     return found;
 }
 
-/* Descriptors do not travel on Windows: the frame goes without them and the
- * client opens the segments by the names the Welcome carries (with the
- * access its own token allows). */
+/* Descriptors do not travel on Windows: tcmd sends the Welcome as any reply
+ * (through libuv, whose pipe is overlapped) and the client opens the
+ * segments by the names it carries, with the access its own token allows. */
+bool tcm__handles_travel(void)
+{
+    return false;
+}
+
 int tcm__send_with_fds(tcm_handle_t sockfd, const void *buf, size_t len, const tcm_handle_t *fds, int nfds)
 {
-    (void)fds, (void)nfds;
-    return tcm__send_all(sockfd, buf, len);
+    (void)sockfd, (void)buf, (void)len, (void)fds, (void)nfds;
+    return -EOPNOTSUPP;
 }
 
 long tcm__recv_with_fds(tcm_handle_t sockfd, void *buf, size_t len, tcm_handle_t *fds, int maxfds, int *nfds)

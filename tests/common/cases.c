@@ -27,10 +27,14 @@ int tt_run_cases(const char *suite, const tt_case_t *cases, size_t n, int timeou
 {
     const char *role = tt_role();
     if (role && strcmp(role, "case") == 0) {
-        for (size_t i = 0; i < n; i++)
-            if (strcmp(cases[i].name, tt_role_arg()) == 0)
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(cases[i].name, tt_role_arg()) == 0) {
                 cases[i].fn();
-        exit(0);
+                exit(0);
+            }
+        }
+        fprintf(stderr, "no case named '%s'\n", tt_role_arg());
+        exit(2); /* a case that did not run has not passed */
     }
     int failed = 0;
     for (size_t i = 0; i < n; i++) {
