@@ -156,6 +156,10 @@ TCM_HIDDEN void tcm__fatal_refused(int st, unsigned cls) __attribute__((noreturn
 
 /* xfer.c: the process's transfer tier */
 TCM_HIDDEN uint32_t tcm__xfer_put(unsigned cls, tcm_bin_t *b, uint32_t n); /* from b's top; how many went */
+/* The answered REFILL's offs[from, from + n) into the tier: the slot is
+ * IDLE if all went in, else the rest are at the front of its offs (the
+ * caller gives them back); returns how many are left. */
+TCM_HIDDEN uint32_t tcm__xfer_put_fetched(unsigned cls, tcm_slot_t *slot, uint32_t from, uint32_t n);
 TCM_HIDDEN uint32_t tcm__xfer_take(unsigned cls, void **dst, uint32_t want);
 TCM_HIDDEN bool tcm__xfer_empty(unsigned cls);
 /* Back to tcmd, the page-run cache first, then the largest classes: all of

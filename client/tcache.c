@@ -109,23 +109,52 @@ static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t keep, bool to_d
     b->count = keep;
 }
 
+/* With other threads in the process, a refill from tcmd also brings what
+ * they are likely to ask for next, into the transfer tier: threads that
+ * start together would otherwise each climb the same slow start, a round
+ * trip a step. As much again per other thread, within the class's batch
+ * and what the tier has room for. */
+static uint32_t for_siblings(unsigned cls, uint32_t want)
+{
+    uint32_t n = atomic_load_explicit(&tcm__proc.nthreads, memory_order_relaxed), batch = tcm__proc.classes[cls].batch;
+    if (n < 2 || want >= batch)
+        return 0;
+    uint64_t share = (uint64_t)want * (n - 1);
+    uint64_t budget = atomic_load_explicit(&tcm__proc.meta->config.xfer_budget, memory_order_relaxed),
+             used = atomic_load_explicit(&tcm__proc.xfer_bytes, memory_order_relaxed);
+    uint64_t fits = used < budget ? (budget - used) / tcm__proc.classes[cls].size : 0;
+    share = share < fits ? share : fits;
+    return share < batch - want ? (uint32_t)share : batch - want;
+}
+
 /* *asked: on NOMEM, how many other processes tcmd asked to give back what
- * they cache (then a retry soon may succeed). */
-static uint32_t take_from_daemon(tcm_thread_t *thr, unsigned cls, void **dst, uint32_t want, uint64_t *asked)
+ * they cache (then a retry soon may succeed). share: how many more to ask
+ * for, for the transfer tier. */
+static uint32_t take_from_daemon(tcm_thread_t *thr, unsigned cls, void **dst, uint32_t want, uint32_t share,
+                                 uint64_t *asked)
 {
     tcm_slot_t *slot = &tcm__proc.slots[thr->index];
     slot->op = TCM_OP_REFILL;
     slot->cls = cls;
-    slot->count = want;
+    slot->count = want + share;
     *asked = 0;
     if (tcm__call(slot, thr->index) != TCM_ST_OK) {
         *asked = slot->status == TCM_ST_NOMEM ? slot->result : 0;
         atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
         return 0;
     }
-    uint32_t n = slot->nresult < want ? slot->nresult : want;
+    uint32_t got = slot->nresult < want + share ? slot->nresult : want + share;
+    uint32_t n = got < want ? got : want;
     for (uint32_t i = 0; i < n; i++)
         dst[i] = tcm__proc.heap + slot->offs[i];
+    uint32_t left = got > n ? tcm__xfer_put_fetched(cls, slot, n, got - n) : 0;
+    if (left) { /* the tier filled up meanwhile: back on the same slot */
+        slot->op = TCM_OP_RETURN;
+        slot->count = left;
+        int st = tcm__call(slot, thr->index);
+        if (st != TCM_ST_OK && st != TCM_ST_NOMEM)
+            tcm__fatal_refused(st, cls);
+    }
     atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
     return n;
 }
@@ -492,15 +521,15 @@ static bool refill(tcm_thread_t *thr, unsigned cls)
     uint32_t got = tcm__xfer_take(cls, b->slots, want);
     bool from_daemon = !got;
     if (!got)
-        got = take_from_daemon(thr, cls, b->slots, want, &asked);
+        got = take_from_daemon(thr, cls, b->slots, want, for_siblings(cls, want), &asked);
     if (!got && !tcm__proc.daemon_lost) {
         flush_for_nomem();
         grow(thr, cls, want);
-        got = take_from_daemon(thr, cls, b->slots, want < b->max ? want : b->max, &asked);
+        got = take_from_daemon(thr, cls, b->slots, want < b->max ? want : b->max, 0, &asked);
         /* other processes are giving back what they cache: wait for it a little */
         for (uint64_t ns = 1000000; !got && asked && ns <= NOMEM_WAIT_NS; ns *= 2) {
             tcm__sleep_ns(ns);
-            got = take_from_daemon(thr, cls, b->slots, want < b->max ? want : b->max, &asked);
+            got = take_from_daemon(thr, cls, b->slots, want < b->max ? want : b->max, 0, &asked);
         }
     }
     b->count = got;
@@ -596,7 +625,7 @@ static bool free_first(tcm_thread_t *thr, unsigned cls, void *p)
     uint64_t asked;
     uint32_t got = tcm__xfer_take(cls, b->slots + 1, want);
     if (!got)
-        got = take_from_daemon(thr, cls, b->slots + 1, want, &asked);
+        got = take_from_daemon(thr, cls, b->slots + 1, want, 0, &asked);
     if (!got)
         return false;
     b->slots[0] = p;

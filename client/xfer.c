@@ -14,20 +14,35 @@ static void **xfer_slots(unsigned cls)
     return (void **)(tcm__proc.chan + tcm__proc.lay.off_xfer + tcm__proc.lay.xfer_slot_off[cls]);
 }
 
-uint32_t tcm__xfer_put(unsigned cls, tcm_bin_t *b, uint32_t n)
+/* How many of n more objects of a class the tier takes now (xfer_cap, the
+ * byte budget, backed slots); under its lock. */
+static uint32_t room_for(unsigned cls, uint32_t n)
 {
     tcm_proc_t *pr = &tcm__proc;
     const tcm_class_info_t *ci = &pr->classes[cls];
     uint64_t budget = atomic_load_explicit(&pr->meta->config.xfer_budget, memory_order_relaxed);
-    pthread_mutex_lock(&pr->xfer_lock[cls]);
-    tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
-    uint32_t room = ci->xfer_cap - x->count;
+    uint32_t count = pr->chan_hdr->xfer[cls].count, room = ci->xfer_cap - count;
     uint64_t used = atomic_load_explicit(&pr->xfer_bytes, memory_order_relaxed);
     uint64_t fits = used < budget ? (budget - used) / ci->size : 0;
     uint32_t take = n < room ? n : room;
     if (take > fits)
         take = (uint32_t)fits;
-    take = tcm__back_slots(xfer_slots(cls), &pr->xfer_backed[cls], x->count + take) - x->count;
+    return tcm__back_slots(xfer_slots(cls), &pr->xfer_backed[cls], count + take) - count;
+}
+
+static void added(unsigned cls, uint32_t n)
+{
+    if (n)
+        atomic_store_explicit(&tcm__proc.xfer_used, true, memory_order_relaxed);
+    atomic_fetch_add_explicit(&tcm__proc.xfer_bytes, (uint64_t)n * tcm__proc.classes[cls].size, memory_order_relaxed);
+}
+
+uint32_t tcm__xfer_put(unsigned cls, tcm_bin_t *b, uint32_t n)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    pthread_mutex_lock(&pr->xfer_lock[cls]);
+    tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
+    uint32_t take = room_for(cls, n);
     /* the top ones, and the bin drops them before the lock lets another
      * thread take them: once they can travel to another process, a reclaim
      * of this one must not find them in its bin */
@@ -35,10 +50,31 @@ uint32_t tcm__xfer_put(unsigned cls, tcm_bin_t *b, uint32_t n)
     x->count += take;
     b->count -= take;
     pthread_mutex_unlock(&pr->xfer_lock[cls]);
-    if (take)
-        atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pr->xfer_bytes, (uint64_t)take * ci->size, memory_order_relaxed);
+    added(cls, take);
     return take;
+}
+
+uint32_t tcm__xfer_put_fetched(unsigned cls, tcm_slot_t *slot, uint32_t from, uint32_t n)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    pthread_mutex_lock(&pr->xfer_lock[cls]);
+    tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
+    uint32_t take = room_for(cls, n);
+    for (uint32_t i = 0; i < take; i++)
+        xfer_slots(cls)[x->count + i] = pr->heap + slot->offs[from + i];
+    x->count += take;
+    /* a reclaim meanwhile finds them in the slot and the tier and frees them
+     * once (the second is refused); none is handed out before the slot has
+     * stopped listing them */
+    if (take == n)
+        atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
+    else {
+        memmove(slot->offs, slot->offs + from + take, (n - take) * sizeof slot->offs[0]);
+        slot->nresult = n - take;
+    }
+    pthread_mutex_unlock(&pr->xfer_lock[cls]);
+    added(cls, take);
+    return n - take;
 }
 
 uint32_t tcm__xfer_take(unsigned cls, void **dst, uint32_t want)

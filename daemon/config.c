@@ -13,7 +13,7 @@
 #include "prim.h"
 #include "util.h"
 
-enum setting_type { T_SIZE, T_UINT, T_ADDR, T_LEVEL, T_GROUP };
+enum setting_type { T_SIZE, T_UINT, T_ADDR, T_LEVEL, T_GROUP, T_NICE };
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
@@ -32,11 +32,13 @@ typedef struct change {
 static int set_max_threads(tcm_server_t *srv, uint64_t v, const change_t *ch);
 static int set_allow_group(tcm_server_t *srv, uint64_t v, const change_t *ch);
 static int set_spin(tcm_server_t *srv, uint64_t v, const change_t *ch);
+static int set_heap_nice(tcm_server_t *srv, uint64_t v, const change_t *ch);
 static int set_level(tcm_server_t *srv, uint64_t v, const change_t *ch);
 static int set_heap_limit(tcm_server_t *srv, uint64_t v, const change_t *ch);
 static void show_max_threads(const tcm_server_t *srv, char *out, size_t len);
 static void show_allow_group(const tcm_server_t *srv, char *out, size_t len);
 static void show_spin(const tcm_server_t *srv, char *out, size_t len);
+static void show_heap_nice(const tcm_server_t *srv, char *out, size_t len);
 static void show_level(const tcm_server_t *srv, char *out, size_t len);
 static void show_heap_limit(const tcm_server_t *srv, char *out, size_t len);
 
@@ -82,6 +84,8 @@ static const setting_t settings[] = {
      "64M", "SIZE", FIELD(page_cache_cap), META(page_cache_cap, 1)},
     {{"spin_us", true, "microseconds the heap thread polls before sleeping"}, T_UINT, 0, 1000000, "10", "N",
      HOOKS(set_spin, show_spin)},
+    {{"heap_nice", true, "nice value of the heap thread, which every round trip waits on (-20 to 19)"},
+     T_NICE, 0, 0, "-10", "N", HOOKS(set_heap_nice, show_heap_nice)},
     {{"reconnect_timeout", true, "seconds a client waits for tcmd to come back before failing"}, T_UINT, 0, 86400,
      "30", "N", FIELD(reconnect_timeout), META(reconnect_ms, 1000)},
     {{"decay_ms", true, "free pages unused this long go back to the OS, caches unused this long to tcmd (0: never)"},
@@ -135,6 +139,14 @@ static int parse(const setting_t *s, const char *text, uint64_t *v)
         *v = gid;
         break;
     }
+    case T_NICE: {
+        errno = 0;
+        long n = strtol(text, &end, 10);
+        if (errno || end == text || *end || n < -20 || n > 19)
+            return -EINVAL;
+        *v = (uint64_t)(int64_t)n;
+        return 0;
+    }
     case T_LEVEL:
         for (uint64_t i = 0; i < 4; i++)
             if (strcmp(text, level_names[i]) == 0) {
@@ -186,6 +198,29 @@ static int set_spin(tcm_server_t *srv, uint64_t v, const change_t *ch)
 static void show_spin(const tcm_server_t *srv, char *out, size_t len)
 {
     snprintf(out, len, "%llu", (unsigned long long)(atomic_load(&srv->spin_ns) / 1000));
+}
+
+/* At runtime applied here (a refusal is the command's error); at start by
+ * the heap thread, which warns and goes on at tcmd's own priority. */
+static int set_heap_nice(tcm_server_t *srv, uint64_t v, const change_t *ch)
+{
+    int nice = (int)(int64_t)v;
+    /* stored before the heap thread's id is read, which it publishes
+     * before it reads this: one of the two applies the new value */
+    int old = atomic_exchange(&srv->heap_nice, nice);
+    uint64_t tid = atomic_load(&srv->heap_tid);
+    int rc = ch->at_runtime && tid ? tcm__thread_set_nice(tid, nice) : 0;
+    if (rc) {
+        atomic_store(&srv->heap_nice, old);
+        snprintf(ch->err, ch->errlen, "cannot give the heap thread nice %d: %s%s", nice, strerror(-rc),
+                 rc == -EPERM || rc == -EACCES ? " (below 0 needs CAP_SYS_NICE or RLIMIT_NICE)" : "");
+    }
+    return rc;
+}
+
+static void show_heap_nice(const tcm_server_t *srv, char *out, size_t len)
+{
+    snprintf(out, len, "%d", atomic_load(&srv->heap_nice));
 }
 
 static int set_level(tcm_server_t *srv, uint64_t v, const change_t *ch)
@@ -333,6 +368,9 @@ int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool 
                      s->info.name);
         else if (s->type == T_GROUP)
             snprintf(err, errlen, "bad value '%s' for %s: no such group", value, s->info.name);
+        else if (s->type == T_NICE)
+            snprintf(err, errlen, "bad value '%s' for %s: expected a nice value from -20 to 19", value,
+                     s->info.name);
         else
             snprintf(err, errlen, "bad value '%s' for %s: expected %s from %llu to %llu", value, s->info.name,
                      s->type == T_SIZE ? "a size (e.g. 64M)" : "a number", (unsigned long long)s->min,

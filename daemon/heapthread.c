@@ -173,9 +173,26 @@ static void expensive_check(tcm_server_t *srv, uint64_t *next_check)
     }
 }
 
+/* Every client's round trip waits for this thread: the scheduler must not
+ * take it for one more of the clients' threads (with 32 busy ones on 2
+ * CPUs it would get a 33rd of them). It sleeps when idle, so a high
+ * priority costs nobody else anything then. */
+static void take_priority(tcm_server_t *srv)
+{
+    uint64_t tid = tcm__thread_id();
+    atomic_store(&srv->heap_tid, tid);
+    int nice = atomic_load(&srv->heap_nice), rc = tcm__thread_set_nice(tid, nice);
+    if (rc)
+        tcm__log(TCM_LOG_WARN,
+                 "heap thread: nice %d refused (%s); it runs at tcmd's priority, and clients wait longer for it "
+                 "when the CPUs are busy (give tcmd CAP_SYS_NICE, or set heap_nice 0)",
+                 nice, strerror(-rc));
+}
+
 static void *heap_thread_main(void *arg)
 {
     tcm_server_t *srv = arg;
+    take_priority(srv);
     uint64_t idle_since = 0, next_check = 0;
     while (!atomic_load_explicit(&srv->stop, memory_order_acquire)) {
         if (serve_all(srv)) {

@@ -109,6 +109,8 @@ typedef struct tcm_server {
     bool heap_thread_started;
     _Atomic bool stop;
     _Atomic uint64_t spin_ns; /* how long the heap thread polls before sleeping */
+    _Atomic int heap_nice;    /* its scheduling priority (config heap_nice) */
+    _Atomic uint64_t heap_tid; /* 0 until it runs */
     tcm_daemon_stats_t *dstats; /* in the state segment */
     uint64_t decayed_at;      /* heap thread: the quiet spell the last decay was for */
     uint64_t flush_asked_ns, flush_asked; /* heap thread: the last time the heap was full */

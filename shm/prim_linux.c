@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -640,6 +641,27 @@ int tcm__absolute_path(const char *path, char *out, size_t len)
 void tcm__yield(void)
 {
     sched_yield();
+}
+
+uint64_t tcm__thread_id(void)
+{
+    return (uint64_t)syscall(SYS_gettid);
+}
+
+/* On Linux a nice value belongs to a thread: setpriority on its tid. */
+int tcm__thread_set_nice(uint64_t tid, int nice)
+{
+    return setpriority(PRIO_PROCESS, (id_t)tid, nice) == 0 ? 0 : -errno;
+}
+
+int tcm__thread_nice(uint64_t tid, int *nice)
+{
+    errno = 0;
+    int v = getpriority(PRIO_PROCESS, (id_t)tid);
+    if (v == -1 && errno)
+        return -errno;
+    *nice = v;
+    return 0;
 }
 
 bool tcm__is_terminal(tcm_handle_t fd)

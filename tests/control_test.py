@@ -151,6 +151,26 @@ try:
         r = ctl("config", "set", "heap_size", "2G", expect=1)
         check("when tcmd starts" in r.stderr, "startup-only key refused at runtime")
 
+    with section("heap_nice: the heap thread runs at a higher priority, changed at runtime, bad values refused"):
+        def heap_thread_nice():
+            # tcmd's threads besides the main one: the heap thread (field 19 of stat is nice)
+            tids = [t for t in os.listdir(f"/proc/{daemon.pid}/task") if int(t) != daemon.pid]
+            return [int(open(f"/proc/{daemon.pid}/task/{t}/stat").read().rsplit(")", 1)[1].split()[16]) for t in tids]
+        main_nice = int(open(f"/proc/{daemon.pid}/stat").read().rsplit(")", 1)[1].split()[16])
+        check(js("config", "get", "heap_nice")["heap_nice"]["value"] == "-10", "default -10")
+        if os.geteuid() == 0:
+            check(heap_thread_nice() == [-10] and main_nice == 0, f"heap thread at nice -10, the main thread at 0 "
+                  f"({heap_thread_nice()}, {main_nice})")
+            js("config", "set", "heap_nice", "-3")
+            check(heap_thread_nice() == [-3], f"set at runtime: {heap_thread_nice()}")
+        r = ctl("config", "set", "heap_nice", "25", expect=1)
+        check("-20 to 19" in r.stderr, f"out of range refused clearly: {r.stderr.strip()}")
+        r = ctl("config", "set", "heap_nice", "-", expect=1)
+        check("bad value" in r.stderr, "not a number refused")
+        check(js("config", "get", "heap_nice")["heap_nice"]["value"] == ("-3" if os.geteuid() == 0 else "-10"),
+              "a refused value leaves the setting as it was")
+        js("config", "set", "heap_nice", "-10")
+
     with section("resize: refused below what is in use; ENOMEM under the limit; raising works at once"):
         check(c.do("alloc 20 1000000") == "ok", "20 page runs")
         r = ctl("resize", "8M", expect=1)
