@@ -82,7 +82,7 @@ static const setting_t settings[] = {
      1ull << 40, "128M", "SIZE", FIELD(run_cache), META(run_cache, 1)},
     {{"page_cache_cap", true, "free committed bytes kept at once when decay_ms is 0 (with decay, what a window does not reuse goes back)"}, T_SIZE, 0, 64ull << 40,
      "64M", "SIZE", FIELD(page_cache_cap), META(page_cache_cap, 1)},
-    {{"spin_us", true, "longest the heap thread polls before sleeping, in microseconds"}, T_UINT, 0, 1000000, "500", "N",
+    {{"spin_us", true, "microseconds the heap thread polls before sleeping"}, T_UINT, 0, 1000000, "10", "N",
      HOOKS(set_spin, show_spin)},
     {{"heap_nice", true, "nice value of the heap thread, which every round trip waits on (-20 to 19)"},
      T_NICE, 0, 0, "-10", "N", HOOKS(set_heap_nice, show_heap_nice)},

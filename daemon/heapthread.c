@@ -189,33 +189,11 @@ static void take_priority(tcm_server_t *srv)
                  nice, strerror(-rc));
 }
 
-/* How long the heap thread polls before it sleeps: from spin_us / 16 up to
- * spin_us, judged at each wakeup. A request that came soon after it fell
- * asleep paid for a wakeup (the client's futex wake and, on a VM, the
- * halted CPU's own) that a longer poll would have saved: the next poll is
- * twice as long. A long sleep halves it. Polling yields the CPU now and
- * then, so that a client thread waiting for this CPU runs. */
-static uint64_t poll_shortest(uint64_t longest)
-{
-    return longest / 16;
-}
-
-static uint64_t poll_next(uint64_t poll_ns, uint64_t slept_ns, uint64_t longest)
-{
-    uint64_t shortest = poll_shortest(longest);
-    if (slept_ns < longest)
-        poll_ns *= 2;
-    else
-        poll_ns /= 2;
-    return poll_ns < shortest ? shortest : poll_ns > longest ? longest : poll_ns;
-}
-
 static void *heap_thread_main(void *arg)
 {
     tcm_server_t *srv = arg;
     take_priority(srv);
     uint64_t idle_since = 0, next_check = 0;
-    uint64_t poll_ns = poll_shortest(atomic_load(&srv->spin_ns));
     while (!atomic_load_explicit(&srv->stop, memory_order_acquire)) {
         if (serve_all(srv)) {
             idle_since = 0;
@@ -224,26 +202,22 @@ static void *heap_thread_main(void *arg)
                 expensive_check(srv, &next_check);
             continue;
         }
-        uint64_t now = tcm__now_ns(), longest = atomic_load_explicit(&srv->spin_ns, memory_order_relaxed);
+        uint64_t now = tcm__now_ns();
         decay(srv, now);
         decay_window(srv, now);
         if (!idle_since)
             idle_since = now;
-        if (now - idle_since < poll_ns) {
+        if (now - idle_since < atomic_load_explicit(&srv->spin_ns, memory_order_relaxed)) {
             for (int i = 0; i < 64; i++)
                 tcm__cpu_relax();
-            if (now - idle_since > poll_shortest(longest))
-                tcm__yield();
             continue;
         }
         uint32_t seq = atomic_load_explicit(&srv->bell->seq, memory_order_acquire);
         atomic_store_explicit(&srv->meta->heap_sleeping, 1, memory_order_relaxed);
         atomic_thread_fence(memory_order_seq_cst);
         if (!anything_pending(srv)) {
-            uint64_t slept_at = tcm__now_ns();
             tcm__wait(&srv->bell->seq, seq, 1000000000ll);
             TCM_STAT_ADD(srv->meta, wakeups, 1);
-            poll_ns = poll_next(poll_ns, tcm__now_ns() - slept_at, longest);
         }
         atomic_store_explicit(&srv->meta->heap_sleeping, 0, memory_order_relaxed);
         idle_since = 0;
