@@ -26,9 +26,8 @@ busy_pct() {
 
 # bench_wait_quiet WHO: other work skews every figure; wait up to 2 minutes
 # for the box to be quiet (under 10% busy), then go anyway (the report
-# says how busy it was).
+# says how busy it was: busy, the last figure, is left set for it).
 bench_wait_quiet() {
-    local busy
     for _ in $(seq 40); do
         busy=$(busy_pct 3)
         ((busy < 10)) && return 0
