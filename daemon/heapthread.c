@@ -243,6 +243,7 @@ int tcm__heap_thread_start(tcm_server_t *srv)
         tcm__log(TCM_LOG_ERROR, "pthread_create(heap thread) failed: %s", strerror(err));
         return -err;
     }
+    tcm__thread_name(srv->heap_thread, "tcm-heap");
     srv->heap_thread_started = true;
     return 0;
 }

@@ -173,6 +173,8 @@ void tcm__kill_self(void) __attribute__((noreturn)); /* SIGKILL: test crash poin
 /* A helper thread that receives no signals (they stay the application's),
  * named for ps/top; 0 or -errno. */
 int tcm__thread_start_quiet(pthread_t *t, void *(*fn)(void *), void *arg, const char *name);
+/* A name for the thread in ps and /proc (none on Windows). */
+void tcm__thread_name(pthread_t t, const char *name);
 
 static inline void tcm__cpu_relax(void)
 {

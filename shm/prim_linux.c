@@ -730,8 +730,13 @@ int tcm__thread_start_quiet(pthread_t *t, void *(*fn)(void *), void *arg, const 
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err)
         return -err;
-    pthread_setname_np(*t, name);
+    tcm__thread_name(*t, name);
     return 0;
+}
+
+void tcm__thread_name(pthread_t t, const char *name)
+{
+    pthread_setname_np(t, name);
 }
 
 void tcm__kill_self(void)

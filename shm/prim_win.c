@@ -1115,6 +1115,11 @@ int tcm__thread_start_quiet(pthread_t *t, void *(*fn)(void *), void *arg, const 
     return err ? -err : 0;
 }
 
+void tcm__thread_name(pthread_t t, const char *name)
+{
+    (void)t, (void)name;
+}
+
 void tcm__kill_self(void)
 {
     TerminateProcess(GetCurrentProcess(), 137);

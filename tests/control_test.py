@@ -153,9 +153,10 @@ try:
 
     with section("heap_nice: the heap thread runs at a higher priority, changed at runtime, bad values refused"):
         def heap_thread_nice():
-            # tcmd's threads besides the main one: the heap thread (field 19 of stat is nice)
-            tids = [t for t in os.listdir(f"/proc/{daemon.pid}/task") if int(t) != daemon.pid]
-            return [int(open(f"/proc/{daemon.pid}/task/{t}/stat").read().rsplit(")", 1)[1].split()[16]) for t in tids]
+            # the thread named tcm-heap (field 19 of stat is nice; a sanitizer adds threads of its own)
+            task = f"/proc/{daemon.pid}/task"
+            tids = [t for t in os.listdir(task) if open(f"{task}/{t}/comm").read().strip() == "tcm-heap"]
+            return [int(open(f"{task}/{t}/stat").read().rsplit(")", 1)[1].split()[16]) for t in tids]
         main_nice = int(open(f"/proc/{daemon.pid}/stat").read().rsplit(")", 1)[1].split()[16])
         check(js("config", "get", "heap_nice")["heap_nice"]["value"] == "-10", "default -10")
         if os.geteuid() == 0:

@@ -166,6 +166,66 @@ static void test_threads_share_refills(void)
     CHECK_LT(refills, 64); /* half the slow start of each thread alone */
 }
 
+/* A process whose threads keep refilling from tcmd, each refill bringing
+ * the others a surplus through the transfer tier, SIGKILLed at random
+ * instants: every time, the reclaim leaves a heap the validator finds
+ * consistent and refuses nothing (an object listed in an answered slot and
+ * in the tier or a bin is freed once, the second quietly skipped). */
+static void *sharing_body(void *arg)
+{
+    uintptr_t id = (uintptr_t)arg;
+    uint64_t *p[1500];
+    unsigned s = (unsigned)id * 2654435761u + 1;
+    for (uint64_t round = 0;; round++) {
+        for (int i = 0; i < 1500; i++) {
+            s = s * 1103515245u + 12345u;
+            CHECK((p[i] = tcm_malloc(16 + (s >> 8) % 3000)) != NULL);
+            p[i][0] = id << 48 | round << 16 | (uint64_t)i;
+        }
+        for (int i = 0; i < 1500; i++) {
+            CHECK_EQ(p[i][0], id << 48 | round << 16 | (uint64_t)i);
+            tcm_free(p[i]);
+        }
+    }
+    return NULL;
+}
+
+static int sharing_child(void *arg)
+{
+    (void)arg;
+    pthread_t t[4];
+    for (uintptr_t i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, sharing_body, (void *)(i + 1));
+    pthread_join(t[0], NULL);
+    return 0;
+}
+
+static void test_sigkill_sharing_refills(void)
+{
+    char out[256];
+    /* small caches: the threads go back to tcmd and the tier all the time */
+    CHECK_EQ(tt_tcmctl(&d, "config set tcache_budget 256K", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 512K", out, sizeof out), 0);
+    uint64_t refused = tt_stat(&d, "refused"), seed = 77;
+    for (int k = 0; k < 15; k++) {
+        uint64_t died = tt_stat(&d, "clients_died"), refills = tt_stat(&d, "requests_refill");
+        pid_t pid = tt_fork(sharing_child, NULL);
+        for (int ms = 0; tt_stat(&d, "requests_refill") < refills + 50; ms++) { /* well into the work */
+            CHECK_LT(ms, 10000);
+            usleep(1000);
+        }
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        usleep((useconds_t)((seed >> 33) % 20000));
+        kill(pid, SIGKILL);
+        CHECK(WIFSIGNALED(tt_wait(pid, 10000)));
+        CHECK_EQ(tt_wait_stat(&d, "clients_died", died + 1, 5000), died + 1);
+        tt_check_heap(&d);
+        CHECK_EQ(tt_stat(&d, "refused"), refused);
+    }
+    CHECK_EQ(tt_tcmctl(&d, "config set tcache_budget 32M", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 32M", out, sizeof out), 0);
+}
+
 /* Process exit without tcm_shutdown: the daemon reclaims everything the
  * process had cached; what it left allocated is reported. */
 static int child_exits(void *arg)
@@ -539,6 +599,7 @@ int main(void)
         {"thread exit", test_thread_exit},
         {"overflow threads", test_overflow_threads},
         {"threads share refills", test_threads_share_refills},
+        {"sigkill while threads share refills", test_sigkill_sharing_refills},
         {"process exit", test_process_exit},
         {"heap full", test_heap_full},
         {"bad free", test_bad_free},
