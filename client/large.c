@@ -1,9 +1,10 @@
 /* large.c — the process's cache of page runs: a large allocation that finds
- * a cached run of its size (up to 1/2 larger) takes it without a daemon round trip, and a freed run stays
- * cached while run_cache allows. The table lives in the channel (tcmd
- * reclaims it if the process dies, checking every entry) under a
- * process-local lock. Runs freed here are handed out again only here:
- * another process gets a run only from tcmd, after tcmd's own checks. */
+ * a cached run of its size (up to 1/2 larger) takes it without a daemon
+ * round trip, and a freed run stays cached while run_cache allows. The
+ * table lives in the channel (tcmd reclaims it if the process dies,
+ * checking every entry) under a process-local lock. Runs freed here are
+ * handed out again only here: another process gets a run only from tcmd,
+ * after tcmd's own checks. */
 #define _GNU_SOURCE
 #include <errno.h>
 

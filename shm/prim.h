@@ -143,7 +143,6 @@ uint64_t tcm__thread_id(void);
  * Windows maps it onto its five thread priorities); 0 or -errno (-EPERM:
  * raising it needs a privilege, CAP_SYS_NICE or RLIMIT_NICE on Linux). */
 int tcm__thread_set_nice(uint64_t tid, int nice);
-int tcm__thread_nice(uint64_t tid, int *nice);
 /* "YYYY-MM-DD HH:MM:SS.mmm", local time, for log lines. */
 void tcm__wall_clock(char *buf, size_t len);
 /* "YYYY-MM-DD HH:MM:SS", local time, of a time in seconds since 1970. */

@@ -654,16 +654,6 @@ int tcm__thread_set_nice(uint64_t tid, int nice)
     return setpriority(PRIO_PROCESS, (id_t)tid, nice) == 0 ? 0 : -errno;
 }
 
-int tcm__thread_nice(uint64_t tid, int *nice)
-{
-    errno = 0;
-    int v = getpriority(PRIO_PROCESS, (id_t)tid);
-    if (v == -1 && errno)
-        return -errno;
-    *nice = v;
-    return 0;
-}
-
 bool tcm__is_terminal(tcm_handle_t fd)
 {
     return isatty(fd) == 1;

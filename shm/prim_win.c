@@ -967,25 +967,6 @@ int tcm__thread_set_nice(uint64_t tid, int nice)
     return ok ? 0 : -errno_of(err);
 }
 
-/* The nice value at the middle of the band the thread's priority maps from. */
-int tcm__thread_nice(uint64_t tid, int *nice)
-{
-    HANDLE t = OpenThread(THREAD_QUERY_LIMITED_INFORMATION, FALSE, (DWORD)tid);
-    if (!t)
-        return last_error();
-    int p = GetThreadPriority(t);
-    DWORD err = GetLastError();
-    CloseHandle(t);
-    if (p == THREAD_PRIORITY_ERROR_RETURN)
-        return -errno_of(err);
-    *nice = p >= THREAD_PRIORITY_HIGHEST         ? -15
-            : p >= THREAD_PRIORITY_ABOVE_NORMAL  ? -10
-            : p >= THREAD_PRIORITY_NORMAL        ? 0
-            : p >= THREAD_PRIORITY_BELOW_NORMAL  ? 10
-                                                 : 15;
-    return 0;
-}
-
 void tcm__wall_clock(char *buf, size_t len)
 {
     SYSTEMTIME t;
