@@ -109,6 +109,15 @@ static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t keep, bool to_d
     b->count = keep;
 }
 
+/* The first n offsets of an answered REFILL, for which there was no room,
+ * back to tcmd on the same slot. */
+static int return_on_slot(tcm_slot_t *slot, uint32_t idx, uint32_t n)
+{
+    slot->op = TCM_OP_RETURN;
+    slot->count = n;
+    return tcm__call(slot, idx);
+}
+
 /* With other threads in the process, a refill from tcmd also brings what
  * they are likely to ask for next, into the transfer tier: threads that
  * start together would otherwise each climb the same slow start, a round
@@ -148,10 +157,8 @@ static uint32_t take_from_daemon(tcm_thread_t *thr, unsigned cls, void **dst, ui
     for (uint32_t i = 0; i < n; i++)
         dst[i] = tcm__proc.heap + slot->offs[i];
     uint32_t left = got > n ? tcm__xfer_put_fetched(cls, slot, n, got - n) : 0;
-    if (left) { /* the tier filled up meanwhile: back on the same slot */
-        slot->op = TCM_OP_RETURN;
-        slot->count = left;
-        int st = tcm__call(slot, thr->index);
+    if (left) { /* the tier filled up meanwhile */
+        int st = return_on_slot(slot, thr->index, left);
         if (st != TCM_ST_OK && st != TCM_ST_NOMEM)
             tcm__fatal_refused(st, cls);
     }
@@ -193,9 +200,7 @@ static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *into)
             uint32_t k = into ? stash_fetched(into, cls, slot, n) : 0;
             if (k < n) { /* no room: back to tcmd */
                 memmove(slot->offs, slot->offs + k, (n - k) * sizeof slot->offs[0]);
-                slot->op = TCM_OP_RETURN;
-                slot->count = n - k;
-                st = tcm__call(slot, idx);
+                st = return_on_slot(slot, idx, n - k);
             }
         }
     }
