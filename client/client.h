@@ -156,6 +156,9 @@ TCM_HIDDEN void tcm__fatal_refused(int st, unsigned cls) __attribute__((noreturn
 
 /* xfer.c: the process's transfer tier */
 TCM_HIDDEN uint32_t tcm__xfer_put(unsigned cls, tcm_bin_t *b, uint32_t n); /* from b's top; how many went */
+/* Objects of a class that xfer_budget leaves room for now (no lock: a hint
+ * outside it). */
+TCM_HIDDEN uint64_t tcm__xfer_budget_room(unsigned cls);
 /* The answered REFILL's offs[from, from + n) into the tier: the slot is
  * IDLE if all went in, else the rest are at the front of its offs (the
  * caller gives them back); returns how many are left. */

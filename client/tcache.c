@@ -128,10 +128,7 @@ static uint32_t for_siblings(unsigned cls, uint32_t want)
     uint32_t n = atomic_load_explicit(&tcm__proc.nthreads, memory_order_relaxed), batch = tcm__proc.classes[cls].batch;
     if (n < 2 || want >= batch)
         return 0;
-    uint64_t share = (uint64_t)want * (n - 1);
-    uint64_t budget = atomic_load_explicit(&tcm__proc.meta->config.xfer_budget, memory_order_relaxed),
-             used = atomic_load_explicit(&tcm__proc.xfer_bytes, memory_order_relaxed);
-    uint64_t fits = used < budget ? (budget - used) / tcm__proc.classes[cls].size : 0;
+    uint64_t share = (uint64_t)want * (n - 1), fits = tcm__xfer_budget_room(cls);
     share = share < fits ? share : fits;
     return share < batch - want ? (uint32_t)share : batch - want;
 }

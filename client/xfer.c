@@ -14,16 +14,20 @@ static void **xfer_slots(unsigned cls)
     return (void **)(tcm__proc.chan + tcm__proc.lay.off_xfer + tcm__proc.lay.xfer_slot_off[cls]);
 }
 
+uint64_t tcm__xfer_budget_room(unsigned cls)
+{
+    uint64_t budget = atomic_load_explicit(&tcm__proc.meta->config.xfer_budget, memory_order_relaxed),
+             used = atomic_load_explicit(&tcm__proc.xfer_bytes, memory_order_relaxed);
+    return used < budget ? (budget - used) / tcm__proc.classes[cls].size : 0;
+}
+
 /* How many of n more objects of a class the tier takes now (xfer_cap, the
  * byte budget, backed slots); under its lock. */
 static uint32_t room_for(unsigned cls, uint32_t n)
 {
     tcm_proc_t *pr = &tcm__proc;
-    const tcm_class_info_t *ci = &pr->classes[cls];
-    uint64_t budget = atomic_load_explicit(&pr->meta->config.xfer_budget, memory_order_relaxed);
-    uint32_t count = pr->chan_hdr->xfer[cls].count, room = ci->xfer_cap - count;
-    uint64_t used = atomic_load_explicit(&pr->xfer_bytes, memory_order_relaxed);
-    uint64_t fits = used < budget ? (budget - used) / ci->size : 0;
+    uint32_t count = pr->chan_hdr->xfer[cls].count, room = pr->classes[cls].xfer_cap - count;
+    uint64_t fits = tcm__xfer_budget_room(cls);
     uint32_t take = n < room ? n : room;
     if (take > fits)
         take = (uint32_t)fits;

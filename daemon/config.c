@@ -85,7 +85,7 @@ static const setting_t settings[] = {
     {{"spin_us", true, "microseconds the heap thread polls before sleeping"}, T_UINT, 0, 1000000, "10", "N",
      HOOKS(set_spin, show_spin)},
     {{"heap_nice", true, "nice value of the heap thread, which every round trip waits on (-20 to 19)"},
-     T_NICE, 0, 0, "-10", "N", HOOKS(set_heap_nice, show_heap_nice)},
+     T_NICE, (uint64_t)-20, 19, "-10", "N", HOOKS(set_heap_nice, show_heap_nice)},
     {{"reconnect_timeout", true, "seconds a client waits for tcmd to come back before failing"}, T_UINT, 0, 86400,
      "30", "N", FIELD(reconnect_timeout), META(reconnect_ms, 1000)},
     {{"decay_ms", true, "free pages unused this long go back to the OS, caches unused this long to tcmd (0: never)"},
@@ -112,6 +112,14 @@ static const setting_t *find(const char *key)
         if (strcmp(settings[i].info.name, norm) == 0)
             return &settings[i];
     return NULL;
+}
+
+/* T_NICE's values and bounds are signed, stored as two's complement. */
+static bool out_of_range(const setting_t *s, uint64_t v)
+{
+    if (s->type == T_NICE)
+        return (int64_t)v < (int64_t)s->min || (int64_t)v > (int64_t)s->max;
+    return v < s->min || v > s->max;
 }
 
 static int parse(const setting_t *s, const char *text, uint64_t *v)
@@ -141,11 +149,11 @@ static int parse(const setting_t *s, const char *text, uint64_t *v)
     }
     case T_NICE: {
         errno = 0;
-        long n = strtol(text, &end, 10);
-        if (errno || end == text || *end || n < -20 || n > 19)
+        long long n = strtoll(text, &end, 10);
+        if (errno || end == text || *end)
             return -EINVAL;
-        *v = (uint64_t)(int64_t)n;
-        return 0;
+        *v = (uint64_t)n;
+        break;
     }
     case T_LEVEL:
         for (uint64_t i = 0; i < 4; i++)
@@ -155,7 +163,7 @@ static int parse(const setting_t *s, const char *text, uint64_t *v)
             }
         return -EINVAL;
     }
-    return *v < s->min || *v > s->max ? -EINVAL : 0;
+    return out_of_range(s, *v) ? -EINVAL : 0;
 }
 
 static uint64_t *field(tcm_server_t *srv, const setting_t *s)
@@ -369,8 +377,8 @@ int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool 
         else if (s->type == T_GROUP)
             snprintf(err, errlen, "bad value '%s' for %s: no such group", value, s->info.name);
         else if (s->type == T_NICE)
-            snprintf(err, errlen, "bad value '%s' for %s: expected a nice value from -20 to 19", value,
-                     s->info.name);
+            snprintf(err, errlen, "bad value '%s' for %s: expected a nice value from %lld to %lld", value,
+                     s->info.name, (long long)s->min, (long long)s->max);
         else
             snprintf(err, errlen, "bad value '%s' for %s: expected %s from %llu to %llu", value, s->info.name,
                      s->type == T_SIZE ? "a size (e.g. 64M)" : "a number", (unsigned long long)s->min,
@@ -407,7 +415,7 @@ void tcm__config_adopt(tcm_server_t *srv)
         if (!s->meta || (srv->explicit_settings & 1u << i))
             continue;
         uint64_t v = atomic_load(meta_value(srv, s)) / s->meta_scale;
-        if (v >= s->min && v <= s->max)
+        if (!out_of_range(s, v))
             apply(srv, s, v, &(change_t){.value = "", .err = err, .errlen = sizeof err});
     }
 }
