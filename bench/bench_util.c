@@ -275,6 +275,14 @@ int64_t bench_daemon_query(const bench_daemon_t *d, const char *command, const c
     return at ? (int64_t)strtoll(at + strlen(pat), NULL, 10) : -1;
 }
 
+void bench_daemon_print(const bench_daemon_t *d, const char *command)
+{
+    char cmd[PATH_MAX + 256];
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' %s >&2", tcmctl_path, d->socket, command);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench: tcmctl %s failed\n", command);
+}
+
 int bench_batch_loop(const bench_alloc_t *a, size_t size, size_t batch, uint64_t pairs, void **scratch,
                      uintptr_t *sum)
 {

@@ -84,5 +84,7 @@ void bench_daemon_clear_args(void);
 /* Runs `tcmctl --socket D --json COMMAND` (tcmctl next to the tcmd started)
  * and returns the integer value of "KEY" in its answer, or -1. */
 int64_t bench_daemon_query(const bench_daemon_t *d, const char *command, const char *key);
+/* Run `tcmctl COMMAND` (its human table) on the bench's tcmd, to stderr. */
+void bench_daemon_print(const bench_daemon_t *d, const char *command);
 
 #endif

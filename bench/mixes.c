@@ -382,6 +382,8 @@ static double run_once(const cfg_t *c, const bench_daemon_t *d, mem_t *m)
             m->central_free = bench_daemon_query(d, "stats", "bytes_central_free");
             m->pageheap_free = bench_daemon_query(d, "stats", "bytes_pageheap_free");
             m->client_caches = bench_daemon_query(d, "stats", "bytes_client_caches");
+            if (getenv("TCM_BENCH_MEM_DEBUG"))
+                bench_daemon_print(d, "classes");
         }
         pthread_barrier_wait(&s->sampled);
         pthread_barrier_wait(&s->freed);

@@ -53,8 +53,16 @@ typedef struct tcm_thread {
     uint32_t refill[TCM_NCLASSES]; /* slow start: objects fetched per miss */
     uint8_t daemon_streak[TCM_NCLASSES]; /* refills in a row from tcmd (to 2): then it fetches ahead */
     uint32_t async_next;         /* the async slot to try first */
-    uint32_t backed[TCM_NCLASSES]; /* bin slots known to be backed by tmpfs */
 } tcm_thread_t;
+
+/* What this process keeps of each thread cache in its channel, whichever
+ * thread holds it: its pages stay backed for the channel's life, so a
+ * thread that takes over an exited one's cache backs nothing again. */
+typedef struct tcm_cache_rec {
+    bool used;                     /* a thread holds it (under tcache_lock) */
+    bool header_backed;            /* its header, slot and async slots */
+    uint32_t backed[TCM_NCLASSES]; /* bin slots known to be backed by tmpfs */
+} tcm_cache_rec_t;
 
 typedef struct tcm_proc {
     pthread_mutex_t attach_lock;
@@ -96,7 +104,7 @@ typedef struct tcm_proc {
     /* thread caches and the transfer tier */
     pthread_key_t thread_key;
     pthread_mutex_t tcache_lock;
-    uint8_t *tcache_used;       /* [lay.max_threads] */
+    tcm_cache_rec_t *caches;    /* [lay.max_threads] */
     _Atomic uint32_t nthreads;
     pthread_mutex_t spare_lock; /* the spare slot, for threads without a cache */
     pthread_mutex_t xfer_lock[TCM_NCLASSES];

@@ -139,8 +139,8 @@ static void fork_child(void)
     tcm__close(pr->sock);
     pr->sock = -1;
     pr->outage_deadline_ns = 0;
-    free(pr->tcache_used);
-    pr->tcache_used = NULL;
+    free(pr->caches);
+    pr->caches = NULL;
     atomic_store(&pr->nthreads, 0);
     atomic_store(&pr->xfer_bytes, 0);
     atomic_store(&pr->large_bytes, 0);
@@ -356,8 +356,8 @@ static int attach_locked(const char *socket_path)
         fprintf(stderr, "tcm: cannot attach to tcmd on %s: %s\n", socket_path, err);
         goto out_resp;
     }
-    pr->tcache_used = calloc(pr->lay.max_threads, 1);
-    if (!pr->tcache_used) {
+    pr->caches = calloc(pr->lay.max_threads, sizeof *pr->caches);
+    if (!pr->caches) {
         tcm__unmap(pr->chan, pr->lay.size);
         pr->chan = NULL;
         tcm__close(pr->chan_fd);
@@ -488,8 +488,8 @@ void tcm_shutdown(void)
     pr->sock = -1;
     tcm__close(pr->chan_fd);
     pr->chan_fd = -1;
-    free(pr->tcache_used);
-    pr->tcache_used = NULL;
+    free(pr->caches);
+    pr->caches = NULL;
     atomic_store(&pr->nthreads, 0);
     atomic_store(&pr->attached, false);
     pthread_mutex_unlock(&pr->attach_lock);

@@ -308,7 +308,7 @@ static void grow(tcm_thread_t *thr, unsigned cls, uint32_t more)
         more = (uint32_t)(left / ci->size);
     if (b->max == 0 && more == 0)
         more = 1; /* every class may hold at least one object */
-    more = tcm__back_slots(b->slots, &thr->backed[cls], b->max + more) - b->max;
+    more = tcm__back_slots(b->slots, &tcm__proc.caches[thr->index].backed[cls], b->max + more) - b->max;
     b->max += more;
     thr->capacity += (uint64_t)more * ci->size;
 }
@@ -401,7 +401,7 @@ static void thread_exit(void *arg)
             tcm__xfer_trim(true);
         thr->tc->in_use = 0;
         pthread_mutex_lock(&pr->tcache_lock);
-        pr->tcache_used[thr->index] = 0;
+        pr->caches[thr->index].used = false;
         pthread_mutex_unlock(&pr->tcache_lock);
     }
     if (tcm__tls_thread == thr)
@@ -419,9 +419,9 @@ static tcm_thread_t *thread_register(void)
     pthread_mutex_lock(&pr->tcache_lock);
     uint32_t idx = pr->lay.max_threads;
     for (uint32_t i = 0; i < pr->lay.max_threads; i++)
-        if (!pr->tcache_used[i]) {
+        if (!pr->caches[i].used) {
             idx = i;
-            pr->tcache_used[i] = 1;
+            pr->caches[i].used = true;
             if (i + 1 > atomic_load_explicit(&pr->chan_hdr->tcache_hw, memory_order_relaxed))
                 atomic_store_explicit(&pr->chan_hdr->tcache_hw, i + 1, memory_order_release);
             break;
@@ -436,22 +436,24 @@ static tcm_thread_t *thread_register(void)
     tcm_thread_t *thr = calloc(1, sizeof *thr);
     if (!thr) {
         pthread_mutex_lock(&pr->tcache_lock);
-        pr->tcache_used[idx] = 0;
+        pr->caches[idx].used = false;
         pthread_mutex_unlock(&pr->tcache_lock);
         return NULL;
     }
     tcm_tcache_t *tc = thread_tcache(idx);
-    /* its slot and its cache header are backed now, not when the channel
-     * was made (most of --max-threads is never used) */
+    /* its slot and its cache header are backed at the cache's first use,
+     * not when the channel was made (most of --max-threads is never used) */
     tcm_slot_t *async = &pr->slots[tcm__async_slot(&pr->lay, idx, 0)];
-    if (tcm__populate(&pr->slots[idx], sizeof pr->slots[idx]) != 0 ||
-        tcm__populate(async, TCM_ASYNC_SLOTS * sizeof *async) != 0 || tcm__populate(tc, sizeof *tc) != 0) {
+    if (!pr->caches[idx].header_backed &&
+        (tcm__populate(&pr->slots[idx], sizeof pr->slots[idx]) != 0 ||
+         tcm__populate(async, TCM_ASYNC_SLOTS * sizeof *async) != 0 || tcm__populate(tc, sizeof *tc) != 0)) {
         free(thr);
         pthread_mutex_lock(&pr->tcache_lock);
-        pr->tcache_used[idx] = 0;
+        pr->caches[idx].used = false;
         pthread_mutex_unlock(&pr->tcache_lock);
         return NULL; /* /dev/shm is full: run without a cache */
     }
+    pr->caches[idx].header_backed = true;
     memset(tc->bins, 0, sizeof tc->bins);
     tc->ahead_bytes = 0;
     atomic_store(&tc->dropped, 0);
@@ -691,7 +693,7 @@ void tcm__flush_all(void)
 {
     tcm_proc_t *pr = &tcm__proc;
     for (uint32_t i = 0; i < pr->lay.max_threads; i++) {
-        if (!pr->tcache_used[i])
+        if (!pr->caches[i].used)
             continue;
         for (uint32_t j = 0; j < TCM_ASYNC_SLOTS; j++) {
             uint32_t a = tcm__async_slot(&pr->lay, i, j);

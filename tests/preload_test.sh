@@ -92,6 +92,13 @@ wait "$bench"
 redis-cli -p "$port" bgsave > /dev/null
 for _ in $(seq 100); do [[ $(redis-cli -p "$port" info persistence | grep -c 'rdb_bgsave_in_progress:1') == 0 ]] && break; sleep 0.05; done
 keys=$(redis-cli -p "$port" dbsize)
+stuck= # a BGSAVE child still running: where it is, for the failure's message
+if redis-cli -p "$port" info persistence | grep -q 'rdb_bgsave_in_progress:1'; then
+  for p in $(pgrep -P "$redis"); do
+    stuck+="$(echo "BGSAVE child $p still running, in $(cat "/proc/$p/wchan"):"
+              gdb -p "$p" -batch -ex "thread apply all bt" 2>&1 | grep -E '^#|^Thread' | head -40)"
+  done
+fi
 redis-cli -p "$port" shutdown nosave > /dev/null 2>&1 || true
 wait "$redis" || true
 start_redis "$work/redis2.log" # plain, loading the snapshot
@@ -101,7 +108,8 @@ wait "$redis" || true
 if [[ $saves == 3 && $keys -gt 10000 && $loaded == "$keys" ]]; then
   ok "redis-server, BGSAVE under load ($keys keys saved and loaded back)"
 else
-  fail "redis-server: $saves of 3 BGSAVEs ok, $keys keys, $loaded loaded; $(tail -5 "$work/redis.log"; tail -5 "$work/redis2.log")"
+  fail "redis-server: $saves of 3 BGSAVEs ok, $keys keys, $loaded loaded; $(tail -5 "$work/redis.log"; tail -5 "$work/redis2.log")${stuck:+
+$stuck}"
 fi
 
 # no tcmd: one line, and the program goes on with the system malloc
