@@ -139,8 +139,8 @@ static void fork_child(void)
     tcm__close(pr->sock);
     pr->sock = -1;
     pr->outage_deadline_ns = 0;
-    free(pr->caches);
-    pr->caches = NULL;
+    /* pr->caches is the parent's, freed at the child's attach: see
+     * tcm__thread_reset_after_fork for why not here */
     atomic_store(&pr->nthreads, 0);
     atomic_store(&pr->xfer_bytes, 0);
     atomic_store(&pr->large_bytes, 0);
@@ -356,6 +356,7 @@ static int attach_locked(const char *socket_path)
         fprintf(stderr, "tcm: cannot attach to tcmd on %s: %s\n", socket_path, err);
         goto out_resp;
     }
+    free(pr->caches); /* a fork child's copy of its parent's */
     pr->caches = calloc(pr->lay.max_threads, sizeof *pr->caches);
     if (!pr->caches) {
         tcm__unmap(pr->chan, pr->lay.size);

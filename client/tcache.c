@@ -410,12 +410,17 @@ static void thread_exit(void *arg)
     tcm__in_library--;
 }
 
+/* The forking thread's record, in a fork child: freed at the next
+ * registration, not in the fork handler (tcm__thread_reset_after_fork). */
+static _Atomic(tcm_thread_t *) forked_thread;
+
 static tcm_thread_t *thread_register(void)
 {
     static _Atomic bool warned;
     tcm_proc_t *pr = &tcm__proc;
     if (tcm__ensure_attached() != 0)
         return NULL;
+    free(atomic_exchange(&forked_thread, NULL));
     pthread_mutex_lock(&pr->tcache_lock);
     uint32_t idx = pr->lay.max_threads;
     for (uint32_t i = 0; i < pr->lay.max_threads; i++)
@@ -719,13 +724,16 @@ void tcm__flush_all(void)
     thread_forget();
 }
 
-/* In a fork child: the caches belong to the parent. */
+/* In a fork child: the caches belong to the parent. Nothing is freed here:
+ * the fork handlers of the system malloc (jemalloc's, when redis-server
+ * brings it) may not have run yet, and a free that needs one of its locks
+ * would wait forever for the parent's thread that held it. */
 void tcm__thread_reset_after_fork(void)
 {
     tcm_thread_t *thr = tcm__tls_thread;
     if (thr) {
         pthread_setspecific(tcm__proc.thread_key, NULL);
-        free(thr);
+        forked_thread = thr;
     }
     thread_forget();
 }
