@@ -76,7 +76,7 @@ static const setting_t settings[] = {
      64ull << 40, "", "SIZE", HOOKS(set_heap_limit, show_heap_limit), META(heap_limit, 1)},
     {{"tcache_budget", true, "bytes all thread caches of one process may hold"}, T_SIZE, 256u << 10, 1ull << 40,
      "32M", "SIZE", FIELD(tcache_budget), META(tcache_budget, 1)},
-    {{"xfer_budget", true, "bytes the transfer tier of one process may hold"}, T_SIZE, 0, 1ull << 40, "32M", "SIZE",
+    {{"xfer_budget", true, "bytes the transfer tier of one process may hold"}, T_SIZE, 0, 1ull << 40, "64M", "SIZE",
      FIELD(xfer_budget), META(xfer_budget, 1)},
     {{"run_cache", true, "bytes of freed page runs (objects above 256K) one process keeps for reuse"}, T_SIZE, 0,
      1ull << 40, "128M", "SIZE", FIELD(run_cache), META(run_cache, 1)},

@@ -223,7 +223,7 @@ static void test_sigkill_sharing_refills(void)
         CHECK_EQ(tt_stat(&d, "refused"), refused);
     }
     CHECK_EQ(tt_tcmctl(&d, "config set tcache_budget 32M", out, sizeof out), 0);
-    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 32M", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 64M", out, sizeof out), 0);
 }
 
 /* Process exit without tcm_shutdown: the daemon reclaims everything the
@@ -586,7 +586,7 @@ static void test_sigkill_tier_handoff(void)
     tt_check_heap(&d); /* before: "a thread cache ... holds ...: object is already free" */
     CHECK_EQ(tt_stat(&d, "refused"), refused);
     munmap(ho, sizeof *ho);
-    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 32M", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 64M", out, sizeof out), 0);
 }
 
 int main(void)
