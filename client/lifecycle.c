@@ -95,22 +95,6 @@ static void at_exit(void)
  * forks single-threaded (which ThreadSanitizer, for one, requires). */
 static bool bg_was_running;
 
-/* The transfer tier's locks are held for the copy of a batch: a thread that
- * finds one taken spins a little before it sleeps (glibc's adaptive mutex),
- * as the peers' spin locks do, instead of a context switch at once. */
-static void init_tier_lock(pthread_mutex_t *m)
-{
-#if defined(__GLIBC__)
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
-    pthread_mutex_init(m, &a);
-    pthread_mutexattr_destroy(&a);
-#else
-    pthread_mutex_init(m, NULL);
-#endif
-}
-
 static void fork_prepare(void)
 {
     bg_was_running = tcm__proc.bg_running;
@@ -140,7 +124,7 @@ static void fork_child(void)
     pthread_mutex_init(&pr->tcache_lock, NULL);
     pthread_mutex_init(&pr->spare_lock, NULL);
     for (unsigned c = 0; c < TCM_NCLASSES; c++)
-        init_tier_lock(&pr->xfer_lock[c]);
+        pthread_mutex_init(&pr->xfer_lock[c], NULL);
     pr->epoch++;
     pr->bg_running = false; /* it starts when the child attaches */
     tcm__thread_reset_after_fork();
@@ -169,7 +153,7 @@ static void once_init(void)
 {
     tcm__thread_key_init();
     for (unsigned c = 0; c < TCM_NCLASSES; c++)
-        init_tier_lock(&tcm__proc.xfer_lock[c]);
+        pthread_mutex_init(&tcm__proc.xfer_lock[c], NULL);
     tcm__at_fork(fork_prepare, fork_parent, fork_child);
     atexit(at_exit);
 }
