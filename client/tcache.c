@@ -381,6 +381,14 @@ static void thread_forget(void)
     tcm__tls_thread = NULL;
 }
 
+/* Cache idx is free for the next thread that registers. */
+static void cache_release(uint32_t idx)
+{
+    pthread_mutex_lock(&tcm__proc.tcache_lock);
+    tcm__proc.caches[idx].used = false;
+    pthread_mutex_unlock(&tcm__proc.tcache_lock);
+}
+
 /* pthread key destructor: the thread is exiting. */
 static void thread_exit(void *arg)
 {
@@ -400,9 +408,7 @@ static void thread_exit(void *arg)
         if (atomic_fetch_sub(&pr->nthreads, 1) <= 2 && !bg)
             tcm__xfer_trim(true);
         thr->tc->in_use = 0;
-        pthread_mutex_lock(&pr->tcache_lock);
-        pr->caches[thr->index].used = false;
-        pthread_mutex_unlock(&pr->tcache_lock);
+        cache_release(thr->index);
     }
     if (tcm__tls_thread == thr)
         thread_forget();
@@ -440,9 +446,7 @@ static tcm_thread_t *thread_register(void)
     }
     tcm_thread_t *thr = calloc(1, sizeof *thr);
     if (!thr) {
-        pthread_mutex_lock(&pr->tcache_lock);
-        pr->caches[idx].used = false;
-        pthread_mutex_unlock(&pr->tcache_lock);
+        cache_release(idx);
         return NULL;
     }
     tcm_tcache_t *tc = thread_tcache(idx);
@@ -453,9 +457,7 @@ static tcm_thread_t *thread_register(void)
         (tcm__populate(&pr->slots[idx], sizeof pr->slots[idx]) != 0 ||
          tcm__populate(async, TCM_ASYNC_SLOTS * sizeof *async) != 0 || tcm__populate(tc, sizeof *tc) != 0)) {
         free(thr);
-        pthread_mutex_lock(&pr->tcache_lock);
-        pr->caches[idx].used = false;
-        pthread_mutex_unlock(&pr->tcache_lock);
+        cache_release(idx);
         return NULL; /* /dev/shm is full: run without a cache */
     }
     pr->caches[idx].header_backed = true;

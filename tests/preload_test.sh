@@ -97,11 +97,12 @@ wait "$bench"
 redis-cli -p "$port" bgsave > /dev/null
 for _ in $(seq 100); do [[ $(redis-cli -p "$port" info persistence | grep -c 'rdb_bgsave_in_progress:1') == 0 ]] && break; sleep 0.05; done
 keys=$(redis-cli -p "$port" dbsize)
-stuck= # a BGSAVE child still running: where it is, for the failure's message
+stuck= # a BGSAVE child still running: where it is, for the failure's message (never a
+       # failure of its own: the child may finish meanwhile, gdb may be missing)
 if redis-cli -p "$port" info persistence | grep -q 'rdb_bgsave_in_progress:1'; then
-  for p in $(pgrep -P "$redis"); do
-    stuck+="$(echo "BGSAVE child $p still running, in $(cat "/proc/$p/wchan"):"
-              gdb -p "$p" -batch -ex "thread apply all bt" 2>&1 | grep -E '^#|^Thread' | head -40)"
+  for p in $(pgrep -P "$redis" || true); do
+    stuck+="$(echo "BGSAVE child $p still running, in $(cat "/proc/$p/wchan" 2> /dev/null || echo '?'):"
+              gdb -p "$p" -batch -ex "thread apply all bt" 2>&1 | grep -E '^#|^Thread' | head -40 || true)"
   done
 fi
 redis-cli -p "$port" shutdown nosave > /dev/null 2>&1 || true
