@@ -75,10 +75,14 @@ typedef struct tcm_proc {
     _Atomic uint64_t outage_deadline_ns; /* while tcmd is away: when to give up waiting (0: not away) */
     _Atomic uint32_t conn_gen;  /* bumped by each successful resume */
     uint32_t pid;
-    _Atomic int sock;           /* control connection; its EOF tells the daemon we left */
-    tcm_handle_t chan_fd;       /* our own open file description of the channel: on Linux
-                                   locked shared for as long as we are attached, so a tcmd that
-                                   lost our socket learns from the lock whether we are alive */
+    /* The control connection: the only descriptor libtcm keeps (the
+     * segments' are closed once mapped). The application may close it, or
+     * close it and reuse the number, at any instant: sock_id says which
+     * socket it was, and every use checks it first (tcm__own_sock). tcmd
+     * judges us alive by our process, not by this socket: a lost one is
+     * replaced by a resume as the same client. */
+    _Atomic int sock;
+    tcm_file_id_t sock_id;
     uint32_t client_id;
     uint64_t token;             /* what a resume presents */
     uint64_t heap_id;           /* of the heap mapped now */
@@ -133,7 +137,7 @@ TCM_HIDDEN int tcm__ensure_attached(void);
  * socket as the same client. 0 when connected (again), -EAGAIN while still
  * waiting, another -errno when this process must give up. */
 TCM_HIDDEN int tcm__await_daemon(void);
-TCM_HIDDEN bool tcm__daemon_gone(void); /* our control socket was hung up */
+TCM_HIDDEN bool tcm__daemon_gone(void); /* our control socket was hung up, or is not ours any more */
 TCM_HIDDEN void tcm__fatal(const char *fmt, ...) __attribute__((noreturn)) TCM_PRINTF(1, 2);
 TCM_HIDDEN void tcm__warn_once(const char *what);
 /* A line on stderr only when TCM_VERBOSE is set: routine events (a tcmd

@@ -25,7 +25,6 @@ tcm_proc_t tcm__proc = {
     .tcache_lock = PTHREAD_MUTEX_INITIALIZER,
     .spare_lock = PTHREAD_MUTEX_INITIALIZER,
     .sock = -1,
-    .chan_fd = -1,
 };
 
 TCM_HIDDEN void tcm__thread_key_init(void);
@@ -62,11 +61,32 @@ void tcm__note(const char *fmt, ...)
     va_end(ap);
 }
 
+/* Our control socket, if the descriptor still is: one the application
+ * closed (and perhaps reused the number of) is forgotten, never read,
+ * written or closed. */
+static int own_sock(void)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    int fd = pr->sock;
+    if (fd < 0 || tcm__file_is(fd, &pr->sock_id))
+        return fd;
+    tcm__note("the control socket (descriptor %d) was closed by the application: reconnecting", fd);
+    pr->sock = -1;
+    return -1;
+}
+
+static void close_own_sock(void)
+{
+    int fd = own_sock();
+    tcm__proc.sock = -1;
+    tcm__close(fd);
+}
+
 /* Tell the daemon this is a deliberate detach, then close. */
 static void say_bye(void)
 {
     tcm_proc_t *pr = &tcm__proc;
-    if (pr->sock < 0 || pr->pid != tcm__pid())
+    if (own_sock() < 0 || pr->pid != tcm__pid())
         return;
     Tcm__Request req = TCM__REQUEST__INIT;
     Tcm__Bye bye = TCM__BYE__INIT;
@@ -134,10 +154,7 @@ static void fork_child(void)
      * metadata mapped, they are the same in the new attachment */
     tcm__unmap(pr->chan, pr->lay.size);
     pr->chan = NULL;
-    tcm__close(pr->chan_fd); /* the parent's lock stays the parent's */
-    pr->chan_fd = -1;
-    tcm__close(pr->sock);
-    pr->sock = -1;
+    close_own_sock(); /* the parent's connection stays the parent's */
     pr->outage_deadline_ns = 0;
     /* pr->caches is the parent's, freed at the child's attach: see
      * tcm__thread_reset_after_fork for why not here */
@@ -217,19 +234,12 @@ static int map_segments(const Tcm__Welcome *w, tcm_handle_t *fds, char *err, siz
     pr->chan = tcm__map(fds[FD_CHANNEL], pr->lay.size, NULL, true, err, errlen);
     if (!pr->chan)
         return -ENOMEM;
-    /* our own open file description of the channel, which tcmd locked
-     * before handing it over: the lock lives as long as we keep it, and
-     * tells a tcmd that adopts us later whether we are still alive */
-    pr->chan_fd = fds[FD_CHANNEL];
-    fds[FD_CHANNEL] = -1;
     pr->chan_hdr = (tcm_chan_hdr_t *)pr->chan;
     if (pr->chan_hdr->magic != TCM_CHAN_MAGIC || pr->chan_hdr->client_id != w->client_id ||
         pr->chan_hdr->size != pr->lay.size || pr->chan_hdr->off_tcaches != pr->lay.off_tcaches) {
         snprintf(err, errlen, "channel %s does not match libtcm's layout (version mismatch)", w->channel_name);
         tcm__unmap(pr->chan, pr->lay.size);
         pr->chan = NULL;
-        tcm__close(pr->chan_fd);
-        pr->chan_fd = -1;
         return -EPROTO;
     }
     pr->ring = (tcm_ring_t *)(pr->chan + pr->lay.off_ring);
@@ -361,14 +371,13 @@ static int attach_locked(const char *socket_path)
     if (!pr->caches) {
         tcm__unmap(pr->chan, pr->lay.size);
         pr->chan = NULL;
-        tcm__close(pr->chan_fd);
-        pr->chan_fd = -1;
         rc = -ENOMEM;
         goto out_resp;
     }
     pr->client_id = resp->welcome->client_id;
     pr->token = resp->welcome->token;
     pr->sock = fd;
+    tcm__file_id(fd, &pr->sock_id);
     pr->pid = tcm__pid();
     pr->daemon_lost = false;
     pr->outage_deadline_ns = 0;
@@ -393,7 +402,8 @@ out_resp:
 
 bool tcm__daemon_gone(void)
 {
-    return tcm__socket_hung_up(tcm__proc.sock);
+    int fd = own_sock();
+    return fd < 0 || tcm__socket_hung_up(fd);
 }
 
 int tcm__await_daemon(void)
@@ -422,8 +432,9 @@ int tcm__await_daemon(void)
     if (rc == 0) {
         if (resp->body_case == TCM__RESPONSE__BODY_WELCOME && resp->welcome->resumed &&
             resp->welcome->client_id == pr->client_id) {
-            tcm__close(pr->sock);
+            close_own_sock();
             pr->sock = fd;
+            tcm__file_id(fd, &pr->sock_id);
             atomic_fetch_add(&pr->conn_gen, 1);
             pr->outage_deadline_ns = 0;
             pr->daemon_lost = false;
@@ -480,15 +491,17 @@ void tcm_shutdown(void)
     }
     tcm__bg_stop(); /* before the flush: it uses the transfer tier too */
     tcm__flush_all();
+    if (tcm__daemon_gone()) { /* the application closed our socket: one try to say Bye on a new one */
+        pr->outage_deadline_ns = tcm__now_ns();
+        tcm__await_daemon();
+    }
     say_bye();
     pr->epoch++;
-    /* closing the socket is the detach: the daemon reclaims what is left.
-     * The channel stays mapped (the daemon unlinks it) so that a thread that
-     * still holds a stale cache pointer lands in the slow path, not a fault. */
-    tcm__close(pr->sock);
-    pr->sock = -1;
-    tcm__close(pr->chan_fd);
-    pr->chan_fd = -1;
+    /* closing the socket after Bye is the detach: the daemon reclaims what
+     * is left. The channel stays mapped (the daemon unlinks it) so that a
+     * thread that still holds a stale cache pointer lands in the slow path,
+     * not a fault. */
+    close_own_sock();
     free(pr->caches);
     pr->caches = NULL;
     atomic_store(&pr->nthreads, 0);

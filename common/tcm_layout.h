@@ -54,7 +54,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TCM_LAYOUT_VERSION 8u
+#define TCM_LAYOUT_VERSION 9u
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
 #define TCM_CHAN_MAGIC 0x4e4148434d4354ull /* "TCMCHAN" */
 #define TCM_STATE_MAGIC 0x4554415453434d54ull /* "TCMSTATE" */
@@ -179,6 +179,8 @@ _Static_assert(sizeof(tcm_config_t) == 64, "config is shared");
     X(bytes_orphaned, G, H, "bytes still in use that departed clients had allocated")             \
     X(restarts, C, H, "times a tcmd adopted this heap from a previous one")                       \
     X(clients_resumed, C, M, "clients that reconnected to a new tcmd as the same client")         \
+    X(clients_reconnected, C, M, "running clients that lost their connection and resumed on a new one") \
+    X(clients_cut_off, C, M, "clients cut off because their channel was shrunk or punched under tcmd") \
     X(recovery_redone, C, H, "interrupted operations completed by a recovery")                    \
     X(recovery_rolled_back, C, H, "interrupted requests a recovery served again from the start")  \
     X(recovery_repairs, C, H, "inconsistencies a recovery found and repaired")                    \
@@ -432,7 +434,12 @@ typedef struct tcm_client_rec {
      * back to the heap, whoever freed them (derived: out minus what the
      * owner map says it holds) */
     _Atomic uint64_t bytes_out, bytes_back, requests, errors;
-    char chan_name[80];
+    /* W: main thread at attach. The process's start time (clock ticks since
+     * boot; Windows: creation time): with pid, who the client is, which a
+     * later process reusing the pid is not. Its liveness, for this tcmd and
+     * the next one, is that process, not any descriptor it holds. */
+    uint64_t proc_start;
+    char chan_name[72];
 } tcm_client_rec_t;
 _Static_assert(sizeof(tcm_client_rec_t) == 160, "client record is in the state segment");
 

@@ -44,7 +44,7 @@ static int send_welcome(tcm_conn_t *conn, tcm_client_t *c, bool resumed)
     }
     tcm_handle_t fds[3] = {tcm__shm_open(srv->heap_name, true), tcm__shm_open(srv->meta_name, false),
                   tcm__shm_open(c->rec->chan_name, true)};
-    int err = fds[0] < 0 ? fds[0] : fds[1] < 0 ? fds[1] : fds[2] < 0 ? fds[2] : tcm__liveness_grant(fds[2]);
+    int err = fds[0] < 0 ? fds[0] : fds[1] < 0 ? fds[1] : fds[2] < 0 ? fds[2] : 0;
     if (!err)
         err = tcm__conn_reply_with_fds(conn, TCM__RESPONSE__BODY_WELCOME, &w, fds, 3);
     /* the client keeps the heap's segments in existence for a later tcmd;
@@ -64,31 +64,51 @@ static int send_welcome(tcm_conn_t *conn, tcm_client_t *c, bool resumed)
     return err;
 }
 
-/* A client of a previous tcmd takes its record back: same channel, caches,
- * tag and counters. Only the process it belonged to may, with its token. */
+/* A client takes its record back on a new connection: after a tcmd
+ * restart, or because its process lost its connection (it closed the
+ * descriptor) while it kept running. Same channel, caches, tag and
+ * counters. Only the process it belongs to may, with its token; a
+ * connection it still seems to hold is one it has lost track of, and is
+ * closed without touching the client. */
 static void resume(tcm_conn_t *conn, const Tcm__Hello *hello)
 {
     tcm_server_t *srv = conn->srv;
     uint32_t hw = atomic_load(&srv->clients_hw);
+    const char *why = "no such client to resume (the heap was replaced, or the client was reclaimed)";
     for (uint32_t i = 0; i < hw; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
         if (!c || c->rec->id != hello->resume_client_id)
             continue;
         uint32_t state = atomic_load(&c->rec->state);
-        if (c->conn || (state != TCM_REC_ACTIVE && state != TCM_REC_EVICTED) || c->rec->token != hello->resume_token ||
+        if ((state != TCM_REC_ACTIVE && state != TCM_REC_EVICTED) || c->rec->token != hello->resume_token ||
             c->rec->pid != (uint32_t)conn->pid)
             break;
+        if (c->cut_off || atomic_load(&c->chan_broken)) {
+            why = "this client was cut off: its channel was shrunk or punched";
+            break;
+        }
+        if (c->conn) {
+            tcm_conn_t *old = c->conn;
+            old->client = NULL;
+            tcm__conn_close(old);
+        }
         c->conn = conn;
         conn->client = c;
+        bool after_restart = c->adopted;
+        c->adopted = false;
         atomic_store(&((tcm_chan_hdr_t *)c->chan)->resume_wanted, 0);
-        TCM_STAT_ADD_MAIN(srv->meta, clients_resumed, 1);
+        if (after_restart)
+            TCM_STAT_ADD_MAIN(srv->meta, clients_resumed, 1);
+        else
+            TCM_STAT_ADD_MAIN(srv->meta, clients_reconnected, 1);
         send_welcome(conn, c, true);
-        tcm__log(TCM_LOG_INFO, "client %u (pid %u) resumed", c->rec->id, c->rec->pid);
+        tcm__log(TCM_LOG_INFO, "client %u (pid %u) %s", c->rec->id, c->rec->pid,
+                 after_restart ? "resumed" : "reconnected");
         return;
     }
-    tcm__log(TCM_LOG_WARN, "control: pid %d asked to resume client %u, which this heap does not have", (int)conn->pid,
-             hello->resume_client_id);
-    tcm__conn_error(conn, ESRCH, "no such client to resume (the heap was replaced, or the client was reclaimed)");
+    tcm__log_limited(TCM_LOG_WARN, "control: pid %d asked to resume client %u: refused", (int)conn->pid,
+                     hello->resume_client_id);
+    tcm__conn_error(conn, ESRCH, why);
 }
 
 static void handle_hello(tcm_conn_t *conn, const Tcm__Hello *hello)
@@ -114,11 +134,14 @@ static void handle_hello(tcm_conn_t *conn, const Tcm__Hello *hello)
     tcm_client_t *c;
     int err = tcm__client_create(srv, conn->pid, conn->uid, &c);
     if (err) {
-        tcm__conn_error(conn, (uint32_t)-err, err == -EMFILE ? "too many clients" : strerror(-err));
+        tcm__conn_error(conn, (uint32_t)-err, err == -EMFILE   ? "too many clients"
+                                              : err == -ESRCH ? "the process that connected has ended"
+                                                              : strerror(-err));
         return;
     }
     c->conn = conn;
     conn->client = c;
+    tcm__client_watch(srv, c);
     if (send_welcome(conn, c, false) != 0) {
         tcm__conn_close(conn); /* the client is reclaimed (it has nothing) */
         return;
@@ -518,7 +541,10 @@ void tcm__control_handle(tcm_conn_t *conn, const Tcm__Request *req)
         handle_detach(conn, req->detach);
         break;
     case TCM__REQUEST__BODY_CHECK:
-        handle_check(conn);
+        /* it holds the heap thread for as long as it runs: not for any
+         * peer the socket lets in */
+        if (tcm__conn_may_change(conn, "check"))
+            handle_check(conn);
         break;
     case TCM__REQUEST__BODY_BYE:
         if (conn->client)

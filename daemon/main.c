@@ -114,8 +114,14 @@ static int run(tcm_server_t *srv, tcm_handle_t ready_fd)
     srv->loop = uv_default_loop();
     srv->start_ns = tcm__now_ns();
     tcm__crash_init();
+    if (tcm__fault_zones_init() != 0)
+        tcm__log(TCM_LOG_WARN, "sigaction(SIGBUS) failed: a client that shrinks its channel can stop tcmd");
     if (tcm__segments_open(srv) != 0)
         goto out;
+    /* the doorbell page is the one page of the heap tcmd itself reads: a
+     * client that truncates the heap segment destroys every object in it
+     * (for every process), but not tcmd */
+    tcm__fault_zone_add(srv->heap, TCM_PAGE_SIZE, &srv->heap_truncated);
     if (srv->adopted)
         tcm__config_adopt(srv);
     if (!srv->heap_limit || srv->heap_limit > srv->heap_size)

@@ -43,11 +43,10 @@ static bool dropped_already(const tcm_client_t *c, uint32_t i)
     uint32_t t, j;
     if (!tcm__async_slot_of(l, i, &t, &j)) /* a thread's own slot or the spare: calls it waited on */
         return false;
-    uint32_t hw = atomic_load_explicit(&((const tcm_chan_hdr_t *)c->chan)->tcache_hw, memory_order_acquire);
+    uint32_t hw = tcm__chan_u32(c, offsetof(tcm_chan_hdr_t, tcache_hw));
     if (t >= hw || t >= l->max_threads)
         return false;
-    const tcm_tcache_t *tc = (const tcm_tcache_t *)(c->chan + tcm__tcache_off(l, t));
-    return atomic_load_explicit(&tc->dropped, memory_order_acquire) >> j & 1;
+    return tcm__chan_u32(c, tcm__tcache_off(l, t) + offsetof(tcm_tcache_t, dropped)) >> j & 1;
 }
 
 static void collect_answered(const tcm_client_t *c, skip_set_t *skip)
@@ -84,41 +83,86 @@ static bool skipped(const skip_set_t *skip, uint64_t off)
     return skip->n && bsearch(&off, skip->offs, skip->n, sizeof off, cmp_u64);
 }
 
+void tcm__chan_read(const tcm_client_t *c, uint64_t off, void *buf, uint64_t len)
+{
+    if (off > c->lay.size || len > c->lay.size - off || tcm__read_at(c->chan_fd, c->chan, off, buf, len) != 0)
+        memset(buf, 0, len);
+}
+
+uint32_t tcm__chan_u32(const tcm_client_t *c, uint64_t off)
+{
+    uint32_t v;
+    tcm__chan_read(c, off, &v, sizeof v);
+    return v;
+}
+
+static uint32_t largest_array(const tcm_class_info_t *ci)
+{
+    uint32_t most = TCM_LARGE_CACHE;
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+        most = ci[cls].tcache_cap > most ? ci[cls].tcache_cap : most;
+        most = ci[cls].xfer_cap > most ? ci[cls].xfer_cap : most;
+    }
+    return most;
+}
+
 bool tcm__each_cache(const tcm_server_t *srv, const tcm_client_t *c,
                      bool (*visit)(void *arg, const tcm_cache_view_t *v), void *arg)
 {
     const tcm_chan_layout_t *l = &c->lay;
     const tcm_class_info_t *ci = srv->h.classes;
-    const tcm_chan_hdr_t *hdr = (const tcm_chan_hdr_t *)c->chan;
+    tcm_tcache_t *tc = malloc(sizeof *tc);
+    tcm_chan_hdr_t *hdr = malloc(sizeof *hdr);
+    void **objs = malloc(largest_array(ci) * sizeof *objs);
+    bool ok = false;
+    if (!tc || !hdr || !objs)
+        goto out;
+    tcm__chan_read(c, 0, hdr, sizeof *hdr);
     tcm_cache_view_t v;
-    uint32_t hw = atomic_load_explicit(&hdr->tcache_hw, memory_order_acquire);
+    uint32_t hw = hdr->tcache_hw;
     for (uint32_t t = 0; t < l->max_threads && t < hw; t++) {
-        const uint8_t *tc = c->chan + tcm__tcache_off(l, t);
-        v = (tcm_cache_view_t){.kind = TCM_CACHE_THREAD, .tc = (const tcm_tcache_t *)tc};
+        uint64_t at = tcm__tcache_off(l, t);
+        tcm__chan_read(c, at, tc, sizeof *tc);
+        v = (tcm_cache_view_t){.kind = TCM_CACHE_THREAD, .thread = t, .tc = tc};
         if (!visit(arg, &v))
-            return false;
-        const tcm_bin_t *bins = v.tc->bins;
+            goto out;
         for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-            uint32_t n = bins[cls].count;
-            v = (tcm_cache_view_t){.kind = TCM_CACHE_BIN, .tc = (const tcm_tcache_t *)tc, .cls = cls,
-                                   .objs = (void *const *)(tc + l->bin_slot_off[cls]), .count = &bins[cls].count,
-                                   .n = n < ci[cls].tcache_cap ? n : ci[cls].tcache_cap};
-            if (v.n && !visit(arg, &v))
-                return false;
+            uint32_t n = tc->bins[cls].count;
+            n = n < ci[cls].tcache_cap ? n : ci[cls].tcache_cap;
+            if (!n)
+                continue;
+            v = (tcm_cache_view_t){.kind = TCM_CACHE_BIN, .thread = t, .tc = tc, .cls = cls, .objs = objs,
+                                   .count_off = at + offsetof(tcm_tcache_t, bins) + cls * sizeof(tcm_bin_t) +
+                                                offsetof(tcm_bin_t, count),
+                                   .objs_off = at + l->bin_slot_off[cls], .n = n};
+            tcm__chan_read(c, v.objs_off, objs, (uint64_t)n * sizeof *objs);
+            if (!visit(arg, &v))
+                goto out;
         }
     }
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         uint32_t n = hdr->xfer[cls].count;
-        v = (tcm_cache_view_t){.kind = TCM_CACHE_XFER, .cls = cls,
-                               .objs = (void *const *)(c->chan + l->off_xfer + l->xfer_slot_off[cls]),
-                               .count = &hdr->xfer[cls].count, .n = n < ci[cls].xfer_cap ? n : ci[cls].xfer_cap};
-        if (v.n && !visit(arg, &v))
-            return false;
+        n = n < ci[cls].xfer_cap ? n : ci[cls].xfer_cap;
+        if (!n)
+            continue;
+        v = (tcm_cache_view_t){.kind = TCM_CACHE_XFER, .cls = cls, .objs = objs,
+                               .count_off = offsetof(tcm_chan_hdr_t, xfer) + cls * sizeof(tcm_xfer_t),
+                               .objs_off = l->off_xfer + l->xfer_slot_off[cls], .n = n};
+        tcm__chan_read(c, v.objs_off, objs, (uint64_t)n * sizeof *objs);
+        if (!visit(arg, &v))
+            goto out;
     }
     uint32_t runs = hdr->large_count;
-    v = (tcm_cache_view_t){.kind = TCM_CACHE_RUNS, .runs = hdr->large, .count = &hdr->large_count,
+    v = (tcm_cache_view_t){.kind = TCM_CACHE_RUNS, .runs = hdr->large,
+                           .count_off = offsetof(tcm_chan_hdr_t, large_count),
+                           .objs_off = offsetof(tcm_chan_hdr_t, large),
                            .n = runs < TCM_LARGE_CACHE ? runs : TCM_LARGE_CACHE};
-    return !v.n || visit(arg, &v);
+    ok = !v.n || visit(arg, &v);
+out:
+    free(objs);
+    free(hdr);
+    free(tc);
+    return ok;
 }
 
 /* Free an array of client pointers that sat in a dead client's cache. */
@@ -179,8 +223,11 @@ static bool reclaim_cache(void *arg, const tcm_cache_view_t *v)
 
 void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c)
 {
-    while (tcm__serve_client_ht(srv, c, true)) /* frees it posted before dying */
-        ;
+    /* the frees it posted before dying: at most a ring's worth, so that
+     * whoever still maps the channel cannot keep the heap thread here */
+    for (uint32_t turns = 0; turns <= c->lay.ring_cap / TCM_PER_CLIENT_BURST; turns++)
+        if (!tcm__serve_client_ht(srv, c, true))
+            break;
     const tcm_chan_layout_t *l = &c->lay;
     uint64_t objects = 0;
     skip_set_t skip;

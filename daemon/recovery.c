@@ -150,7 +150,8 @@ int tcm__recover(tcm_server_t *srv)
     r.repairs += tcm__central_rebuild_ht(h);
     recount(srv);
 
-    /* who is still there: a live client holds its channel's lock */
+    /* who is still there: the process that attached (same pid, same start
+     * time) is still running */
     for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
         uint32_t state = c ? atomic_load(&c->rec->state) : TCM_REC_FREE;
@@ -181,7 +182,7 @@ int tcm__recover(tcm_server_t *srv)
     TCM_STAT_ADD(srv->meta, recovery_repairs, r.repairs + rings);
 
     char why[256];
-    bool ok = tcm__validate_ht(srv, why, sizeof why);
+    bool ok = tcm__validate_ht(srv, why, sizeof why) == TCM_VALID;
     uint64_t us = (tcm__now_ns() - t0) / 1000;
     TCM_STAT_SET(srv->meta, last_recovery_us, us);
     tcm__log(ok ? TCM_LOG_WARN : TCM_LOG_ERROR,

@@ -13,7 +13,6 @@
 #include "stats.h"
 #include "tcm_assert.h"
 
-#define PER_CLIENT_BURST 64u /* requests served from one ring before the next ring */
 
 static void refuse(tcm_server_t *srv, tcm_client_t *c, const char *what, unsigned cls, uint64_t off,
                    int status)
@@ -358,7 +357,7 @@ bool tcm__serve_client_ht(tcm_server_t *srv, tcm_client_t *c, bool frees_only)
 {
     uint32_t slot_index, n = 0;
     uint64_t pos = c->rec->tail;
-    while (n < PER_CLIENT_BURST && tcm__ring_peek(c->ring, c->lay.ring_cap, pos, &slot_index)) {
+    while (n < TCM_PER_CLIENT_BURST && tcm__ring_peek(c->ring, c->lay.ring_cap, pos, &slot_index)) {
         serve_one(srv, c, pos, slot_index, frees_only);
         pos = c->rec->tail;
         n++;

@@ -272,7 +272,25 @@ static int map_channel(tcm_server_t *srv, tcm_client_t *c)
     }
     c->ring = (tcm_ring_t *)(c->chan + c->lay.off_ring);
     c->slots = (tcm_slot_t *)(c->chan + c->lay.off_slots);
+    /* the client can shrink or punch its channel at any instant: a SIGBUS
+     * there turns the mapping into zeros and marks the client, never
+     * kills tcmd */
+    c->zone = tcm__fault_zone_add(c->chan, c->lay.size, &c->chan_broken);
+    if (c->zone < 0) {
+        tcm__log(TCM_LOG_ERROR, "channel %s: no fault zone left", c->rec->chan_name);
+        tcm__unmap(c->chan, c->lay.size);
+        c->chan = NULL;
+        return -ENOSPC;
+    }
     return 0;
+}
+
+static void unmap_channel(tcm_client_t *c)
+{
+    tcm__fault_zone_remove(c->zone);
+    tcm__unmap(c->chan, c->lay.size);
+    tcm__close(c->chan_fd);
+    tcm__close(c->proc);
 }
 
 static void init_channel(tcm_client_t *c)
@@ -316,17 +334,25 @@ int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_clie
         }
     if (idx == TCM_MAX_CLIENTS)
         return -EMFILE;
+    uint64_t start;
+    tcm_handle_t proc = tcm__proc_watch(pid, &start);
+    if (proc < 0)
+        return proc;
     tcm_client_t *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        tcm__close(proc);
         return -ENOMEM;
+    }
     tcm_client_rec_t *rec = &recs[idx];
     c->rec = rec;
     c->index = idx;
+    c->proc = proc;
     /* a FREE record is nobody's: fill it, then claim it */
     rec->id = ++srv->state->next_client_id;
     rec->gen = (uint8_t)(rec->gen % TCM_TAG_GENS + 1);
     rec->tag = (uint16_t)(rec->gen << TCM_TAG_INDEX_BITS | idx);
     rec->pid = (uint32_t)pid;
+    rec->proc_start = start;
     rec->uid = (uint32_t)uid;
     rec->token = tcm__random64();
     rec->attached_unix = (uint64_t)time(NULL);
@@ -358,7 +384,7 @@ int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_clie
         goto out_unlink;
     if (!tcm__client_slot(c, srv->chan_layout.max_threads)) { /* the spare */
         err = -ENOMEM;
-        goto out_unlink;
+        goto out_unmap;
     }
     init_channel(c);
     atomic_store_explicit(&rec->state, TCM_REC_ACTIVE, memory_order_release);
@@ -368,11 +394,15 @@ int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_clie
     *out = c;
     return 0;
 
+out_unmap:
+    tcm__fault_zone_remove(c->zone);
+    tcm__unmap(c->chan, c->lay.size);
 out_unlink:
     tcm__close(c->chan_fd);
     tcm__shm_unlink(rec->chan_name);
 out_free:
     atomic_store(&rec->state, TCM_REC_FREE);
+    tcm__close(c->proc);
     free(c);
     return err;
 }
@@ -414,6 +444,19 @@ static void find_backed_slots(tcm_client_t *c)
     }
 }
 
+/* The process of an adopted record, if it is still the one that attached:
+ * the same pid with the same start time, not yet ended. */
+static tcm_handle_t watch_adopted(const tcm_client_rec_t *rec)
+{
+    uint64_t start;
+    tcm_handle_t proc = tcm__proc_watch((tcm_pid_t)rec->pid, &start);
+    if (proc >= 0 && start != rec->proc_start) { /* the pid is another process's now */
+        tcm__close(proc);
+        proc = -1;
+    }
+    return proc < 0 ? -1 : proc;
+}
+
 int tcm__client_map(tcm_server_t *srv, uint32_t index, tcm_client_t **out)
 {
     tcm_client_rec_t *rec = &records(srv)[index];
@@ -422,22 +465,31 @@ int tcm__client_map(tcm_server_t *srv, uint32_t index, tcm_client_t **out)
         return -ENOMEM;
     c->rec = rec;
     c->index = index;
+    c->adopted = true;
     rec->chan_name[sizeof rec->chan_name - 1] = 0;
+    c->proc = watch_adopted(rec);
     c->chan_fd = tcm__shm_open(rec->chan_name, true);
     uint64_t size;
     tcm_uid_t uid;
     unsigned mode;
     int err = c->chan_fd < 0 ? c->chan_fd : tcm__shm_stat(c->chan_fd, &size, &uid, &mode);
-    if (!err && size != srv->chan_layout.size)
-        err = -EPROTO;
     if (!err)
         err = map_channel(srv, c);
+    if (!err && size != srv->chan_layout.size) {
+        /* its client resized it: what lies beyond the end reads as zeros
+         * (the fault zone), and the client is cut off like any other whose
+         * channel broke */
+        tcm__log(TCM_LOG_WARN, "client %u (pid %u): channel %s is %llu bytes, not %llu: it is cut off", rec->id,
+                 rec->pid, rec->chan_name, (unsigned long long)size, (unsigned long long)srv->chan_layout.size);
+        atomic_store(&c->chan_broken, 1);
+    }
     if (!err)
         find_backed_slots(c);
     if (err) {
         tcm__log(TCM_LOG_WARN, "client %u (pid %u): cannot reopen channel %s: %s", rec->id, rec->pid,
                  rec->chan_name, strerror(-err));
         tcm__close(c->chan_fd);
+        tcm__close(c->proc);
         free(c);
         return err;
     }
@@ -448,22 +500,20 @@ int tcm__client_map(tcm_server_t *srv, uint32_t index, tcm_client_t **out)
 
 bool tcm__client_alive(tcm_client_t *c)
 {
-    return tcm__liveness_check(c->chan_fd, (tcm_pid_t)c->rec->pid);
+    return c->proc >= 0 && !tcm__proc_exited(c->proc);
 }
 
 void tcm__client_unmap(tcm_server_t *srv, tcm_client_t *c)
 {
     (void)srv;
-    tcm__unmap(c->chan, c->lay.size);
-    tcm__close(c->chan_fd);
+    unmap_channel(c);
     free(c);
 }
 
 void tcm__client_destroy(tcm_server_t *srv, tcm_client_t *c)
 {
     tcm_client_rec_t *rec = c->rec;
-    tcm__unmap(c->chan, c->lay.size);
-    tcm__close(c->chan_fd);
+    unmap_channel(c);
     tcm__shm_unlink(rec->chan_name);
     atomic_store(&rec->state, TCM_REC_FREE);
     TCM_STAT_ADD_MAIN(srv->meta, clients_attached, -1);

@@ -26,6 +26,7 @@ typedef struct tcm_conn tcm_conn_t;
 /* An attached client: its persistent record (state segment) plus what this
  * tcmd needs to serve it. Created by the main thread (attach, adoption),
  * served and finally reaped by the heap thread, freed by the main thread. */
+typedef struct tcm_server tcm_server_t;
 typedef struct tcm_client {
     tcm_client_rec_t *rec;    /* in the state segment */
     uint32_t index;           /* of rec, and in server.clients */
@@ -34,8 +35,19 @@ typedef struct tcm_client {
     tcm_chan_layout_t lay;    /* private copy: the channel header is untrusted */
     tcm_ring_t *ring;
     tcm_slot_t *slots;
-    tcm_conn_t *conn;         /* main thread: its control connection; NULL between adoption and resume */
+    tcm_conn_t *conn;         /* main thread: its control connection; NULL between adoption and resume,
+                                 and while a living process has lost its connection */
+    tcm_handle_t proc;        /* a watch on its process (pidfd): its liveness; -1 when it has gone */
+    uv_poll_t proc_poll;      /* main thread: proc becomes readable when the process ends */
+    bool proc_polled;         /* proc_poll is initialised: close it before freeing */
+    bool cut_off;             /* main thread: logged and disconnected for a broken channel */
+    bool adopted;             /* main thread: taken over from a previous tcmd, not yet resumed */
+    int zone;                 /* fault zone of the channel mapping (tcm__fault_zone_add) */
+    /* Set by tcmd's SIGBUS handler when the channel was shrunk or punched
+     * under it: the mapping now reads zeros, and the client is cut off. */
+    _Atomic uint32_t chan_broken;
     struct tcm_client *next_reaped;
+    struct tcm_server *srv;
     /* heap thread: slots known to be backed by tmpfs blocks. A client backs
      * its thread's slot when the thread registers; tcmd touches a slot only
      * once it is backed (committing it itself if need be), so a slot index
@@ -65,7 +77,7 @@ enum tcm_mbox_cmd {
     X(NOP, "nop") X(REFILL, "refill") X(RETURN, "return") X(ALLOC_PAGES, "alloc_pages")        \
     X(FREE_PAGES, "free_pages") X(ROOT_SET, "root_set")
 
-typedef struct tcm_server {
+struct tcm_server {
     /* settings, fixed after start */
     char socket_path[108];
     char name[64];
@@ -102,6 +114,8 @@ typedef struct tcm_server {
     bool keep_segments;       /* at exit: clients are attached, leave the heap to the next tcmd */
     tcm_bell_t *bell;
     tcm_chan_layout_t chan_layout;
+    _Atomic uint32_t heap_truncated; /* SIGBUS handler: a client truncated the heap segment */
+    bool heap_truncated_told;        /* main thread: logged */
 
     /* heap thread */
     tcm_heap_t h;
@@ -146,21 +160,25 @@ typedef struct tcm_server {
     char metrics_addr[64];
     int metrics_port; /* 0: no /metrics endpoint */
     uint64_t start_ns;
-} tcm_server_t;
+};
 
 /* segments.c */
 int tcm__segments_open(tcm_server_t *srv);     /* create, or adopt what a previous tcmd left */
 void tcm__segments_close(tcm_server_t *srv);   /* unlinks them unless keep_segments */
+/* A new client for process pid (the kernel's, from SO_PEERCRED): -ESRCH
+ * when that process has already gone, -EMFILE when the table is full. */
 int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_client_t **out);
 int tcm__client_map(tcm_server_t *srv, uint32_t index, tcm_client_t **out); /* an adopted record */
 void tcm__client_destroy(tcm_server_t *srv, tcm_client_t *c);              /* unlinks, frees the record */
 void tcm__client_unmap(tcm_server_t *srv, tcm_client_t *c);                /* keeps both */
-bool tcm__client_alive(tcm_client_t *c); /* liveness lock of an adopted client */
+bool tcm__client_alive(tcm_client_t *c); /* its process is still running (any thread) */
 
 /* recovery.c: make an adopted heap consistent before any thread runs */
 int tcm__recover(tcm_server_t *srv);
 
-/* requests.c: one ring request, served or redone */
+/* requests.c: one ring request, served or redone. A turn serves at most
+ * TCM_PER_CLIENT_BURST requests of one ring before the next ring. */
+#define TCM_PER_CLIENT_BURST 64u
 bool tcm__serve_client_ht(tcm_server_t *srv, tcm_client_t *c, bool frees_only);
 void tcm__resolve_intent_ht(tcm_server_t *srv, uint64_t *redone, uint64_t *rolled_back);
 void tcm__credit_ht(tcm_server_t *srv, uint16_t tag, uint64_t bytes);
@@ -172,27 +190,42 @@ uint32_t tcm__free_objects_ht(tcm_server_t *srv, tcm_client_t *c, unsigned cls, 
 void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c);
 
 /* One cache a client's channel lists: reclaim, the validator and the stats
- * all walk a channel with tcm__each_cache. The channel is client memory:
- * counts are clamped to their arrays' capacity, entries are unchecked. */
+ * all walk a channel with tcm__each_cache. The channel is client memory,
+ * read here without touching tcmd's mapping of it (tcm__read_at): a client
+ * that claims a thousand threads or full bins costs tcmd reads of holes,
+ * which allocate nothing and never fault. Counts are clamped to their
+ * arrays' capacity; entries are unchecked. tc, objs and runs point to
+ * private copies, valid during the visit; count_off and objs_off say where
+ * the client keeps them (the validator reads a suspect entry again). */
 typedef struct tcm_cache_view {
     enum { TCM_CACHE_THREAD, TCM_CACHE_BIN, TCM_CACHE_XFER, TCM_CACHE_RUNS } kind;
-    const tcm_tcache_t *tc;        /* THREAD and BIN: the thread's cache */
+    uint32_t thread;               /* THREAD and BIN: the thread cache's index */
+    const tcm_tcache_t *tc;        /* THREAD and BIN: the thread's cache header and bins */
     unsigned cls;                  /* BIN and XFER */
     void *const *objs;             /* BIN and XFER: n objects */
     const tcm_large_entry_t *runs; /* RUNS: n page runs */
-    const uint32_t *count;         /* where the client keeps n (the validator reads it again) */
+    uint64_t count_off, objs_off;  /* channel offsets of n and of the array */
     uint32_t n;
 } tcm_cache_view_t;
 
 /* Calls visit for each thread (THREAD), then its non-empty bins, then the
  * non-empty arrays of the transfer tier, then the page-run cache; stops and
- * returns false when visit does. */
+ * returns false when visit does (or it cannot allocate its buffers). */
 bool tcm__each_cache(const tcm_server_t *srv, const tcm_client_t *c,
                      bool (*visit)(void *arg, const tcm_cache_view_t *v), void *arg);
+/* Read client memory of the channel at off, without faulting (holes and a
+ * shrunk channel read as zeros). */
+void tcm__chan_read(const tcm_client_t *c, uint64_t off, void *buf, uint64_t len);
+uint32_t tcm__chan_u32(const tcm_client_t *c, uint64_t off);
 
-/* validate.c: the whole-heap validator; false and the first inconsistency
- * in why. live: clients may be running (their caches are read racily). */
-bool tcm__validate_ht(tcm_server_t *srv, char *why, size_t whylen);
+/* validate.c: the whole-heap validator. TCM_VALID, or the first
+ * inconsistency in why: of tcmd's own structures (TCM_INVALID_HEAP, a bug
+ * or a corrupt segment), or of a client's caches listing something it may
+ * not hold (TCM_INVALID_CLIENT: a tcmd bug, or a client that wrote garbage
+ * there, which costs only that client). Bounded in time whatever clients
+ * write (validate.c). */
+enum { TCM_VALID = 0, TCM_INVALID_HEAP = 1, TCM_INVALID_CLIENT = 2 };
+int tcm__validate_ht(tcm_server_t *srv, char *why, size_t whylen);
 
 /* heapthread.c: the heap thread */
 int tcm__heap_thread_start(tcm_server_t *srv);
@@ -215,6 +248,10 @@ void tcm__mailbox_cancel(tcm_server_t *srv); /* after the heap thread stopped */
 
 /* control.c: the libuv side */
 int tcm__control_start(tcm_server_t *srv);
+/* Main thread: watch the process of a new or adopted client (its end marks
+ * it DEAD); mark a client whose process ended or that detached DEAD. */
+void tcm__client_watch(tcm_server_t *srv, tcm_client_t *c);
+void tcm__client_gone(tcm_server_t *srv, tcm_client_t *c);
 void tcm__control_close(tcm_server_t *srv);
 
 #endif

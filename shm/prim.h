@@ -78,13 +78,42 @@ void tcm__wake(_Atomic uint32_t *word, int n);
 
 /* An exclusive lock held for the life of the process: one daemon per name. */
 tcm_handle_t tcm__lock_name(const char *name); /* handle (keep open) or -errno */
-/* Whether the client process pid, which tcmd gave the channel fd to, is
- * still there. tcmd grants before it passes the channel: on Linux a shared
- * flock on the channel's open file description, which the client then
- * holds for as long as it lives (no pid reuse can fool it); on Windows
- * nothing, and the check looks at the process itself. grant: 0 or -errno. */
-int tcm__liveness_grant(tcm_handle_t fd);
-bool tcm__liveness_check(tcm_handle_t fd, tcm_pid_t pid);
+/* A client's liveness is its process, never a descriptor it could close.
+ * tcm__proc_watch opens a watch on process pid (Linux: a pidfd; Windows: a
+ * process handle) and reads the process's start time, which a later
+ * process that reuses the pid does not have: handle or -errno (-ESRCH: no
+ * such process). tcm__proc_exited: the watched process has ended (never
+ * blocks). A pollable watch (Linux) becomes readable when it ends. */
+tcm_handle_t tcm__proc_watch(tcm_pid_t pid, uint64_t *start);
+bool tcm__proc_exited(tcm_handle_t watch);
+bool tcm__proc_watch_pollable(void);
+
+/* Which open file a descriptor is, so that a library can tell its own
+ * descriptor from one the application closed and reused the number of. */
+typedef struct tcm_file_id {
+    uint64_t dev, ino;
+} tcm_file_id_t;
+int tcm__file_id(tcm_handle_t fd, tcm_file_id_t *id); /* 0 or -errno */
+bool tcm__file_is(tcm_handle_t fd, const tcm_file_id_t *id); /* fd still names that file */
+
+/* Fault zones: a shared mapping whose object another process can shrink or
+ * punch (a client's channel, the heap). A SIGBUS inside a zone does not
+ * kill tcmd: the zone is replaced by private zero pages, *tripped is set,
+ * and the faulting access goes on, reading zeros. Every reader of a zone
+ * already treats its contents as untrusted, so zeros are just one more
+ * garbage value; whoever owns the zone then sees *tripped and cuts the
+ * client off. A SIGBUS outside every zone kills the process as before.
+ * tcm__fault_zones_init installs the handler (tcmd, once). add: a zone id
+ * or -ENOSPC; remove it before unmapping. */
+int tcm__fault_zones_init(void);
+int tcm__fault_zone_add(void *lo, uint64_t len, _Atomic uint32_t *tripped);
+void tcm__fault_zone_remove(int id);
+/* Read len bytes at off of a shared-memory object, mapped at `mapped`,
+ * without touching the mapping: a hole reads as zeros and costs no memory,
+ * a range beyond the end reads as zeros (a shrunk object), never a signal
+ * (Linux: pread; Windows, where a mapped section cannot shrink: a copy
+ * from the mapping). 0 or -errno. */
+int tcm__read_at(tcm_handle_t fd, const void *mapped, uint64_t off, void *buf, uint64_t len);
 /* Keep the object behind fd in existence while process pid lives, giving
  * it no access: on Windows a name goes with its last handle, so tcmd leaves
  * one of no access rights in each client and the heap's segments outlive

@@ -320,15 +320,164 @@ tcm_handle_t tcm__lock_name(const char *name)
     return fd;
 }
 
-int tcm__liveness_grant(tcm_handle_t fd)
+/* Field 22 of /proc/PID/stat: when the process started, in clock ticks
+ * since boot. The command name (field 2) may hold spaces and parentheses,
+ * so the count starts after its last ')'. */
+static int proc_start_time(tcm_pid_t pid, uint64_t *start)
 {
-    return flock(fd, LOCK_SH | LOCK_NB) == 0 ? 0 : -errno;
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? -ESRCH : -errno;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    int err = n < 0 ? -errno : 0;
+    close(fd);
+    if (err)
+        return err;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return -EPROTO;
+    for (int field = 2; field < 22 && p; field++)
+        p = strchr(p + 1, ' ');
+    if (!p)
+        return -EPROTO;
+    *start = strtoull(p + 1, NULL, 10);
+    return 0;
 }
 
-bool tcm__liveness_check(tcm_handle_t fd, tcm_pid_t pid)
+/* The pidfd first, then the start time: a pid reused between the two
+ * leaves a pidfd of the process that ended, which reads as exited. */
+tcm_handle_t tcm__proc_watch(tcm_pid_t pid, uint64_t *start)
 {
-    (void)pid; /* the lock outlives nothing: it goes with the client's last descriptor */
-    return flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    if (pid <= 0)
+        return -ESRCH;
+    int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    if (fd < 0)
+        return -errno;
+    int err = proc_start_time(pid, start);
+    if (err) {
+        close(fd);
+        return err;
+    }
+    return fd;
+}
+
+bool tcm__proc_exited(tcm_handle_t watch)
+{
+    struct pollfd pfd = {.fd = watch, .events = POLLIN};
+    return watch < 0 || (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)));
+}
+
+bool tcm__proc_watch_pollable(void)
+{
+    return true;
+}
+
+int tcm__file_id(tcm_handle_t fd, tcm_file_id_t *id)
+{
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0)
+        return fd < 0 ? -EBADF : -errno;
+    id->dev = (uint64_t)st.st_dev;
+    id->ino = (uint64_t)st.st_ino;
+    return 0;
+}
+
+bool tcm__file_is(tcm_handle_t fd, const tcm_file_id_t *id)
+{
+    tcm_file_id_t now = {0, 0};
+    return tcm__file_id(fd, &now) == 0 && now.dev == id->dev && now.ino == id->ino;
+}
+
+/* The zones are read by the signal handler on any thread: each is
+ * published by its hi bound (release) and withdrawn by clearing it first. */
+#define FAULT_ZONES 2048
+static struct fault_zone {
+    _Atomic uintptr_t lo, hi;
+    _Atomic uint32_t *_Atomic tripped;
+} fault_zones[FAULT_ZONES];
+static pthread_mutex_t fault_zones_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    uintptr_t addr = (uintptr_t)si->si_addr;
+    (void)uc;
+    for (unsigned i = 0; i < FAULT_ZONES; i++) {
+        uintptr_t hi = atomic_load_explicit(&fault_zones[i].hi, memory_order_acquire);
+        uintptr_t lo = atomic_load_explicit(&fault_zones[i].lo, memory_order_relaxed);
+        if (!hi || addr < lo || addr >= hi)
+            continue;
+        /* the raw system call: no sanitizer interceptor runs in a signal handler */
+        long r = syscall(SYS_mmap, (void *)lo, hi - lo, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        if (r == -1)
+            break;
+        _Atomic uint32_t *tripped = atomic_load(&fault_zones[i].tripped);
+        if (tripped)
+            atomic_store(tripped, 1);
+        return; /* the access runs again, on zeros */
+    }
+    signal(sig, SIG_DFL); /* not ours to excuse: die of it as before */
+}
+
+int tcm__fault_zones_init(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(SIGBUS, &sa, NULL) == 0 ? 0 : -errno;
+}
+
+int tcm__fault_zone_add(void *lo, uint64_t len, _Atomic uint32_t *tripped)
+{
+    int id = -ENOSPC;
+    pthread_mutex_lock(&fault_zones_lock);
+    for (unsigned i = 0; i < FAULT_ZONES; i++) {
+        if (atomic_load(&fault_zones[i].hi))
+            continue;
+        atomic_store(&fault_zones[i].lo, (uintptr_t)lo);
+        atomic_store(&fault_zones[i].tripped, tripped);
+        atomic_store_explicit(&fault_zones[i].hi, (uintptr_t)lo + len, memory_order_release);
+        id = (int)i;
+        break;
+    }
+    pthread_mutex_unlock(&fault_zones_lock);
+    return id;
+}
+
+void tcm__fault_zone_remove(int id)
+{
+    if (id < 0 || id >= FAULT_ZONES)
+        return;
+    pthread_mutex_lock(&fault_zones_lock);
+    atomic_store(&fault_zones[id].hi, 0);
+    atomic_store(&fault_zones[id].tripped, NULL);
+    pthread_mutex_unlock(&fault_zones_lock);
+}
+
+int tcm__read_at(tcm_handle_t fd, const void *mapped, uint64_t off, void *buf, uint64_t len)
+{
+    uint8_t *p = buf;
+    (void)mapped;
+    while (len) {
+        ssize_t n = pread(fd, p, len, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0) { /* past the end: the object was shrunk */
+            memset(p, 0, len);
+            return 0;
+        }
+        p += n;
+        off += (uint64_t)n;
+        len -= (uint64_t)n;
+    }
+    return 0;
 }
 
 int tcm__peer_cred(tcm_handle_t sockfd, tcm_pid_t *pid, tcm_uid_t *uid, tcm_gid_t *gid)

@@ -672,25 +672,73 @@ tcm_handle_t tcm__lock_name(const char *name)
     return r == WAIT_TIMEOUT ? -EBUSY : last_error();
 }
 
-int tcm__liveness_grant(tcm_handle_t fd)
+/* A process handle keeps its pid from being reused while tcmd holds it,
+ * and its creation time tells a later process with the same pid apart
+ * after a restart. */
+tcm_handle_t tcm__proc_watch(tcm_pid_t pid, uint64_t *start)
 {
-    (void)fd;
+    HANDLE h = OpenProcess(SYNCHRONIZE | PROCESS_QUERY_LIMITED_INFORMATION, FALSE, (DWORD)pid);
+    if (!h)
+        return GetLastError() == ERROR_INVALID_PARAMETER ? -ESRCH : last_error();
+    FILETIME created, exited, kernel, user;
+    if (!GetProcessTimes(h, &created, &exited, &kernel, &user)) {
+        int err = last_error();
+        CloseHandle(h);
+        return err;
+    }
+    *start = (uint64_t)created.dwHighDateTime << 32 | created.dwLowDateTime;
+    return from_handle(h);
+}
+
+bool tcm__proc_exited(tcm_handle_t watch)
+{
+    return watch < 0 || WaitForSingleObject(to_handle(watch), 0) != WAIT_TIMEOUT;
+}
+
+bool tcm__proc_watch_pollable(void)
+{
+    return false; /* libuv polls only sockets here: tcmd's liveness timer asks instead */
+}
+
+/* A HANDLE value is not reused while the library holds it open, and the
+ * application cannot close it without knowing it: the identity is the
+ * handle itself. */
+int tcm__file_id(tcm_handle_t fd, tcm_file_id_t *id)
+{
+    if (fd < 0)
+        return -EBADF;
+    id->dev = 0;
+    id->ino = (uint64_t)(uint32_t)fd;
     return 0;
 }
 
-/* The process itself: alive while its handle is not signalled. A pid can
- * be reused once the process is gone and every handle to it closed; tcmd
- * keeps none, so a reused pid reads as alive until that process exits too
- * (its channel is then reclaimed late, never early). */
-bool tcm__liveness_check(tcm_handle_t fd, tcm_pid_t pid)
+bool tcm__file_is(tcm_handle_t fd, const tcm_file_id_t *id)
+{
+    return fd >= 0 && id->ino == (uint64_t)(uint32_t)fd;
+}
+
+/* A mapped section cannot be made smaller, so there is nothing to excuse. */
+int tcm__fault_zones_init(void)
+{
+    return 0;
+}
+
+int tcm__fault_zone_add(void *lo, uint64_t len, _Atomic uint32_t *tripped)
+{
+    (void)lo, (void)len, (void)tripped;
+    return 0;
+}
+
+void tcm__fault_zone_remove(int id)
+{
+    (void)id;
+}
+
+int tcm__read_at(tcm_handle_t fd, const void *mapped, uint64_t off, void *buf, uint64_t len)
 {
     (void)fd;
-    HANDLE h = OpenProcess(SYNCHRONIZE, FALSE, (DWORD)pid);
-    if (!h)
-        return GetLastError() == ERROR_ACCESS_DENIED; /* there, but not ours to open */
-    bool alive = WaitForSingleObject(h, 0) == WAIT_TIMEOUT;
-    CloseHandle(h);
-    return alive;
+    memcpy(buf, (const uint8_t *)mapped + off, len);
+    return 0;
 }
 
 int tcm__keep_alive_in(tcm_handle_t fd, tcm_pid_t pid)
