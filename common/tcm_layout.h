@@ -179,6 +179,7 @@ _Static_assert(sizeof(tcm_config_t) == 64, "config is shared");
     X(bytes_orphaned, G, H, "bytes still in use that departed clients had allocated")             \
     X(restarts, C, H, "times a tcmd adopted this heap from a previous one")                       \
     X(clients_resumed, C, M, "clients that reconnected to a new tcmd as the same client")         \
+    X(clients_disconnected, C, M, "running clients whose connection closed: kept, asked to reconnect") \
     X(clients_reconnected, C, M, "running clients that lost their connection and resumed on a new one") \
     X(clients_cut_off, C, M, "clients cut off because their channel was shrunk or punched under tcmd") \
     X(recovery_redone, C, H, "interrupted operations completed by a recovery")                    \

@@ -49,6 +49,7 @@ static void client_disconnected(tcm_server_t *srv, tcm_client_t *c)
     }
     tcm__log_limited(TCM_LOG_INFO, "client %u (pid %u): lost its control connection while running; kept, asked to "
                      "reconnect", rec->id, rec->pid);
+    TCM_STAT_ADD_MAIN(srv->meta, clients_disconnected, 1);
     atomic_store(&((tcm_chan_hdr_t *)c->chan)->resume_wanted, 1);
 }
 

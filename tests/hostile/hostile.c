@@ -1,0 +1,330 @@
+/* hostile.c — tcm-hostile MODE: an attached process that does to what it
+ * holds (its descriptors, its channel's pages, its socket) what a careless
+ * or hostile program would, so that tests can show it costs that process
+ * and nobody else. It attaches through libtcm (TCM_SOCKET), prints "ready"
+ * on stdout once the attack is in place, and then follows the mode; lines
+ * on stdin drive the modes that wait ("go", "exit").
+ *
+ *   close-fds   free 1000 objects of 64 B into its cache, close every
+ *               descriptor above 2 (close_range), open a pipe that takes
+ *               the socket's number, then at "go" allocate 1000 objects of
+ *               64 B and print their addresses; at "exit" check that libtcm
+ *               wrote nothing into the pipe, tcm_shutdown, exit 0
+ *   truncate    shrink its channel to 0 bytes, then wait for "exit"
+ *   grow        grow its channel to 16 times its size, then wait
+ *   punch       punch a hole over its whole channel, then wait
+ *   garbage     write garbage and maximum values into every field of its
+ *               channel a client may write (header, transfer tier, page-run
+ *               cache, thread caches, slots, ring), then wait
+ *   push-dead   fork a child that maps the channel and pushes ring cells
+ *               for SECONDS (argv[2], default 3) while this process exits
+ *               at once: its client is dead while its ring keeps filling
+ *   churn-closed close its descriptors, then allocate and free across size
+ *               classes (refills and returns through tcmd) for SECONDS
+ *   roots       set roots with new names in a loop for SECONDS (the table
+ *               fills; every later set is answered NO_ROOM)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ring.h"
+#include "tcm.h"
+#include "tcm_layout.h"
+
+static void die(const char *what)
+{
+    fprintf(stderr, "tcm-hostile: %s: %s\n", what, strerror(errno));
+    exit(2);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void say(const char *line)
+{
+    printf("%s\n", line);
+    fflush(stdout);
+}
+
+/* Block until a line equal to want arrives on stdin (EOF: exit). */
+static void await_line(const char *want)
+{
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        line[strcspn(line, "\n")] = 0;
+        if (strcmp(line, want) == 0)
+            return;
+    }
+    exit(0);
+}
+
+/* Its channel, as libtcm mapped it: the mapping of /dev/shm/tcm.*.ch.* */
+static void find_channel(char *path, size_t len, uint8_t **at, uint64_t *size)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    if (!f)
+        die("/proc/self/maps");
+    while (fgets(line, sizeof line, f)) {
+        char *p = strstr(line, "/dev/shm/tcm.");
+        if (!p || !strstr(p, ".ch."))
+            continue;
+        unsigned long lo, hi;
+        sscanf(line, "%lx-%lx", &lo, &hi);
+        p[strcspn(p, "\n")] = 0;
+        snprintf(path, len, "%s", p);
+        *at = (uint8_t *)lo;
+        *size = hi - lo;
+        fclose(f);
+        return;
+    }
+    fprintf(stderr, "tcm-hostile: no channel mapped\n");
+    exit(2);
+}
+
+static int open_channel(uint8_t **at, uint64_t *size)
+{
+    char path[256];
+    find_channel(path, sizeof path, at, size);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        die(path);
+    return fd;
+}
+
+static void close_fds(void)
+{
+    if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)
+        for (int fd = 3; fd < 1024; fd++)
+            close(fd);
+}
+
+/* Attach, and make it hold a thread cache and a transfer tier with objects
+ * in them, as any busy process does. */
+static void warm_up(void)
+{
+    if (tcm_init(NULL) != 0) {
+        fprintf(stderr, "tcm-hostile: cannot attach\n");
+        exit(2);
+    }
+    void *p[1000];
+    for (int i = 0; i < 1000; i++)
+        if (!(p[i] = tcm_malloc(64)))
+            die("tcm_malloc");
+    for (int i = 0; i < 1000; i++)
+        tcm_free(p[i]);
+}
+
+static int close_fds_mode(void)
+{
+    warm_up();
+    close_fds();
+    int pipefd[2];
+    if (pipe(pipefd) != 0) /* takes the numbers the socket and others had */
+        die("pipe");
+    fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
+    say("ready");
+    await_line("go");
+    static void *p[1000];
+    for (int i = 0; i < 1000; i++) {
+        if (!(p[i] = tcm_malloc(64)))
+            die("tcm_malloc after closing descriptors");
+        printf("%p\n", p[i]);
+    }
+    say("done");
+    await_line("exit");
+    for (int i = 0; i < 1000; i++)
+        tcm_free(p[i]);
+    void *big = tcm_malloc(1 << 20); /* a slow path that needs tcmd */
+    if (!big)
+        die("tcm_malloc(1 MiB) after closing descriptors");
+    tcm_free(big);
+    tcm_shutdown();
+    char c;
+    if (read(pipefd[0], &c, 1) == 1) {
+        fprintf(stderr, "tcm-hostile: libtcm wrote into a descriptor the application owns\n");
+        return 1;
+    }
+    return 0;
+}
+
+static int resize_mode(const char *mode)
+{
+    warm_up();
+    uint8_t *at;
+    uint64_t size;
+    int fd = open_channel(&at, &size);
+    int rc = strcmp(mode, "truncate") == 0 ? ftruncate(fd, 0)
+             : strcmp(mode, "grow") == 0   ? ftruncate(fd, (off_t)size * 16)
+                                           : fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)size);
+    if (rc != 0)
+        die(mode);
+    say("ready");
+    await_line("exit");
+    return 0;
+}
+
+/* Client-writable fields, filled with garbage and maximum values. Only the
+ * first caches' pages are written (writing all of them would cost this
+ * process a channel of tmpfs); the counts claim every one of them. */
+static int garbage_mode(void)
+{
+    warm_up();
+    uint8_t *at;
+    uint64_t size;
+    open_channel(&at, &size);
+    tcm_chan_hdr_t *hdr = (tcm_chan_hdr_t *)at;
+    tcm_chan_layout_t l = {0};
+    l.nslots = hdr->nslots;
+    l.ring_cap = hdr->ring_cap;
+    l.max_threads = hdr->max_threads;
+    uint64_t off_tcaches = hdr->off_tcaches, stride = hdr->tcache_stride;
+    uint64_t off_slots = hdr->off_slots, off_ring = hdr->off_ring;
+    srand(42);
+    for (unsigned c = 0; c < TCM_NCLASSES; c++)
+        hdr->xfer[c].count = UINT32_MAX;
+    hdr->large_count = UINT32_MAX;
+    for (unsigned i = 0; i < TCM_LARGE_CACHE; i++)
+        hdr->large[i] = (tcm_large_entry_t){.off = ((uint64_t)rand() << 20) ^ (uint64_t)rand(), .npages = UINT32_MAX};
+    atomic_store(&hdr->tcache_hw, UINT32_MAX);
+    atomic_store(&hdr->flush_ack, UINT32_MAX);
+    for (unsigned t = 0; t < 2; t++) {
+        tcm_tcache_t *tc = (tcm_tcache_t *)(at + off_tcaches + t * stride);
+        tc->in_use = UINT32_MAX;
+        tc->ahead_bytes = UINT64_MAX;
+        atomic_store(&tc->dropped, UINT32_MAX);
+        for (unsigned c = 0; c < TCM_NBINS; c++)
+            tc->bins[c] = (tcm_bin_t){.slots = (void **)(uintptr_t)rand(), .count = UINT32_MAX, .max = UINT32_MAX};
+        uint64_t *arr = (uint64_t *)(tc->bins + TCM_NBINS);
+        for (unsigned i = 0; i < 4096; i++)
+            arr[i] = ((uint64_t)rand() << 32) ^ (uint64_t)rand();
+    }
+    for (unsigned s = 0; s < 8 && s < l.nslots; s++) {
+        tcm_slot_t *slot = (tcm_slot_t *)(at + off_slots) + s;
+        slot->op = (uint32_t)rand();
+        slot->cls = UINT32_MAX;
+        slot->count = UINT32_MAX;
+        slot->arg = UINT64_MAX;
+        for (unsigned i = 0; i < TCM_MAX_BATCH; i++)
+            slot->offs[i] = ((uint64_t)rand() << 32) ^ (uint64_t)rand();
+    }
+    tcm_ring_t *ring = (tcm_ring_t *)(at + off_ring);
+    for (unsigned i = 0; i < 64 && i < l.ring_cap; i++) {
+        atomic_store(&ring->cells[i].seq, (uint64_t)rand());
+        ring->cells[i].slot = (uint32_t)rand();
+    }
+    say("ready");
+    await_line("exit");
+    _exit(0); /* no exit handlers: libtcm would read its own garbage */
+}
+
+/* The child keeps the dead client's ring full of requests naming a slot
+ * that says NOP. */
+static int push_dead_mode(double seconds)
+{
+    warm_up();
+    uint8_t *at;
+    uint64_t size;
+    int fd = open_channel(&at, &size);
+    tcm_chan_hdr_t *hdr = (tcm_chan_hdr_t *)at;
+    uint32_t cap = hdr->ring_cap, spare = hdr->max_threads;
+    uint64_t off_ring = hdr->off_ring, off_slots = hdr->off_slots;
+    pid_t child = fork();
+    if (child < 0)
+        die("fork");
+    if (child == 0) {
+        uint8_t *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED)
+            _exit(2);
+        tcm_ring_t *ring = (tcm_ring_t *)(m + off_ring);
+        tcm_slot_t *slot = (tcm_slot_t *)(m + off_slots) + spare;
+        say("ready");
+        double end = now_s() + seconds;
+        while (now_s() < end) {
+            slot->op = TCM_OP_NOP;
+            atomic_store(&slot->state, TCM_SLOT_POSTED);
+            if (!tcm__ring_push(ring, cap, spare))
+                sched_yield();
+        }
+        _exit(0);
+    }
+    _exit(0); /* the client dies now; its child goes on pushing */
+}
+
+static int churn_closed_mode(double seconds)
+{
+    warm_up();
+    close_fds();
+    say("ready");
+    static void *p[4096];
+    double end = now_s() + seconds;
+    unsigned long rounds = 0;
+    while (now_s() < end) {
+        size_t size = (size_t)16 << (rounds % 12);
+        unsigned n = (unsigned)(sizeof p / sizeof p[0]) >> (rounds % 12 / 2);
+        for (unsigned i = 0; i < n; i++)
+            if (!(p[i] = tcm_malloc(size)))
+                die("tcm_malloc while churning");
+        for (unsigned i = 0; i < n; i++)
+            tcm_free(p[i]);
+        rounds++;
+    }
+    printf("rounds %lu\n", rounds);
+    return 0;
+}
+
+static int roots_mode(double seconds)
+{
+    warm_up();
+    void *obj = tcm_malloc(64);
+    say("ready");
+    double end = now_s() + seconds;
+    unsigned long i = 0, set = 0;
+    while (now_s() < end) {
+        char name[32];
+        snprintf(name, sizeof name, "hostile-%lu", i++);
+        set += tcm_root_set(name, obj) == 0;
+    }
+    printf("roots %lu of %lu\n", set, i);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: tcm-hostile MODE [SECONDS]\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    double seconds = argc > 2 ? atof(argv[2]) : 3.0;
+    signal(SIGPIPE, SIG_IGN);
+    if (strcmp(mode, "close-fds") == 0)
+        return close_fds_mode();
+    if (strcmp(mode, "truncate") == 0 || strcmp(mode, "grow") == 0 || strcmp(mode, "punch") == 0)
+        return resize_mode(mode);
+    if (strcmp(mode, "garbage") == 0)
+        return garbage_mode();
+    if (strcmp(mode, "push-dead") == 0)
+        return push_dead_mode(seconds);
+    if (strcmp(mode, "churn-closed") == 0)
+        return churn_closed_mode(seconds);
+    if (strcmp(mode, "roots") == 0)
+        return roots_mode(seconds);
+    fprintf(stderr, "tcm-hostile: unknown mode '%s'\n", mode);
+    return 2;
+}
