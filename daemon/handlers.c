@@ -86,8 +86,8 @@ static void resume(tcm_conn_t *conn, const Tcm__Hello *hello)
         tcm__log(TCM_LOG_INFO, "client %u (pid %u) resumed", c->rec->id, c->rec->pid);
         return;
     }
-    tcm__log(TCM_LOG_WARN, "control: pid %d asked to resume client %u, which this heap does not have", (int)conn->pid,
-             hello->resume_client_id);
+    tcm__log_peer(TCM_LOG_WARN, conn->pid, "control: pid %d asked to resume client %u, which this heap does not have",
+                  (int)conn->pid, hello->resume_client_id);
     tcm__conn_error(conn, ESRCH, "no such client to resume (the heap was replaced, or the client was reclaimed)");
 }
 
