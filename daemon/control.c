@@ -342,7 +342,8 @@ static void on_connection(uv_stream_t *server, int status)
 {
     tcm_server_t *srv = server->data;
     if (status < 0) { /* out of descriptors, most likely: libuv drops the connection */
-        tcm__log_peer(TCM_LOG_WARN, 0, "accept(%s) failed: %s", srv->socket_path, uv_strerror(status));
+        tcm__log_peer(TCM_LOG_WARN, TCM_LOG_PEER_UNKNOWN, "accept(%s) failed: %s", srv->socket_path,
+                      uv_strerror(status));
         return;
     }
     tcm_conn_t *conn = calloc(1, sizeof *conn);

@@ -111,9 +111,14 @@ static void logf_locked(int level, const char *fmt, ...)
 /* The slot's window is over (or it is being reused): say what it hid. */
 static void peer_close_window_locked(peer_slot_t *p)
 {
+    char who[48];
+    if (p->source > 0)
+        snprintf(who, sizeof who, "pid %lld", p->source);
+    else
+        snprintf(who, sizeof who, "%s", p->source == TCM_LOG_PEER_METRICS ? "/metrics peers" : "peers not identified");
     if (p->suppressed)
-        logf_locked(p->level, "(pid %lld: %u more lines from it suppressed in the last %llu s)", p->source,
-                    p->suppressed, (unsigned long long)(PEER_WINDOW_NS / 1000000000ull));
+        logf_locked(p->level, "(%s: %u more lines suppressed in the last %llu s)", who, p->suppressed,
+                    (unsigned long long)(PEER_WINDOW_NS / 1000000000ull));
     p->window_ns = 0;
     p->lines = p->suppressed = 0;
 }

@@ -22,6 +22,8 @@ void tcm__log_limited(int level, const char *fmt, ...) TCM_PRINTF(2, 3);
  * a budget apart from tcmd's own lines; a window that hid lines ends with
  * one line saying how many. Any thread. */
 void tcm__log_peer(int level, long long source, const char *fmt, ...) TCM_PRINTF(3, 4);
+#define TCM_LOG_PEER_UNKNOWN 0   /* a source for peers without a pid (a failed accept) */
+#define TCM_LOG_PEER_METRICS (-1) /* one source for all /metrics peers (TCP: no pid) */
 /* Ends the windows that are over (their suppressed counts are printed even
  * when their source went quiet); the main loop calls it every second. */
 void tcm__log_peer_tick(void);

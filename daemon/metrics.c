@@ -25,8 +25,6 @@
  * flood of GETs costs one walk of the client caches per second, not one
  * per request (Prometheus scrapes every 15 s or so). */
 #define PAGE_MAX_AGE_NS (1000ull * 1000000ull)
-/* Refusals have no pid to be counted under: one source for all. */
-#define METRICS_LOG_SOURCE (-1)
 
 typedef struct tcm_http_conn {
     uv_tcp_t tcp;
@@ -294,7 +292,7 @@ static void on_connection(uv_stream_t *server, int status)
 {
     tcm_server_t *srv = server->data;
     if (status < 0) {
-        tcm__log_peer(TCM_LOG_WARN, METRICS_LOG_SOURCE, "metrics: accept failed: %s", uv_strerror(status));
+        tcm__log_peer(TCM_LOG_WARN, TCM_LOG_PEER_METRICS, "metrics: accept failed: %s", uv_strerror(status));
         return;
     }
     http_conn_t *c = calloc(1, sizeof *c);
@@ -314,7 +312,7 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     if (srv->metrics_conns > TCM_METRICS_MAX_CONNS) { /* accepted only to be closed: refusing costs nothing more */
-        tcm__log_peer(TCM_LOG_WARN, METRICS_LOG_SOURCE, "metrics: connection refused: %u open, the limit",
+        tcm__log_peer(TCM_LOG_WARN, TCM_LOG_PEER_METRICS, "metrics: connection refused: %u open, the limit",
                       TCM_METRICS_MAX_CONNS);
         conn_close(c);
         return;
@@ -337,7 +335,7 @@ static void on_sweep(uv_timer_t *timer)
         }
     }
     if (closed)
-        tcm__log_peer(TCM_LOG_INFO, METRICS_LOG_SOURCE, "metrics: %u connections closed after %llu s without a "
+        tcm__log_peer(TCM_LOG_INFO, TCM_LOG_PEER_METRICS, "metrics: %u connections closed after %llu s without a "
                       "whole request or with their reply not taken", closed,
                       (unsigned long long)(CONN_LIFETIME_NS / 1000000000ull));
 }

@@ -44,7 +44,8 @@ static void usage(FILE *f)
                "                     (default: only when the heap is full)\n"
                "  --output-limit SIZE  close a client whose unsent replies pass this (default 64M)\n"
                "  --query-limit SIZE   close a client whose one command passes this (default 64M)\n"
-               "  --maxclients N       refuse connections past this many (all workers; default 10000)\n",
+               "  --maxclients N       refuse connections past this many (default 10000; each worker takes\n"
+               "                       its share)\n",
             KV_MAX_WORKERS);
 }
 

@@ -76,6 +76,7 @@ struct worker {
     uint64_t seed;
     kv_arg_t *argv;
     uint32_t argv_cap;
+    uint64_t open; /* connections of this worker, refused ones until they are closed */
 };
 
 /* ---- replies ---- */
@@ -199,6 +200,7 @@ static void on_close(uv_handle_t *h)
 {
     conn_t *c = h->data;
     atomic_fetch_sub(&c->w->stats->connected, 1);
+    c->w->open--;
     free(c->in);
     free(c->args);
     free(c->out);
@@ -1220,14 +1222,16 @@ static void on_connection(uv_stream_t *server, int status)
     c->want_args = -1;
     c->tcp.data = c;
     atomic_fetch_add(&w->stats->connected, 1);
+    w->open++;
     if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) { /* another worker took it */
         conn_close(c);
         return;
     }
-    uint64_t open = 0;
-    for (int i = 0; i < KV_MAX_WORKERS; i++)
-        open += atomic_load_explicit(&w->sh->workers[i].connected, memory_order_relaxed);
-    if (open > w->o->maxclients) { /* this one included; a race between workers lets a few more in, not many */
+    /* Each worker takes its share of --maxclients: counted here, not in the
+     * shared root, so that the cap holds exactly whatever other workers (or
+     * another tcm-kv on the same heap) do. */
+    uint64_t share = (w->o->maxclients + (uint64_t)w->o->workers - 1) / (uint64_t)w->o->workers;
+    if (w->open > share) {
         static const char msg[] = "-ERR max number of clients reached\r\n";
         uv_buf_t b = uv_buf_init((char *)msg, sizeof msg - 1);
         (void)uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
