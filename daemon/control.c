@@ -13,9 +13,35 @@
 
 #include "frame.h"
 #include "log.h"
+#include "metrics.h"
 #include "prim.h"
 #include "control.h"
 #include "server.h"
+
+/* What one control peer may cost. A reply waits in libuv's queue only once
+ * the peer has left its socket's buffer (about 200 KiB on Linux) unread, so
+ * a tcmctl, which sends one request and reads its reply, never has any
+ * queued: even `clients` with all 1024 clients (about 40 KiB) goes at once.
+ * A peer with more than TCM_CONN_QUEUE_PAUSE queued is not read from (and
+ * the frames it already sent wait) until the queue is half drained: what it
+ * costs stays one frame buffer plus that queue plus one reply. */
+#define TCM_CONN_QUEUE_PAUSE (64u << 10)
+/* Beyond this the peer is closed: pausing keeps a queue under PAUSE plus
+ * one reply (a frame of at most TCM_FRAME_MAX), so only a reply far larger
+ * than any tcmd makes gets here. */
+#define TCM_CONN_QUEUE_MAX (1u << 20)
+/* A peer that is not attached and whose queue has not moved for this long
+ * while paused is closed (its descriptor and queue go back). An attached
+ * client's connection stays (closing it would say its process died): it
+ * is only paused, which bounds it. */
+#define TCM_CONN_STALL_NS (5000ull * 1000000ull)
+/* Control connections at once: every attached client holds one, and
+ * tcmctl and attaching processes need some more; past it a connection is
+ * refused at once. */
+#define TCM_CONTROL_MAX_CONNS (4u * TCM_MAX_CLIENTS)
+/* Descriptors besides connections, channels and pidfds: the segments, the
+ * log, libuv's own, the descriptors a Welcome sends (briefly open). */
+#define TCM_FD_RESERVE 256u
 
 static void free_conn(tcm_conn_t *conn)
 {
@@ -28,6 +54,7 @@ static void free_conn(tcm_conn_t *conn)
 static void on_close(uv_handle_t *handle)
 {
     tcm_conn_t *conn = handle->data;
+    conn->srv->control_conns--;
     conn->handle_closed = true;
     if (!conn->waiting)
         free_conn(conn);
@@ -47,7 +74,7 @@ static void client_disconnected(tcm_server_t *srv, tcm_client_t *c)
         tcm__client_gone(srv, c);
         return;
     }
-    tcm__log_limited(TCM_LOG_INFO, "client %u (pid %u): lost its control connection while running; kept, asked to "
+    tcm__log_peer(TCM_LOG_INFO, rec->pid, "client %u (pid %u): lost its control connection while running; kept, asked to "
                      "reconnect", rec->id, rec->pid);
     TCM_STAT_ADD_MAIN(srv->meta, clients_disconnected, 1);
     atomic_store(&((tcm_chan_hdr_t *)c->chan)->resume_wanted, 1);
@@ -76,11 +103,43 @@ void tcm__conn_close(tcm_conn_t *conn)
     uv_close((uv_handle_t *)&conn->pipe, on_close);
 }
 
+static void handle_frames(tcm_conn_t *conn);
+static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
+
 static void on_write(uv_write_t *req, int status)
 {
+    tcm_conn_t *conn = req->handle->data;
     free(req->data);
     free(req);
-    (void)status;
+    if (conn->closing)
+        return;
+    if (status < 0) { /* the peer is gone: a paused connection reads no EOF to say so */
+        tcm__conn_close(conn);
+        return;
+    }
+    conn->drained_ns = tcm__now_ns();
+    if (conn->paused && uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe) <= TCM_CONN_QUEUE_PAUSE / 2) {
+        conn->paused = false;
+        uv_read_start((uv_stream_t *)&conn->pipe, on_alloc, on_read);
+        handle_frames(conn); /* those it sent before the pause */
+    }
+}
+
+/* After a reply was queued: pause a peer that does not read its replies,
+ * close one whose queue is past any reply tcmd makes. */
+static void check_queue(tcm_conn_t *conn)
+{
+    size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe);
+    if (queued > TCM_CONN_QUEUE_MAX) {
+        tcm__log_peer(TCM_LOG_WARN, conn->pid, "control: pid %d does not read its replies (%zu bytes waiting): "
+                      "connection closed", (int)conn->pid, queued);
+        tcm__conn_close(conn);
+    } else if (queued > TCM_CONN_QUEUE_PAUSE && !conn->paused) {
+        conn->paused = true;
+        conn->paused_ns = tcm__now_ns();
+        uv_read_stop((uv_stream_t *)&conn->pipe);
+    }
 }
 
 static void send_response(tcm_conn_t *conn, const Tcm__Response *resp)
@@ -102,7 +161,9 @@ static void send_response(tcm_conn_t *conn, const Tcm__Response *resp)
         free(buf);
         free(req);
         tcm__conn_close(conn);
+        return;
     }
+    check_queue(conn);
 }
 
 /* Answer with one body of the Response oneof (its members share storage). */
@@ -193,8 +254,8 @@ static bool refuse_access(tcm_conn_t *conn, const char *what)
     snprintf(msg, sizeof msg, "permission denied: %s needs uid %u or root%s (you are uid %u)", what,
              tcm__uid(), strcmp(what, "attaching") == 0 && conn->srv->allow_group_set ? " or the allowed group" : "",
              (unsigned)conn->uid);
-    tcm__log_limited(TCM_LOG_WARN, "control: pid %d uid %u refused: %s", (int)conn->pid, (unsigned)conn->uid,
-                     what);
+    tcm__log_peer(TCM_LOG_WARN, conn->pid, "control: pid %d uid %u refused: %s", (int)conn->pid, (unsigned)conn->uid,
+                  what);
     tcm__conn_error(conn, EACCES, msg);
     return false;
 }
@@ -205,15 +266,15 @@ static bool refuse_access(tcm_conn_t *conn, const char *what)
  * inside its handler, which calls this again. */
 static void handle_frames(tcm_conn_t *conn)
 {
-    while (!conn->closing && !conn->waiting) {
+    while (!conn->closing && !conn->waiting && !conn->paused) {
         const uint8_t *payload;
         size_t n;
         int r = tcm__frame_next(conn->buf, conn->len, &payload, &n);
         if (r == 0)
             return;
         if (r < 0) {
-            tcm__log_limited(TCM_LOG_WARN, "control: frame of %u bytes from pid %d refused",
-                             tcm__frame_len(conn->buf), (int)conn->pid);
+            tcm__log_peer(TCM_LOG_WARN, conn->pid, "control: frame of %u bytes from pid %d refused",
+                          tcm__frame_len(conn->buf), (int)conn->pid);
             tcm__conn_error(conn, EMSGSIZE, "frame too large");
             tcm__conn_close(conn);
             return;
@@ -222,7 +283,8 @@ static void handle_frames(tcm_conn_t *conn)
         memmove(conn->buf, conn->buf + 4 + n, conn->len - 4 - n);
         conn->len -= 4 + n;
         if (!req) {
-            tcm__log_limited(TCM_LOG_WARN, "control: malformed request from pid %d (%zu bytes)", (int)conn->pid, n);
+            tcm__log_peer(TCM_LOG_WARN, conn->pid, "control: malformed request from pid %d (%zu bytes)",
+                          (int)conn->pid, n);
             tcm__conn_error(conn, EBADMSG, "malformed request");
             continue;
         }
@@ -278,11 +340,39 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     handle_frames(conn);
 }
 
+/* One connection past the cap: told why in one frame (without waiting for
+ * it to be read) and closed, so refusing costs what accepting does. */
+static void refuse_connection(tcm_conn_t *conn)
+{
+    tcm_server_t *srv = conn->srv;
+    char msg[96];
+    snprintf(msg, sizeof msg, "tcmd has %u control connections open, its limit: try again later",
+             srv->control_max_conns);
+    Tcm__Response resp = TCM__RESPONSE__INIT;
+    Tcm__Error err = TCM__ERROR__INIT;
+    err.code = EBUSY;
+    err.message = msg;
+    resp.body_case = TCM__RESPONSE__BODY_ERROR;
+    resp.error = &err;
+    size_t len;
+    uint8_t *buf = tcm__frame_pack(&resp.base, &len);
+    if (buf) {
+        uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
+        (void)uv_try_write((uv_stream_t *)&conn->pipe, &b, 1);
+        free(buf);
+    }
+    tcm__log_peer(TCM_LOG_WARN, conn->pid, "control: pid %d refused: %u connections open, the limit",
+                  (int)conn->pid, srv->control_max_conns);
+    conn->closing = true;
+    uv_close((uv_handle_t *)&conn->pipe, on_close);
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     tcm_server_t *srv = server->data;
-    if (status < 0) {
-        tcm__log(TCM_LOG_WARN, "accept failed: %s", uv_strerror(status));
+    if (status < 0) { /* out of descriptors, most likely: libuv drops the connection */
+        tcm__log_peer(TCM_LOG_WARN, TCM_LOG_PEER_UNKNOWN, "accept(%s) failed: %s", srv->socket_path,
+                      uv_strerror(status));
         return;
     }
     tcm_conn_t *conn = calloc(1, sizeof *conn);
@@ -291,6 +381,7 @@ static void on_connection(uv_stream_t *server, int status)
     conn->srv = srv;
     uv_pipe_init(srv->loop, &conn->pipe, 0);
     conn->pipe.data = conn;
+    srv->control_conns++;
     if (uv_accept(server, (uv_stream_t *)&conn->pipe) != 0) {
         uv_close((uv_handle_t *)&conn->pipe, on_close);
         return;
@@ -301,6 +392,10 @@ static void on_connection(uv_stream_t *server, int status)
         uv_close((uv_handle_t *)&conn->pipe, on_close);
         return;
     }
+    if (srv->control_conns > srv->control_max_conns) {
+        refuse_connection(conn);
+        return;
+    }
     uv_read_start((uv_stream_t *)&conn->pipe, on_alloc, on_read);
 }
 
@@ -308,6 +403,30 @@ static void on_proc_closed(uv_handle_t *handle)
 {
     tcm_client_t *c = handle->data;
     tcm__client_destroy(c->srv, c);
+}
+
+/* Every second: close peers stuck on unread replies; end log windows. */
+static void stall_walk(uv_handle_t *handle, void *arg)
+{
+    tcm_server_t *srv = arg;
+    if (handle->type != UV_NAMED_PIPE || handle == (uv_handle_t *)&srv->listener || uv_is_closing(handle))
+        return;
+    tcm_conn_t *conn = handle->data;
+    uint64_t now = tcm__now_ns(), since = conn->paused_ns > conn->drained_ns ? conn->paused_ns : conn->drained_ns;
+    if (!conn->paused || conn->client || now - since < TCM_CONN_STALL_NS)
+        return;
+    tcm__log_peer(TCM_LOG_WARN, conn->pid, "control: pid %d has not read its replies for %llu s (%zu bytes "
+                  "waiting): connection closed", (int)conn->pid,
+                  (unsigned long long)(TCM_CONN_STALL_NS / 1000000000ull),
+                  uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe));
+    tcm__conn_close(conn);
+}
+
+static void on_sweep(uv_timer_t *timer)
+{
+    tcm_server_t *srv = timer->data;
+    uv_walk(srv->loop, stall_walk, srv);
+    tcm__log_peer_tick();
 }
 
 static void on_reaped(uv_async_t *async)
@@ -357,7 +476,7 @@ void tcm__client_watch(tcm_server_t *srv, tcm_client_t *c)
 static void cut_off(tcm_server_t *srv, tcm_client_t *c)
 {
     c->cut_off = true;
-    tcm__log_limited(TCM_LOG_WARN,
+    tcm__log_peer(TCM_LOG_WARN, c->rec->pid,
                      "client %u (pid %u): its channel %s was shrunk or punched under tcmd: cut off (its memory "
                      "comes back when its process ends)",
                      c->rec->id, c->rec->pid, c->rec->chan_name);
@@ -398,12 +517,35 @@ static void on_liveness(uv_timer_t *timer)
     }
 }
 
+/* Descriptors: a control connection is one, an attached client also has
+ * its channel and its pidfd open in tcmd. The soft limit goes up to what
+ * the caps need; under a lower hard limit the connection cap shrinks to fit
+ * (each connection may become a client of three). */
+static void fit_descriptors(tcm_server_t *srv)
+{
+    uint64_t want = TCM_CONTROL_MAX_CONNS + 2ull * TCM_MAX_CLIENTS + TCM_METRICS_MAX_CONNS + TCM_FD_RESERVE, now = 0;
+    int err = tcm__fd_limit_raise(want, &now);
+    srv->control_max_conns = TCM_CONTROL_MAX_CONNS;
+    if (!err && now >= want)
+        return;
+    uint64_t fixed = TCM_FD_RESERVE + TCM_METRICS_MAX_CONNS, avail = now > fixed + 48 ? now - fixed : 48;
+    srv->control_max_conns = (uint32_t)(avail >= 3ull * TCM_MAX_CLIENTS ? avail - 2ull * TCM_MAX_CLIENTS : avail / 3);
+    tcm__log(TCM_LOG_WARN, "setrlimit(RLIMIT_NOFILE, %llu) failed: %s: the limit is %llu descriptors, so at most %u "
+             "control connections (raise the hard limit to %llu for %u clients)",
+             (unsigned long long)want, err ? strerror(-err) : "above the hard limit", (unsigned long long)now,
+             srv->control_max_conns, (unsigned long long)want, TCM_MAX_CLIENTS);
+}
+
 int tcm__control_start(tcm_server_t *srv)
 {
     int err;
+    fit_descriptors(srv);
     uv_timer_init(srv->loop, &srv->liveness);
     srv->liveness.data = srv;
     uv_timer_start(&srv->liveness, on_liveness, 1000, 1000);
+    uv_timer_init(srv->loop, &srv->conn_sweep);
+    srv->conn_sweep.data = srv;
+    uv_timer_start(&srv->conn_sweep, on_sweep, 1000, 1000);
     uint32_t hw = atomic_load(&srv->clients_hw);
     for (uint32_t i = 0; i < hw; i++) { /* adopted ones */
         tcm_client_t *c = atomic_load(&srv->clients[i]);

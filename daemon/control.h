@@ -22,6 +22,9 @@ struct tcm_conn {
     bool closing;         /* closed or closing: replies go nowhere */
     bool handle_closed;
     bool waiting;         /* a request is being answered later: the next frames wait */
+    bool paused;          /* too many replies unread: not read, its frames wait (control.c) */
+    uint64_t paused_ns;   /* when it was paused */
+    uint64_t drained_ns;  /* when a reply last went out of its queue */
 };
 
 void tcm__conn_reply(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body);

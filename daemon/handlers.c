@@ -106,8 +106,8 @@ static void resume(tcm_conn_t *conn, const Tcm__Hello *hello)
                  after_restart ? "resumed" : "reconnected");
         return;
     }
-    tcm__log_limited(TCM_LOG_WARN, "control: pid %d asked to resume client %u: refused", (int)conn->pid,
-                     hello->resume_client_id);
+    tcm__log_peer(TCM_LOG_WARN, conn->pid, "control: pid %d asked to resume client %u: refused (%s)",
+                  (int)conn->pid, hello->resume_client_id, why);
     tcm__conn_error(conn, ESRCH, why);
 }
 

@@ -1,9 +1,12 @@
-/* log.c — timestamped log lines to stderr or a file. */
+/* log.c — timestamped log lines to stderr or a file; rate limits for the
+ * lines a peer can trigger (per source) and for tcmd's own repeated ones. */
 #include "log.h"
 #include "prim.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <time.h>
 
 static FILE *log_file;
@@ -68,4 +71,118 @@ void tcm__log_limited(int level, const char *fmt, ...)
         tcm__log(level, "(more lines like the next suppressed this second)");
     vlog(level, fmt, ap);
     va_end(ap);
+}
+
+/* ---- lines a peer can trigger ----
+ * Each source (a pid; 0 for a peer not yet known) has its own window of
+ * PEER_WINDOW_NS with at most PEER_LINES lines, in a small table of recent
+ * sources; all sources together have PEER_ALL_LINES per window on top, so
+ * that many pids (a fork loop) cannot flood either. tcmd's own lines never
+ * pass through here, so no peer can hide them. When a source's window ends
+ * with lines suppressed, one line says how many. Any thread: a mutex, as
+ * the heap thread logs refusals and the main loop everything else. */
+#define PEER_SLOTS 32
+#define PEER_WINDOW_NS 10000000000ull /* 10 s */
+#define PEER_LINES 5                  /* per source per window: the first ones say what it does */
+#define PEER_ALL_LINES 50             /* all sources together per window */
+
+typedef struct peer_slot {
+    long long source;
+    uint64_t window_ns; /* start of its window; 0: free */
+    uint64_t last_ns;   /* for eviction: least recently heard */
+    uint32_t lines, suppressed;
+    int level;
+} peer_slot_t;
+
+static pthread_mutex_t peer_lock = PTHREAD_MUTEX_INITIALIZER;
+static peer_slot_t peers[PEER_SLOTS];
+static uint64_t all_window_ns;
+static uint32_t all_lines, all_suppressed;
+
+static void logf_locked(int level, const char *fmt, ...) TCM_PRINTF(2, 3);
+static void logf_locked(int level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, fmt, ap);
+    va_end(ap);
+}
+
+/* The slot's window is over (or it is being reused): say what it hid. */
+static void peer_close_window_locked(peer_slot_t *p)
+{
+    char who[48];
+    if (p->source > 0)
+        snprintf(who, sizeof who, "pid %lld", p->source);
+    else
+        snprintf(who, sizeof who, "%s", p->source == TCM_LOG_PEER_METRICS ? "/metrics peers" : "peers not identified");
+    if (p->suppressed)
+        logf_locked(p->level, "(%s: %u more lines suppressed in the last %llu s)", who, p->suppressed,
+                    (unsigned long long)(PEER_WINDOW_NS / 1000000000ull));
+    p->window_ns = 0;
+    p->lines = p->suppressed = 0;
+}
+
+static void peer_expire_locked(uint64_t now)
+{
+    for (int i = 0; i < PEER_SLOTS; i++)
+        if (peers[i].window_ns && now - peers[i].window_ns >= PEER_WINDOW_NS)
+            peer_close_window_locked(&peers[i]);
+    if (all_window_ns && now - all_window_ns >= PEER_WINDOW_NS) {
+        if (all_suppressed)
+            logf_locked(TCM_LOG_WARN,
+                        "(%u more lines from peers suppressed in the last %llu s: too many peers logging)",
+                        all_suppressed, (unsigned long long)(PEER_WINDOW_NS / 1000000000ull));
+        all_window_ns = 0;
+        all_lines = all_suppressed = 0;
+    }
+}
+
+void tcm__log_peer(int level, long long source, const char *fmt, ...)
+{
+    if (level > log_level)
+        return;
+    uint64_t now = tcm__now_ns() | 1; /* never 0, which marks a free slot */
+    pthread_mutex_lock(&peer_lock);
+    peer_expire_locked(now);
+    peer_slot_t *p = NULL, *lru = &peers[0];
+    for (int i = 0; i < PEER_SLOTS && !p; i++) {
+        if (peers[i].window_ns && peers[i].source == source)
+            p = &peers[i];
+        else if (!peers[i].window_ns || (lru->window_ns && peers[i].last_ns < lru->last_ns))
+            lru = &peers[i];
+    }
+    if (!p) {
+        p = lru;
+        if (p->window_ns)
+            peer_close_window_locked(p); /* a full table forgets the source heard least recently */
+        p->source = source;
+        p->window_ns = now;
+    }
+    p->last_ns = now;
+    if (!all_window_ns)
+        all_window_ns = now;
+    if (p->lines >= PEER_LINES) {
+        p->suppressed++;
+        p->level = level < p->level ? level : p->level;
+    } else if (all_lines >= PEER_ALL_LINES) {
+        all_suppressed++;
+    } else {
+        p->lines++;
+        all_lines++;
+        if (p->lines == 1)
+            p->level = level;
+        va_list ap;
+        va_start(ap, fmt);
+        vlog(level, fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&peer_lock);
+}
+
+void tcm__log_peer_tick(void)
+{
+    pthread_mutex_lock(&peer_lock);
+    peer_expire_locked(tcm__now_ns() | 1);
+    pthread_mutex_unlock(&peer_lock);
 }

@@ -1,6 +1,8 @@
 /* metrics.c — Prometheus text exposition at GET /metrics over plain HTTP
  * on loopback (libuv TCP). One request per connection, bounded request
- * size; the figures come from the same snapshot as `tcmctl stats`. */
+ * size, at most TCM_METRICS_MAX_CONNS connections, each closed after
+ * CONN_LIFETIME_NS; the figures come from the same snapshot as `tcmctl
+ * stats`, rendered at most once per PAGE_MAX_AGE_NS. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdarg.h>
@@ -15,13 +17,24 @@
 #include "views.h"
 
 #define MAX_REQUEST 8192
+/* A connection has this long to send its request and take its reply: a
+ * scraper on loopback takes milliseconds; one that sends nothing, or
+ * reads nothing, gives its place back. */
+#define CONN_LIFETIME_NS (5000ull * 1000000ull)
+/* GETs within this long of the last page rendered get that page again: a
+ * flood of GETs costs one walk of the client caches per second, not one
+ * per request (Prometheus scrapes every 15 s or so). */
+#define PAGE_MAX_AGE_NS (1000ull * 1000000ull)
 
-typedef struct http_conn {
+typedef struct tcm_http_conn {
     uv_tcp_t tcp;
     tcm_server_t *srv;
+    struct tcm_http_conn *next, *prev; /* srv->metrics_head */
+    uint64_t opened_ns;
     char buf[MAX_REQUEST];
     size_t len;
     bool answered;
+    bool closing;
 } http_conn_t;
 
 typedef struct text {
@@ -162,7 +175,23 @@ static void render(tcm_server_t *srv, text_t *t)
 
 static void on_close(uv_handle_t *h)
 {
-    free(h->data);
+    http_conn_t *c = h->data;
+    c->srv->metrics_conns--;
+    free(c);
+}
+
+static void conn_close(http_conn_t *c)
+{
+    if (c->closing)
+        return;
+    c->closing = true;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        c->srv->metrics_head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    uv_close((uv_handle_t *)&c->tcp, on_close);
 }
 
 static void on_written(uv_write_t *req, int status)
@@ -171,7 +200,7 @@ static void on_written(uv_write_t *req, int status)
     http_conn_t *c = req->handle->data;
     free(req->data);
     free(req);
-    uv_close((uv_handle_t *)&c->tcp, on_close);
+    conn_close(c);
 }
 
 static void respond(http_conn_t *c, const char *status, const char *ctype, const char *body, size_t blen)
@@ -191,7 +220,7 @@ static void respond(http_conn_t *c, const char *status, const char *ctype, const
     if (!t.p || !req) {
         free(t.p);
         free(req);
-        uv_close((uv_handle_t *)&c->tcp, on_close);
+        conn_close(c);
         return;
     }
     req->data = t.p;
@@ -200,7 +229,7 @@ static void respond(http_conn_t *c, const char *status, const char *ctype, const
     if (uv_write(req, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
         free(t.p);
         free(req);
-        uv_close((uv_handle_t *)&c->tcp, on_close);
+        conn_close(c);
     }
 }
 
@@ -215,10 +244,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     http_conn_t *c = s->data;
     (void)buf;
-    if (c->answered)
+    if (c->answered || c->closing)
         return;
     if (nread < 0) {
-        uv_close((uv_handle_t *)&c->tcp, on_close);
+        conn_close(c);
         return;
     }
     c->len += (size_t)nread;
@@ -242,29 +271,73 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         static const char msg[] = "tcmd serves /metrics\n";
         respond(c, "404 Not Found", "text/plain", msg, sizeof msg - 1);
     } else {
-        text_t t = {0};
-        render(c->srv, &t);
-        respond(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", t.p ? t.p : "", t.len);
-        free(t.p);
+        tcm_server_t *srv = c->srv;
+        uint64_t now = tcm__now_ns();
+        if (!srv->metrics_page || now - srv->metrics_page_ns >= PAGE_MAX_AGE_NS) {
+            text_t t = {0};
+            render(srv, &t);
+            if (t.p) {
+                free(srv->metrics_page);
+                srv->metrics_page = t.p;
+                srv->metrics_page_len = t.len;
+                srv->metrics_page_ns = now;
+            }
+        }
+        respond(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", srv->metrics_page ? srv->metrics_page : "",
+                srv->metrics_page ? srv->metrics_page_len : 0);
     }
 }
 
 static void on_connection(uv_stream_t *server, int status)
 {
     tcm_server_t *srv = server->data;
-    if (status < 0)
+    if (status < 0) {
+        tcm__log_peer(TCM_LOG_WARN, TCM_LOG_PEER_METRICS, "metrics: accept failed: %s", uv_strerror(status));
         return;
+    }
     http_conn_t *c = calloc(1, sizeof *c);
     if (!c)
         return;
     c->srv = srv;
+    c->opened_ns = tcm__now_ns();
     uv_tcp_init(srv->loop, &c->tcp);
     c->tcp.data = c;
+    srv->metrics_conns++;
+    c->next = srv->metrics_head; /* listed first, so that conn_close can unlink it whatever happens next */
+    if (c->next)
+        c->next->prev = c;
+    srv->metrics_head = c;
     if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
-        uv_close((uv_handle_t *)&c->tcp, on_close);
+        conn_close(c);
+        return;
+    }
+    if (srv->metrics_conns > TCM_METRICS_MAX_CONNS) { /* accepted only to be closed: refusing costs nothing more */
+        tcm__log_peer(TCM_LOG_WARN, TCM_LOG_PEER_METRICS, "metrics: connection refused: %u open, the limit",
+                      TCM_METRICS_MAX_CONNS);
+        conn_close(c);
         return;
     }
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+/* Every second: connections past their time (no whole request yet, or a
+ * reply not taken) are closed. The list is oldest last. */
+static void on_sweep(uv_timer_t *timer)
+{
+    tcm_server_t *srv = timer->data;
+    uint64_t now = tcm__now_ns();
+    unsigned closed = 0;
+    for (http_conn_t *c = srv->metrics_head, *next; c; c = next) {
+        next = c->next;
+        if (now - c->opened_ns >= CONN_LIFETIME_NS) {
+            conn_close(c);
+            closed++;
+        }
+    }
+    if (closed)
+        tcm__log_peer(TCM_LOG_INFO, TCM_LOG_PEER_METRICS, "metrics: %u connections closed after %llu s without a "
+                      "whole request or with their reply not taken", closed,
+                      (unsigned long long)(CONN_LIFETIME_NS / 1000000000ull));
 }
 
 int tcm__metrics_start(tcm_server_t *srv)
@@ -285,6 +358,9 @@ int tcm__metrics_start(tcm_server_t *srv)
                  uv_strerror(err));
         return err;
     }
+    uv_timer_init(srv->loop, &srv->metrics_sweep);
+    srv->metrics_sweep.data = srv;
+    uv_timer_start(&srv->metrics_sweep, on_sweep, 1000, 1000);
     tcm__log(TCM_LOG_INFO, "metrics: http://%s:%d/metrics", srv->metrics_addr, srv->metrics_port);
     return 0;
 }

@@ -4,6 +4,10 @@
 
 #include "server.h"
 
+/* /metrics connections at once: a scraper uses one at a time, a few
+ * dashboards a few more; past it a connection is closed at once. */
+#define TCM_METRICS_MAX_CONNS 64u
+
 int tcm__metrics_start(tcm_server_t *srv);
 
 #endif

@@ -21,7 +21,7 @@ static void refuse(tcm_server_t *srv, tcm_client_t *c, const char *what, unsigne
     TCM_STAT_ADD(srv->meta, refused, 1);
     if (status >= 0 && status < TCM_ST__COUNT)
         TCM_HT_ADD(srv->dstats->refused[status], 1);
-    tcm__log_limited(TCM_LOG_WARN, "client %u (pid %u): refused %s class %u offset 0x%llx: %s", c->rec->id,
+    tcm__log_peer(TCM_LOG_WARN, c->rec->pid, "client %u (pid %u): refused %s class %u offset 0x%llx: %s", c->rec->id,
                      c->rec->pid, what, cls, (unsigned long long)off, tcm__status_msg(status));
 }
 

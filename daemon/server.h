@@ -156,6 +156,15 @@ struct tcm_server {
     uv_pipe_t listener;
     uv_signal_t sigterm, sigint, sighup;
     uv_timer_t liveness;      /* adopted clients not yet resumed: are they alive? */
+    uv_timer_t conn_sweep;    /* control peers stuck on unread replies; log windows */
+    uint32_t control_conns;   /* open control connections (main thread) */
+    uint32_t control_max_conns; /* past it a new one is refused (control.c, after the descriptor limit) */
+    uint32_t metrics_conns;   /* open /metrics connections (metrics.c) */
+    uv_timer_t metrics_sweep; /* /metrics connections past their time */
+    struct tcm_http_conn *metrics_head; /* the open /metrics connections */
+    char *metrics_page;       /* the last page rendered, served again for a second */
+    size_t metrics_page_len;
+    uint64_t metrics_page_ns;
     uv_tcp_t metrics;
     char metrics_addr[64];
     int metrics_port; /* 0: no /metrics endpoint */

@@ -190,6 +190,10 @@ int tcm__unlink(const char *path); /* 0 or -errno; a path that is not there is 0
 int tcm__make_dirs(const char *dir, unsigned mode);
 unsigned tcm__umask(unsigned mask); /* the previous mask */
 void tcm__ignore_sigpipe(void);     /* a write to a closed socket is an error, not a signal */
+/* Raise the soft limit on open descriptors to want, or as far as the hard
+ * limit allows; *now is the soft limit after (UINT64_MAX: none). 0 or
+ * -errno (the limit could not be read or set). */
+int tcm__fd_limit_raise(uint64_t want, uint64_t *now);
 /* Handlers around fork (pthread_atfork); nothing where there is no fork. */
 int tcm__at_fork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
 /* The definition of a symbol in the libraries after this one (dlsym

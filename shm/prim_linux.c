@@ -904,3 +904,22 @@ int tcm__shm_unlink_prefix(const char *prefix)
     closedir(d);
     return n;
 }
+
+/* ---- descriptor limit (issue 20: bounded resources) ---- */
+
+int tcm__fd_limit_raise(uint64_t want, uint64_t *now)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0)
+        return -errno;
+    *now = r.rlim_cur;
+    if (r.rlim_cur != RLIM_INFINITY && r.rlim_cur < want) {
+        r.rlim_cur = r.rlim_max != RLIM_INFINITY && r.rlim_max < want ? r.rlim_max : want;
+        if (setrlimit(RLIMIT_NOFILE, &r) != 0)
+            return -errno;
+        *now = r.rlim_cur;
+    }
+    if (*now == RLIM_INFINITY)
+        *now = UINT64_MAX;
+    return 0;
+}

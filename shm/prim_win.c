@@ -1154,3 +1154,11 @@ void tcm__kill_self(void)
     TerminateProcess(GetCurrentProcess(), 137);
     abort();
 }
+
+/* ---- descriptor limit (issue 20: bounded resources) ---- */
+
+int tcm__fd_limit_raise(uint64_t want, uint64_t *now)
+{
+    *now = want; /* HANDLEs have no per-process limit to raise (only the kernel's quota) */
+    return 0;
+}

@@ -616,6 +616,62 @@ def test_bad_input(srv):
     check(srv.p.poll() is None and len(srv.worker_pids()) == WORKERS, "no worker died of bad input")
 
 
+def test_limits(srv):
+    """The query buffer bound (64 MiB by default, redis's is 1 GiB) and
+    --maxclients: an endless command is cut off, others are served."""
+    good = Conn(srv.port)
+    good.cmd("SET", "precious", "intact")
+    c = Conn(srv.port)
+    c.s.sendall(b"*1\r\n$%d\r\n" % (100 << 20))  # a bulk longer than the bound is refused as announced
+    check(err(c.reply(), "ERR Protocol error: invalid bulk length"), "a bulk over the query limit")
+    check(c.closed(), "closed after a bulk over the query limit")
+    # an endless command: bulks of 1 MiB, each under the bound, never ending
+    c = Conn(srv.port)
+    c.s.sendall(b"*1000000\r\n$3\r\nSET\r\n")
+    arg = b"$%d\r\n%s\r\n" % (1 << 20, b"x" * (1 << 20))
+    cut = False
+    for i in range(200):
+        try:
+            c.s.sendall(arg)
+        except (ConnectionResetError, BrokenPipeError):
+            cut = True
+            break
+        if i % 16 == 0:
+            check(good.cmd("GET", "precious") == "intact", "others served during an endless command")
+    check(cut and i < 100, f"an endless command is cut off (after {i} MiB)")
+    check("passed the query limit" in open(srv.log_path).read(), "the cut is logged")
+    check(good.cmd("GET", "precious") == "intact", "others served after it")
+    c.close()
+    good.close()
+    # --maxclients: past it an error and a close
+    small = Server("--maxclients", "3", workers=1)
+    try:
+        for _ in range(100):  # (the start's connections may still be closing in the server: then again)
+            held = [Conn(small.port) for _ in range(3)]
+            if all(h.cmd("PING") == "PONG" for h in held):
+                break
+            for h in held:
+                h.close()
+            time.sleep(0.05)
+        check(all(h.cmd("PING") == "PONG" for h in held), "3 clients served under --maxclients 3")
+        extra = Conn(small.port)
+        check(err(extra.reply(), "ERR max number of clients reached"), "the 4th is refused")
+        check(extra.closed(), "and closed")
+        held.pop().close()
+        for _ in range(100):  # the close reaches the server
+            again = Conn(small.port)
+            r = again.cmd("PING")
+            again.close()
+            if r == "PONG":
+                break
+            time.sleep(0.05)
+        check(r == "PONG", "a place freed is taken again")
+        for h in held:
+            h.close()
+    finally:
+        small.stop()
+
+
 def test_no_daemon():
     r = subprocess.run([KV, "--socket", os.path.join(tmp, "nobody.sock"), "--port", str(free_port())],
                        capture_output=True, text=True, timeout=20)
@@ -632,6 +688,7 @@ def main():
         ("expiry", lambda: test_expiry(srv)),
         ("eviction", test_eviction),
         ("bad input", lambda: test_bad_input(srv)),
+        ("limits", lambda: test_limits(srv)),
         ("worker killed under load", lambda: test_worker_kill(srv)),
         ("worker killed holding a lock", lambda: test_kill_holding_lock(srv)),
         ("worker killed mid-change", test_kill_mid_change),

@@ -35,14 +35,17 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tcm-kv [--socket PATH] [--port N] [--bind ADDR] [--workers N] [--maxmemory SIZE]\n"
-               "              [--output-limit SIZE]\n"
+               "              [--output-limit SIZE] [--query-limit SIZE] [--maxclients N]\n"
                "  --socket PATH      tcmd's control socket (default: tcm's default, or $TCM_SOCKET)\n"
                "  --port N           TCP port (default 6390)\n"
                "  --bind ADDR        IPv4 address to listen on (default 127.0.0.1)\n"
                "  --workers N        worker processes (default: one per CPU, at most %d)\n"
                "  --maxmemory SIZE   evict least recently used keys past this many bytes of table\n"
                "                     (default: only when the heap is full)\n"
-               "  --output-limit SIZE  close a client whose unsent replies pass this (default 64M)\n",
+               "  --output-limit SIZE  close a client whose unsent replies pass this (default 64M)\n"
+               "  --query-limit SIZE   close a client whose one command passes this (default 64M)\n"
+               "  --maxclients N       refuse connections past this many (default 10000; each worker takes\n"
+               "                       its share)\n",
             KV_MAX_WORKERS);
 }
 
@@ -72,7 +75,8 @@ static int parse_options(int argc, char **argv, kv_options_t *o)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (kv_options_t){.bind = "127.0.0.1", .port = 6390, .workers = cpus > 0 ? (int)cpus : 1,
-                        .output_limit = 64ull << 20, .alloc = "tcm"};
+                        .output_limit = 64ull << 20, .query_limit = 64ull << 20, .maxclients = 10000,
+                        .alloc = "tcm"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
@@ -105,6 +109,13 @@ static int parse_options(int argc, char **argv, kv_options_t *o)
             ok = parse_size(v, &o->maxmemory);
         } else if (!strcmp(a, "--output-limit") && v) {
             ok = parse_size(v, &o->output_limit) && o->output_limit >= 4096;
+        } else if (!strcmp(a, "--query-limit") && v) {
+            ok = parse_size(v, &o->query_limit) && o->query_limit >= 4096;
+        } else if (!strcmp(a, "--maxclients") && v) {
+            char *end;
+            unsigned long long n = strtoull(v, &end, 10);
+            ok = *end == 0 && *v != '-' && n >= 1 && n <= 1000000;
+            o->maxclients = n;
         } else {
             fprintf(stderr, "tcm-kv: unknown option %s\n", a);
             usage(stderr);

@@ -1,10 +1,13 @@
 /* server.c — a tcm-kv worker: connections, the RESP2 parser, replies and
  * the commands. Everything a client sends is bounded before it is
- * buffered: a bulk length over 512 MiB, more than 1M arguments, an inline
- * line over 64 KiB or a non-number where a length goes is a protocol error
+ * buffered: a bulk length over 512 MiB or over --query-limit, a command
+ * whose bytes pass --query-limit, more than 1M arguments, an inline line
+ * over 64 KiB or a non-number where a length goes is a protocol error
  * (reply, then close); unsent replies over --output-limit close the
  * connection; a connection stops being read while 1 MiB of its replies
- * wait (a pipelining client that reads slowly is slowed, not dropped). */
+ * wait (a pipelining client that reads slowly is slowed, not dropped);
+ * past --maxclients connections (all workers together) a new one gets an
+ * error and is closed. */
 #define _GNU_SOURCE
 #include "server.h"
 
@@ -29,7 +32,6 @@
 #define MAX_BULK (512ull << 20)
 #define MAX_ARGS (1u << 20)
 #define MAX_INLINE (64u << 10)
-#define MAX_QUERY (1ull << 30) /* one command, all its arguments, as buffered */
 #define READ_PAUSE (1u << 20)
 #define SWEEP_MS 100
 #define SWEEP_STRIPES 64
@@ -74,6 +76,7 @@ struct worker {
     uint64_t seed;
     kv_arg_t *argv;
     uint32_t argv_cap;
+    uint64_t open; /* connections of this worker, refused ones until they are closed */
 };
 
 /* ---- replies ---- */
@@ -82,6 +85,12 @@ static bool out_reserve(conn_t *c, size_t more)
 {
     if (c->out_len + more <= c->out_cap)
         return true;
+    if (c->out_len + more > c->w->o->output_limit) { /* one command's replies (a big MGET) count too */
+        if (!c->closing)
+            fprintf(stderr, "tcm-kv: closing a client whose unsent replies passed %" PRIu64 " bytes\n",
+                    c->w->o->output_limit);
+        return false;
+    }
     size_t cap = c->out_cap ? c->out_cap : 4096;
     while (cap < c->out_len + more)
         cap *= 2;
@@ -191,6 +200,7 @@ static void on_close(uv_handle_t *h)
 {
     conn_t *c = h->data;
     atomic_fetch_sub(&c->w->stats->connected, 1);
+    c->w->open--;
     free(c->in);
     free(c->args);
     free(c->out);
@@ -270,7 +280,8 @@ static bool flush_out(conn_t *c)
     if (!left)
         return true;
     if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) + left > c->w->o->output_limit) {
-        fprintf(stderr, "tcm-kv: closing a client whose unsent replies passed %" PRIu64 " bytes\n",
+        if (!c->closing) /* out_reserve said so already */
+            fprintf(stderr, "tcm-kv: closing a client whose unsent replies passed %" PRIu64 " bytes\n",
                 c->w->o->output_limit);
         conn_close(c);
         return false;
@@ -417,7 +428,7 @@ static parse_t parse(conn_t *c)
                 protocol_error(c, "invalid bulk length");
             return bad ? PARSE_ERROR : PARSE_MORE;
         }
-        if (n < 0 || (unsigned long long)n > MAX_BULK) {
+        if (n < 0 || (unsigned long long)n > MAX_BULK || (unsigned long long)n > c->w->o->query_limit) {
             protocol_error(c, "invalid bulk length");
             return PARSE_ERROR;
         }
@@ -1185,8 +1196,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     c->in_len += (size_t)nread;
-    if (c->in_len - c->cmd > MAX_QUERY) {
-        protocol_error(c, "query buffer limit reached (1 GiB for one command)");
+    if (c->in_len - c->cmd > c->w->o->query_limit) {
+        fprintf(stderr, "tcm-kv: closing a client whose command passed the query limit (%" PRIu64 " bytes)\n",
+                c->w->o->query_limit);
+        protocol_error(c, "query buffer limit reached");
         flush_out(c);
         conn_close(c);
         return;
@@ -1209,7 +1222,20 @@ static void on_connection(uv_stream_t *server, int status)
     c->want_args = -1;
     c->tcp.data = c;
     atomic_fetch_add(&w->stats->connected, 1);
+    w->open++;
     if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) { /* another worker took it */
+        conn_close(c);
+        return;
+    }
+    /* Each worker takes its share of --maxclients: counted here, not in the
+     * shared root, so that the cap holds exactly whatever other workers (or
+     * another tcm-kv on the same heap) do. */
+    uint64_t share = (w->o->maxclients + (uint64_t)w->o->workers - 1) / (uint64_t)w->o->workers;
+    if (w->open > share) {
+        static const char msg[] = "-ERR max number of clients reached\r\n";
+        uv_buf_t b = uv_buf_init((char *)msg, sizeof msg - 1);
+        (void)uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        atomic_fetch_add(&w->stats->rejected, 1);
         conn_close(c);
         return;
     }

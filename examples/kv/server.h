@@ -33,6 +33,8 @@ typedef struct kv_options {
     int workers;
     uint64_t maxmemory;    /* 0: the heap's limit */
     uint64_t output_limit; /* a connection whose unsent replies pass this is closed */
+    uint64_t query_limit;  /* a connection whose command (as buffered) passes this is closed */
+    uint64_t maxclients;   /* connections of all workers; past it a new one is refused */
     const char *alloc;     /* "tcm", or another heap (bench builds) */
     int threads;           /* workers are threads of one process (bench builds) */
     int debug;             /* DEBUG HOLD / CRASH for the tests */

@@ -1,0 +1,331 @@
+#!/usr/bin/env python3
+"""Hostile peers on tcmd's control socket and /metrics, against a real
+tcmd started with a soft descriptor limit of 1024 (a common default):
+- a peer that floods `stats` requests and never reads its replies: tcmd's
+  RSS stays bounded, ping answers meanwhile, and tcmd closes the flooder;
+- thousands of control connections: tcmd raises its descriptor limit,
+  serves ping and a real attaching client, and refuses the ones past its
+  cap with an error frame; hundreds of idle /metrics connections: those
+  past the cap are closed at once, the rest after the idle timeout;
+- a peer flooding malformed frames and resume requests: its log lines are
+  bounded, a suppressed count follows, and another peer's line still shows.
+Each part runs even if an earlier one failed; the summary counts them."""
+import contextlib
+import os
+import re
+import resource
+import select
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "common"))
+from tcmtest import free_port, wait_tcmd  # noqa: E402
+
+build = sys.argv[1]
+TCMD = os.path.join(build, "tcmd")
+TCMCTL = os.path.join(build, "tcmctl")
+HELPER = os.path.join(build, "tests", "tcm_test_helper")
+tmp = tempfile.mkdtemp(prefix="tcm-hostile-")
+sock = os.path.join(tmp, "tcmd.sock")
+log = os.path.join(tmp, "tcmd.log")
+failures = 0
+checks = 0
+
+RSS_BOUND_KB = 64 << 10   # tcmd's RSS while a peer floods without reading
+PING_BOUND_S = 0.050      # a ping round trip (connect, ask, answer) meanwhile
+CONTROL_CAP = 4096        # daemon/control.c TCM_CONTROL_MAX_CONNS
+METRICS_CAP = 64          # daemon/metrics.h TCM_METRICS_MAX_CONNS
+FDS_WANTED = 4096 + 2 * 1024 + 64 + 256  # what control.c asks RLIMIT_NOFILE for
+
+
+def check(cond, what):
+    """One assertion: a failure is reported and counted, and the run goes on."""
+    global failures, checks
+    checks += 1
+    if not cond:
+        failures += 1
+        print("FAILED:", what, file=sys.stderr)
+    return cond
+
+
+@contextlib.contextmanager
+def section(name):
+    global failures, checks
+    t0 = time.time()
+    try:
+        yield
+        print(f"done {name} ({time.time() - t0:.1f} s)")
+    except Exception as e:  # noqa: BLE001 - reported, counted, and the next part runs
+        checks += 1
+        failures += 1
+        print(f"FAILED: {name}: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+# ---- the wire: Request {version = 1, body}, behind a 4-byte big-endian length
+
+
+def varint(n):
+    out = b""
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out += bytes([b | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def field(num, payload):
+    return varint(num << 3 | 2) + varint(len(payload)) + payload
+
+
+def frame(payload):
+    return struct.pack(">I", len(payload)) + payload
+
+
+PING = frame(b"\x08\x01" + field(3, b""))
+STATS = frame(b"\x08\x01" + field(4, b""))
+GARBAGE = frame(b"\xff\xff\xff\xff")
+RESUME = frame(b"\x08\x01" + field(2, b"\x08\x01" + b"\x18" + varint(54321)))  # Hello{resume_client_id}
+
+
+def connect(timeout=5):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sock)  # blocking: with a timeout, a full backlog is EAGAIN, not a wait
+    s.settimeout(timeout)
+    return s
+
+
+def recv_exact(s, n):
+    data = b""
+    while len(data) < n:
+        more = s.recv(n - len(data))
+        if not more:
+            raise ConnectionError("closed by tcmd")
+        data += more
+    return data
+
+
+def recv_frame(s):
+    (n,) = struct.unpack(">I", recv_exact(s, 4))
+    return recv_exact(s, n)
+
+
+def ping_s():
+    """Seconds for a ping on a new connection (what tcmctl ping does)."""
+    t0 = time.monotonic()
+    s = connect()
+    s.sendall(PING)
+    reply = recv_frame(s)
+    s.close()
+    check(reply[:1] == b"\x12", f"ping answered with a Pong ({reply[:8]!r})")
+    return time.monotonic() - t0
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+
+def closed_by_peer(s, timeout):
+    """Waits (without reading) until the other end has closed s."""
+    p = select.poll()
+    p.register(s, select.POLLRDHUP | select.POLLHUP)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if p.poll(100):
+            return True
+    return False
+
+
+def eof_within(s, timeout):
+    """True if the other end closes s within timeout (nothing is sent on it)."""
+    s.settimeout(timeout)
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def log_text():
+    with open(log) as f:
+        return f.read()
+
+
+def lower_nofile():
+    """tcmd starts as under a common default soft limit: it must raise it itself."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+
+
+# this test holds thousands of descriptors itself
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if hard != resource.RLIM_INFINITY and hard < CONTROL_CAP + 512:
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (CONTROL_CAP + 1024, CONTROL_CAP + 1024))
+    except (ValueError, OSError):
+        pass
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+own_fds = hard
+
+mport = free_port()
+daemon = subprocess.Popen([TCMD, "--foreground", "--socket", sock, "--name", f"hostile{os.getpid()}", "--log", log,
+                           "--metrics-port", str(mport)], preexec_fn=lower_nofile)
+try:
+    check(wait_tcmd(TCMCTL, sock), "tcmd started")
+
+    with section("a peer floods stats requests and never reads"):
+        flooder = connect()
+        flooder.setblocking(False)
+        chunk = STATS * 8192
+        pending = memoryview(chunk)
+        sent = 0
+        max_rss = rss_kb(daemon.pid)
+        pings = []
+        t0 = time.monotonic()
+        next_probe = t0 + 0.25
+        while time.monotonic() - t0 < 5:
+            _, w, _ = select.select([], [flooder], [], 0.02)
+            if w:
+                try:
+                    n = flooder.send(pending)
+                    sent += n
+                    pending = pending[n:] if n < len(pending) else memoryview(chunk)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    break  # closed already
+            if time.monotonic() >= next_probe:
+                next_probe += 0.25
+                max_rss = max(max_rss, rss_kb(daemon.pid))
+                pings.append(ping_s())
+                if max_rss > 16 * RSS_BOUND_KB:
+                    break  # unbounded: stop before the machine suffers
+        print(f"  sent {sent // len(STATS)} stats requests in {time.monotonic() - t0:.1f} s; tcmd's RSS at most "
+              f"{max_rss // 1024} MiB; pings {min(pings) * 1e3:.1f}-{max(pings) * 1e3:.1f} ms over {len(pings)}")
+        check(max_rss < RSS_BOUND_KB, f"tcmd's RSS stayed under {RSS_BOUND_KB >> 10} MiB (at most {max_rss} KiB)")
+        check(len(pings) >= 10 and max(pings) < PING_BOUND_S,
+              f"every ping under {PING_BOUND_S * 1e3:.0f} ms during the flood ({[round(p * 1e3, 1) for p in pings]})")
+        check(closed_by_peer(flooder, 20), "tcmd closed the peer that does not read its replies")
+        check("has not read its replies" in log_text(), "the close is logged")
+        flooder.close()
+        check(ping_s() < PING_BOUND_S, "ping after the flooder went")
+
+    with section("thousands of control connections, hundreds of idle /metrics ones"):
+        with open(f"/proc/{daemon.pid}/limits") as f:
+            limit = int(re.search(r"Max open files\s+(\d+)", f.read()).group(1))
+        check(limit >= min(FDS_WANTED, hard), f"tcmd raised its descriptor limit from 1024 to {limit}")
+        n_under = min(3000, own_fds - 512)
+        conns = []
+        for _ in range(n_under):
+            conns.append(connect())
+        pings = [ping_s() for _ in range(5)]
+        check(max(pings) < PING_BOUND_S, f"ping with {n_under} connections open ({max(pings) * 1e3:.1f} ms)")
+        client = subprocess.Popen([HELPER, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, TCM_SOCKET=sock))
+        first = client.stdout.readline().split()
+        check(len(first) >= 2 and first[1].isdigit(), f"a client attaches with {n_under} connections open ({first})")
+        client.stdin.write("alloc 100 1000\n")
+        client.stdin.flush()
+        check(client.stdout.readline().strip() == "ok", "the attached client allocates")
+        # past the cap: an error frame, then closed
+        refused = 0
+        if own_fds > CONTROL_CAP + 400:
+            for _ in range(CONTROL_CAP + 100 - n_under):
+                conns.append(connect())
+            for s in conns[-50:]:
+                try:
+                    reply = recv_frame(s)
+                    refused += b"limit" in reply
+                except (ConnectionError, OSError):
+                    pass
+            check(refused >= 40, f"connections past the cap are told and closed ({refused} of the last 50)")
+        else:
+            print(f"SKIP: connections past the cap (this test may open only {own_fds} descriptors)")
+        for s in conns:
+            s.close()
+        check(wait_tcmd(TCMCTL, sock, 10), "ping once they are closed")
+        client.stdin.write("exit\n")
+        client.stdin.flush()
+        check(client.wait(timeout=10) == 0, "the client exits normally")
+
+        idle = [socket.create_connection(("127.0.0.1", mport), timeout=10) for _ in range(300)]
+        # (the first ones may be closed by the time the last are accepted, if this is slow)
+        early = sum(eof_within(s, 5) for s in idle[METRICS_CAP + 10:])
+        check(early == len(idle) - METRICS_CAP - 10, f"/metrics connections past {METRICS_CAP} closed at once "
+              f"({early} of {len(idle) - METRICS_CAP - 10})")
+        check(ping_s() < PING_BOUND_S, "ping with /metrics connections held")
+        late = sum(eof_within(s, 15) for s in idle[:METRICS_CAP])
+        check(late == METRICS_CAP, f"idle /metrics connections closed by tcmd ({late} of {METRICS_CAP})")
+        for s in idle:
+            s.close()
+        page = subprocess.run(["curl", "-sf", f"http://127.0.0.1:{mport}/metrics"], capture_output=True, text=True,
+                              timeout=10)
+        check(page.returncode == 0 and "tcm_build_info" in page.stdout, "/metrics serves afterwards")
+
+    with section("a peer floods malformed frames and resume requests"):
+        before = len(log_text())
+        # the flooder is a process of its own, so that its pid is a source no earlier part used
+        flood = subprocess.Popen([sys.executable, "-c", f"""
+import os, socket, threading, time
+s = socket.socket(socket.AF_UNIX)
+s.connect({sock!r})
+print(os.getpid(), flush=True)
+def drain():  # it reads its replies: tcmd handles every frame it sends
+    while s.recv(1 << 16):
+        pass
+threading.Thread(target=drain, daemon=True).start()
+sent, t0 = 0, time.monotonic()
+while time.monotonic() - t0 < 2:
+    s.sendall({(GARBAGE + RESUME) * 500!r})
+    sent += 1000
+s.sendall({PING!r})
+print(sent, flush=True)
+"""], stdout=subprocess.PIPE, text=True)
+        me = int(flood.stdout.readline())
+        time.sleep(1)  # (the flood is on: the other peer speaks in the middle of it)
+        other = subprocess.run([sys.executable, "-c", f"""
+import os, socket, struct
+s = socket.socket(socket.AF_UNIX)
+s.connect({sock!r})
+s.sendall({GARBAGE!r})
+n = struct.unpack(">I", s.recv(4))[0]
+s.recv(n)
+print(os.getpid())
+"""], capture_output=True, text=True, timeout=20)
+        sent = int(flood.stdout.readline() or 0)
+        check(flood.wait(timeout=20) == 0 and sent > 0, "the flooder ran")
+        check(other is not None and other.returncode == 0, f"the other peer was answered ({other and other.stderr})")
+        other_pid = int(other.stdout.strip()) if other and other.returncode == 0 else -1
+        # the window (10 s) ends and its suppressed count is written
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and f"(pid {me}: " not in log_text()[before:]:
+            time.sleep(0.2)
+        text = log_text()[before:]
+        mine = [ln for ln in text.splitlines() if f"pid {me} " in ln or f"pid {me}:" in ln]
+        print(f"  {sent} bad frames sent; {len(mine)} lines name this peer")
+        check(len(mine) <= 6, f"a bounded number of lines for the flooding peer ({len(mine)})")
+        sup = re.search(rf"\(pid {me}: (\d+) more lines suppressed", text)
+        check(sup is not None and int(sup.group(1)) > sent // 2, f"the suppressed count is logged ({sup and sup.group(0)})")
+        check(f"malformed request from pid {other_pid}" in text, f"the other peer's line shows (pid {other_pid})")
+        check(ping_s() < PING_BOUND_S, "ping after the flood")
+
+    check(daemon.poll() is None, "tcmd is still running")
+    check(subprocess.run([TCMCTL, "--socket", sock, "check"], capture_output=True).returncode == 0, "heap consistent")
+finally:
+    if daemon.poll() is None:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+    if failures:
+        print("tcmd log (tail):\n" + "".join(open(log).readlines()[-30:]), file=sys.stderr)
+
+print(f"hostile control: {checks - failures} of {checks} checks passed")
+sys.exit(1 if failures else 0)
