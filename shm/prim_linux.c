@@ -761,8 +761,9 @@ int tcm__shm_unlink_prefix(const char *prefix)
 int tcm__dir_stat(const char *path, tcm_uid_t *uid, tcm_gid_t *gid, unsigned *mode)
 {
     /* the answer is about the directory itself, never where a link there
-     * points: O_NOFOLLOW, then fstat of what was opened */
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+     * points: O_NOFOLLOW, then fstat of what was opened (O_PATH: a client
+     * of --allow-group may only search tcmd's directory, not read it) */
+    int fd = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
     if (fd < 0) {
         int err = -errno; /* a link gives ENOTDIR: tell it apart, for the message only */
