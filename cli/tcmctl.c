@@ -53,9 +53,10 @@ static const char *js(const char *s)
 
 static Tcm__Response *call(const ctx_t *ctx, Tcm__Request *req)
 {
-    tcm_handle_t fd = tcm__connect(ctx->socket);
+    tcm_handle_t fd = tcm__connect_server(ctx->socket);
     if (fd < 0) {
-        fprintf(stderr, "tcmctl: cannot connect to tcmd on %s: %s\n", ctx->socket, strerror(-fd));
+        fprintf(stderr, "tcmctl: cannot connect to tcmd on %s: %s\n", ctx->socket,
+                fd == -EPERM && *tcm__server_refusal() ? tcm__server_refusal() : strerror(-fd));
         if (fd == -ENOENT || fd == -ECONNREFUSED)
             fprintf(stderr, "tcmctl: is tcmd running? start it with: tcmd --socket %s\n", ctx->socket);
         exit(EXIT_CONNECT);

@@ -279,7 +279,7 @@ static int handshake(const char *socket_path, uint32_t resume_id, uint64_t token
     int nfds = 0;
     for (int i = 0; i < NFDS; i++)
         fds[i] = -1;
-    tcm_handle_t fd = tcm__connect(socket_path);
+    tcm_handle_t fd = tcm__connect_server(socket_path); /* a server not ours: -EPERM */
     if (fd < 0)
         return fd;
     Tcm__Request req = TCM__REQUEST__INIT;
@@ -475,7 +475,8 @@ int tcm_init(const char *socket_path)
         char path[108];
         reported = true;
         fprintf(stderr, "tcm: cannot attach to tcmd on %s: %s%s\n",
-                socket_path ? socket_path : tcm__default_socket(path, sizeof path), strerror(-rc),
+                socket_path ? socket_path : tcm__default_socket(path, sizeof path),
+                rc == -EPERM && *tcm__server_refusal() ? tcm__server_refusal() : strerror(-rc),
                 tcm__attach_failed_note ? tcm__attach_failed_note : "");
     }
     return rc;

@@ -37,20 +37,92 @@ static void usage(FILE *f)
     tcm__config_usage(f);
 }
 
-/* mkdir -p of the socket's directory, owner-only (with --allow-group, the
- * group may pass through the one it creates). */
-static int make_socket_dir(const char *path, tcm_server_t *srv)
+/* Whether tcmd may keep its socket and log in dir (DESIGN.md, "Runtime
+ * directory"): whoever can write there could have put a socket or a log
+ * of theirs in tcmd's place. Its runtime directory (the built-in default)
+ * must be tcmd's own user's and writable by it alone: anyone could have
+ * made /tmp/tcm-UID first. Any other (an explicit --socket) must belong to
+ * tcmd's user or root and, if others may write there, be sticky like /tmp:
+ * then no one else can remove or rename what tcmd puts there. The
+ * directory itself is examined, never a link there. */
+static int check_dir(const char *dir, bool runtime)
 {
-    char dir[108];
-    snprintf(dir, sizeof dir, "%.107s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash || slash == dir)
+    tcm_uid_t uid, self = tcm__uid();
+    tcm_gid_t gid;
+    unsigned mode;
+    int err = tcm__dir_stat(dir, &uid, &gid, &mode);
+    if (err == -ENOSYS)
         return 0;
-    *slash = 0;
+    if (err) {
+        fprintf(stderr, "tcmd: the socket's directory %s: %s\n", dir,
+                err == -ELOOP ? "is a symbolic link (give the directory itself)" : strerror(-err));
+        return err;
+    }
+    bool owner_ok = uid == self || (!runtime && uid == 0);
+    bool writers_ok = !(mode & 022) || (!runtime && (mode & 01000));
+    if (owner_ok && writers_ok)
+        return 0;
+    if (runtime)
+        fprintf(stderr, "tcmd: refusing the runtime directory %s (owner uid %u, mode %04o): it must be tcmd's "
+                        "own (uid %u) and writable by no one else; remove it or give --socket\n",
+                dir, (unsigned)uid, mode, (unsigned)self);
+    else
+        fprintf(stderr, "tcmd: refusing the socket's directory %s (owner uid %u, mode %04o): it must belong to "
+                        "tcmd's user (uid %u) or root, and be writable by no one else unless sticky like /tmp\n",
+                dir, (unsigned)uid, mode, (unsigned)self);
+    return -EPERM;
+}
+
+/* mkdir -p of the socket's directory, owner-only (with --allow-group, the
+ * group may pass through tcmd's own one), and the checks above. */
+static int prepare_socket_dir(tcm_server_t *srv)
+{
+    char dir[sizeof srv->socket_path], runtime[sizeof srv->socket_path];
+    snprintf(dir, sizeof dir, "%s", srv->socket_path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        slash[slash == dir] = 0; /* "/x.sock" is in "/" */
     int made = tcm__make_dirs(dir, 0700);
-    if (made == 1 && srv->allow_group_set)
-        return tcm__path_share(dir, srv->allow_group, 0710);
-    return made < 0 ? made : 0;
+    if (made < 0) {
+        fprintf(stderr, "tcmd: cannot create the directory of %s: %s\n", srv->socket_path, strerror(-made));
+        return made;
+    }
+    bool is_runtime = strcmp(srv->socket_path, tcm__runtime_socket(runtime, sizeof runtime)) == 0;
+    int err = check_dir(dir, is_runtime);
+    if (!err && is_runtime) { /* and no one else can rename it away: /tmp is sticky */
+        slash = strrchr(dir, '/');
+        if (slash && slash != dir) {
+            *slash = 0;
+            err = check_dir(dir, false);
+            *slash = '/';
+        }
+    }
+    if (!err && (made == 1 || is_runtime) && srv->allow_group_set &&
+        (err = tcm__path_share(dir, srv->allow_group, 0710)) != 0)
+        fprintf(stderr, "tcmd: chown/chmod(%s, group %u) failed: %s\n", dir, (unsigned)srv->allow_group,
+                strerror(-err));
+    return err;
+}
+
+/* Open the log: never through a link, never another user's file; --log
+ * may name a device such as /dev/null, the default SOCKET.log may not. */
+static FILE *open_log(const char *path, bool given)
+{
+    FILE *f = NULL;
+    tcm_uid_t owner;
+    int err = tcm__log_file_open(path, given, &f, &owner);
+    if (err == -ELOOP)
+        fprintf(stderr, "tcmd: refusing the log %s: it is a symbolic link (give the file itself)\n", path);
+    else if (err == -EPERM)
+        fprintf(stderr, "tcmd: refusing the log %s: it is a file of uid %u, not of tcmd's user (uid %u)\n", path,
+                (unsigned)owner, (unsigned)tcm__uid());
+    else if (err == -EINVAL)
+        fprintf(stderr, "tcmd: refusing the log %s: not a regular file\n", path);
+    else if (err)
+        fprintf(stderr, "tcmd: cannot open log %s: %s\n", path, strerror(-err));
+    return err ? NULL : f;
 }
 
 static uint32_t fnv1a(const char *s)
@@ -284,11 +356,8 @@ int main(int argc, char **argv)
     if (!srv->name[0])
         snprintf(srv->name, sizeof srv->name, "u%u-%08x", tcm__login_uid(), fnv1a(srv->socket_path));
 
-    int dir_err = make_socket_dir(srv->socket_path, srv);
-    if (dir_err) {
-        fprintf(stderr, "tcmd: cannot create the directory of %s: %s\n", srv->socket_path, strerror(-dir_err));
+    if (prepare_socket_dir(srv) != 0)
         return 1;
-    }
     tcm_handle_t fd = tcm__connect(srv->socket_path);
     if (fd >= 0) {
         tcm__close(fd);
@@ -298,15 +367,11 @@ int main(int argc, char **argv)
     /* a stale socket of a dead daemon stays until the new one replaces it */
 
     FILE *log = stderr;
-    if (!srv->foreground && !srv->log_path[0])
+    bool log_given = srv->log_path[0] != 0;
+    if (!srv->foreground && !log_given)
         snprintf(srv->log_path, sizeof srv->log_path, "%.200s.log", srv->socket_path);
-    if (srv->log_path[0]) {
-        log = fopen(srv->log_path, "ae");
-        if (!log) {
-            fprintf(stderr, "tcmd: cannot open log %s: %s\n", srv->log_path, strerror(errno));
-            return 1;
-        }
-    }
+    if (srv->log_path[0] && !(log = open_log(srv->log_path, log_given)))
+        return 1;
     tcm__log_open(log, tcm__log_level());
 
     if (srv->foreground)

@@ -4,6 +4,7 @@
 #include "prim.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,16 @@ Tcm__Response *tcm__frame_recv_fds(tcm_handle_t fd, int timeout_ms, tcm_handle_t
     return resp;
 }
 
+const char *tcm__runtime_socket(char *buf, size_t len)
+{
+    const char *rt = getenv("XDG_RUNTIME_DIR");
+    if (rt && *rt)
+        snprintf(buf, len, "%s/tcm/tcmd.sock", rt);
+    else
+        snprintf(buf, len, "/tmp/tcm-%u/tcmd.sock", tcm__login_uid());
+    return buf;
+}
+
 const char *tcm__default_socket(char *buf, size_t len)
 {
     const char *env = getenv("TCM_SOCKET");
@@ -91,10 +102,76 @@ const char *tcm__default_socket(char *buf, size_t len)
         snprintf(buf, len, "%s", env);
         return buf;
     }
-    const char *rt = getenv("XDG_RUNTIME_DIR");
-    if (rt && *rt)
-        snprintf(buf, len, "%s/tcm/tcmd.sock", rt);
+    return tcm__runtime_socket(buf, len);
+}
+
+/* The last refusal's text. Not per thread (libtcm is a malloc: no TLS that
+ * might allocate); libtcm connects under a lock and tcmctl has one thread,
+ * and a race could only mix two texts, never the verdict. */
+static char refusal[256];
+
+const char *tcm__server_refusal(void)
+{
+    return refusal;
+}
+
+/* Whether the directory of path is owned by uid and nobody else may add or
+ * replace a file in it: then a socket there served by uid is uid's own. */
+static bool dir_is_owned_by(const char *path, tcm_uid_t uid, char *dir, size_t len)
+{
+    snprintf(dir, len, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, len, ".");
     else
-        snprintf(buf, len, "/tmp/tcm-%u/tcmd.sock", tcm__login_uid());
-    return buf;
+        slash[slash == dir] = 0; /* "/x.sock" is in "/" */
+    tcm_uid_t owner;
+    tcm_gid_t group;
+    unsigned mode;
+    return tcm__dir_stat(dir, &owner, &group, &mode) == 0 && owner == uid && !(mode & 022);
+}
+
+/* The rule (DESIGN.md, "Client lifecycle"): the server must run as
+ * $TCM_DAEMON_UID when that is set; otherwise as this process's user or
+ * root, or, on a socket path given explicitly, as the user who owns the
+ * socket's directory when only that user can write there (a service
+ * account's /run/tcm with --allow-group). Never so on the built-in
+ * runtime path, whose directory anyone may have made first. */
+tcm_handle_t tcm__connect_server(const char *path)
+{
+    refusal[0] = 0;
+    tcm_handle_t fd = tcm__connect(path);
+    if (fd < 0)
+        return fd;
+    tcm_pid_t pid;
+    tcm_uid_t server, self = tcm__uid();
+    tcm_gid_t gid;
+    int err = tcm__peer_cred(fd, &pid, &server, &gid);
+    if (err) {
+        tcm__close(fd);
+        return err;
+    }
+    const char *want = getenv("TCM_DAEMON_UID");
+    char dir[256], runtime[256];
+    if (want && *want) {
+        char *end;
+        unsigned long v = strtoul(want, &end, 10);
+        if (*end || v > UINT32_MAX)
+            snprintf(refusal, sizeof refusal, "TCM_DAEMON_UID=%.40s is not a uid", want);
+        else if (server != (tcm_uid_t)v)
+            snprintf(refusal, sizeof refusal, "tcmd there runs as uid %u (pid %d), not as TCM_DAEMON_UID=%lu",
+                     (unsigned)server, (int)pid, v);
+    } else if (server != self && server != 0 &&
+               (strcmp(path, tcm__runtime_socket(runtime, sizeof runtime)) == 0 ||
+                !dir_is_owned_by(path, server, dir, sizeof dir))) {
+        snprintf(refusal, sizeof refusal,
+                 "tcmd there runs as uid %u (pid %d), not as this user (uid %u), root, or the sole owner of the "
+                 "socket's directory; set TCM_DAEMON_UID=%u to trust it",
+                 (unsigned)server, (int)pid, (unsigned)self, (unsigned)server);
+    }
+    if (refusal[0]) {
+        tcm__close(fd);
+        return -EPERM;
+    }
+    return fd;
 }

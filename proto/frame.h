@@ -27,8 +27,17 @@ Tcm__Response *tcm__frame_recv(tcm_handle_t fd, int timeout_ms);
 /* The same, collecting descriptors sent with the frame (SCM_RIGHTS). */
 Tcm__Response *tcm__frame_recv_fds(tcm_handle_t fd, int timeout_ms, tcm_handle_t *fds, int maxfds, int *nfds);
 
-/* The default socket: $TCM_SOCKET, else $XDG_RUNTIME_DIR/tcm/tcmd.sock, else
- * /tmp/tcm-UID/tcmd.sock. */
+/* The default socket: $TCM_SOCKET, else the runtime socket,
+ * $XDG_RUNTIME_DIR/tcm/tcmd.sock, else /tmp/tcm-UID/tcmd.sock. */
 const char *tcm__default_socket(char *buf, size_t len);
+const char *tcm__runtime_socket(char *buf, size_t len);
+
+/* Connect to tcmd's control socket, and hang up unless the process that
+ * serves it is one this process may trust with its memory (the rule is at
+ * the definition): handle, or -errno; -EPERM for a server refused, with
+ * tcm__server_refusal() saying why (the last refusal, "" after a
+ * connection that was not refused). */
+tcm_handle_t tcm__connect_server(const char *path);
+const char *tcm__server_refusal(void);
 
 #endif

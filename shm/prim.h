@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h> /* FILE, for tcm__log_file_open */
 #include <pthread.h> /* winpthreads under mingw-w64 */
 
 /* Identities and handles of the platform's own, so no caller needs a POSIX
@@ -223,4 +224,15 @@ static inline void tcm__cpu_relax(void)
 /* Remove every shm object whose name starts with prefix (leftovers of a
  * daemon that did not shut down cleanly). Returns how many. */
 int tcm__shm_unlink_prefix(const char *prefix);
+/* Runtime directory and files. Owner, group and mode (permission bits and
+ * the sticky bit, 07777) of the directory at path itself: a symbolic link
+ * there is not followed (-ELOOP), anything else than a directory is
+ * -ENOTDIR; -ENOSYS where directories do not guard sockets (Windows). */
+int tcm__dir_stat(const char *path, tcm_uid_t *uid, tcm_gid_t *gid, unsigned *mode);
+/* Open path to append log lines, never through a symbolic link there
+ * (-ELOOP): a missing file is created owner-only; an existing one is used
+ * only if it is a regular file of this process's user (-EPERM, *owner set,
+ * for another user's) or, with devices_too, a device or FIFO such as
+ * /dev/null (-EINVAL for any other kind). 0 and *f, or -errno. */
+int tcm__log_file_open(const char *path, bool devices_too, FILE **f, tcm_uid_t *owner);
 #endif

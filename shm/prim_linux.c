@@ -923,3 +923,62 @@ int tcm__fd_limit_raise(uint64_t want, uint64_t *now)
         *now = UINT64_MAX;
     return 0;
 }
+
+/* ---- Runtime directory and files: who may have put them there ----------- */
+
+int tcm__dir_stat(const char *path, tcm_uid_t *uid, tcm_gid_t *gid, unsigned *mode)
+{
+    /* the answer is about the directory itself, never where a link there
+     * points: O_NOFOLLOW, then fstat of what was opened (O_PATH: a client
+     * of --allow-group may only search tcmd's directory, not read it) */
+    int fd = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) {
+        int err = -errno; /* a link gives ENOTDIR: tell it apart, for the message only */
+        return err == -ENOTDIR && lstat(path, &st) == 0 && S_ISLNK(st.st_mode) ? -ELOOP : err;
+    }
+    int rc = fstat(fd, &st) == 0 ? 0 : -errno;
+    close(fd);
+    if (rc == 0) {
+        *uid = st.st_uid;
+        *gid = st.st_gid;
+        *mode = (unsigned)st.st_mode & 07777;
+    }
+    return rc;
+}
+
+int tcm__log_file_open(const char *path, bool devices_too, FILE **out, tcm_uid_t *owner)
+{
+    for (int tries = 0; tries < 3; tries++) {
+        /* O_EXCL: a new file is this one, never a link's target */
+        int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0600);
+        if (fd < 0 && errno == EEXIST) {
+            /* non-blocking: a FIFO put there must not hold tcmd's start */
+            fd = open(path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+            if (fd < 0 && errno == ENOENT)
+                continue; /* removed in between: create it */
+        }
+        if (fd < 0)
+            return -errno;
+        struct stat st = {.st_uid = (uid_t)-1};
+        int rc = 0;
+        if (fstat(fd, &st) != 0)
+            rc = -errno;
+        else if (S_ISREG(st.st_mode) ? st.st_uid != geteuid() : !(devices_too && (S_ISCHR(st.st_mode) ||
+                                                                                  S_ISFIFO(st.st_mode))))
+            rc = S_ISREG(st.st_mode) ? -EPERM : -EINVAL;
+        else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+            rc = -errno;
+        FILE *f = rc ? NULL : fdopen(fd, "a");
+        if (!rc && !f)
+            rc = -errno;
+        if (rc) {
+            *owner = st.st_uid;
+            close(fd);
+            return rc;
+        }
+        *out = f;
+        return 0;
+    }
+    return -ENOENT;
+}

@@ -1162,3 +1162,22 @@ int tcm__fd_limit_raise(uint64_t want, uint64_t *now)
     *now = want; /* HANDLEs have no per-process limit to raise (only the kernel's quota) */
     return 0;
 }
+
+/* ---- Runtime directory and files ----------------------------------------- */
+
+/* A named pipe lives in no directory: nothing to check. */
+int tcm__dir_stat(const char *path, tcm_uid_t *uid, tcm_gid_t *gid, unsigned *mode)
+{
+    (void)path, (void)uid, (void)gid, (void)mode;
+    return -ENOSYS;
+}
+
+/* Windows has no symbolic-link planting in a shared temporary directory to
+ * guard against here (creating links needs a privilege): a plain append. */
+int tcm__log_file_open(const char *path, bool devices_too, FILE **f, tcm_uid_t *owner)
+{
+    (void)devices_too;
+    *owner = tcm__uid();
+    *f = fopen(path, "a");
+    return *f ? 0 : -errno;
+}
