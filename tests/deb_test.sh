@@ -23,9 +23,20 @@ for f in usr/bin/tcmd usr/bin/tcmctl usr/bin/tcm-kv usr/include/tcm.h usr/lib/x8
 done
 dpkg -x "$deb" "$work/root"
 grep -q "(heap_size)" "$work/root/usr/share/man/man8/tcmd.8"  # the settings, from tcmd itself
+# A released tcmd has no test crash points: nothing in it reads
+# TCM_TEST_CRASH_AT (a build with them holds the name for its getenv), and
+# one started with it armed at a client's arrival serves that client.
+if grep -q TCM_TEST_CRASH_AT "$work/root/usr/bin/tcmd"; then
+  echo "the packaged tcmd is built with the test crash points (TCM_TEST_CRASH_AT)"; exit 1
+fi
 sock=$work/tcmd.sock
-start_tcmd "$work/root/usr/bin" "$sock" --name "deb$$" --log "$work/tcmd.log"
+TCM_TEST_CRASH_AT=client_create:1 start_tcmd "$work/root/usr/bin" "$sock" --name "deb$$" --log "$work/tcmd.log"
 "$work/root/usr/bin/tcmctl" --socket "$sock" --json ping | grep -q "\"daemon_pid\":$daemon"
+out=$(TCM_SOCKET=$sock TCM_MALLOC_FALLBACK=0 TCM_RECONNECT_TIMEOUT=1 LD_PRELOAD=$work/root/usr/lib/x86_64-linux-gnu/libtcm-malloc.so \
+      sort <<< $'b\na')
+[[ $out == $'a\nb' ]] || { echo "sort under the packaged libtcm-malloc printed '$out'"; cat "$work/tcmd.log"; exit 1; }
+kill -0 "$daemon" 2>/dev/null || { echo "tcmd died on TCM_TEST_CRASH_AT=client_create:1"; cat "$work/tcmd.log"; exit 1; }
+"$work/root/usr/bin/tcmctl" --socket "$sock" --json stats | grep -q '"clients_total":1'
 "$work/root/usr/bin/tcmctl" --socket "$sock" check > /dev/null
 stop_tcmd
 echo "deb: $(basename "$deb"), $(wc -l <<< "$list") entries, unpacked daemon and CLI answered"
