@@ -14,10 +14,12 @@ deb=$(ls "$work"/build/tcm_*.deb)
 info=$(dpkg-deb -I "$deb")
 grep -q '^ Package: tcm$' <<< "$info" || { echo "dpkg-deb -I: no 'Package: tcm'"; echo "$info"; exit 1; }
 grep -q '^ Depends: .*libuv1' <<< "$info" || { echo "dpkg-deb -I: no dependency on libuv1"; echo "$info"; exit 1; }
+dpkg-deb -I "$deb" postinst | grep -q '^ *systemd-sysusers /usr/lib/sysusers.d/tcm.conf$' \
+  || { echo "dpkg-deb -I: no postinst that makes the user tcm"; echo "$info"; exit 1; }
 list=$(dpkg-deb -c "$deb")
 for f in usr/bin/tcmd usr/bin/tcmctl usr/bin/tcm-kv usr/include/tcm.h usr/lib/x86_64-linux-gnu/libtcm.so \
          usr/lib/x86_64-linux-gnu/libtcm.a usr/lib/x86_64-linux-gnu/libtcm-malloc.so usr/lib/x86_64-linux-gnu/pkgconfig/tcm.pc \
-         usr/lib/systemd/system/tcmd.service etc/tcm/tcmd.conf etc/default/tcmd \
+         usr/lib/systemd/system/tcmd.service usr/lib/sysusers.d/tcm.conf etc/tcm/tcmd.conf etc/default/tcmd \
          usr/share/man/man8/tcmd.8 usr/share/man/man1/tcmctl.1 usr/share/man/man3/tcm.3; do
   grep -Eq " \./$f( -> .*)?\$" <<< "$list" || { echo "not in the package: $f"; echo "$list"; exit 1; }
 done
