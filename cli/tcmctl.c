@@ -6,6 +6,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,25 +31,95 @@ typedef struct command {
     int (*run)(const ctx_t *ctx, int argc, char **argv);
 } command_t;
 
-/* s as the inside of a JSON string (quotes, backslashes and control bytes
- * escaped); four rotating buffers so one printf can use several. */
-static const char *js(const char *s)
+/* Every string tcmctl prints came from tcmd, and some from any client that
+ * can attach (root names, set with tcm_root_set, may hold any byte but NUL).
+ * Escaped before printing, so that such a string can neither act on the
+ * terminal (ESC sequences, C1 controls, bidirectional overrides, a newline
+ * forging a row) nor make --json output invalid.
+ *
+ * The length of the valid UTF-8 sequence at s, its code point in *cp; 0 if
+ * the bytes there are not one (a stray continuation byte, an overlong form,
+ * a surrogate, a code point past U+10FFFF, a sequence cut short). */
+static int utf8_seq(const unsigned char *s, uint32_t *cp)
 {
-    static char bufs[4][512];
+    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    int len = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+    if (!len)
+        return 0;
+    uint32_t c = len == 1 ? s[0] : s[0] & (0x7fu >> len);
+    for (int i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) /* also stops at the NUL */
+            return 0;
+        c = c << 6 | (s[i] & 0x3fu);
+    }
+    if (c < min[len] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+        return 0;
+    *cp = c;
+    return len;
+}
+
+/* Code points that change how a terminal shows what follows them: C0 and
+ * C1 controls, DEL, and the bidirectional embeddings, overrides and
+ * isolates. */
+static bool is_control(uint32_t c)
+{
+    return c < 0x20 || (c >= 0x7f && c <= 0x9f) || (c >= 0x202a && c <= 0x202e) || (c >= 0x2066 && c <= 0x2069);
+}
+
+/* s escaped, as text (controls as \xHH below 0x80, \uHHHH above; bytes that are not UTF-8
+ * as \xHH, a backslash as \\, so that what is shown names one string) or as
+ * the inside of a JSON string (quotes, backslashes and controls escaped;
+ * bytes that are not UTF-8, which JSON cannot carry, as U+FFFD). Four
+ * rotating buffers so one printf can use several; a string too long for one
+ * ends in "...". */
+static const char *escape(const char *s, bool json)
+{
+    static char bufs[4][2048];
     static unsigned next;
     char *out = bufs[next++ % 4];
     size_t n = 0;
-    for (; s && *s && n + 7 < sizeof bufs[0]; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            n += (size_t)snprintf(out + n, sizeof bufs[0] - n, "\\%c", c);
-        else if (c < 0x20)
-            n += (size_t)snprintf(out + n, sizeof bufs[0] - n, "\\u%04x", c);
-        else
-            out[n++] = (char)c;
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    while (*p) {
+        if (n + 16 >= sizeof bufs[0]) {
+            memcpy(out + n, "...", 3);
+            n += 3;
+            break;
+        }
+        uint32_t c;
+        int len = utf8_seq(p, &c);
+        if (!len) {
+            n += (size_t)(json ? snprintf(out + n, 16, "\\ufffd") : snprintf(out + n, 16, "\\x%02x", *p));
+            p++;
+            continue;
+        }
+        if (c == '"' && json) {
+            memcpy(out + n, "\\\"", 2);
+            n += 2;
+        } else if (c == '\\') {
+            memcpy(out + n, "\\\\", 2);
+            n += 2;
+        } else if (is_control(c)) {
+            n += (size_t)(json || c >= 0x80 ? snprintf(out + n, 16, "\\u%04x", (unsigned)c)
+                                           : snprintf(out + n, 16, "\\x%02x", (unsigned)c));
+        } else {
+            memcpy(out + n, p, (size_t)len);
+            n += (size_t)len;
+        }
+        p += len;
     }
     out[n] = 0;
     return out;
+}
+
+/* s for a JSON string; s for a terminal (see escape) */
+static const char *js(const char *s)
+{
+    return escape(s, true);
+}
+
+static const char *tx(const char *s)
+{
+    return escape(s, false);
 }
 
 static Tcm__Response *call(const ctx_t *ctx, Tcm__Request *req)
@@ -72,7 +143,7 @@ static Tcm__Response *call(const ctx_t *ctx, Tcm__Request *req)
     if (resp->body_case == TCM__RESPONSE__BODY_ERROR) {
         if (ctx->json)
             printf("{\"error\":{\"code\":%u,\"message\":\"%s\"}}\n", resp->error->code, js(resp->error->message));
-        fprintf(stderr, "tcmctl: tcmd: %s\n", resp->error->message);
+        fprintf(stderr, "tcmctl: tcmd: %s\n", tx(resp->error->message));
         exit(EXIT_DAEMON);
     }
     return resp;
@@ -114,7 +185,7 @@ static int cmd_ping(const ctx_t *ctx, int argc, char **argv)
                "\"rtt_us\":%.1f}\n",
                p->daemon_pid, js(p->daemon_version), p->version, (unsigned long long)p->uptime_ms, us);
     else
-        printf("tcmd %s (pid %u) on %s: alive, up %llus, round trip %.0f us\n", p->daemon_version,
+        printf("tcmd %s (pid %u) on %s: alive, up %llus, round trip %.0f us\n", tx(p->daemon_version),
                p->daemon_pid, ctx->socket, (unsigned long long)(p->uptime_ms / 1000), us);
     tcm__response__free_unpacked(resp, NULL);
     return 0;
@@ -135,7 +206,7 @@ static int cmd_health(const ctx_t *ctx, int argc, char **argv)
     else
         printf("%s: heap thread %s (%llu us), %u clients, up %llus, tcmd %s\n", h->ok ? "healthy" : "UNHEALTHY",
                h->heap_thread_ok ? "answers" : "does not answer", (unsigned long long)h->heap_thread_rtt_us,
-               h->clients, (unsigned long long)(h->uptime_ms / 1000), h->version);
+               h->clients, (unsigned long long)(h->uptime_ms / 1000), tx(h->version));
     int rc = h->ok ? 0 : EXIT_DAEMON;
     tcm__response__free_unpacked(resp, NULL);
     return rc;
@@ -176,10 +247,10 @@ static void print_stats(const ctx_t *ctx, const Tcm__Stats *s)
         if (strncmp(st->name, "refused_", 8) == 0 && i && strncmp(s->stat[i - 1]->name, "refused_", 8) != 0)
             printf("# Refused\n");
         if (st->is_float)
-            printf("%-22s %16.3f  %-8s %s\n", st->name, st->fvalue, "", st->help);
+            printf("%-22s %16.3f  %-8s %s\n", tx(st->name), st->fvalue, "", tx(st->help));
         else
-            printf("%-22s %16llu  %-8s %s\n", st->name, (unsigned long long)st->value,
-                   strstr(st->name, "bytes") ? human(st->value, buf, sizeof buf) : "", st->help);
+            printf("%-22s %16llu  %-8s %s\n", tx(st->name), (unsigned long long)st->value,
+                   strstr(st->name, "bytes") ? human(st->value, buf, sizeof buf) : "", tx(st->help));
     }
     if (s->service_time && s->service_time->n_count) {
         printf("# Service time (heap thread)\n");
@@ -245,7 +316,7 @@ static void print_config(const ctx_t *ctx, const Tcm__Config *cfg)
     }
     for (size_t i = 0; i < cfg->n_setting; i++) {
         const Tcm__Setting *s = cfg->setting[i];
-        printf("%-16s = %-16s %-9s %s\n", s->key, s->value, s->runtime ? "" : "(startup)", s->help);
+        printf("%-16s = %-16s %-9s %s\n", tx(s->key), tx(s->value), s->runtime ? "" : "(startup)", tx(s->help));
     }
 }
 
@@ -323,7 +394,7 @@ static int cmd_roots(const ctx_t *ctx, int argc, char **argv)
         printf("]\n");
     } else {
         for (size_t i = 0; i < r->n_root; i++)
-            printf("%-48s 0x%llx\n", r->root[i]->name, (unsigned long long)r->root[i]->offset);
+            printf("%-48s 0x%llx\n", tx(r->root[i]->name), (unsigned long long)r->root[i]->offset);
         if (!r->n_root)
             printf("(no roots)\n");
     }
@@ -362,7 +433,7 @@ static int cmd_check(const ctx_t *ctx, int argc, char **argv)
         printf("{\"ok\":%s,\"message\":\"%s\",\"duration_us\":%llu}\n", r->ok ? "true" : "false", js(r->message),
                (unsigned long long)r->duration_us);
     else
-        printf("%s: %s (%llu us)\n", r->ok ? "heap consistent" : "HEAP INCONSISTENT", r->message,
+        printf("%s: %s (%llu us)\n", r->ok ? "heap consistent" : "HEAP INCONSISTENT", tx(r->message),
                (unsigned long long)r->duration_us);
     int rc = r->ok ? 0 : EXIT_DAEMON;
     tcm__response__free_unpacked(resp, NULL);

@@ -165,6 +165,17 @@ TCM_HIDDEN int tcm__return_objects(unsigned cls, void **objs, uint32_t n, uint32
  * returns how many are backed (fewer only when /dev/shm is full). */
 TCM_HIDDEN uint32_t tcm__back_slots(void **slots, uint32_t *backed, uint32_t want);
 TCM_HIDDEN void tcm__fatal_refused(int st, unsigned cls) __attribute__((noreturn));
+/* What tcmd hands out is checked before it is used (slow paths only):
+ * each of the n offsets of a REFILL answer for class cls is inside the
+ * heap, past page 0, 16-byte aligned and on a page the page map gives to
+ * cls; a page run's offset is the first page of a run of at least npages.
+ * Anything else is fatal, naming the offset. */
+TCM_HIDDEN void tcm__check_given(unsigned cls, const uint64_t *offs, uint32_t n);
+TCM_HIDDEN void tcm__check_given_run(uint64_t off, uint64_t npages);
+/* A page-map byte that is neither free, a size class nor the page-run
+ * marker (tcmd writes no other): fatal, naming the pointer and the byte,
+ * before it indexes the class table. */
+TCM_HIDDEN void tcm__fatal_page_class(const char *caller, const void *p, unsigned cls) __attribute__((noreturn));
 
 /* xfer.c: the process's transfer tier */
 TCM_HIDDEN uint32_t tcm__xfer_put(unsigned cls, tcm_bin_t *b, uint32_t n); /* from b's top; how many went */

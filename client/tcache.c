@@ -109,6 +109,66 @@ static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t keep, bool to_d
     b->count = keep;
 }
 
+void tcm__fatal_page_class(const char *caller, const void *p, unsigned cls)
+{
+    tcm__fatal("%s: the page map gives %p the class byte %u, which is neither a size class (1-%u) nor a page run "
+               "(%u): the heap's metadata is damaged",
+               caller, p, cls, TCM_NCLASSES - 1, TCM_PAGE_CLASS_LARGE);
+}
+
+/* An offset tcmd handed out for class cls that is not one of its objects:
+ * the process stops here rather than hand memory that may be another's,
+ * or tcmd's doorbell page, to the application. */
+static void __attribute__((noreturn, cold)) bad_given(unsigned cls, uint64_t off)
+{
+    const uint8_t *pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed);
+#define BAD_GIVEN "tcmd handed out offset 0x%llx for class %u: not an object of that class "
+    unsigned long long o = off;
+    if (off >= tcm__proc.heap_size)
+        tcm__fatal(BAD_GIVEN "(past the end of the %llu-byte heap)", o, cls, (unsigned long long)tcm__proc.heap_size);
+    if (off < TCM_PAGE_SIZE)
+        tcm__fatal(BAD_GIVEN "(in page 0, the doorbell page)", o, cls);
+    if (off % TCM_ALIGN)
+        tcm__fatal(BAD_GIVEN "(not %u-byte aligned)", o, cls, TCM_ALIGN);
+    tcm__fatal(BAD_GIVEN "(its page has class %u)", o, cls, pc[off >> TCM_PAGE_SHIFT]);
+#undef BAD_GIVEN
+}
+
+void tcm__check_given(unsigned cls, const uint64_t *offs, uint32_t n)
+{
+    const uint8_t *pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed);
+    uint64_t size = tcm__proc.heap_size;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t off = offs[i];
+        /* off < size first: the page-map load is then inside the map */
+        if (tcm_unlikely(off >= size || off < TCM_PAGE_SIZE || (off & (TCM_ALIGN - 1)) ||
+                         pc[off >> TCM_PAGE_SHIFT] != cls))
+            bad_given(cls, off);
+    }
+}
+
+void tcm__check_given_run(uint64_t off, uint64_t npages)
+{
+    const tcm_proc_t *pr = &tcm__proc;
+    const uint8_t *pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed);
+    uint64_t page = off >> TCM_PAGE_SHIFT;
+    unsigned long long o = off, n = npages;
+#define BAD_RUN "tcmd handed out offset 0x%llx for a run of %llu pages: not a page run "
+    if (off >= pr->heap_size || npages > (pr->heap_size - off) >> TCM_PAGE_SHIFT)
+        tcm__fatal(BAD_RUN "(past the end of the %llu-byte heap)", o, n, (unsigned long long)pr->heap_size);
+    if (off < TCM_PAGE_SIZE)
+        tcm__fatal(BAD_RUN "(in page 0, the doorbell page)", o, n);
+    if (off & (TCM_PAGE_SIZE - 1))
+        tcm__fatal(BAD_RUN "(not on a page boundary)", o, n);
+    if (pc[page] != TCM_PAGE_CLASS_LARGE)
+        tcm__fatal(BAD_RUN "(its page has class %u, not the page-run marker %u)", o, n, pc[page],
+                   TCM_PAGE_CLASS_LARGE);
+    uint32_t s = pr->page_span[page];
+    if (s == 0 || s > pr->meta->npages || pr->spans[s].first != page || pr->spans[s].npages < npages)
+        tcm__fatal(BAD_RUN "(not the first page of such a run)", o, n);
+#undef BAD_RUN
+}
+
 /* The first n offsets of an answered REFILL, for which there was no room,
  * back to tcmd on the same slot. */
 static int return_on_slot(tcm_slot_t *slot, uint32_t idx, uint32_t n)
@@ -150,6 +210,7 @@ static uint32_t take_from_daemon(tcm_thread_t *thr, unsigned cls, void **dst, ui
         return 0;
     }
     uint32_t got = slot->nresult < want + share ? slot->nresult : want + share;
+    tcm__check_given(cls, slot->offs, got);
     uint32_t n = got < want ? got : want;
     for (uint32_t i = 0; i < n; i++)
         dst[i] = tcm__proc.heap + slot->offs[i];
@@ -194,6 +255,7 @@ static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *into)
         if (st == TCM_ST_OK) {
             uint32_t n = slot->nresult < slot->count ? slot->nresult : slot->count;
             n = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH;
+            tcm__check_given(cls, slot->offs, n);
             uint32_t k = into ? stash_fetched(into, cls, slot, n) : 0;
             if (k < n) { /* no room: back to tcmd */
                 memmove(slot->offs, slot->offs + k, (n - k) * sizeof slot->offs[0]);
@@ -557,14 +619,17 @@ static bool refill(tcm_thread_t *thr, unsigned cls)
 static int alloc_pages(size_t size, size_t align, uint64_t *off, uint64_t *asked)
 {
     uint32_t idx;
+    uint64_t npages = (size + TCM_PAGE_SIZE - 1) >> TCM_PAGE_SHIFT;
     tcm_slot_t *slot = tcm__slot_acquire(&idx);
     slot->op = TCM_OP_ALLOC_PAGES;
-    slot->arg = (size + TCM_PAGE_SIZE - 1) >> TCM_PAGE_SHIFT;
+    slot->arg = npages;
     slot->arg2 = align > TCM_PAGE_SIZE ? align >> TCM_PAGE_SHIFT : 1;
     int st = tcm__call(slot, idx);
     *off = slot->result;
     *asked = st == TCM_ST_NOMEM ? slot->result : 0;
     tcm__slot_release(slot);
+    if (st == TCM_ST_OK)
+        tcm__check_given_run(*off, npages);
     return st;
 }
 
@@ -663,6 +728,8 @@ void tcm__free_slow(void *p)
     const tcm_span_t *sp = &pr->spans[pr->page_span[page]];
     if (cls == TCM_PAGE_CLASS_FREE)
         tcm__fatal("tcm_free(): invalid pointer %p (not an allocated block; double free?)", p);
+    if (tcm_unlikely(cls >= TCM_NCLASSES && cls != TCM_PAGE_CLASS_LARGE))
+        tcm__fatal_page_class("tcm_free()", p, cls);
     if (cls == TCM_PAGE_CLASS_LARGE) {
         if (off != ((uint64_t)sp->first << TCM_PAGE_SHIFT))
             tcm__fatal("tcm_free(): invalid pointer %p (inside a page run)", p);

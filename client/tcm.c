@@ -55,8 +55,10 @@ size_t tcm_usable_size(const void *p)
     unsigned cls = atomic_load_explicit(&tcm__page_class, memory_order_relaxed)[page];
     if (cls == TCM_PAGE_CLASS_FREE)
         return 0;
-    if (cls != TCM_PAGE_CLASS_LARGE)
+    if (cls < TCM_NCLASSES)
         return tcm__proc.classes[cls].size;
+    if (cls != TCM_PAGE_CLASS_LARGE)
+        tcm__fatal_page_class("tcm_usable_size()", p, cls);
     const tcm_span_t *sp = &tcm__proc.spans[tcm__proc.page_span[page]];
     return (size_t)sp->npages << TCM_PAGE_SHIFT;
 }

@@ -28,6 +28,18 @@ typedef struct change {
     size_t errlen;
 } change_t;
 
+/* The largest heap the layout can index. Page numbers, run lengths and
+ * span record indices are uint32_t (tcm_span_t.first and .npages, page_span[],
+ * the ring's page-run requests), and the end of a run (first + npages) must
+ * fit one too: UINT32_MAX pages of 8 KiB, 32 TiB less one page. The
+ * metadata that grows with it is sparse (37 bytes a page in meta, 1088 in
+ * state) and backed only below the top of the heap. */
+#define HEAP_SIZE_MAX ((uint64_t)UINT32_MAX << TCM_PAGE_SHIFT)
+/* The end of a process's address space as the base setting assumes it
+ * (x86-64 with 4-level paging and 64-bit Windows: 128 TiB): the heap,
+ * mapped at the same address everywhere, must end below it. */
+#define ADDR_SPACE_END (1ull << 47)
+
 /* Settings that are more than a uint64_t field of tcm_server_t. */
 static int set_max_threads(tcm_server_t *srv, uint64_t v, const change_t *ch);
 static int set_allow_group(tcm_server_t *srv, uint64_t v, const change_t *ch);
@@ -66,14 +78,14 @@ typedef struct setting {
 } setting_t;
 
 static const setting_t settings[] = {
-    {{"heap_size", false, "bytes reserved for the heap (sparse)"}, T_SIZE, 4u << 20, 64ull << 40, "1G", "SIZE",
+    {{"heap_size", false, "bytes reserved for the heap (sparse)"}, T_SIZE, 4u << 20, HEAP_SIZE_MAX, "1G", "SIZE",
      FIELD(heap_size)},
     {{"base", false, "address of the heap in every process"}, T_ADDR, 1u << 21, 0x7ff000000000ull,
      "0x7e8000000000", "ADDR", FIELD(base)},
     {{"max_threads", false, "thread caches per client process (more threads share its transfer tier)"}, T_UINT, 1,
      TCM_MAX_THREADS, "1024", "N", HOOKS(set_max_threads, show_max_threads)},
     {{"heap_limit", true, "bytes the heap may hand out (tcmctl resize; default: the heap size)"}, T_SIZE, 1u << 20,
-     64ull << 40, "", "SIZE", HOOKS(set_heap_limit, show_heap_limit), META(heap_limit, 1)},
+     HEAP_SIZE_MAX, "", "SIZE", HOOKS(set_heap_limit, show_heap_limit), META(heap_limit, 1)},
     {{"tcache_budget", true, "bytes all thread caches of one process may hold"}, T_SIZE, 256u << 10, 1ull << 40,
      "32M", "SIZE", FIELD(tcache_budget), META(tcache_budget, 1)},
     {{"xfer_budget", true, "bytes the transfer tier of one process may hold"}, T_SIZE, 0, 1ull << 40, "64M", "SIZE",
@@ -379,6 +391,11 @@ int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool 
         else if (s->type == T_NICE)
             snprintf(err, errlen, "bad value '%s' for %s: expected a nice value from %lld to %lld", value,
                      s->info.name, (long long)s->min, (long long)s->max);
+        else if (s->max == HEAP_SIZE_MAX && s->type == T_SIZE && !tcm__parse_size(value, &v) && v > s->max)
+            snprintf(err, errlen,
+                     "bad value '%s' for %s: more than a heap can be, %llu bytes (32T less one 8K page: "
+                     "page numbers are 32-bit)",
+                     value, s->info.name, (unsigned long long)s->max);
         else
             snprintf(err, errlen, "bad value '%s' for %s: expected %s from %llu to %llu", value, s->info.name,
                      s->type == T_SIZE ? "a size (e.g. 64M)" : "a number", (unsigned long long)s->min,
@@ -403,6 +420,25 @@ int tcm__config_set(tcm_server_t *srv, const char *key, const char *value, bool 
     if (at_runtime) {
         tcm__config_publish(srv);
         tcm__log(TCM_LOG_INFO, "config: %s = %s", n, value);
+    }
+    return 0;
+}
+
+int tcm__config_check(const tcm_server_t *srv, char *err, size_t errlen)
+{
+    if (srv->heap_size % TCM_PAGE_SIZE) {
+        snprintf(err, errlen, "heap size must be a multiple of %u", TCM_PAGE_SIZE);
+        return -EINVAL;
+    }
+    if (srv->heap_size > ADDR_SPACE_END - srv->base) {
+        char a[32];
+        snprintf(err, errlen,
+                 "a heap of %llu bytes at base 0x%llx would end at 0x%llx, past the end of the address space "
+                 "(0x%llx): at most %s at this base (lower --heap-size, or --base)",
+                 (unsigned long long)srv->heap_size, (unsigned long long)srv->base,
+                 (unsigned long long)(srv->base + srv->heap_size), ADDR_SPACE_END,
+                 tcm__format_size(ADDR_SPACE_END - srv->base, a, sizeof a));
+        return -EINVAL;
     }
     return 0;
 }

@@ -45,6 +45,11 @@ int tcm__config_load(tcm_server_t *srv, const char *path, bool at_runtime);
  * and after each change), bumping the generation clients watch. */
 void tcm__config_publish(tcm_server_t *srv);
 
+/* The startup settings together, once all are set: the heap a whole number
+ * of pages, and ending inside the address space at its base. Returns 0, or
+ * -EINVAL with a message in err. */
+int tcm__config_check(const tcm_server_t *srv, char *err, size_t errlen);
+
 /* An adopted heap keeps its runtime settings (a resize, a budget set with
  * tcmctl) unless this tcmd was given them on its command line or file. */
 void tcm__config_adopt(tcm_server_t *srv);

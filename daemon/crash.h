@@ -2,7 +2,8 @@
  * with SIGKILL at the Nth time it is reached when tcmd was started with
  * TCM_TEST_CRASH_AT=name:N in its environment, so tests can stop the heap
  * thread between any two steps of an operation. Built in with the CMake
- * option TCM_CRASH_POINTS (on by default; one predictable branch on a
+ * option TCM_CRASH_POINTS (off by default, so that a released tcmd ignores
+ * its environment: the test builds turn it on; one predictable branch on a
  * global when disarmed). */
 #ifndef TCM_CRASH_H
 #define TCM_CRASH_H

@@ -347,8 +347,8 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (srv->heap_size % TCM_PAGE_SIZE) {
-        fprintf(stderr, "tcmd: heap size must be a multiple of %u\n", TCM_PAGE_SIZE);
+    if (tcm__config_check(srv, err, sizeof err) != 0) {
+        fprintf(stderr, "tcmd: %s\n", err);
         return 2;
     }
     if (!srv->socket_path[0])

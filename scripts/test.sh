@@ -83,12 +83,14 @@ run_pass() {
   results+=("$(printf '%-6s %-20s %4ss' "$name" "$status" $((SECONDS - start)))")
 }
 
-run_pass ci build-ci -DTCM_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTCM_SANITIZE=
+# The crash points are off by default (no released tcmd may kill itself on
+# TCM_TEST_CRASH_AT); every pass here builds them in for integration.crashpoints.
+run_pass ci build-ci -DTCM_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTCM_SANITIZE= -DTCM_CRASH_POINTS=ON
 if ((!quick)); then
-  run_pass asan build-asan -DTCM_SANITIZE=address -DTCM_WERROR=ON -DTCM_BUILD_BENCH=OFF
+  run_pass asan build-asan -DTCM_SANITIZE=address -DTCM_WERROR=ON -DTCM_BUILD_BENCH=OFF -DTCM_CRASH_POINTS=ON
 fi
 if ((tsan && !quick)); then
-  run_pass tsan build-tsan -DTCM_SANITIZE=thread -DTCM_WERROR=ON -DTCM_BUILD_BENCH=OFF
+  run_pass tsan build-tsan -DTCM_SANITIZE=thread -DTCM_WERROR=ON -DTCM_BUILD_BENCH=OFF -DTCM_CRASH_POINTS=ON
 fi
 
 printf '\n==> summary\n'

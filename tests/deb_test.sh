@@ -14,18 +14,31 @@ deb=$(ls "$work"/build/tcm_*.deb)
 info=$(dpkg-deb -I "$deb")
 grep -q '^ Package: tcm$' <<< "$info" || { echo "dpkg-deb -I: no 'Package: tcm'"; echo "$info"; exit 1; }
 grep -q '^ Depends: .*libuv1' <<< "$info" || { echo "dpkg-deb -I: no dependency on libuv1"; echo "$info"; exit 1; }
+dpkg-deb -I "$deb" postinst | grep -q '^ *systemd-sysusers /usr/lib/sysusers.d/tcm.conf$' \
+  || { echo "dpkg-deb -I: no postinst that makes the user tcm"; echo "$info"; exit 1; }
 list=$(dpkg-deb -c "$deb")
 for f in usr/bin/tcmd usr/bin/tcmctl usr/bin/tcm-kv usr/include/tcm.h usr/lib/x86_64-linux-gnu/libtcm.so \
          usr/lib/x86_64-linux-gnu/libtcm.a usr/lib/x86_64-linux-gnu/libtcm-malloc.so usr/lib/x86_64-linux-gnu/pkgconfig/tcm.pc \
-         usr/lib/systemd/system/tcmd.service etc/tcm/tcmd.conf etc/default/tcmd \
+         usr/lib/systemd/system/tcmd.service usr/lib/sysusers.d/tcm.conf etc/tcm/tcmd.conf etc/default/tcmd \
          usr/share/man/man8/tcmd.8 usr/share/man/man1/tcmctl.1 usr/share/man/man3/tcm.3; do
   grep -Eq " \./$f( -> .*)?\$" <<< "$list" || { echo "not in the package: $f"; echo "$list"; exit 1; }
 done
 dpkg -x "$deb" "$work/root"
 grep -q "(heap_size)" "$work/root/usr/share/man/man8/tcmd.8"  # the settings, from tcmd itself
+# A released tcmd has no test crash points: nothing in it reads
+# TCM_TEST_CRASH_AT (a build with them holds the name for its getenv), and
+# one started with it armed at a client's arrival serves that client.
+if grep -q TCM_TEST_CRASH_AT "$work/root/usr/bin/tcmd"; then
+  echo "the packaged tcmd is built with the test crash points (TCM_TEST_CRASH_AT)"; exit 1
+fi
 sock=$work/tcmd.sock
-start_tcmd "$work/root/usr/bin" "$sock" --name "deb$$" --log "$work/tcmd.log"
+TCM_TEST_CRASH_AT=client_create:1 start_tcmd "$work/root/usr/bin" "$sock" --name "deb$$" --log "$work/tcmd.log"
 "$work/root/usr/bin/tcmctl" --socket "$sock" --json ping | grep -q "\"daemon_pid\":$daemon"
+out=$(TCM_SOCKET=$sock TCM_MALLOC_FALLBACK=0 TCM_RECONNECT_TIMEOUT=1 LD_PRELOAD=$work/root/usr/lib/x86_64-linux-gnu/libtcm-malloc.so \
+      sort <<< $'b\na')
+[[ $out == $'a\nb' ]] || { echo "sort under the packaged libtcm-malloc printed '$out'"; cat "$work/tcmd.log"; exit 1; }
+kill -0 "$daemon" 2>/dev/null || { echo "tcmd died on TCM_TEST_CRASH_AT=client_create:1"; cat "$work/tcmd.log"; exit 1; }
+"$work/root/usr/bin/tcmctl" --socket "$sock" --json stats | grep -q '"clients_total":1'
 "$work/root/usr/bin/tcmctl" --socket "$sock" check > /dev/null
 stop_tcmd
 echo "deb: $(basename "$deb"), $(wc -l <<< "$list") entries, unpacked daemon and CLI answered"
