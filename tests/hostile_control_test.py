@@ -177,7 +177,7 @@ if hard != resource.RLIM_INFINITY and hard < CONTROL_CAP + 512:
         pass
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-own_fds = hard
+own_fds = 1 << 20 if hard == resource.RLIM_INFINITY else hard
 
 mport = free_port()
 daemon = subprocess.Popen([TCMD, "--foreground", "--socket", sock, "--name", f"hostile{os.getpid()}", "--log", log,
