@@ -21,7 +21,8 @@
 /* What one control peer may cost. A reply waits in libuv's queue only once
  * the peer has left its socket's buffer (about 200 KiB on Linux) unread, so
  * a tcmctl, which sends one request and reads its reply, never has any
- * queued: even `clients` with all 1024 clients (about 40 KiB) goes at once.
+ * queued, and its reply goes whatever its size (`clients` is about 25
+ * bytes a client, so about 25 KiB for all 1024; 77 KiB at the widest).
  * A peer with more than TCM_CONN_QUEUE_PAUSE queued is not read from (and
  * the frames it already sent wait) until the queue is half drained: what it
  * costs stays one frame buffer plus that queue plus one reply. */
