@@ -272,7 +272,13 @@ static int op_root_set(tcm_server_t *srv, tcm_slot_t *slot, uint64_t off)
     memcpy(ri->name, name, sizeof name);
     set_phase(ri, TCM_INTENT_APPLYING);
     TCM_CRASH_POINT("root_set");
-    tcm__root_write(&roots[found], name, off);
+    /* the seqlock write step by step, for the crash points inside it: a
+     * kill there leaves the sequence odd, which the redo completes */
+    uint32_t seq = tcm__root_write_begin(&roots[found]);
+    TCM_CRASH_POINT("root_odd");
+    tcm__root_write_data(&roots[found], name, off);
+    TCM_CRASH_POINT("root_data");
+    tcm__root_write_end(&roots[found], seq);
     return TCM_ST_OK;
 }
 
@@ -481,7 +487,10 @@ void tcm__resolve_intent_ht(tcm_server_t *srv, uint64_t *redone, uint64_t *rolle
         break;
     case TCM_OP_ROOT_SET:
         ri->name[TCM_ROOT_NAME_MAX - 1] = 0;
-        tcm__root_write(&h->roots[ri->root], ri->name, ri->arg);
+        if (atomic_load(&h->roots[ri->root].seq) & 1)
+            tcm__log(TCM_LOG_WARN, "recovery: root %u was half-written (odd sequence): written again from the "
+                     "request", ri->root);
+        tcm__root_write(&h->roots[ri->root], ri->name, ri->arg); /* completes the odd sequence */
         break;
     default:
         break;
