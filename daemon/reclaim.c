@@ -246,6 +246,7 @@ void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c)
     bool bye = atomic_load(&rec->said_bye);
     TCM_STAT_ADD(srv->meta, reclaimed_objects, objects);
     TCM_STAT_ADD(srv->meta, bytes_orphaned, held);
+    atomic_fetch_add_explicit(&srv->tag_orphaned[rec->tag], held, memory_order_relaxed); /* before REAPED */
     if (!bye)
         TCM_STAT_ADD(srv->meta, clients_died, 1);
     tcm__log(bye && !held ? TCM_LOG_INFO : TCM_LOG_WARN,

@@ -121,7 +121,8 @@ static void repair_roots(tcm_server_t *srv, report_t *r)
     }
 }
 
-/* Gauges and each client's bytes back, from the owner map. */
+/* Gauges, each client's bytes back and each departed tag's bytes, from the
+ * owner map. */
 static void recount(tcm_server_t *srv)
 {
     uint64_t *held = calloc(65536, sizeof *held);
@@ -143,6 +144,8 @@ static void recount(tcm_server_t *srv)
         held[rec->tag] = 0;
         attached++;
     }
+    for (uint32_t t = 0; t < TCM_TAGS; t++) /* what is left: departed clients' */
+        atomic_store(&srv->tag_orphaned[t], held[t]);
     TCM_STAT_SET(srv->meta, bytes_clients, total);
     TCM_STAT_SET(srv->meta, bytes_orphaned, total - live);
     TCM_STAT_SET_MAIN(srv->meta, clients_attached, attached); /* (recovery runs on the main thread) */

@@ -37,6 +37,8 @@ void tcm__credit_ht(tcm_server_t *srv, uint16_t tag, uint64_t bytes)
     }
     uint64_t orphaned = atomic_load_explicit(&srv->meta->stats.bytes_orphaned, memory_order_relaxed);
     TCM_STAT_SET(srv->meta, bytes_orphaned, orphaned > bytes ? orphaned - bytes : 0);
+    uint64_t left = atomic_load_explicit(&srv->tag_orphaned[tag], memory_order_relaxed);
+    atomic_store_explicit(&srv->tag_orphaned[tag], left > bytes ? left - bytes : 0, memory_order_relaxed);
 }
 
 static void set_phase(tcm_req_intent_t *ri, uint32_t phase)
