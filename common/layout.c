@@ -168,19 +168,61 @@ void tcm__root_read(const tcm_root_t *r, bool *used, uint64_t *off, char name[TC
     name[TCM_ROOT_NAME_MAX - 1] = 0;
 }
 
-void tcm__root_write(tcm_root_t *r, const char *name, uint64_t off)
+uint32_t tcm__root_write_begin(tcm_root_t *r)
+{
+    uint32_t seq = atomic_load_explicit(&r->seq, memory_order_relaxed);
+    if (!(seq & 1)) /* odd already: a write a crash interrupted, which this one completes */
+        atomic_store_explicit(&r->seq, ++seq, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    return seq;
+}
+
+void tcm__root_write_data(tcm_root_t *r, const char *name, uint64_t off)
 {
     uint64_t words[TCM_ROOT_NAME_MAX / 8] = {0};
     bool clear = off == UINT64_MAX;
     if (!clear)
         memcpy(words, name, strnlen(name, TCM_ROOT_NAME_MAX - 1));
-    uint32_t seq = atomic_load_explicit(&r->seq, memory_order_relaxed);
-    if (!(seq & 1))
-        atomic_store_explicit(&r->seq, ++seq, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
     for (unsigned i = 0; i < TCM_ROOT_NAME_MAX / 8; i++)
         atomic_store_explicit(&r->name[i], words[i], memory_order_relaxed);
     atomic_store_explicit(&r->off, clear ? 0 : off, memory_order_relaxed);
     atomic_store_explicit(&r->used, clear ? 0 : 1, memory_order_relaxed);
+}
+
+void tcm__root_write_end(tcm_root_t *r, uint32_t seq)
+{
     atomic_store_explicit(&r->seq, seq + 1, memory_order_release);
+}
+
+void tcm__root_write(tcm_root_t *r, const char *name, uint64_t off)
+{
+    uint32_t seq = tcm__root_write_begin(r);
+    tcm__root_write_data(r, name, off);
+    tcm__root_write_end(r, seq);
+}
+
+bool tcm__root_repair(tcm_root_t *r, uint64_t heap_size, bool *kept)
+{
+    uint32_t seq = atomic_load_explicit(&r->seq, memory_order_relaxed);
+    *kept = false;
+    if (!(seq & 1))
+        return false;
+    /* The writer stores the name, then the offset, then used: a root being
+     * set under its own name is whole with either offset; a new one is
+     * still unused; one being cleared has offset 0 or an empty name. So a
+     * root that reads as valid is the old value or the new one. */
+    uint64_t words[TCM_ROOT_NAME_MAX / 8];
+    for (unsigned i = 0; i < TCM_ROOT_NAME_MAX / 8; i++)
+        words[i] = atomic_load_explicit(&r->name[i], memory_order_relaxed);
+    const char *name = (const char *)words;
+    uint64_t off = atomic_load_explicit(&r->off, memory_order_relaxed);
+    uint32_t used = atomic_load_explicit(&r->used, memory_order_relaxed);
+    size_t len = strnlen(name, TCM_ROOT_NAME_MAX);
+    if (used == 0 || (used == 1 && len > 0 && len < TCM_ROOT_NAME_MAX && off >= TCM_PAGE_SIZE && off < heap_size)) {
+        *kept = used == 1;
+        tcm__root_write_end(r, seq);
+    } else {
+        tcm__root_write(r, "", UINT64_MAX);
+    }
+    return true;
 }

@@ -217,6 +217,16 @@ void tcm__root_read(const tcm_root_t *r, bool *used, uint64_t *off, char name[TC
 /* The seqlock write (heap thread); completes one a crash left with an odd
  * sequence. off == UINT64_MAX clears the root. */
 void tcm__root_write(tcm_root_t *r, const char *name, uint64_t off);
+/* The same write in its three steps, so that tcmd can place its test crash
+ * points between them: begin makes the sequence odd (or finds it odd) and
+ * returns it, data stores name, offset and used, end makes it even. */
+uint32_t tcm__root_write_begin(tcm_root_t *r);
+void tcm__root_write_data(tcm_root_t *r, const char *name, uint64_t off);
+void tcm__root_write_end(tcm_root_t *r, uint32_t seq);
+/* A root left with an odd sequence by a write nobody will redo (recovery,
+ * after the request intent): made even, kept when what it holds is whole
+ * (*kept: it names something), else cleared. Returns whether it was odd. */
+bool tcm__root_repair(tcm_root_t *r, uint64_t heap_size, bool *kept);
 
 /* W: tcmd when it creates the segment (geometry, fixed afterwards); the heap
  * thread (central_head, heap_sleeping); see tcm_config_t and TCM_HEAP_STATS.

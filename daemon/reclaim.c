@@ -1,10 +1,10 @@
 /* reclaim.c — the caches of a client whose process is gone: everything in
- * its thread caches, its transfer tier and answered-but-unread refills comes
- * back to the heap, each offset validated as for a RETURN (the channel is
- * client memory). Safe to run again on the same client: what it already
- * freed is refused as a double free, silently; and nothing the client had
- * already given back is freed again (see collect_answered). Heap thread
- * only. */
+ * its thread caches, its transfer tier, answered-but-unread refills and
+ * page runs comes back to the heap, each offset validated as for a RETURN
+ * (the channel is client memory). Safe to run again on the same client:
+ * what it already freed is refused as a double free, silently; and nothing
+ * the client had already given back is freed again (see collect_answered).
+ * Heap thread only. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -204,6 +204,39 @@ static uint64_t reclaim_runs(tcm_server_t *srv, const skip_set_t *skip, const tc
     return got;
 }
 
+/* Page runs answered to an ALLOC_PAGES the client never took: the client
+ * reads the offset and makes the slot IDLE before the allocation returns,
+ * so a slot still DONE holds a run nobody has seen (the rule of a REFILL
+ * answer). Each is freed only when it is still an allocated run of this
+ * client's starting there; anything else -- a corrupt slot, a run that a
+ * reclaim interrupted by a crash already freed -- is skipped quietly. */
+static uint64_t reclaim_unread_runs(tcm_server_t *srv, tcm_client_t *c)
+{
+    uint64_t got = 0;
+    for (uint32_t i = 0; i < c->lay.nslots; i++) {
+        if (!tcm__slot_backed(c, i))
+            continue;
+        const tcm_slot_t *slot = &c->slots[i];
+        /* read each field once: the channel is client memory */
+        uint32_t op = slot->op;
+        int status = slot->status;
+        uint64_t off = slot->result;
+        uint32_t s;
+        if (atomic_load(&slot->state) != TCM_SLOT_DONE || op != TCM_OP_ALLOC_PAGES || status != TCM_ST_OK ||
+            tcm__large_check_ht(&srv->h, off, &s) != TCM_ST_OK || srv->h.spans[s].owner != c->rec->tag)
+            continue;
+        uint64_t bytes;
+        uint32_t owner;
+        if (tcm__large_free_ht(&srv->h, off, &bytes, &owner) != TCM_ST_OK)
+            continue;
+        TCM_CRASH_POINT("reclaim_run");
+        tcm__credit_ht(srv, (uint16_t)owner, bytes);
+        TCM_STAT_ADD(srv->meta, bytes_clients, -bytes);
+        got++;
+    }
+    return got;
+}
+
 typedef struct reclaiming {
     tcm_server_t *srv;
     tcm_client_t *c;
@@ -247,6 +280,7 @@ void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c)
             objects += tcm__free_objects_ht(srv, c, cls, offs, n);
         }
     }
+    objects += reclaim_unread_runs(srv, c);
     reclaiming_t r = {srv, c, &skip, 0};
     tcm__each_cache(srv, c, reclaim_cache, &r);
     objects += r.objects;
@@ -259,6 +293,7 @@ void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c)
     bool bye = atomic_load(&rec->said_bye);
     TCM_STAT_ADD(srv->meta, reclaimed_objects, objects);
     TCM_STAT_ADD(srv->meta, bytes_orphaned, held);
+    atomic_fetch_add_explicit(&srv->tag_orphaned[rec->tag], held, memory_order_relaxed); /* before REAPED */
     if (!bye)
         TCM_STAT_ADD(srv->meta, clients_died, 1);
     tcm__log(bye && !held ? TCM_LOG_INFO : TCM_LOG_WARN,

@@ -97,7 +97,32 @@ static void resolve_page_intent(tcm_server_t *srv, report_t *r)
     atomic_store(&pi->kind, TCM_PAGES_NONE);
 }
 
-/* Gauges and each client's bytes back, from the owner map. */
+/* After the request intent: a root still left odd is a write nobody will
+ * redo (its intent was dropped). Without this every reader of it -- clients'
+ * tcm_root_get, the next ROOT_SET's scan, the validator -- would spin. */
+static void repair_roots(tcm_server_t *srv, report_t *r)
+{
+    for (unsigned i = 0; i < TCM_ROOTS; i++) {
+        tcm_root_t *root = &srv->h.roots[i];
+        bool kept;
+        if (!tcm__root_repair(root, srv->heap_size, &kept))
+            continue;
+        bool used;
+        uint64_t off;
+        char name[TCM_ROOT_NAME_MAX];
+        tcm__root_read(root, &used, &off, name);
+        if (kept)
+            tcm__log(TCM_LOG_WARN, "recovery: root %u was half-written (odd sequence) with no request to redo: "
+                     "kept as \"%s\" -> 0x%llx", i, name, (unsigned long long)off);
+        else
+            tcm__log(TCM_LOG_WARN, "recovery: root %u was half-written (odd sequence) with no request to redo: "
+                     "cleared", i);
+        r->repairs++;
+    }
+}
+
+/* Gauges, each client's bytes back and each departed tag's bytes, from the
+ * owner map. */
 static void recount(tcm_server_t *srv)
 {
     uint64_t *held = calloc(65536, sizeof *held);
@@ -119,6 +144,8 @@ static void recount(tcm_server_t *srv)
         held[rec->tag] = 0;
         attached++;
     }
+    for (uint32_t t = 0; t < TCM_TAGS; t++) /* what is left: departed clients' */
+        atomic_store(&srv->tag_orphaned[t], held[t]);
     TCM_STAT_SET(srv->meta, bytes_clients, total);
     TCM_STAT_SET(srv->meta, bytes_orphaned, total - live);
     TCM_STAT_SET_MAIN(srv->meta, clients_attached, attached); /* (recovery runs on the main thread) */
@@ -140,6 +167,7 @@ int tcm__recover(tcm_server_t *srv)
     adopt_clients(srv, &r);
     resolve_page_intent(srv, &r);
     tcm__resolve_intent_ht(srv, &r.redone, &r.rolled_back);
+    repair_roots(srv, &r);
     uint32_t rings = 0;
     for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);

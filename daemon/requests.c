@@ -36,6 +36,8 @@ void tcm__credit_ht(tcm_server_t *srv, uint16_t tag, uint64_t bytes)
     }
     uint64_t orphaned = atomic_load_explicit(&srv->meta->stats.bytes_orphaned, memory_order_relaxed);
     TCM_STAT_SET(srv->meta, bytes_orphaned, orphaned > bytes ? orphaned - bytes : 0);
+    uint64_t left = atomic_load_explicit(&srv->tag_orphaned[tag], memory_order_relaxed);
+    atomic_store_explicit(&srv->tag_orphaned[tag], left > bytes ? left - bytes : 0, memory_order_relaxed);
 }
 
 static void set_phase(tcm_req_intent_t *ri, uint32_t phase)
@@ -271,7 +273,13 @@ static int op_root_set(tcm_server_t *srv, tcm_slot_t *slot, uint64_t off)
     memcpy(ri->name, name, sizeof name);
     set_phase(ri, TCM_INTENT_APPLYING);
     TCM_CRASH_POINT("root_set");
-    tcm__root_write(&roots[found], name, off);
+    /* the seqlock write step by step, for the crash points inside it: a
+     * kill there leaves the sequence odd, which the redo completes */
+    uint32_t seq = tcm__root_write_begin(&roots[found]);
+    TCM_CRASH_POINT("root_odd");
+    tcm__root_write_data(&roots[found], name, off);
+    TCM_CRASH_POINT("root_data");
+    tcm__root_write_end(&roots[found], seq);
     return TCM_ST_OK;
 }
 
@@ -480,7 +488,10 @@ void tcm__resolve_intent_ht(tcm_server_t *srv, uint64_t *redone, uint64_t *rolle
         break;
     case TCM_OP_ROOT_SET:
         ri->name[TCM_ROOT_NAME_MAX - 1] = 0;
-        tcm__root_write(&h->roots[ri->root], ri->name, ri->arg);
+        if (atomic_load(&h->roots[ri->root].seq) & 1)
+            tcm__log(TCM_LOG_WARN, "recovery: root %u was half-written (odd sequence): written again from the "
+                     "request", ri->root);
+        tcm__root_write(&h->roots[ri->root], ri->name, ri->arg); /* completes the odd sequence */
         break;
     default:
         break;

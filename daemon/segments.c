@@ -322,18 +322,42 @@ static void publish(tcm_server_t *srv, tcm_client_t *c)
         atomic_store(&srv->clients_hw, c->index + 1);
 }
 
+/* The first generation after last of record idx whose tag owns nothing any
+ * more, or 0 when every one still does. Objects and runs of a departed
+ * client keep its tag until they are freed: a new client given that tag
+ * would be credited with them (and the validator's census would disagree
+ * with its counters). */
+static uint8_t free_generation(const tcm_server_t *srv, uint32_t idx, uint8_t last)
+{
+    for (uint32_t k = 1; k <= TCM_TAG_GENS; k++) {
+        uint32_t gen = (last + k - 1) % TCM_TAG_GENS + 1;
+        if (!atomic_load_explicit(&srv->tag_orphaned[gen << TCM_TAG_INDEX_BITS | idx], memory_order_relaxed))
+            return (uint8_t)gen;
+    }
+    return 0;
+}
+
 int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_client_t **out)
 {
     tcm_client_rec_t *recs = records(srv);
     uint32_t idx = TCM_MAX_CLIENTS;
+    uint8_t gen = 0;
+    bool records_left = false;
     for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++)
         if (!atomic_load_explicit(&srv->clients[i], memory_order_acquire) &&
             atomic_load(&recs[i].state) == TCM_REC_FREE) {
-            idx = i;
-            break;
+            records_left = true;
+            if ((gen = free_generation(srv, i, recs[i].gen)) != 0) {
+                idx = i;
+                break;
+            }
         }
-    if (idx == TCM_MAX_CLIENTS)
+    if (idx == TCM_MAX_CLIENTS) {
+        if (records_left)
+            tcm__log_limited(TCM_LOG_ERROR, "no client record left: every free one has all %u generations "
+                             "still owning objects of departed clients", TCM_TAG_GENS);
         return -EMFILE;
+    }
     uint64_t start;
     tcm_handle_t proc = tcm__proc_watch(pid, &start);
     if (proc < 0)
@@ -349,7 +373,7 @@ int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_clie
     c->proc = proc;
     /* a FREE record is nobody's: fill it, then claim it */
     rec->id = ++srv->state->next_client_id;
-    rec->gen = (uint8_t)(rec->gen % TCM_TAG_GENS + 1);
+    rec->gen = gen;
     rec->tag = (uint16_t)(rec->gen << TCM_TAG_INDEX_BITS | idx);
     rec->pid = (uint32_t)pid;
     rec->proc_start = start;

@@ -14,9 +14,12 @@
 
 #define TCM_VERSION_STRING "0.2.0"
 /* An owner tag is a client's record index plus a generation of that index,
- * so objects of a departed client are not credited to the next one there. */
+ * so objects of a departed client are not credited to the next one there:
+ * a record is never given a generation whose tag still owns something
+ * (tag_orphaned below), so generations may wrap. */
 #define TCM_TAG_INDEX_BITS 10u
 #define TCM_TAG_GENS 63u /* generations 1..63; tag 0 is nobody */
+#define TCM_TAGS (1u << 16)
 _Static_assert(TCM_MAX_CLIENTS == 1u << TCM_TAG_INDEX_BITS, "tags index the client records");
 #define TCM_DEFAULT_BASE 0x7e8000000000ull
 #define TCM_DEFAULT_HEAP (1ull << 30)
@@ -128,6 +131,14 @@ struct tcm_server {
     tcm_daemon_stats_t *dstats; /* in the state segment */
     uint64_t decayed_at;      /* heap thread: the quiet spell the last decay was for */
     uint64_t flush_asked_ns, flush_asked; /* heap thread: the last time the heap was full */
+    /* Bytes still allocated under each tag whose client has left (objects
+     * and page runs nobody has freed yet; their sum is bytes_orphaned).
+     * Written by the heap thread (a reclaim adds what its client still
+     * held, a free of such an object subtracts) and by recovery, which
+     * rebuilds it from the owner map; the validator compares it. Read by
+     * the main thread when it picks a record's next generation: a departed
+     * tag's count only falls, so a zero it reads stays zero. */
+    _Atomic uint64_t tag_orphaned[TCM_TAGS];
 
     /* clients: slots written by the main thread (attach) and the heap thread
      * (reap), read by both */

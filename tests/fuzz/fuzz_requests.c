@@ -89,7 +89,7 @@ static void reset(void)
 static void validate(void)
 {
     char why[256];
-    if (!tcm__validate_ht(&srv, why, sizeof why)) {
+    if (tcm__validate_ht(&srv, why, sizeof why) != TCM_VALID) {
         fprintf(stderr, "heap inconsistent after a batch: %s\n", why);
         abort();
     }

@@ -1,6 +1,7 @@
 /* tcmd killed by a test crash point between two steps of each mutating
- * operation (split, coalesce, refill, return, page runs, root set, span
- * making and unmaking, commit, release, reclaim, client creation), while
+ * operation (split, coalesce, refill, return, page runs, root set and the
+ * two steps inside its seqlock write, span making and unmaking, commit,
+ * release, reclaim, client creation), while
  * worker processes run the shared workload: the next tcmd recovers, its
  * validator is clean, the workers carry on without a failed allocation, and
  * everything comes back once they are done. Each point runs in its own child
@@ -84,7 +85,7 @@ static int trigger_attach(tcm_test_daemon_t *d)
 static const point_t points[] = {
     {"picked", 40, NULL},      {"refill", 25, NULL},      {"refill_span", 9, NULL},
     {"return_half", 20, NULL}, {"alloc_pages", 6, NULL},  {"free_pages", 6, NULL},
-    {"root_set", 2, NULL},     {"span_map", 5, NULL},     {"span_unmap", 3, NULL},
+    {"root_set", 2, NULL},     {"root_odd", 2, NULL},     {"root_data", 3, NULL},    {"span_map", 5, NULL},     {"span_unmap", 3, NULL},
     {"split", 7, NULL},        {"coalesce", 4, NULL},     {"tail", 45, NULL},        {"commit", 60, NULL},
     {"answered", 33, NULL},    {"release", 2, trigger_release}, {"reclaim", 2, trigger_reclaim},
     {"client_create", 3, trigger_attach},

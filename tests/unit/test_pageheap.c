@@ -250,6 +250,31 @@ static void test_roots(void)
     tcm__root_write(r, "", UINT64_MAX);
     tcm__root_read(r, &used, &off, name);
     CHECK(!used && off == 0 && name[0] == 0);
+
+    /* an odd sequence nobody will redo: whole values are kept, a root half
+     * cleared is cleared, an unused one stays unused; an even one is left */
+    bool kept;
+    tcm__root_write(r, "table", 0x4000);
+    CHECK(!tcm__root_repair(r, HEAP, &kept));
+    uint32_t seq = tcm__root_write_begin(r);
+    tcm__root_write_data(r, "table", 0x6000); /* killed before the even store */
+    CHECK(tcm__root_repair(r, HEAP, &kept));
+    CHECK(kept);
+    CHECK_EQ(atomic_load(&r->seq), seq + 1);
+    tcm__root_read(r, &used, &off, name);
+    CHECK(used && off == 0x6000 && strcmp(name, "table") == 0);
+    tcm__root_write_begin(r);
+    atomic_store(&r->name[0], 0); /* killed while clearing it: name gone, still used */
+    CHECK(tcm__root_repair(r, HEAP, &kept));
+    CHECK(!kept);
+    tcm__root_read(r, &used, &off, name);
+    CHECK(!used && off == 0 && name[0] == 0);
+    tcm__root_write_begin(r); /* killed before a new root's first store */
+    CHECK(tcm__root_repair(r, HEAP, &kept));
+    CHECK(!kept);
+    CHECK_EQ(atomic_load(&r->seq) % 2, 0);
+    tcm__root_read(r, &used, &off, name);
+    CHECK(!used);
 }
 
 /* Each case on a heap of its own, set up in its own process. */

@@ -1,0 +1,289 @@
+/* Crash points that used to leave holes (issue 20), each killing tcmd where
+ * the hole was:
+ *   - a ROOT_SET inside the root's seqlock write (sequence left odd): the
+ *     next tcmd writes the root again from the request intent, the client's
+ *     call returns, tcm_root_get finds the value and nothing spins;
+ *   - a page run answered to a client that dies before it takes the answer
+ *     (ALLOC_PAGES slot left DONE): reclaimed, whether the client dies under
+ *     a running tcmd, while no tcmd runs, or the reclaim itself is killed.
+ * Each case has a daemon of its own. */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "frame.h"
+#include "prim.h"
+#include "ring.h"
+#include "tcm.h"
+#include "testutil.h"
+
+#define RUN_PAGES 40 /* the page run a raw client asks for */
+
+static tcm_test_daemon_t d;
+
+static void start_armed(const char *point_hit)
+{
+    char spec[96];
+    snprintf(spec, sizeof spec, "TCM_TEST_CRASH_AT=%s", point_hit);
+    const char *env[] = {spec, NULL};
+    tt_daemon_start_env(&d, NULL, env);
+}
+
+/* Wait for the armed point to kill tcmd, then start the next one. */
+static void killed_and_restarted(void)
+{
+    int st = tt_daemon_wait_exit(&d, 60000);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    tt_daemon_restart(&d, NULL, NULL);
+}
+
+static void log_has(const char *what)
+{
+    static char log[1 << 16];
+    FILE *f = fopen(d.log, "r");
+    CHECK(f != NULL);
+    size_t n = fread(log, 1, sizeof log - 1, f);
+    log[n] = 0;
+    fclose(f);
+    if (!strstr(log, what)) {
+        fprintf(stderr, "tcmd's log has no \"%s\":\n%s\n", what, log);
+        abort();
+    }
+}
+
+/* ---- the root seqlock ---- */
+
+typedef struct shared {
+    uint64_t first, second; /* offsets of the two objects the setter allocated */
+} shared_t;
+
+static shared_t *shared;
+static bool overwrite;
+
+/* Sets root crash.root (to a first object, then, when overwrite, to a
+ * second one): the armed point kills tcmd inside the last write, and the
+ * call returns once the next tcmd has redone it. */
+static int root_setter(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(NULL), 0);
+    void *p = tcm_malloc(64), *q = tcm_malloc(64);
+    CHECK(p && q);
+    shared->first = tcm_to_offset(p);
+    shared->second = tcm_to_offset(q);
+    if (overwrite)
+        CHECK_EQ(tcm_root_set("crash.root", p), 0);
+    void *want = overwrite ? q : p;
+    CHECK_EQ(tcm_root_set("crash.root", want), 0); /* tcmd dies in here */
+    CHECK(tcm_root_get("crash.root") == want);
+    tcm_shutdown(); /* p and q stay allocated: the parent frees them */
+    return 0;
+}
+
+static void root_case(const char *point_hit, bool over)
+{
+    shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(shared != MAP_FAILED);
+    overwrite = over;
+    start_armed(point_hit);
+    pid_t pid = tt_fork(root_setter, NULL);
+    killed_and_restarted();
+    tt_wait_ok(pid, 60000);
+    log_has("half-written (odd sequence): written again from the request");
+    log_has("validator: consistent");
+    uint64_t want = over ? shared->second : shared->first;
+
+    /* another process finds it; tcmctl lists it; the validator reads it */
+    char out[4096], line[128];
+    CHECK_EQ(tt_tcmctl(&d, "roots", out, sizeof out), 0);
+    snprintf(line, sizeof line, "0x%llx", (unsigned long long)want);
+    CHECK(strstr(out, "crash.root") != NULL && strstr(out, line) != NULL);
+    tt_check_heap(&d);
+    CHECK_EQ(tcm_init(d.socket), 0);
+    CHECK(tcm_root_get("crash.root") == tcm_from_offset(want));
+    CHECK_EQ(tcm_root_set("crash.root", NULL), 0); /* and the next write of it works */
+    CHECK(tcm_root_get("crash.root") == NULL);
+    tcm_free(tcm_from_offset(shared->first));
+    tcm_free(tcm_from_offset(shared->second));
+    tcm_shutdown();
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
+    CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
+    tt_daemon_stop(&d);
+}
+
+/* an existing root rewritten, killed after the sequence went odd */
+static void test_root_odd(void)
+{
+    root_case("root_odd:2", true);
+}
+
+/* a new root, killed after its name, offset and used were stored */
+static void test_root_data(void)
+{
+    root_case("root_data:1", false);
+}
+
+/* ---- a page run answered but never taken ---- */
+
+/* A hand-made client (as in test_badinput): it posts on its spare slot and
+ * reads the answer the way libtcm does, so that it can stop between the
+ * answer and taking it. */
+typedef struct raw {
+    int sock;
+    uint8_t *chan;
+    tcm_chan_layout_t lay;
+    tcm_ring_t *ring;
+    tcm_slot_t *slots;
+    tcm_bell_t *bell;
+    const tcm_meta_hdr_t *meta;
+} raw_t;
+
+static void raw_attach(raw_t *r)
+{
+    char err[256];
+    r->sock = tcm__connect(d.socket);
+    CHECK_GE(r->sock, 0);
+    Tcm__Request req = TCM__REQUEST__INIT;
+    Tcm__Hello hello = TCM__HELLO__INIT;
+    hello.version = TCM_PROTO_VERSION;
+    req.version = TCM_PROTO_VERSION;
+    req.body_case = TCM__REQUEST__BODY_HELLO;
+    req.hello = &hello;
+    CHECK_EQ(tcm__frame_send(r->sock, &req), 0);
+    Tcm__Response *resp = tcm__frame_recv(r->sock, 5000);
+    CHECK(resp && resp->body_case == TCM__RESPONSE__BODY_WELCOME);
+    const Tcm__Welcome *w = resp->welcome;
+    int fd = tcm__shm_open(w->meta_name, false);
+    CHECK_GE(fd, 0);
+    r->meta = tcm__map(fd, 4096 * 64, NULL, false, err, sizeof err);
+    CHECK(r->meta);
+    close(fd);
+    CHECK_GE(fd = tcm__shm_open(w->heap_name, true), 0);
+    r->bell = tcm__map(fd, 4096, NULL, true, err, sizeof err); /* page 0 only, anywhere */
+    CHECK(r->bell);
+    close(fd);
+    tcm_class_info_t tab[TCM_NCLASSES];
+    tcm__class_table_init(tab);
+    tcm__chan_layout(&r->lay, tab, w->max_threads);
+    CHECK_GE(fd = tcm__shm_open(w->channel_name, true), 0);
+    r->chan = tcm__map(fd, r->lay.size, NULL, true, err, sizeof err);
+    CHECK(r->chan);
+    close(fd);
+    r->ring = (tcm_ring_t *)(r->chan + r->lay.off_ring);
+    r->slots = (tcm_slot_t *)(r->chan + r->lay.off_slots);
+    tcm__response__free_unpacked(resp, NULL);
+}
+
+/* Attach, ask for a page run, wait for the answer and stop there (SIGSTOP)
+ * before taking it; the parent kills it. */
+static int unread_run(void *arg)
+{
+    (void)arg;
+    raw_t r;
+    raw_attach(&r);
+    uint32_t idx = r.lay.max_threads; /* the spare slot, backed at attach */
+    tcm_slot_t *s = &r.slots[idx];
+    s->op = TCM_OP_ALLOC_PAGES;
+    s->arg = RUN_PAGES;
+    s->arg2 = 1;
+    s->req_seq = 1;
+    atomic_store(&s->state, TCM_SLOT_POSTED);
+    CHECK(tcm__ring_push(r.ring, r.lay.ring_cap, idx));
+    tcm__bell_ring((_Atomic uint32_t *)&r.meta->heap_sleeping, r.bell);
+    while (atomic_load(&s->state) != TCM_SLOT_DONE) /* no waiting flag: tcmd does not wake it, hence slices */
+        tcm__wait(&s->state, TCM_SLOT_POSTED, 1000000);
+    CHECK_EQ(s->status, TCM_ST_OK);
+    raise(SIGSTOP); /* answered, not taken: the slot stays DONE */
+    return 0;
+}
+
+/* The client is stopped with its answer unread. */
+static pid_t stopped_client(void)
+{
+    pid_t pid = tt_fork(unread_run, NULL);
+    int st;
+    CHECK_EQ(waitpid(pid, &st, WUNTRACED), pid);
+    CHECK(WIFSTOPPED(st));
+    return pid;
+}
+
+static void kill_client(pid_t pid)
+{
+    int st;
+    CHECK_EQ(kill(pid, SIGKILL), 0);
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+}
+
+static void all_back(void)
+{
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
+    CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
+    CHECK_EQ(tt_stat(&d, "bytes_orphaned"), 0);
+    CHECK_EQ(tt_stat(&d, "refused"), 0);
+    tt_check_heap(&d);
+    /* the run is free: a client can have the same run again */
+    CHECK_EQ(tcm_init(d.socket), 0);
+    void *p = tcm_malloc((size_t)RUN_PAGES * TCM_PAGE_SIZE);
+    CHECK(p != NULL);
+    tcm_free(p);
+    tcm_shutdown();
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
+    tt_daemon_stop(&d);
+}
+
+/* tcmd runs throughout: the client dies and is reclaimed */
+static void test_unread_run_live(void)
+{
+    tt_daemon_start(&d, NULL);
+    pid_t pid = stopped_client();
+    CHECK_EQ(tt_stat(&d, "bytes_clients"), (uint64_t)RUN_PAGES * TCM_PAGE_SIZE); /* handed out */
+    kill_client(pid);
+    all_back();
+}
+
+/* tcmd killed just after answering; the client dies while none runs and the
+ * next tcmd reclaims it */
+static void test_unread_run_gap(void)
+{
+    start_armed("answered:1"); /* the raw client's request is the first */
+    pid_t pid = stopped_client();
+    int st = tt_daemon_wait_exit(&d, 60000);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    kill_client(pid);
+    tt_daemon_restart(&d, NULL, NULL);
+    log_has("died while no tcmd was running");
+    log_has("validator: consistent");
+    all_back();
+}
+
+/* the reclaim of the run killed after the run was freed: the next tcmd
+ * reclaims the client again and finds the run free */
+static void test_unread_run_reclaim_killed(void)
+{
+    start_armed("reclaim_run:1");
+    pid_t pid = stopped_client();
+    kill_client(pid);
+    killed_and_restarted();
+    log_has("validator: consistent");
+    all_back();
+}
+
+int main(void)
+{
+    static const tt_case_t cases[] = {
+        {"root write killed after the odd store", test_root_odd},
+        {"root write killed before the even store", test_root_data},
+        {"page run answered, client killed before taking it", test_unread_run_live},
+        {"page run answered, tcmd killed, client dead in the gap", test_unread_run_gap},
+        {"reclaim of an unread page run killed", test_unread_run_reclaim_killed},
+    };
+    int failed = tt_run_cases("crashrepair", cases, sizeof cases / sizeof cases[0], 120000);
+    return failed != 0;
+}
