@@ -45,7 +45,7 @@ static void usage(FILE *f)
  * tcmd's user or root and, if others may write there, be sticky like /tmp:
  * then no one else can remove or rename what tcmd puts there. The
  * directory itself is examined, never a link there. */
-static int check_dir(const char *dir, bool runtime)
+static int check_dir(const char *dir, bool runtime, const char *what)
 {
     tcm_uid_t uid, self = tcm__uid();
     tcm_gid_t gid;
@@ -54,7 +54,7 @@ static int check_dir(const char *dir, bool runtime)
     if (err == -ENOSYS)
         return 0;
     if (err) {
-        fprintf(stderr, "tcmd: the socket's directory %s: %s\n", dir,
+        fprintf(stderr, "tcmd: %s %s: %s\n", what, dir,
                 err == -ELOOP ? "is a symbolic link (give the directory itself)" : strerror(-err));
         return err;
     }
@@ -63,13 +63,13 @@ static int check_dir(const char *dir, bool runtime)
     if (owner_ok && writers_ok)
         return 0;
     if (runtime)
-        fprintf(stderr, "tcmd: refusing the runtime directory %s (owner uid %u, mode %04o): it must be tcmd's "
-                        "own (uid %u) and writable by no one else; remove it or give --socket\n",
-                dir, (unsigned)uid, mode, (unsigned)self);
+        fprintf(stderr, "tcmd: refusing %s %s (owner uid %u, mode %04o): it must be tcmd's own (uid %u) and "
+                        "writable by no one else; remove it or give --socket\n",
+                what, dir, (unsigned)uid, mode, (unsigned)self);
     else
-        fprintf(stderr, "tcmd: refusing the socket's directory %s (owner uid %u, mode %04o): it must belong to "
-                        "tcmd's user (uid %u) or root, and be writable by no one else unless sticky like /tmp\n",
-                dir, (unsigned)uid, mode, (unsigned)self);
+        fprintf(stderr, "tcmd: refusing %s %s (owner uid %u, mode %04o): it must belong to tcmd's user (uid %u) "
+                        "or root, and be writable by no one else unless sticky like /tmp\n",
+                what, dir, (unsigned)uid, mode, (unsigned)self);
     return -EPERM;
 }
 
@@ -90,12 +90,12 @@ static int prepare_socket_dir(tcm_server_t *srv)
         return made;
     }
     bool is_runtime = strcmp(srv->socket_path, tcm__runtime_socket(runtime, sizeof runtime)) == 0;
-    int err = check_dir(dir, is_runtime);
+    int err = check_dir(dir, is_runtime, is_runtime ? "the runtime directory" : "the socket's directory");
     if (!err && is_runtime) { /* and no one else can rename it away: /tmp is sticky */
         slash = strrchr(dir, '/');
         if (slash && slash != dir) {
             *slash = 0;
-            err = check_dir(dir, false);
+            err = check_dir(dir, false, "the runtime directory's parent");
             *slash = '/';
         }
     }

@@ -131,7 +131,7 @@ static bool dir_is_owned_by(const char *path, tcm_uid_t uid, char *dir, size_t l
     return tcm__dir_stat(dir, &owner, &group, &mode) == 0 && owner == uid && !(mode & 022);
 }
 
-/* The rule (DESIGN.md, "Client lifecycle"): the server must run as
+/* The rule (DESIGN.md, "Runtime directory"): the server must run as
  * $TCM_DAEMON_UID when that is set; otherwise as this process's user or
  * root, or, on a socket path given explicitly, as the user who owns the
  * socket's directory when only that user can write there (a service

@@ -36,7 +36,8 @@ extern "C" {
 
 /* Attach explicitly. socket_path NULL: $TCM_SOCKET, else the default.
  * Returns 0 or -errno (-ENOENT/-ECONNREFUSED: no daemon; -EEXIST: the heap's
- * address range is taken in this process). Idempotent. */
+ * address range is taken in this process; -EPERM: the socket is served by a
+ * user this process does not trust, see TCM_DAEMON_UID). Idempotent. */
 TCM_API int tcm_init(const char *socket_path);
 
 /* Flush every cache of this process back to the daemon and detach. Call it

@@ -55,6 +55,17 @@ HEAD
     printf "\n"
 }'
 cat <<TAIL
+.SH FILES
+The socket's directory is created if missing (mode 0700; with
+\fB\-\-allow\-group\fR 0710 and that group). tcmd refuses to start when
+that directory is a symbolic link, belongs to another user or may be
+written by others: its default one (\$XDG_RUNTIME_DIR/tcm or
+/tmp/tcm\-UID) must be its own user's and writable by it alone; any other
+must belong to its user or root and, if others may write there, be sticky
+like /tmp. The log (SOCKET.log or \fB\-\-log\fR) is never opened through a
+symbolic link: a new one is created with mode 0600, an existing one is
+appended to only if it is a regular file of tcmd's user (\fB\-\-log\fR may
+also name a device such as /dev/null).
 .SH SIGNALS
 SIGTERM and SIGINT stop tcmd: with no client attached it removes the heap,
 otherwise it leaves it for the next tcmd. SIGHUP reloads the config file.

@@ -207,6 +207,15 @@ static void test_runtime_dir_refused(void)
     const char *words4[] = {dir, "symbolic link", NULL};
     expect_refusal(none, top, false, words4);
 
+    /* our own runtime directory in one another user could rename it out of */
+    CHECK_EQ(unlink(dir), 0);
+    char theirs[128];
+    snprintf(theirs, sizeof theirs, "%s/theirs", top);
+    CHECK_EQ(mkdir(theirs, 0700), 0);
+    CHECK_EQ(chown(theirs, NOBODY, NOBODY), 0);
+    const char *words6[] = {theirs, "parent", "uid 65534", NULL};
+    expect_refusal(none, theirs, false, words6);
+
     /* without XDG_RUNTIME_DIR: /tmp/tcm-65534 made by root stops a tcmd
      * of nobody's (the real /tmp/tcm-0 stays untouched) */
     const char *tmpdir = "/tmp/tcm-65534";
