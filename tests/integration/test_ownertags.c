@@ -6,7 +6,8 @@
  * first one's, and the new client would own the first one's run. Each
  * client checks, while attached, that the validator is clean and that
  * `tcmctl clients` credits it with its own run only, also once it has freed
- * the run of the client 63 before it (given back with tcmctl release). */
+ * the run of the client 63 before it (given back with tcmctl release).
+ * tcmd is killed and restarted half-way. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,10 @@ int main(void)
         tt_wait_ok(tt_fork(short_lived, (void *)(intptr_t)i), 60000);
         CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
         CHECK_EQ(tt_stat(&d, "bytes_orphaned"), orphaned_runs(i + 1) * RUN);
+        if (i == GENS / 2) { /* a new tcmd must know from the owner map which tags still own runs */
+            tt_daemon_kill(&d);
+            tt_daemon_restart(&d, NULL, NULL);
+        }
     }
     tt_check_heap(&d);
     CHECK_EQ(tcm_init(d.socket), 0);
