@@ -20,6 +20,7 @@
 #define TCM_TAG_INDEX_BITS 10u
 #define TCM_TAG_GENS 63u /* generations 1..63; tag 0 is nobody */
 #define TCM_TAGS (1u << 16)
+_Static_assert((TCM_TAG_GENS << TCM_TAG_INDEX_BITS | (TCM_MAX_CLIENTS - 1)) < TCM_TAGS, "a tag fits 16 bits");
 _Static_assert(TCM_MAX_CLIENTS == 1u << TCM_TAG_INDEX_BITS, "tags index the client records");
 #define TCM_DEFAULT_BASE 0x7e8000000000ull
 #define TCM_DEFAULT_HEAP (1ull << 30)
