@@ -47,11 +47,13 @@ static int send_welcome(tcm_conn_t *conn, tcm_client_t *c, bool resumed)
     int err = fds[0] < 0 ? fds[0] : fds[1] < 0 ? fds[1] : fds[2] < 0 ? fds[2] : 0;
     if (!err)
         err = tcm__conn_reply_with_fds(conn, TCM__RESPONSE__BODY_WELCOME, &w, fds, 3);
-    /* the client keeps the heap's segments in existence for a later tcmd;
-     * without it the client still works, only a restart may lose the heap */
-    tcm_handle_t keep[] = {srv->heap_fd, srv->meta_fd, srv->state_fd};
+    /* the client keeps the heap's segments and its channel in existence for
+     * a later tcmd (Windows: a name goes with its last handle, and libtcm
+     * keeps none once it has mapped them); without it the client still
+     * works, only a restart may lose the heap */
+    tcm_handle_t keep[] = {srv->heap_fd, srv->meta_fd, srv->state_fd, c->chan_fd};
     int kept = 0;
-    for (int i = 0; i < 3 && !err && !kept; i++)
+    for (int i = 0; i < 4 && !err && !kept; i++)
         kept = tcm__keep_alive_in(keep[i], c->rec->pid);
     if (kept)
         tcm__log(TCM_LOG_WARN, "client %u (pid %u): cannot leave it the heap's segments: %s", c->rec->id,

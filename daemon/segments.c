@@ -499,11 +499,11 @@ int tcm__client_map(tcm_server_t *srv, uint32_t index, tcm_client_t **out)
     int err = c->chan_fd < 0 ? c->chan_fd : tcm__shm_stat(c->chan_fd, &size, &uid, &mode);
     if (!err)
         err = map_channel(srv, c);
-    if (!err && size != srv->chan_layout.size) {
-        /* its client resized it: what lies beyond the end reads as zeros
+    if (!err && size < srv->chan_layout.size) {
+        /* its client shrank it: what lies beyond the end reads as zeros
          * (the fault zone), and the client is cut off like any other whose
          * channel broke */
-        tcm__log(TCM_LOG_WARN, "client %u (pid %u): channel %s is %llu bytes, not %llu: it is cut off", rec->id,
+        tcm__log(TCM_LOG_WARN, "client %u (pid %u): channel %s shrank to %llu bytes of %llu: it is cut off", rec->id,
                  rec->pid, rec->chan_name, (unsigned long long)size, (unsigned long long)srv->chan_layout.size);
         atomic_store(&c->chan_broken, 1);
     }

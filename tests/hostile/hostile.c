@@ -23,6 +23,8 @@
  *               classes (refills and returns through tcmd) for SECONDS
  *   roots       set roots with new names in a loop for SECONDS (the table
  *               fills; every later set is answered NO_ROOM)
+ *   hold        an ordinary client with objects in its caches and none in
+ *               use: waits for "exit" (a chaos run SIGKILLs it first)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -325,6 +327,12 @@ int main(int argc, char **argv)
         return churn_closed_mode(seconds);
     if (strcmp(mode, "roots") == 0)
         return roots_mode(seconds);
+    if (strcmp(mode, "hold") == 0) {
+        warm_up();
+        say("ready");
+        await_line("exit");
+        return 0;
+    }
     fprintf(stderr, "tcm-hostile: unknown mode '%s'\n", mode);
     return 2;
 }
