@@ -430,11 +430,12 @@ static int cmd_check(const ctx_t *ctx, int argc, char **argv)
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_CHECK, &cr, TCM__RESPONSE__BODY_CHECK);
     const Tcm__CheckResult *r = resp->check;
     if (ctx->json)
-        printf("{\"ok\":%s,\"message\":\"%s\",\"duration_us\":%llu}\n", r->ok ? "true" : "false", js(r->message),
-               (unsigned long long)r->duration_us);
+        printf("{\"ok\":%s,\"client_only\":%s,\"message\":\"%s\",\"duration_us\":%llu}\n", r->ok ? "true" : "false",
+               r->client_only ? "true" : "false", js(r->message), (unsigned long long)r->duration_us);
     else
-        printf("%s: %s (%llu us)\n", r->ok ? "heap consistent" : "HEAP INCONSISTENT", tx(r->message),
-               (unsigned long long)r->duration_us);
+        printf("%s: %s (%llu us)\n",
+               r->ok ? "heap consistent" : r->client_only ? "heap consistent, A CLIENT'S CACHES ARE NOT" : "HEAP INCONSISTENT",
+               tx(r->message), (unsigned long long)r->duration_us);
     int rc = r->ok ? 0 : EXIT_DAEMON;
     tcm__response__free_unpacked(resp, NULL);
     return rc;
@@ -453,7 +454,7 @@ static const command_t commands[] = {
     {"release", "", "processes give back what they cache, then every free page goes back to the OS", cmd_release},
     {"roots", "", "named shared pointers and their heap offsets", cmd_roots},
     {"detach", "CLIENT_ID", "cut a client off (its allocations fail; reclaimed when it exits)", cmd_detach},
-    {"check", "", "validate the whole heap on the heap thread; exit 1 naming the first inconsistency",
+    {"check", "", "validate the whole heap (tcmd's uid or root); exit 1 naming the first inconsistency, of tcmd's structures or of a client's caches",
      cmd_check},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

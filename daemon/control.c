@@ -439,8 +439,10 @@ static void on_reaped(uv_async_t *async)
     pthread_mutex_unlock(&srv->reaped_lock);
     while (list) {
         tcm_client_t *next = list->next_reaped;
-        if (list->conn) /* a reaped client has no say any more */
-            list->conn->client = NULL, tcm__conn_close(list->conn);
+        if (list->conn) { /* a reaped client has no say any more */
+            list->conn->client = NULL;
+            tcm__conn_close(list->conn);
+        }
         if (list->proc_polled && !uv_is_closing((uv_handle_t *)&list->proc_poll))
             uv_close((uv_handle_t *)&list->proc_poll, on_proc_closed);
         else
@@ -597,7 +599,9 @@ static void close_walk(uv_handle_t *handle, void *arg)
         return;
     if (handle->type == UV_NAMED_PIPE && handle != (uv_handle_t *)&srv->listener) {
         tcm_conn_t *conn = handle->data;
-        conn->client = NULL; /* the daemon is going away; nothing to reclaim */
+        if (conn->client) /* the daemon is going away; nothing to reclaim */
+            conn->client->conn = NULL;
+        conn->client = NULL;
         tcm__conn_close(conn);
         return;
     }

@@ -488,10 +488,11 @@ static void checked(tcm_server_t *srv, void *arg, int rc, uint64_t bad, const ch
         tcm__conn_error(a->conn, (uint32_t)-rc, "the check did not run");
     } else {
         Tcm__CheckResult r = TCM__CHECK_RESULT__INIT;
-        r.ok = bad == 0;
+        r.ok = bad == TCM_VALID;
+        r.client_only = bad == TCM_INVALID_CLIENT;
         r.message = (char *)text;
         r.duration_us = (tcm__now_ns() - a->t0) / 1000;
-        tcm__log(r.ok ? TCM_LOG_INFO : TCM_LOG_ERROR, "check: %s", text);
+        tcm__log(r.ok ? TCM_LOG_INFO : r.client_only ? TCM_LOG_WARN : TCM_LOG_ERROR, "check: %s", text);
         tcm__conn_reply(a->conn, TCM__RESPONSE__BODY_CHECK, &r);
     }
     answered(a);

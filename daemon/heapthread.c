@@ -101,7 +101,7 @@ void tcm__heap_run_command_ht(tcm_server_t *srv)
             }
         }
     } else if (cmd == TCM_MBOX_CHECK) {
-        result = tcm__validate_ht(srv, srv->mbox_text, sizeof srv->mbox_text) != TCM_VALID;
+        result = (uint64_t)tcm__validate_ht(srv, srv->mbox_text, sizeof srv->mbox_text);
     }
     srv->mbox_result = result;
     srv->mbox_done = true;

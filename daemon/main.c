@@ -228,6 +228,8 @@ static int run(tcm_server_t *srv, tcm_handle_t ready_fd)
     rc = 0;
 out_thread:
     tcm__heap_thread_stop(srv);
+    /* the loop's handles first: a client embeds the poll of its process */
+    tcm__control_close(srv);
     for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
         if (!c)
@@ -239,7 +241,6 @@ out_thread:
         else
             tcm__client_destroy(srv, c);
     }
-    tcm__control_close(srv);
 out_segments:
     if (rc != 0)
         srv->keep_segments = true; /* a failed start deletes nothing */

@@ -260,7 +260,7 @@ int tcm__validate_ht(tcm_server_t *srv, char *why, size_t whylen)
         rc = check_caches(srv, why, whylen, &unchecked);
     if (rc == TCM_INVALID_HEAP) /* a client's garbage is its own, not the heap's */
         TCM_STAT_ADD(srv->meta, validation_failures, 1);
-    else
+    if (rc == TCM_VALID)
         snprintf(why, whylen, "%u pages below top, %llu bytes handed out%s", h->top,
                  (unsigned long long)atomic_load(&srv->meta->stats.bytes_clients),
                  unchecked ? "; some clients' caches not checked (time budget)" : "");

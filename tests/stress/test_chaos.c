@@ -32,13 +32,16 @@
 typedef struct attacker {
     pid_t pid;
     int in;       /* its stdin: closed (EOF) when its time is up */
+    int out;      /* its stdout, for "ready" ("hold" only; -1 otherwise) */
     double until; /* ms */
     bool kill;    /* SIGKILLed then, rather than told to go */
 } attacker_t;
 
 static tcm_test_daemon_t d;
 static attacker_t att[ATTACKERS];
-static uint64_t breakers; /* attackers that shrank or punched their channel */
+/* Attackers that wrecked their own caches (garbage over them) or channel
+ * (shrunk, punched): what their caches listed is lost to them. */
+static uint64_t breakers;
 #define BREAKER_LOSS (1u << 20) /* at most what one's caches list (warm-up: 1000 x 64 B), and its spans */
 static uint64_t seed;
 
@@ -68,28 +71,36 @@ static const char *const modes[] = {
 static void launch(attacker_t *a, const char *mode, double ms)
 {
     char path[512], secs[32];
-    int in[2];
+    int in[2], out[2];
+    bool hold = strcmp(mode, "hold") == 0;
     CHECK_EQ(pipe2(in, O_CLOEXEC), 0); /* later attackers must not hold its write end */
+    CHECK_EQ(pipe2(out, O_CLOEXEC), 0);
     snprintf(secs, sizeof secs, "%.2f", ms / 1000);
     a->pid = fork();
     CHECK(a->pid >= 0);
     if (a->pid == 0) {
         dup2(in[0], 0);
         int null = open("/dev/null", O_WRONLY);
-        dup2(null, 1); /* its "ready" goes nowhere: nobody waits for it */
-        close(in[0]), close(in[1]), close(null);
+        dup2(hold ? out[1] : null, 1); /* the others' "ready" goes nowhere: nobody waits for it */
+        close(null);
         execl(tt_path("tcm-hostile", path, sizeof path), "tcm-hostile", mode, secs, (char *)NULL);
         _exit(127);
     }
     close(in[0]);
+    close(out[1]);
+    a->out = out[0];
+    if (!hold) {
+        close(a->out);
+        a->out = -1;
+    }
     fprintf(stderr, "chaos: pid %d %s for %.0f ms\n", (int)a->pid, mode, ms);
     a->in = in[1];
     a->until = now_ms() + ms;
     /* an ordinary client holding only cached objects dies by SIGKILL; the
      * others are let go (a SIGKILL mid-warm-up would orphan what it had in
      * use, which is a loss by design, not one to look for here) */
-    a->kill = strcmp(mode, "hold") == 0;
-    breakers += strcmp(mode, "truncate") == 0 || strcmp(mode, "punch") == 0;
+    a->kill = hold;
+    breakers += strcmp(mode, "truncate") == 0 || strcmp(mode, "punch") == 0 || strcmp(mode, "garbage") == 0;
 }
 
 /* Attackers whose time is up: killed or let go, and waited for. */
@@ -99,8 +110,14 @@ static void retire(bool all)
         attacker_t *a = &att[i];
         if (!a->pid || (!all && now_ms() < a->until))
             continue;
-        if (a->kill)
+        if (a->kill) { /* once it holds nothing in use: after its "ready" */
+            char c;
+            while (read(a->out, &c, 1) == 1 && c != '\n')
+                ;
             kill(a->pid, SIGKILL);
+        }
+        if (a->out >= 0)
+            close(a->out);
         close(a->in);
         int st = tt_wait(a->pid, 60000);
         (void)st; /* a resize attacker may die of its own SIGBUS */
@@ -153,8 +170,8 @@ int main(int argc, char **argv)
     char out[1024];
     CHECK_EQ(tt_tcmctl(&d, "release", out, sizeof out), 0);
     uint64_t after = tt_stat(&d, "bytes_committed");
-    printf("chaos: %.0f s, %llu tcmd kills, %llu attackers (%llu ordinary clients SIGKILLed, %llu broke their "
-           "channel: %llu bytes orphaned), %llu workload operations, %llu objects handed between processes; "
+    printf("chaos: %.0f s, %llu tcmd kills, %llu attackers (%llu ordinary clients SIGKILLed, %llu wrecked their own "
+           "caches or channel: %llu bytes orphaned), %llu workload operations, %llu objects handed between processes; "
            "committed %llu of a %llu peak after release\n",
            seconds, (unsigned long long)restarts, (unsigned long long)attacks, (unsigned long long)kills,
            (unsigned long long)breakers, (unsigned long long)orphaned,
