@@ -15,7 +15,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "common"))
-from tcmtest import free_port, wait_tcmd  # noqa: E402
+from tcmtest import Tally, free_port, wait_tcmd  # noqa: E402
 
 build = sys.argv[1]
 TCMD = os.path.join(build, "tcmd")
@@ -25,33 +25,13 @@ tmp = tempfile.mkdtemp(prefix="tcm-control-")
 sock = os.path.join(tmp, "tcmd.sock")
 conf = os.path.join(tmp, "tcmd.conf")
 log = os.path.join(tmp, "tcmd.log")
-failures = 0
+
+tally = Tally()
+check = tally.check
 
 
-checks = 0
-
-
-def check(cond, what):
-    """One assertion: a failure is reported and counted, and the run goes on."""
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAILED:", what, file=sys.stderr)
-    return cond
-
-
-@contextlib.contextmanager
 def section(name):
-    """A part of the run: an exception in it (a reply that is not JSON, a
-    missing field) fails that part, and the next part still runs."""
-    global failures, checks
-    try:
-        yield
-    except Exception as e:  # noqa: BLE001 - reported, counted, and the next part runs
-        checks += 1
-        failures += 1
-        print(f"FAILED: {name}: {type(e).__name__}: {e}", file=sys.stderr)
+    return tally.section(name)
 
 
 def ctl(*args, expect=0, user=None):
@@ -271,5 +251,5 @@ try:
 finally:
     daemon.terminate()
     rc = daemon.wait(timeout=10)
-print(f"control: {checks - failures} of {checks} checks passed, {failures} failed")
-sys.exit(1 if failures or rc != 0 else 0)
+print(f"control: {tally.checks - tally.failures} of {tally.checks} checks passed, {tally.failures} failed")
+sys.exit(1 if tally.failures or rc != 0 else 0)

@@ -23,7 +23,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "common"))
-from tcmtest import free_port, wait_tcmd  # noqa: E402
+from tcmtest import Tally, free_port, wait_tcmd  # noqa: E402
 
 build = sys.argv[1]
 TCMD = os.path.join(build, "tcmd")
@@ -32,8 +32,6 @@ HELPER = os.path.join(build, "tests", "tcm_test_helper")
 tmp = tempfile.mkdtemp(prefix="tcm-hostile-")
 sock = os.path.join(tmp, "tcmd.sock")
 log = os.path.join(tmp, "tcmd.log")
-failures = 0
-checks = 0
 
 RSS_BOUND_KB = 64 << 10   # tcmd's RSS while a peer floods without reading
 PING_BOUND_S = 0.050      # a ping round trip (connect, ask, answer) meanwhile
@@ -48,27 +46,12 @@ def part(name):
     return not only or only == name
 
 
-def check(cond, what):
-    """One assertion: a failure is reported and counted, and the run goes on."""
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAILED:", what, file=sys.stderr)
-    return cond
+tally = Tally()
+check = tally.check
 
 
-@contextlib.contextmanager
 def section(name):
-    global failures, checks
-    t0 = time.time()
-    try:
-        yield
-        print(f"done {name} ({time.time() - t0:.1f} s)")
-    except Exception as e:  # noqa: BLE001 - reported, counted, and the next part runs
-        checks += 1
-        failures += 1
-        print(f"FAILED: {name}: {type(e).__name__}: {e}", file=sys.stderr)
+    return tally.section(name, timed=True)
 
 
 # ---- the wire: Request {version = 1, body}, behind a 4-byte big-endian length
@@ -333,8 +316,8 @@ finally:
             daemon.wait(timeout=20)
         except subprocess.TimeoutExpired:
             daemon.kill()
-    if failures:
+    if tally.failures:
         print("tcmd log (tail):\n" + "".join(open(log).readlines()[-30:]), file=sys.stderr)
 
-print(f"hostile control: {checks - failures} of {checks} checks passed")
-sys.exit(1 if failures else 0)
+print(f"hostile control: {tally.checks - tally.failures} of {tally.checks} checks passed")
+sys.exit(1 if tally.failures else 0)

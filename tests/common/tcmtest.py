@@ -1,6 +1,8 @@
-"""What the Python tests and benchmark drivers share: a free TCP port and
-waiting for a tcmd to answer."""
+"""What the Python tests and benchmark drivers share: a free TCP port,
+waiting for a tcmd to answer, and checks that count their failures."""
+import contextlib
 import os
+import sys
 import socket
 import subprocess
 import time
@@ -24,3 +26,33 @@ def wait_tcmd(tcmctl, sock, seconds=10):
             return True
         time.sleep(0.05)
     return False
+
+
+class Tally:
+    """Checks that report and count a failure and let the run go on."""
+
+    def __init__(self):
+        self.failures = 0
+        self.checks = 0
+
+    def check(self, cond, what):
+        """One assertion: a failure is reported and counted, and the run goes on."""
+        self.checks += 1
+        if not cond:
+            self.failures += 1
+            print("FAILED:", what, file=sys.stderr)
+        return cond
+
+    @contextlib.contextmanager
+    def section(self, name, timed=False):
+        """A part of the run: an exception in it fails that part, and the
+        next part still runs."""
+        t0 = time.time()
+        try:
+            yield
+            if timed:
+                print(f"done {name} ({time.time() - t0:.1f} s)")
+        except Exception as e:  # noqa: BLE001 - reported, counted, and the next part runs
+            self.checks += 1
+            self.failures += 1
+            print(f"FAILED: {name}: {type(e).__name__}: {e}", file=sys.stderr)

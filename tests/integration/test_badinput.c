@@ -15,6 +15,7 @@
 #include "prim.h"
 #include "ring.h"
 #include "tcm.h"
+#include "rawclient.h"
 #include "testutil.h"
 
 static tcm_test_daemon_t d;
@@ -126,106 +127,38 @@ static void test_idle_connections(void)
     ping_ok();
 }
 
-/* A hand-made client that speaks the ring protocol directly. */
-typedef struct raw {
-    int sock;
-    uint8_t *chan;
-    tcm_chan_layout_t lay;
-    tcm_ring_t *ring;
-    tcm_slot_t *slots;
-    tcm_bell_t *bell;
-    const tcm_meta_hdr_t *meta;
-} raw_t;
-
-static void raw_attach(raw_t *r)
-{
-    char err[256];
-    r->sock = tcm__connect(d.socket);
-    CHECK_GE(r->sock, 0);
-    Tcm__Request req = TCM__REQUEST__INIT;
-    Tcm__Hello hello = TCM__HELLO__INIT;
-    hello.version = TCM_PROTO_VERSION;
-    req.version = TCM_PROTO_VERSION;
-    req.body_case = TCM__REQUEST__BODY_HELLO;
-    req.hello = &hello;
-    CHECK_EQ(tcm__frame_send(r->sock, &req), 0);
-    Tcm__Response *resp = tcm__frame_recv(r->sock, 5000);
-    CHECK(resp && resp->body_case == TCM__RESPONSE__BODY_WELCOME);
-    const Tcm__Welcome *w = resp->welcome;
-    int fd = tcm__shm_open(w->meta_name, false);
-    CHECK_GE(fd, 0);
-    r->meta = tcm__map(fd, 4096 * 64, NULL, false, err, sizeof err);
-    CHECK(r->meta);
-    close(fd);
-    CHECK_GE(fd = tcm__shm_open(w->heap_name, true), 0);
-    r->bell = tcm__map(fd, 4096, NULL, true, err, sizeof err); /* page 0 only, anywhere */
-    CHECK(r->bell);
-    close(fd);
-    tcm_class_info_t tab[TCM_NCLASSES];
-    tcm__class_table_init(tab);
-    tcm__chan_layout(&r->lay, tab, w->max_threads);
-    CHECK_GE(fd = tcm__shm_open(w->channel_name, true), 0);
-    r->chan = tcm__map(fd, r->lay.size, NULL, true, err, sizeof err);
-    CHECK(r->chan);
-    close(fd);
-    r->ring = (tcm_ring_t *)(r->chan + r->lay.off_ring);
-    r->slots = (tcm_slot_t *)(r->chan + r->lay.off_slots);
-    tcm__response__free_unpacked(resp, NULL);
-}
-
-static int raw_call(raw_t *r, uint32_t idx)
-{
-    tcm_slot_t *s = &r->slots[idx];
-    atomic_store(&s->state, TCM_SLOT_POSTED);
-    CHECK(tcm__ring_push(r->ring, r->lay.ring_cap, idx));
-    tcm__bell_ring((_Atomic uint32_t *)&r->meta->heap_sleeping, r->bell);
-    uint64_t t0 = tcm__now_ns();
-    while (atomic_load(&s->state) != TCM_SLOT_DONE) {
-        CHECK_LT(tcm__now_ns() - t0, 5000000000ull);
-        usleep(100);
-    }
-    atomic_store(&s->state, TCM_SLOT_IDLE);
-    return s->status;
-}
-
-static void raw_post_only(raw_t *r, uint32_t idx)
-{
-    CHECK(tcm__ring_push(r->ring, r->lay.ring_cap, idx));
-    tcm__bell_ring((_Atomic uint32_t *)&r->meta->heap_sleeping, r->bell);
-}
-
 static void test_ring_garbage(void)
 {
-    raw_t r;
-    raw_attach(&r);
+    tt_raw_t r;
+    tt_raw_attach(&r, d.socket);
     tcm_slot_t *s = &r.slots[0];
     uint64_t refused0 = tt_stat(&d, "refused");
 
     s->op = 99;
-    CHECK_EQ(raw_call(&r, 0), TCM_ST_BAD_OP);
+    CHECK_EQ(tt_raw_call(&r, 0), TCM_ST_BAD_OP);
     s->op = TCM_OP_REFILL, s->cls = 0, s->count = 1;
-    CHECK_EQ(raw_call(&r, 0), TCM_ST_BAD_CLASS);
+    CHECK_EQ(tt_raw_call(&r, 0), TCM_ST_BAD_CLASS);
     s->cls = 200;
-    CHECK_EQ(raw_call(&r, 0), TCM_ST_BAD_CLASS);
+    CHECK_EQ(tt_raw_call(&r, 0), TCM_ST_BAD_CLASS);
     s->cls = 5, s->count = 100000;
-    CHECK_EQ(raw_call(&r, 0), TCM_ST_BAD_COUNT);
+    CHECK_EQ(tt_raw_call(&r, 0), TCM_ST_BAD_COUNT);
     s->op = TCM_OP_FREE_PAGES, s->arg = 1ull << 50;
-    CHECK_EQ(raw_call(&r, 0), TCM_ST_BAD_OFFSET);
+    CHECK_EQ(tt_raw_call(&r, 0), TCM_ST_BAD_OFFSET);
     s->op = TCM_OP_ALLOC_PAGES, s->arg = 1ull << 40, s->arg2 = 1;
-    CHECK_EQ(raw_call(&r, 0), TCM_ST_NOMEM);
+    CHECK_EQ(tt_raw_call(&r, 0), TCM_ST_NOMEM);
     s->op = TCM_OP_ROOT_SET, s->arg = 4096;
     memset(s->offs, 'x', sizeof s->offs); /* name without a terminator */
-    CHECK_EQ(raw_call(&r, 0), TCM_ST_BAD_NAME);
+    CHECK_EQ(tt_raw_call(&r, 0), TCM_ST_BAD_NAME);
 
     /* a slot index beyond the slots, and a slot that was not posted */
-    raw_post_only(&r, r.lay.nslots + 5);
+    tt_raw_post_only(&r, r.lay.nslots + 5);
     atomic_store(&r.slots[1].state, TCM_SLOT_IDLE);
-    raw_post_only(&r, 1);
+    tt_raw_post_only(&r, 1);
 
     /* get 4 real objects, then return them mixed with bad offsets */
     unsigned cls = tcm__size_class(64);
     s->op = TCM_OP_REFILL, s->cls = cls, s->count = 4;
-    CHECK_EQ(raw_call(&r, 0), TCM_ST_OK);
+    CHECK_EQ(tt_raw_call(&r, 0), TCM_ST_OK);
     CHECK_EQ(s->nresult, 4);
     uint64_t good[4];
     memcpy(good, s->offs, sizeof good);
@@ -239,7 +172,7 @@ static void test_ring_garbage(void)
     s->offs[5] = 0;            /* the doorbell page */
     s->offs[6] = good[2];
     s->offs[7] = good[3];
-    CHECK_EQ(raw_call(&r, 0), TCM_ST_BAD_OFFSET); /* the first refusal */
+    CHECK_EQ(tt_raw_call(&r, 0), TCM_ST_BAD_OFFSET); /* the first refusal */
     CHECK_EQ(s->result, 4);                       /* four refused */
     CHECK_EQ(held_before - tt_stat(&d, "bytes_clients"), 4 * 64); /* all four good ones freed */
 

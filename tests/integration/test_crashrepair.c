@@ -21,6 +21,7 @@
 #include "prim.h"
 #include "ring.h"
 #include "tcm.h"
+#include "rawclient.h"
 #include "testutil.h"
 
 #define RUN_PAGES 40 /* the page run a raw client asks for */
@@ -131,62 +132,13 @@ static void test_root_data(void)
 
 /* ---- a page run answered but never taken ---- */
 
-/* A hand-made client (as in test_badinput): it posts on its spare slot and
- * reads the answer the way libtcm does, so that it can stop between the
- * answer and taking it. */
-typedef struct raw {
-    int sock;
-    uint8_t *chan;
-    tcm_chan_layout_t lay;
-    tcm_ring_t *ring;
-    tcm_slot_t *slots;
-    tcm_bell_t *bell;
-    const tcm_meta_hdr_t *meta;
-} raw_t;
-
-static void raw_attach(raw_t *r)
-{
-    char err[256];
-    r->sock = tcm__connect(d.socket);
-    CHECK_GE(r->sock, 0);
-    Tcm__Request req = TCM__REQUEST__INIT;
-    Tcm__Hello hello = TCM__HELLO__INIT;
-    hello.version = TCM_PROTO_VERSION;
-    req.version = TCM_PROTO_VERSION;
-    req.body_case = TCM__REQUEST__BODY_HELLO;
-    req.hello = &hello;
-    CHECK_EQ(tcm__frame_send(r->sock, &req), 0);
-    Tcm__Response *resp = tcm__frame_recv(r->sock, 5000);
-    CHECK(resp && resp->body_case == TCM__RESPONSE__BODY_WELCOME);
-    const Tcm__Welcome *w = resp->welcome;
-    int fd = tcm__shm_open(w->meta_name, false);
-    CHECK_GE(fd, 0);
-    r->meta = tcm__map(fd, 4096 * 64, NULL, false, err, sizeof err);
-    CHECK(r->meta);
-    close(fd);
-    CHECK_GE(fd = tcm__shm_open(w->heap_name, true), 0);
-    r->bell = tcm__map(fd, 4096, NULL, true, err, sizeof err); /* page 0 only, anywhere */
-    CHECK(r->bell);
-    close(fd);
-    tcm_class_info_t tab[TCM_NCLASSES];
-    tcm__class_table_init(tab);
-    tcm__chan_layout(&r->lay, tab, w->max_threads);
-    CHECK_GE(fd = tcm__shm_open(w->channel_name, true), 0);
-    r->chan = tcm__map(fd, r->lay.size, NULL, true, err, sizeof err);
-    CHECK(r->chan);
-    close(fd);
-    r->ring = (tcm_ring_t *)(r->chan + r->lay.off_ring);
-    r->slots = (tcm_slot_t *)(r->chan + r->lay.off_slots);
-    tcm__response__free_unpacked(resp, NULL);
-}
-
 /* Attach, ask for a page run, wait for the answer and stop there (SIGSTOP)
  * before taking it; the parent kills it. */
 static int unread_run(void *arg)
 {
     (void)arg;
-    raw_t r;
-    raw_attach(&r);
+    tt_raw_t r;
+    tt_raw_attach(&r, d.socket);
     uint32_t idx = r.lay.max_threads; /* the spare slot, backed at attach */
     tcm_slot_t *s = &r.slots[idx];
     s->op = TCM_OP_ALLOC_PAGES;

@@ -400,12 +400,13 @@ static void garbage(void)
     teardown();
 }
 
-/* A dead client's ring kept full by a process that still maps it: the
- * reap serves a bounded number of requests and finishes. */
+/* A dead client's ring kept full for 20 s by a process that still maps
+ * it: the reap serves a bounded number of requests and finishes, and the
+ * others are served meanwhile. */
 static void push_dead(void)
 {
     setup();
-    attacker_t a = attack("push-dead", "5");
+    attacker_t a = attack("push-dead", "20"); /* longer than the bystanders' window: an unbounded reap starves them */
     tt_wait(a.pid, 10000);
     bystanders_progress("while a dead client's ring fills");
     pings_fast("while a dead client's ring fills");
