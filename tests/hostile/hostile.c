@@ -236,7 +236,8 @@ static int garbage_mode(void)
 }
 
 /* The child keeps the dead client's ring full of requests naming a slot
- * that says NOP. */
+ * that says NOP; the client dies once the child is pushing, so that tcmd
+ * finds the ring refilling while it reaps. */
 static int push_dead_mode(double seconds)
 {
     warm_up();
@@ -246,6 +247,9 @@ static int push_dead_mode(double seconds)
     tcm_chan_hdr_t *hdr = (tcm_chan_hdr_t *)at;
     uint32_t cap = hdr->ring_cap, spare = hdr->max_threads;
     uint64_t off_ring = hdr->off_ring, off_slots = hdr->off_slots;
+    int pushing[2];
+    if (pipe(pushing) != 0)
+        die("pipe");
     pid_t child = fork();
     if (child < 0)
         die("fork");
@@ -257,15 +261,20 @@ static int push_dead_mode(double seconds)
         tcm_slot_t *slot = (tcm_slot_t *)(m + off_slots) + spare;
         say("ready");
         double end = now_s() + seconds;
-        while (now_s() < end) {
+        for (unsigned long n = 0; now_s() < end; n++) {
             slot->op = TCM_OP_NOP;
             atomic_store(&slot->state, TCM_SLOT_POSTED);
             if (!tcm__ring_push(ring, cap, spare))
                 sched_yield();
+            if (n == 10000 && write(pushing[1], "p", 1) != 1)
+                _exit(2);
         }
         _exit(0);
     }
-    _exit(0); /* the client dies now; its child goes on pushing */
+    char c;
+    if (read(pushing[0], &c, 1) != 1)
+        die("the pushing child");
+    _exit(0); /* the client dies now, its ring full; its child goes on pushing */
 }
 
 static int churn_closed_mode(double seconds)
