@@ -69,7 +69,7 @@ kill -HUP "$(pgrep -P "$daemon" -x tcmd)"
 id=$("$build/tcmctl" --socket "$sock" --json clients | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["client_id"])')
 "$build/tcmctl" --socket "$sock" detach "$id" > /dev/null
 kill -9 "$cpid"
-wait "$C_PID" 2>/dev/null || true
+wait "${C_PID:-}" 2>/dev/null || true # bash unsets C_PID once it has reaped the coprocess
 coproc D { TCM_SOCKET=$sock "$helper" serve; }
 read -r _ _ <&"${D[0]}"
 echo "alloc 100 5000" >&"${D[1]}"; read -r r <&"${D[0]}"; [[ $r == ok ]]
@@ -77,7 +77,7 @@ kill -9 "$(pgrep -P "$daemon" -x tcmd)"   # tcmd itself, with a client attached
 wait "$daemon" || true
 traced_start 2                              # adopts the heap
 echo "alloc 100 5000" >&"${D[1]}"; read -r r <&"${D[0]}"; [[ $r == ok ]] || { echo "client after the restart: $r"; exit 1; }
-echo "exit" >&"${D[1]}"; wait "$D_PID" 2>/dev/null || true
+echo "exit" >&"${D[1]}"; wait "${D_PID:-}" 2>/dev/null || true
 "$build/tcmctl" --socket "$sock" check > /dev/null
 kill -TERM "$(pgrep -P "$daemon" -x tcmd)"
 wait "$daemon" || true

@@ -25,6 +25,13 @@
  *               fills; every later set is answered NO_ROOM)
  *   hold        an ordinary client with objects in its caches and none in
  *               use: waits for "exit" (a chaos run SIGKILLs it first)
+ *   flood-stats send stats requests for SECONDS and never read a reply
+ *               (a connection tcmd closes is replaced by a new one)
+ *   conns       open N (argv[2]) control connections, wait for "exit"
+ *   flood-resume send resume requests for clients it is not, with made-up
+ *               tokens, each on a new connection, for SECONDS
+ * The last three are peers, not clients: they speak the control protocol
+ * on $TCM_SOCKET without attaching.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -40,6 +47,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include "frame.h"
+#include "prim.h"
 #include "ring.h"
 #include "tcm.h"
 #include "tcm_layout.h"
@@ -315,6 +328,91 @@ static int roots_mode(double seconds)
     return 0;
 }
 
+static int peer(void)
+{
+    int fd = tcm__connect(getenv("TCM_SOCKET"));
+    if (fd < 0) {
+        errno = -fd;
+        die("connect");
+    }
+    return fd;
+}
+
+static int flood_stats_mode(double seconds)
+{
+    Tcm__Request req = TCM__REQUEST__INIT;
+    Tcm__StatsRequest sr = TCM__STATS_REQUEST__INIT;
+    req.version = TCM_PROTO_VERSION;
+    req.body_case = TCM__REQUEST__BODY_STATS;
+    req.stats = &sr;
+    size_t len;
+    uint8_t *frame = tcm__frame_pack(&req.base, &len);
+    int fd = peer();
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    say("ready");
+    unsigned long sent = 0, closed = 0;
+    double end = now_s() + seconds;
+    while (now_s() < end) {
+        ssize_t n = send(fd, frame, len, MSG_NOSIGNAL);
+        if (n == (ssize_t)len) {
+            sent++;
+            continue;
+        }
+        if (n < 0 && errno == EAGAIN) { /* tcmd stopped reading us: wait, never read */
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            poll(&p, 1, 10);
+            continue;
+        }
+        close(fd); /* closed by tcmd (or a partial frame): start again */
+        closed++;
+        fd = peer();
+        fcntl(fd, F_SETFL, O_NONBLOCK);
+    }
+    printf("sent %lu, closed %lu\n", sent, closed);
+    free(frame);
+    return 0;
+}
+
+static int conns_mode(int n)
+{
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    int opened = 0;
+    for (int i = 0; i < n; i++) {
+        int fd = tcm__connect(getenv("TCM_SOCKET"));
+        opened += fd >= 0;
+    }
+    fprintf(stderr, "tcm-hostile: %d connections open\n", opened);
+    say("ready");
+    await_line("exit");
+    return 0;
+}
+
+static int flood_resume_mode(double seconds)
+{
+    say("ready");
+    unsigned long asked = 0;
+    double end = now_s() + seconds;
+    while (now_s() < end) {
+        int fd = peer();
+        Tcm__Request req = TCM__REQUEST__INIT;
+        Tcm__Hello hello = TCM__HELLO__INIT;
+        hello.version = TCM_PROTO_VERSION;
+        hello.resume_client_id = (uint32_t)(rand() % 8 + 1);
+        hello.resume_token = ((uint64_t)rand() << 32) ^ (uint64_t)rand();
+        req.version = TCM_PROTO_VERSION;
+        req.body_case = TCM__REQUEST__BODY_HELLO;
+        req.hello = &hello;
+        if (tcm__frame_send(fd, &req) == 0)
+            asked++;
+        close(fd);
+    }
+    printf("asked %lu\n", asked);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -336,6 +434,12 @@ int main(int argc, char **argv)
         return churn_closed_mode(seconds);
     if (strcmp(mode, "roots") == 0)
         return roots_mode(seconds);
+    if (strcmp(mode, "flood-stats") == 0)
+        return flood_stats_mode(seconds);
+    if (strcmp(mode, "conns") == 0)
+        return conns_mode(argc > 2 ? atoi(argv[2]) : 2000);
+    if (strcmp(mode, "flood-resume") == 0)
+        return flood_resume_mode(seconds);
     if (strcmp(mode, "hold") == 0) {
         warm_up();
         say("ready");
