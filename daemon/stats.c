@@ -75,6 +75,12 @@ static tcm_stat_row_t *row(tcm_stat_row_t *rows, size_t *n, size_t max, const ch
     return r;
 }
 
+static uint64_t blocks_of(tcm_handle_t fd)
+{
+    int64_t b = fd >= 0 ? tcm__backed_bytes(fd) : 0;
+    return b > 0 ? (uint64_t)b : 0;
+}
+
 size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
 {
     size_t n = 0;
@@ -86,7 +92,7 @@ size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
         row(rows, &n, max, heap_stats[i].name, heap_stats[i].doc,
             atomic_load_explicit(&vals[i], memory_order_relaxed), heap_stats[i].counter);
 
-    uint64_t cached = 0;
+    uint64_t cached = 0, channels = 0;
     uint32_t hw = atomic_load(&srv->clients_hw);
     for (uint32_t i = 0; i < hw; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
@@ -96,7 +102,17 @@ size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
             tcm__client_usage(srv, c, &threads, &ccached);
             cached += ccached;
         }
+        if (c)
+            channels += blocks_of(c->chan_fd);
     }
+    /* everything tcm keeps on /dev/shm, as df counts it (st_blocks) */
+    uint64_t meta = blocks_of(srv->meta_fd), state = blocks_of(srv->state_fd);
+    row(rows, &n, max, "bytes_meta_committed", "bytes of the metadata segment backed by memory", meta, false);
+    row(rows, &n, max, "bytes_state_committed", "bytes of the recovery state segment backed by memory", state, false);
+    row(rows, &n, max, "bytes_channels_committed", "bytes of the clients' channels backed by memory", channels, false);
+    row(rows, &n, max, "bytes_shm_committed",
+        "everything tcm keeps on /dev/shm: heap, metadata, state and channels, backed by memory",
+        (backed > 0 ? (uint64_t)backed : 0) + meta + state + channels, false);
     uint64_t clients = atomic_load(&srv->meta->stats.bytes_clients);
     uint64_t in_use = clients > cached ? clients - cached : 0;
     row(rows, &n, max, "bytes_client_caches", "bytes in clients' thread caches and transfer tiers", cached, false);

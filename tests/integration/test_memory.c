@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -372,6 +373,16 @@ static void test_release(void)
     CHECK_EQ(sscanf(out, "{\"released_bytes\":%llu,\"committed_before\":%llu,\"committed_after\":%llu}",
                     &released, &before, &after), 3);
     uint64_t now = tt_stat(&d, "bytes_committed");
+    /* tcm's own figure of what it keeps on /dev/shm is what df sees there */
+    char du[600], kb[64];
+    snprintf(du, sizeof du, "du -sk --block-size=1 /dev/shm/tcm.%s.heap /dev/shm/tcm.%s.meta /dev/shm/tcm.%s.state "
+             "$(ls /dev/shm/tcm.%s.ch.* 2>/dev/null) | awk '{s+=$1} END {print s}'", d.name, d.name, d.name, d.name);
+    uint64_t shm = tt_stat(&d, "bytes_shm_committed");
+    tt_run(du, kb, sizeof kb);
+    printf("/dev/shm: tcm says %llu bytes, du says %s", (unsigned long long)shm, kb);
+    CHECK_EQ(shm, strtoull(kb, NULL, 10));
+    CHECK_EQ(shm, now + tt_stat(&d, "bytes_meta_committed") + tt_stat(&d, "bytes_state_committed") +
+                      tt_stat(&d, "bytes_channels_committed"));
     printf("peak %llu, before release %llu, released %llu, after %llu (%.2f%% of peak)\n",
            (unsigned long long)peak, before, released, (unsigned long long)now, 100.0 * (double)now / (double)peak);
     CHECK_GT(released, 0);
