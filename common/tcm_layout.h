@@ -452,7 +452,10 @@ typedef struct tcm_client_rec {
     uint64_t proc_start;
     char chan_name[72];
 } tcm_client_rec_t;
-_Static_assert(sizeof(tcm_client_rec_t) == 160, "client record is in the state segment");
+_Static_assert(sizeof(tcm_client_rec_t) == 160 && offsetof(tcm_client_rec_t, token) == 24 &&
+                   offsetof(tcm_client_rec_t, tail) == 40 && offsetof(tcm_client_rec_t, bytes_out) == 48 &&
+                   offsetof(tcm_client_rec_t, proc_start) == 80 && offsetof(tcm_client_rec_t, chan_name) == 88,
+               "client record is in the state segment: bump TCM_LAYOUT_VERSION and fix these offsets");
 
 enum tcm_intent_phase {
     TCM_INTENT_NONE = 0,

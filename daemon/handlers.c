@@ -145,7 +145,12 @@ static void handle_hello(tcm_conn_t *conn, const Tcm__Hello *hello)
     conn->client = c;
     tcm__client_watch(srv, c);
     if (send_welcome(conn, c, false) != 0) {
-        tcm__conn_close(conn); /* the client is reclaimed (it has nothing) */
+        /* it never learned it is a client, so it will never resume: gone
+         * now (it has nothing), not kept for as long as its process runs */
+        c->conn = NULL;
+        conn->client = NULL;
+        tcm__client_gone(srv, c);
+        tcm__conn_close(conn);
         return;
     }
     tcm__log(TCM_LOG_INFO, "client %u attached: pid %u uid %u", c->rec->id, c->rec->pid, c->rec->uid);
