@@ -31,10 +31,10 @@
  * one reply (a frame of at most TCM_FRAME_MAX), so only a reply far larger
  * than any tcmd makes gets here. */
 #define TCM_CONN_QUEUE_MAX (1u << 20)
-/* A peer that is not attached and whose queue has not moved for this long
- * while paused is closed (its descriptor and queue go back). An attached
- * client's connection stays (closing it would say its process died): it
- * is only paused, which bounds it. */
+/* A peer whose queue has not moved for this long while paused is closed
+ * (its descriptor and queue go back). For an attached client that is no
+ * death sentence: its process is alive, so it keeps its caches and
+ * reconnects at its next slow path (client_disconnected). */
 #define TCM_CONN_STALL_NS (5000ull * 1000000ull)
 /* Control connections at once: every attached client holds one, and
  * tcmctl and attaching processes need some more; past it a connection is
@@ -414,7 +414,7 @@ static void stall_walk(uv_handle_t *handle, void *arg)
         return;
     tcm_conn_t *conn = handle->data;
     uint64_t now = tcm__now_ns(), since = conn->paused_ns > conn->drained_ns ? conn->paused_ns : conn->drained_ns;
-    if (!conn->paused || conn->client || now - since < TCM_CONN_STALL_NS)
+    if (!conn->paused || now - since < TCM_CONN_STALL_NS)
         return;
     tcm__log_peer(TCM_LOG_WARN, conn->pid, "control: pid %d has not read its replies for %llu s (%zu bytes "
                   "waiting): connection closed", (int)conn->pid,
