@@ -139,13 +139,26 @@ void tcm__meta_layout(tcm_meta_layout_t *l, uint32_t npages)
 
 void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages)
 {
+    tcm_class_info_t tab[TCM_NCLASSES];
+    tcm__class_table_init(tab);
     uint64_t off = align_up(sizeof(tcm_state_hdr_t), 4096);
     l->off_clients = off;
     off = align_up(off + TCM_MAX_CLIENTS * sizeof(tcm_client_rec_t), 4096);
-    l->off_objmap = off;
-    off = align_up(off + (uint64_t)npages * TCM_OBJMAP_WORDS_PER_PAGE * sizeof(uint64_t), 4096);
-    l->off_owners = off;
-    off = align_up(off + (uint64_t)npages * TCM_OBJMAP_WORDS_PER_PAGE * 64 * sizeof(uint16_t), 4096);
+    l->off_arenas = off;
+    /* One arena per class, each 4 KiB aligned so that trimming one never
+     * touches another's pages; room for as many spans of the class as the
+     * heap could hold. A slot is one span's object record: its object bits,
+     * then its owner tags. */
+    l->slot_bytes[0] = l->tags_off[0] = l->max_slots[0] = 0;
+    l->off_arena[0] = off;
+    for (unsigned c = 1; c < TCM_NCLASSES; c++) {
+        uint32_t objs = tab[c].span_objs;
+        l->tags_off[c] = (objs + 63) / 64 * 8;
+        l->slot_bytes[c] = (uint32_t)align_up(l->tags_off[c] + (uint64_t)objs * sizeof(uint16_t), 8);
+        l->max_slots[c] = npages / tab[c].span_pages;
+        l->off_arena[c] = off;
+        off = align_up(off + (uint64_t)l->max_slots[c] * l->slot_bytes[c], 4096);
+    }
     l->size = off;
 }
 

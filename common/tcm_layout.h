@@ -24,8 +24,14 @@
  * Offset tables. meta: tcm_meta_hdr_t at 0, then (tcm__meta_layout)
  * classes, roots, page_class[npages], page_span[npages], spans[npages + 1],
  * each part 4 KiB aligned. state: tcm_state_hdr_t at 0, then
- * (tcm__state_layout) clients[TCM_MAX_CLIENTS], objmap[npages * 8 words]
- * (one bit per 16 bytes), owners[npages * 512] (a 16-bit tag per bit). channel: tcm_chan_hdr_t at 0, then
+ * (tcm__state_layout) clients[TCM_MAX_CLIENTS], then one arena per size
+ * class c of max_slots[c] object records ("slots", slot_bytes[c] each): the
+ * record of one small span, its object bits (1 = handed out) then a 16-bit
+ * owner tag per object. A small span's record names its slot
+ * (tcm_span_t.slot); an arena's pages are backed only while a slot in them
+ * is used, so the state grows with the spans that exist, not with the heap's
+ * size (the arenas' virtual size is about 0.3 x the heap's). channel:
+ * tcm_chan_hdr_t at 0, then
  * (tcm__chan_layout) ring, slots[max_threads + 1 + max_threads *
  * TCM_ASYNC_SLOTS] (each thread's own, the shared spare at max_threads, then
  * each thread's async slots: tcm__async_slot), thread caches, transfer tier
@@ -54,7 +60,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TCM_LAYOUT_VERSION 9u
+#define TCM_LAYOUT_VERSION 10u
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
 #define TCM_CHAN_MAGIC 0x4e4148434d4354ull /* "TCMCHAN" */
 #define TCM_STATE_MAGIC 0x4554415453434d54ull /* "TCMSTATE" */
@@ -73,7 +79,6 @@
 #define TCM_ASYNC_SLOTS 4u        /* per thread cache, besides its own slot: requests it does not wait for */
 #define TCM_ROOTS 256u
 #define TCM_ROOT_NAME_MAX 48u     /* including the NUL */
-#define TCM_OBJMAP_WORDS_PER_PAGE (TCM_PAGE_SIZE / TCM_ALIGN / 64u)
 #define TCM_CACHELINE 64
 #define TCM_MAX_CLIENTS 1024u     /* client records in the state segment */
 #define TCM_MAX_THREADS 4096u     /* the most --max-threads can be */
@@ -114,19 +119,22 @@ enum tcm_span_state {
  * read first (small and large spans: free validation) and npages (large:
  * tcm_usable_size) of spans they hold objects of, plain loads; the record
  * of a span cannot change while a client holds one of its objects.
- * Authoritative for allocated spans (first, npages, state, cls, owner);
+ * Authoritative for allocated spans (first, npages, state, cls, owner or slot);
  * everything else, and the records of free runs, is derived. */
 typedef struct tcm_span {
     uint32_t first;     /* first page */
     uint32_t npages;
     uint32_t prev, next;/* links of the list the span is on (0 = none) */
     uint32_t nfree;     /* SMALL: objects not handed out */
-    uint32_t owner;     /* LARGE: owner tag of the client that allocated it */
+    union {
+        uint32_t owner; /* LARGE: owner tag of the client that allocated it */
+        uint32_t slot;  /* SMALL: its object record in its class's arena (state segment) */
+    };
     uint8_t state;      /* enum tcm_span_state */
     uint8_t cls;        /* SMALL: size class */
     uint8_t committed;  /* FREE: every page is backed by tmpfs blocks */
     uint8_t on_list;    /* 1 while linked into a list */
-    uint32_t scan;      /* SMALL: first objmap word that may have a free bit */
+    uint32_t scan;      /* SMALL: first word of its object bits that may have a free bit */
 } tcm_span_t;
 _Static_assert(sizeof(tcm_span_t) == 32, "span record is shared");
 _Static_assert(offsetof(tcm_span_t, first) == 0 && offsetof(tcm_span_t, npages) == 4 &&
@@ -496,7 +504,10 @@ enum tcm_page_intent_kind {
 typedef struct tcm_page_intent {
     _Atomic uint32_t kind; /* enum tcm_page_intent_kind */
     uint32_t span, first, npages;
-    uint32_t owner;        /* LARGE: owner tag */
+    union {
+        uint32_t owner;    /* LARGE: owner tag */
+        uint32_t slot;     /* SMALL: its object record (chosen and backed before the intent) */
+    };
     uint8_t state, cls;    /* MAP: span state and class */
     uint16_t reserved;
 } tcm_page_intent_t;
@@ -517,8 +528,8 @@ typedef struct tcm_state_hdr {
     uint32_t next_client_id; /* main thread */
     uint64_t size;
     uint64_t off_clients;    /* tcm_client_rec_t[TCM_MAX_CLIENTS] */
-    uint64_t off_objmap;     /* uint64_t[npages * TCM_OBJMAP_WORDS_PER_PAGE] */
-    uint64_t off_owners;     /* uint16_t[npages * TCM_OBJMAP_WORDS_PER_PAGE * 64] */
+    uint64_t off_arenas;     /* the object-record arenas, one per class (tcm__state_layout) */
+    uint64_t reserved1;
     uint64_t created_unix;   /* birth of the heap */
     uint64_t adoptions;      /* times a tcmd adopted it */
     _Atomic uint32_t top;    /* heap thread: pages [top, npages) were never handed out */
@@ -616,7 +627,11 @@ void tcm__meta_layout(tcm_meta_layout_t *l, uint32_t npages);
 
 /* State-segment geometry for a heap of npages pages. */
 typedef struct tcm_state_layout {
-    uint64_t off_clients, off_objmap, off_owners, size;
+    uint64_t off_clients, off_arenas, size;
+    uint64_t off_arena[TCM_NCLASSES];  /* class c's arena of object records (slots) */
+    uint32_t slot_bytes[TCM_NCLASSES]; /* one slot: a span's object bits, then its owner tags */
+    uint32_t tags_off[TCM_NCLASSES];   /* where the owner tags start in a slot */
+    uint32_t max_slots[TCM_NCLASSES];  /* spans of class c the heap could hold at once */
 } tcm_state_layout_t;
 
 void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages);

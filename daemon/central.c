@@ -1,8 +1,9 @@
 /* central.c — central free lists: spans of each size class with free
- * objects, the object map that says which objects are handed out and to
+ * objects, the object records (one slot per small span in its class's
+ * arena of the state segment) that say which objects are handed out and to
  * whom, and page runs. Every offset from a client is checked here before it
- * changes anything. The object map, the owner map and the page map of
- * allocated spans are authoritative; a span's free count and list links are
+ * changes anything. The object records, the page map of allocated spans
+ * and their records (slot included) are authoritative; a span's free count and list links are
  * derived (tcm__central_rebuild_ht). Heap thread only. */
 #include <stdio.h>
 #include <string.h>
@@ -16,37 +17,163 @@
 
 static uint64_t *span_map(tcm_heap_t *h, const tcm_span_t *sp)
 {
-    return &h->objmap[(uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE];
+    return tcm__span_bits(h, sp);
 }
 
-/* Back the object-map and owner-map entries of pages [first, first + n)
- * before they are written, so a full /dev/shm is NOMEM, never a SIGBUS. */
-static int commit_maps(tcm_heap_t *h, uint32_t first, uint32_t n)
+/* ---- object records: one slot per small span, in its class's arena ---- */
+
+#define ARENA_PAGE 4096u
+
+static bool bit_get(const uint64_t *bits, uint64_t i)
 {
-    if (h->state_fd < 0)
+    return bits[i / 64] >> (i % 64) & 1;
+}
+
+/* Back the arena pages of slot of cls. Spans are cut and freed over and
+ * over: the pages already backed cost one look at a bitmap. */
+static int slot_commit(tcm_heap_t *h, unsigned cls, uint32_t slot)
+{
+    tcm_slot_set_t *ss = &h->slots[cls];
+    uint64_t lo = (uint64_t)slot * h->sl.slot_bytes[cls], hi = lo + h->sl.slot_bytes[cls];
+    uint64_t plo = lo / ARENA_PAGE, phi = (hi - 1) / ARENA_PAGE, p = plo;
+    while (p <= phi && bit_get(ss->backed, p))
+        p++;
+    if (p > phi)
         return 0;
-    bool all = true; /* spans are cut and freed over and over: fallocate once */
-    for (uint32_t p = first; p < first + n && all; p++)
-        all = h->maps_backed[p / 64] >> (p % 64) & 1;
-    if (all)
-        return 0;
-    const tcm_state_layout_t *l = &h->sl;
-    struct { uint64_t off, per_page; } parts[] = {
-        {l->off_objmap, TCM_OBJMAP_WORDS_PER_PAGE * sizeof(uint64_t)},
-        {l->off_owners, TCM_OBJMAP_WORDS_PER_PAGE * 64 * sizeof(uint16_t)}};
-    for (unsigned i = 0; i < 2; i++) {
-        uint64_t lo = parts[i].off + first * parts[i].per_page, hi = lo + n * parts[i].per_page;
-        lo &= ~(uint64_t)4095;
-        int err = tcm__commit(h->state_fd, lo, hi - lo);
+    if (h->state_fd >= 0) {
+        int err = tcm__commit(h->state_fd, h->sl.off_arena[cls] + p * ARENA_PAGE, (phi + 1 - p) * ARENA_PAGE);
         if (err) {
-            tcm__log(TCM_LOG_WARN, "fallocate(state, %llu bytes) failed: %s", (unsigned long long)(hi - lo),
-                     strerror(-err));
+            tcm__log(TCM_LOG_WARN, "fallocate(state, class %u records, %llu bytes) failed: %s", cls,
+                     (unsigned long long)((phi + 1 - p) * ARENA_PAGE), strerror(-err));
             return err;
         }
     }
-    for (uint32_t p = first; p < first + n; p++)
-        h->maps_backed[p / 64] |= 1ull << (p % 64);
+    for (; p <= phi; p++)
+        ss->backed[p / 64] |= 1ull << (p % 64);
     return 0;
+}
+
+int tcm__slot_take_ht(tcm_heap_t *h, unsigned cls, uint32_t *slot)
+{
+    tcm_slot_set_t *ss = &h->slots[cls];
+    uint32_t max = h->sl.max_slots[cls], words = (max + 63) / 64, w = ss->lowest / 64;
+    while (w < words && ss->used[w] == ~0ull)
+        w++;
+    uint32_t i = w < words ? w * 64 + (uint32_t)__builtin_ctzll(~ss->used[w]) : max;
+    if (i >= max) /* cannot happen: a class has a slot for every span the heap can hold */
+        return TCM_ST_NOMEM;
+    if (slot_commit(h, cls, i) != 0)
+        return TCM_ST_NOMEM;
+    ss->used[i / 64] |= 1ull << (i % 64);
+    ss->lowest = i + 1;
+    ss->nused++;
+    *slot = i;
+    return TCM_ST_OK;
+}
+
+void tcm__slot_put_ht(tcm_heap_t *h, unsigned cls, uint32_t slot)
+{
+    tcm_slot_set_t *ss = &h->slots[cls];
+    TCM_ASSERT(slot < h->sl.max_slots[cls] && bit_get(ss->used, slot));
+    ss->used[slot / 64] &= ~(1ull << (slot % 64));
+    ss->nused--;
+    if (slot < ss->lowest)
+        ss->lowest = slot;
+    if (ss->trim_lo >= ss->trim_hi)
+        ss->trim_lo = ss->trim_hi = slot;
+    if (slot < ss->trim_lo)
+        ss->trim_lo = slot;
+    if (slot + 1 > ss->trim_hi)
+        ss->trim_hi = slot + 1;
+}
+
+void tcm__slots_reset_ht(tcm_heap_t *h)
+{
+    for (unsigned c = 1; c < TCM_NCLASSES; c++) {
+        tcm_slot_set_t *ss = &h->slots[c];
+        uint64_t *used = ss->used, *backed = ss->backed;
+        uint64_t pages = (uint64_t)h->sl.max_slots[c] * h->sl.slot_bytes[c] / ARENA_PAGE + 1;
+        memset(used, 0, (h->sl.max_slots[c] + 63) / 64 * sizeof(uint64_t));
+        memset(backed, 0, (pages + 63) / 64 * sizeof(uint64_t));
+        /* what the previous tcmd backed is unknown: the next trim looks at
+         * the whole arena */
+        *ss = (tcm_slot_set_t){.used = used, .backed = backed, .trim_lo = 0, .trim_hi = h->sl.max_slots[c]};
+    }
+}
+
+bool tcm__slot_claim_ht(tcm_heap_t *h, unsigned cls, uint32_t slot)
+{
+    tcm_slot_set_t *ss = &h->slots[cls];
+    if (cls == 0 || cls >= TCM_NCLASSES || slot >= h->sl.max_slots[cls] || bit_get(ss->used, slot))
+        return false;
+    ss->used[slot / 64] |= 1ull << (slot % 64);
+    ss->nused++;
+    return true;
+}
+
+/* Whether any used slot of cls overlaps arena page p. */
+static bool page_in_use(const tcm_heap_t *h, unsigned cls, uint64_t p)
+{
+    const tcm_slot_set_t *ss = &h->slots[cls];
+    uint64_t sb = h->sl.slot_bytes[cls];
+    uint64_t first = p * ARENA_PAGE / sb, last = ((p + 1) * ARENA_PAGE - 1) / sb;
+    if (last >= h->sl.max_slots[cls])
+        last = h->sl.max_slots[cls] - 1;
+    for (uint64_t i = first; i <= last; i++) {
+        if (i % 64 == 0 && i + 63 <= last) { /* a whole word at once */
+            if (ss->used[i / 64])
+                return true;
+            i += 63;
+        } else if (bit_get(ss->used, i)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static uint64_t punch(tcm_heap_t *h, unsigned cls, uint64_t plo, uint64_t phi)
+{
+    tcm_slot_set_t *ss = &h->slots[cls];
+    uint64_t backed = 0;
+    for (uint64_t p = plo; p < phi; p++) {
+        backed += bit_get(ss->backed, p);
+        ss->backed[p / 64] &= ~(1ull << (p % 64));
+    }
+    if (h->state_fd >= 0) {
+        int err = tcm__release(h->state_fd, h->sl.off_arena[cls] + plo * ARENA_PAGE, (phi - plo) * ARENA_PAGE);
+        if (err) {
+            tcm__log(TCM_LOG_WARN, "fallocate(PUNCH_HOLE, state, class %u records, %llu bytes) failed: %s", cls,
+                     (unsigned long long)((phi - plo) * ARENA_PAGE), strerror(-err));
+            return 0;
+        }
+    }
+    return backed * ARENA_PAGE;
+}
+
+uint64_t tcm__slots_trim_ht(tcm_heap_t *h)
+{
+    uint64_t bytes = 0;
+    for (unsigned c = 1; c < TCM_NCLASSES; c++) {
+        tcm_slot_set_t *ss = &h->slots[c];
+        if (ss->trim_lo >= ss->trim_hi)
+            continue;
+        uint64_t sb = h->sl.slot_bytes[c];
+        uint64_t plo = ss->trim_lo * sb / ARENA_PAGE, phi = (ss->trim_hi * sb - 1) / ARENA_PAGE + 1;
+        ss->trim_lo = ss->trim_hi = 0;
+        /* runs of pages no used slot lies in, one punch each */
+        for (uint64_t p = plo; p < phi;) {
+            if (page_in_use(h, c, p)) {
+                p++;
+                continue;
+            }
+            uint64_t q = p + 1;
+            while (q < phi && !page_in_use(h, c, q))
+                q++;
+            bytes += punch(h, c, p, q);
+            p = q;
+        }
+    }
+    return bytes;
 }
 
 int tcm__pages_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *s)
@@ -58,7 +185,8 @@ int tcm__pages_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, ui
 }
 
 /* A page run leaves the allocator's hands: mapped under the page intent so
- * that a crash leaves it either free or whole. */
+ * that a crash leaves it either free or whole. owner: a large run's owner
+ * tag, or a small span's object record (slot), taken and backed before. */
 static void map_logged(tcm_heap_t *h, uint32_t s, uint8_t state, uint8_t cls, uint32_t owner)
 {
     tcm_page_intent_t *pi = &h->state->page;
@@ -74,8 +202,12 @@ static void map_logged(tcm_heap_t *h, uint32_t s, uint8_t state, uint8_t cls, ui
     TCM_PERSIST_BARRIER();
     TCM_CRASH_POINT("span_map");
     tcm__span_map_ht(h, s, pi->first, pi->npages, state, cls, owner);
-    if (state == TCM_SPAN_SMALL)
-        memset(span_map(h, sp), 0, (h->classes[cls].span_objs + 63) / 64 * 8);
+    if (state == TCM_SPAN_SMALL) {
+        /* its object record: no object handed out yet (the tags are read
+         * only where a bit is set) */
+        TCM_CRASH_POINT("span_slot");
+        memset(span_map(h, sp), 0, h->sl.tags_off[cls]);
+    }
     TCM_PERSIST_BARRIER();
     atomic_store_explicit(&pi->kind, TCM_PAGES_NONE, memory_order_relaxed);
     TCM_PERSIST_BARRIER();
@@ -86,6 +218,9 @@ static void unmap_logged(tcm_heap_t *h, uint32_t s)
 {
     tcm_page_intent_t *pi = &h->state->page;
     tcm_span_t *sp = &h->spans[s];
+    bool small = sp->state == TCM_SPAN_SMALL;
+    unsigned cls = sp->cls;
+    uint32_t slot = sp->slot;
     pi->span = s;
     pi->first = sp->first;
     pi->npages = sp->npages;
@@ -94,6 +229,10 @@ static void unmap_logged(tcm_heap_t *h, uint32_t s)
     TCM_PERSIST_BARRIER();
     tcm__span_unmap_ht(h, sp->first, sp->npages);
     TCM_CRASH_POINT("span_unmap");
+    /* its object record is free once the span is not (a recovery frees
+     * every slot no allocated span names); its pages go at the next trim */
+    if (small)
+        tcm__slot_put_ht(h, cls, slot);
     tcm__ph_insert_free_ht(h, s);
     TCM_PERSIST_BARRIER();
     atomic_store_explicit(&pi->kind, TCM_PAGES_NONE, memory_order_relaxed);
@@ -107,12 +246,12 @@ static uint32_t new_small_span(tcm_heap_t *h, unsigned cls, int *status)
     *status = tcm__pages_alloc_ht(h, ci->span_pages, 1, &s);
     if (*status != TCM_ST_OK)
         return 0;
-    if (commit_maps(h, h->spans[s].first, ci->span_pages) != 0) {
+    uint32_t slot;
+    if ((*status = tcm__slot_take_ht(h, cls, &slot)) != TCM_ST_OK) {
         tcm__ph_insert_free_ht(h, s);
-        *status = TCM_ST_NOMEM;
         return 0;
     }
-    map_logged(h, s, TCM_SPAN_SMALL, (uint8_t)cls, 0);
+    map_logged(h, s, TCM_SPAN_SMALL, (uint8_t)cls, slot);
     tcm_span_t *sp = &h->spans[s];
     sp->nfree = ci->span_objs;
     sp->scan = 0;
@@ -137,7 +276,7 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
         uint64_t *map = span_map(h, sp);
         uint32_t words = (ci->span_objs + 63) / 64;
         uint64_t base_off = tcm__page_off(sp->first);
-        uint16_t *owners = &h->owners[tcm__span_bit0(sp)];
+        uint16_t *owners = tcm__span_owners(h, sp);
         for (uint32_t w = sp->scan; w < words && n < want && sp->nfree; w++) {
             uint64_t valid = (w == words - 1 && ci->span_objs % 64) ? (1ull << (ci->span_objs % 64)) - 1 : ~0ull;
             uint64_t free_bits = ~map[w] & valid, taken = 0;
@@ -185,7 +324,7 @@ static int locate(const tcm_heap_t *h, uint64_t off, uint32_t *span, uint32_t *i
     uint32_t i = (uint32_t)((rel * ci->recip) >> 32);
     if ((uint64_t)i * ci->size != rel || i >= ci->span_objs)
         return TCM_ST_NOT_OBJECT;
-    if (!(h->objmap[(uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE + i / 64] & (1ull << (i % 64))))
+    if (!(tcm__span_bits(h, sp)[i / 64] & (1ull << (i % 64))))
         return TCM_ST_DOUBLE_FREE;
     *span = s;
     *idx = i;
@@ -216,7 +355,7 @@ static inline uint16_t free_one(tcm_heap_t *h, uint32_t s, uint32_t i, uint32_t 
     if (sp->nfree++ == 0)
         tcm__span_list_push(h, &h->meta->central_head[sp->cls], s);
     *emptied = sp->nfree == ci->span_objs ? s : 0;
-    return h->owners[tcm__span_bit0(sp) + i];
+    return tcm__span_owners(h, sp)[i];
 }
 
 uint16_t tcm__central_free_ht(tcm_heap_t *h, tcm_obj_loc_t loc, uint32_t *emptied)
@@ -252,7 +391,7 @@ static int locate_cached(tcm_heap_t *h, span_cache_t *sc, unsigned cls, const tc
             return st;
         tcm_span_t *sp = &h->spans[s];
         *sc = (span_cache_t){tcm__page_off(sp->first), tcm__page_off(sp->first + sp->npages), s, sp,
-                             span_map(h, sp), &h->owners[tcm__span_bit0(sp)]};
+                             span_map(h, sp), tcm__span_owners(h, sp)};
         *idx = i;
         return TCM_ST_OK;
     }

@@ -46,8 +46,7 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, tcm_handle_t heap_f
         st->uid = tcm__uid();
         st->size = h->sl.size;
         st->off_clients = h->sl.off_clients;
-        st->off_objmap = h->sl.off_objmap;
-        st->off_owners = h->sl.off_owners;
+        st->off_arenas = h->sl.off_arenas;
         st->created_unix = (uint64_t)time(NULL);
         atomic_store(&st->top, 1); /* page 0 is the doorbell page */
         /* magic last (tcm__segments_open): a state segment without it is a
@@ -60,17 +59,33 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, tcm_handle_t heap_f
     h->page_span = (uint32_t *)(mb + h->ml.off_page_span);
     h->spans = (tcm_span_t *)(mb + h->ml.off_spans);
     h->roots = (tcm_root_t *)(mb + h->ml.off_roots);
-    h->objmap = (uint64_t *)(sb + h->sl.off_objmap);
-    h->owners = (uint16_t *)(sb + h->sl.off_owners);
+    for (unsigned c = 0; c < TCM_NCLASSES; c++)
+        h->arena[c] = sb + h->sl.off_arena[c];
     h->cstats = st->cstats;
     h->heap_fd = heap_fd;
     h->meta_fd = meta_fd;
     h->state_fd = state_fd;
     h->heap_size = heap_size;
     h->npages = npages;
-    h->maps_backed = tcm__reserve(((uint64_t)npages + 63) / 64 * sizeof(uint64_t));
-    if (!h->maps_backed)
+    /* the slot sets' bitmaps, in one private reservation (pages appear as
+     * they are touched) */
+    uint64_t words = 0;
+    for (unsigned c = 1; c < TCM_NCLASSES; c++)
+        words += (h->sl.max_slots[c] + 63) / 64 +
+                 ((uint64_t)h->sl.max_slots[c] * h->sl.slot_bytes[c] / 4096 + 1 + 63) / 64;
+    uint64_t *bits = tcm__reserve(words * sizeof(uint64_t));
+    if (!bits)
         return -ENOMEM;
+    for (unsigned c = 1; c < TCM_NCLASSES; c++) {
+        tcm_slot_set_t *ss = &h->slots[c];
+        *ss = (tcm_slot_set_t){0};
+        ss->used = bits;
+        bits += (h->sl.max_slots[c] + 63) / 64;
+        ss->backed = bits;
+        bits += ((uint64_t)h->sl.max_slots[c] * h->sl.slot_bytes[c] / 4096 + 1 + 63) / 64;
+    }
+    h->slots_bits = bits - words;
+    h->slots_words = words;
     tcm__ph_init(h);
     h->top = atomic_load(&st->top);
     return 0;

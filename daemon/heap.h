@@ -1,5 +1,5 @@
 /* heap.h — the daemon's heap state: page heap, central lists, page map,
- * object and owner maps, and the intents that make each change safe to
+ * object records (object bits and owner tags), and the intents that make each change safe to
  * interrupt. Everything here is owned by the heap thread; functions ending
  * in _ht must only be called from it (or before it starts, or by the
  * recovery pass). */
@@ -55,6 +55,18 @@ enum {
  * among themselves. */
 #define TCM_PERSIST_STORE(lvalue, value) (*(volatile __typeof__(lvalue) *)&(lvalue) = (value))
 
+/* The object records of one class: which slots of its arena belong to an
+ * allocated span, and which of the arena's 4 KiB pages this tcmd knows to
+ * be backed. Private to the heap thread; rebuilt by the recovery pass from
+ * the span records (tcm__slot_claim_ht). */
+typedef struct tcm_slot_set {
+    uint64_t *used;       /* bit per slot */
+    uint64_t *backed;     /* bit per arena page: fallocated by this tcmd, not punched since */
+    uint32_t lowest;      /* no free slot below this one */
+    uint32_t nused;       /* slots in use: the class's spans */
+    uint32_t trim_lo, trim_hi; /* slots [trim_lo, trim_hi) were freed since the last trim */
+} tcm_slot_set_t;
+
 typedef struct tcm_heap {
     tcm_meta_hdr_t *meta;          /* read-write mapping */
     tcm_state_hdr_t *state;        /* read-write mapping, tcmd only */
@@ -63,8 +75,7 @@ typedef struct tcm_heap {
     uint32_t *page_span;           /* in meta */
     tcm_span_t *spans;             /* in meta, [npages + 1] */
     tcm_root_t *roots;             /* in meta */
-    uint64_t *objmap;              /* in state: 1 bit per object slot, 1 = handed out */
-    uint16_t *owners;              /* in state: owner tag of each object, indexed like objmap bits */
+    uint8_t *arena[TCM_NCLASSES];  /* in state: class c's object records (slots), sl.slot_bytes[c] each */
     tcm_class_stats_t *cstats;     /* in state */
     tcm_handle_t heap_fd;
     tcm_handle_t meta_fd;                   /* -1: not shm objects (unit tests); nothing to commit */
@@ -84,8 +95,9 @@ typedef struct tcm_heap {
     uint64_t last_change_ns;       /* when pages were last cut or freed (decay starts from it) */
     uint64_t cache_low_pages;      /* fewest free committed pages since window_ns: what nobody needed */
     uint64_t window_ns;            /* when the decay window began */
-    uint64_t *maps_backed;         /* private: bit per heap page whose object- and owner-map
-                                      entries are known to be backed (never punched) */
+    tcm_slot_set_t slots[TCM_NCLASSES]; /* derived, private: which object records are in use */
+    uint64_t *slots_bits;          /* private: the reservation the slot sets' bitmaps live in */
+    uint64_t slots_words;          /* its size in words */
 } tcm_heap_t;
 
 /* Point h at a metadata and a state segment of a heap of heap_size bytes
@@ -167,10 +179,35 @@ bool tcm__heap_validate_ht(tcm_heap_t *h, char *why, size_t whylen);
 /* held[tag] += bytes of the objects and runs each client tag owns; the total. */
 uint64_t tcm__census_ht(const tcm_heap_t *h, uint64_t *held);
 
-/* Where the bits and owner tags of span s start. */
-static inline uint64_t tcm__span_bit0(const tcm_span_t *sp)
+/* object records (central.c): one slot per small span in its class's arena */
+/* The lowest free slot of cls, its arena pages backed first (a full
+ * /dev/shm is NOMEM, never a SIGBUS); marked in use. */
+int tcm__slot_take_ht(tcm_heap_t *h, unsigned cls, uint32_t *slot);
+/* A slot whose span went back to the page heap; its pages go at the next
+ * trim. */
+void tcm__slot_put_ht(tcm_heap_t *h, unsigned cls, uint32_t slot);
+/* Recovery: forget every slot (and what is backed), so the spans claim
+ * theirs again and the next trim looks at every arena page. */
+void tcm__slots_reset_ht(tcm_heap_t *h);
+/* Recovery: the slot of an allocated span; false if out of range or
+ * already another span's. */
+bool tcm__slot_claim_ht(tcm_heap_t *h, unsigned cls, uint32_t slot);
+/* Punch the arena pages no used slot lies in (among those freed since the
+ * last trim); returns the bytes punched. Runs with the page heap's release
+ * (tcmctl release, decay, the page cache cap), never per span. */
+uint64_t tcm__slots_trim_ht(tcm_heap_t *h);
+
+/* A small span's object record: its object bits (1 = handed out) ... */
+static inline uint64_t *tcm__span_bits(const tcm_heap_t *h, const tcm_span_t *sp)
 {
-    return (uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE * 64;
+    return (uint64_t *)(h->arena[sp->cls] + (uint64_t)sp->slot * h->sl.slot_bytes[sp->cls]);
+}
+
+/* ... and the owner tag of each object. */
+static inline uint16_t *tcm__span_owners(const tcm_heap_t *h, const tcm_span_t *sp)
+{
+    return (uint16_t *)(h->arena[sp->cls] + (uint64_t)sp->slot * h->sl.slot_bytes[sp->cls] +
+                        h->sl.tags_off[sp->cls]);
 }
 
 static inline uint64_t tcm__page_off(uint32_t page)

@@ -365,6 +365,8 @@ uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes)
     }
 done:
     note_cache_low(h);
+    /* the object records of spans that went back with these pages */
+    tcm__slots_trim_ht(h);
     return released;
 }
 
@@ -388,6 +390,7 @@ uint64_t tcm__ph_rebuild_ht(tcm_heap_t *h)
 {
     uint64_t repairs = 0;
     tcm__ph_init(h);
+    tcm__slots_reset_ht(h);
     /* top is stored only after the metadata below it is backed; above it
      * nothing was ever handed out, and nothing is read there (a read of a
      * hole in a shared tmpfs mapping would allocate it) */
@@ -422,6 +425,10 @@ uint64_t tcm__ph_rebuild_ht(tcm_heap_t *h)
                                                     sp->npages == h->classes[pc].span_pages);
         for (uint32_t q = p; ok && q < p + sp->npages; q++)
             ok = h->page_span[q] == s && h->page_class[q] == pc;
+        /* a small span's object record is its own (claimed last: a span
+         * that fails here claims nothing) */
+        if (ok && sp->state == TCM_SPAN_SMALL)
+            ok = tcm__slot_claim_ht(h, pc, sp->slot);
         if (!ok) {
             bad[nbad++] = p++;
             continue;

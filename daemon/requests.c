@@ -395,10 +395,10 @@ static bool object_bit(tcm_heap_t *h, unsigned cls, uint64_t off, bool set, uint
     uint32_t i = (uint32_t)((rel * ci->recip) >> 32);
     if ((uint64_t)i * ci->size != rel || i >= ci->span_objs)
         return false;
-    uint64_t *word = &h->objmap[(uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE + i / 64];
+    uint64_t *word = &tcm__span_bits(h, sp)[i / 64];
     if (set) {
         *word |= 1ull << (i % 64);
-        h->owners[tcm__span_bit0(sp) + i] = owner;
+        tcm__span_owners(h, sp)[i] = owner;
     } else {
         *word &= ~(1ull << (i % 64));
     }

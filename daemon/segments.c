@@ -202,7 +202,7 @@ int tcm__segments_open(tcm_server_t *srv)
         /* the headers, class table, roots and client records now; the
          * per-page parts grow with the heap */
         if ((err = tcm__commit(srv->meta_fd, 0, ml.off_page_class)) != 0 ||
-            (err = tcm__commit(srv->state_fd, 0, sl.off_objmap)) != 0) {
+            (err = tcm__commit(srv->state_fd, 0, sl.off_arenas)) != 0) {
             tcm__log(TCM_LOG_ERROR, "fallocate(metadata) failed: %s", strerror(-err));
             goto fail;
         }

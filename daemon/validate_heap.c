@@ -1,6 +1,6 @@
 /* validate_heap.c — the heap's own part of the validator (validate.c):
  * the page heap and the central lists against the page map and the object
- * map, and the census of who holds what. Needs no server, so the unit tests
+ * records, and the census of who holds what. Needs no server, so the unit tests
  * and the Windows build run it too. */
 #include <stdio.h>
 #include <string.h>
@@ -42,7 +42,11 @@ static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
         if (sp->state != TCM_SPAN_SMALL)
             continue;
         const tcm_class_info_t *ci = &h->classes[sp->cls];
-        const uint64_t *map = &h->objmap[(uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE];
+        const tcm_slot_set_t *ss = &h->slots[sp->cls];
+        if (sp->slot >= h->sl.max_slots[sp->cls] || !(ss->used[sp->slot / 64] >> (sp->slot % 64) & 1))
+            FAIL("span %u (class %u): its object record %u is out of range or not marked in use", s, sp->cls,
+                 sp->slot);
+        const uint64_t *map = tcm__span_bits(h, sp);
         uint32_t words = (ci->span_objs + 63) / 64, used = 0;
         for (uint32_t w = 0; w < words; w++) {
             uint64_t valid = (w == words - 1 && ci->span_objs % 64) ? (1ull << (ci->span_objs % 64)) - 1 : ~0ull;
@@ -65,6 +69,10 @@ static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
         free_objs[sp->cls] += sp->nfree;
         central_free += (uint64_t)sp->nfree * ci->size;
     }
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
+        if (h->slots[cls].nused != spans[cls]) /* with the check above: one slot per span, no stray */
+            FAIL("class %u: %u object records in use for %llu spans", cls, h->slots[cls].nused,
+                 (unsigned long long)spans[cls]);
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
         if (atomic_load(&h->cstats[cls].spans) != spans[cls] || atomic_load(&h->cstats[cls].free_objs) != free_objs[cls])
             FAIL("class %u: counts say %llu spans and %llu free objects, the heap has %llu and %llu", cls,
@@ -96,8 +104,8 @@ static uint64_t census(const tcm_heap_t *h, uint64_t *held)
             continue;
         }
         const tcm_class_info_t *ci = &h->classes[sp->cls];
-        const uint64_t *map = &h->objmap[(uint64_t)sp->first * TCM_OBJMAP_WORDS_PER_PAGE];
-        const uint16_t *owners = &h->owners[tcm__span_bit0(sp)];
+        const uint64_t *map = tcm__span_bits(h, sp);
+        const uint16_t *owners = tcm__span_owners(h, sp);
         for (uint32_t w = 0; w < (ci->span_objs + 63) / 64; w++)
             for (uint64_t bits = map[w]; bits; bits &= bits - 1) {
                 held[owners[w * 64 + (unsigned)__builtin_ctzll(bits)]] += ci->size;

@@ -53,7 +53,7 @@ static void reset(void)
         munmap(srv.meta, ml.size);
         munmap(srv.state, sl.size);
         munmap(client.chan, client.lay.size);
-        munmap(srv.h.maps_backed, (HEAP >> TCM_PAGE_SHIFT) / 8);
+        munmap(srv.h.slots_bits, srv.h.slots_words * sizeof(uint64_t));
         tcm__release(heap_fd, 0, HEAP);
     }
     memset(&srv, 0, sizeof srv);

@@ -30,7 +30,7 @@ int main(void)
         CHECK_EQ(ci->span_objs, span / ci->size);
         CHECK_GE(ci->span_objs, 1);
         CHECK_LE(span - (uint64_t)ci->span_objs * ci->size, span / 8); /* tail waste */
-        CHECK_LE(ci->span_objs, (uint64_t)ci->span_pages * TCM_OBJMAP_WORDS_PER_PAGE * 64);
+        CHECK_LE(ci->span_objs, (uint64_t)ci->span_pages * TCM_PAGE_SIZE / TCM_ALIGN);
         CHECK(ci->batch >= 1 && ci->batch <= TCM_MAX_BATCH);
         CHECK_GE(ci->tcache_cap, ci->batch);
         CHECK_GE(ci->xfer_cap, ci->batch);
