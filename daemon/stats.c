@@ -87,11 +87,6 @@ size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
     int64_t backed = tcm__backed_bytes(srv->heap_fd);
     TCM_STAT_SET_MAIN(srv->meta, bytes_committed, backed > 0 ? (uint64_t)backed : 0);
     TCM_STAT_SET_MAIN(srv->meta, bytes_limit, atomic_load(&srv->meta->config.heap_limit));
-    const _Atomic uint64_t *vals = (const _Atomic uint64_t *)&srv->meta->stats;
-    for (size_t i = 0; i < sizeof heap_stats / sizeof heap_stats[0]; i++)
-        row(rows, &n, max, heap_stats[i].name, heap_stats[i].doc,
-            atomic_load_explicit(&vals[i], memory_order_relaxed), heap_stats[i].counter);
-
     uint64_t cached = 0, channels = 0;
     uint32_t hw = atomic_load(&srv->clients_hw);
     for (uint32_t i = 0; i < hw; i++) {
@@ -105,14 +100,25 @@ size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
         if (c)
             channels += blocks_of(c->chan_fd);
     }
-    /* everything tcm keeps on /dev/shm, as df counts it (st_blocks) */
+    /* everything tcm keeps on /dev/shm, as df counts it (st_blocks), next
+     * to the heap's own committed bytes */
     uint64_t meta = blocks_of(srv->meta_fd), state = blocks_of(srv->state_fd);
-    row(rows, &n, max, "bytes_meta_committed", "bytes of the metadata segment backed by memory", meta, false);
-    row(rows, &n, max, "bytes_state_committed", "bytes of the recovery state segment backed by memory", state, false);
-    row(rows, &n, max, "bytes_channels_committed", "bytes of the clients' channels backed by memory", channels, false);
-    row(rows, &n, max, "bytes_shm_committed",
-        "everything tcm keeps on /dev/shm: heap, metadata, state and channels, backed by memory",
-        (backed > 0 ? (uint64_t)backed : 0) + meta + state + channels, false);
+    const _Atomic uint64_t *vals = (const _Atomic uint64_t *)&srv->meta->stats;
+    for (size_t i = 0; i < sizeof heap_stats / sizeof heap_stats[0]; i++) {
+        row(rows, &n, max, heap_stats[i].name, heap_stats[i].doc,
+            atomic_load_explicit(&vals[i], memory_order_relaxed), heap_stats[i].counter);
+        if (&vals[i] != &srv->meta->stats.bytes_committed)
+            continue;
+        row(rows, &n, max, "bytes_meta_committed", "bytes of the metadata segment backed by memory", meta, false);
+        row(rows, &n, max, "bytes_state_committed",
+            "bytes of the recovery state segment backed by memory (object records of the spans that exist, "
+            "client records, intents)", state, false);
+        row(rows, &n, max, "bytes_channels_committed", "bytes of the clients' channels backed by memory", channels,
+            false);
+        row(rows, &n, max, "bytes_shm_committed",
+            "everything tcm keeps on /dev/shm: heap, metadata, state and channels, backed by memory (what df counts)",
+            (backed > 0 ? (uint64_t)backed : 0) + meta + state + channels, false);
+    }
     uint64_t clients = atomic_load(&srv->meta->stats.bytes_clients);
     uint64_t in_use = clients > cached ? clients - cached : 0;
     row(rows, &n, max, "bytes_client_caches", "bytes in clients' thread caches and transfer tiers", cached, false);

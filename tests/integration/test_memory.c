@@ -399,6 +399,138 @@ static void test_release(void)
     tt_daemon_stop(&d);
 }
 
+/* Everything tcm keeps on /dev/shm -- heap, metadata, recovery state and
+ * the channel of the attached process -- grows with what exists: a process
+ * holds FOOTPRINT_MIB (64, or $TCM_TEST_FOOTPRINT_MIB) in objects of one
+ * size; while it does, what is not the heap is within the bound
+ * docs/DESIGN.md ("Segments") gives for that size (under 2% of the heap's
+ * committed bytes from 128 B objects up); after it frees everything and
+ * `tcmctl release`, still attached, all of it is under 5% of its peak. The
+ * figures are the segments' allocated blocks, which tcm's stats must match. */
+static size_t footprint_size;
+
+static int holder(void *arg)
+{
+    uint64_t bytes = *(uint64_t *)arg;
+    size_t n = (size_t)(bytes / footprint_size);
+    void **objs = mmap(NULL, n * sizeof *objs, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(objs != MAP_FAILED);
+    CHECK_EQ(tcm_init(socket_path), 0);
+    for (size_t i = 0; i < n; i++) {
+        CHECK((objs[i] = tcm_malloc(footprint_size)) != NULL);
+        *(char *)objs[i] = 1;
+    }
+    atomic_store(phase, 1);
+    while (atomic_load(phase) != 2)
+        usleep(1000);
+    for (size_t i = 0; i < n; i++)
+        tcm_free(objs[i]);
+    atomic_store(phase, 3);
+    while (atomic_load(phase) != 4)
+        usleep(1000);
+    tcm_shutdown();
+    return 0;
+}
+
+typedef struct shm_figures {
+    uint64_t heap, meta, state, channels, total;
+} shm_figures_t;
+
+/* tcm's own figures, checked against the segments' st_blocks (what df counts). */
+static shm_figures_t shm_figures(const tcm_test_daemon_t *d)
+{
+    shm_figures_t f = {tt_stat(d, "bytes_committed"), tt_stat(d, "bytes_meta_committed"),
+                       tt_stat(d, "bytes_state_committed"), tt_stat(d, "bytes_channels_committed"),
+                       tt_stat(d, "bytes_shm_committed")};
+    CHECK_EQ(f.total, f.heap + f.meta + f.state + f.channels);
+    char du[600], out[64];
+    snprintf(du, sizeof du, "du -s --block-size=1 /dev/shm/tcm.%s.heap /dev/shm/tcm.%s.meta /dev/shm/tcm.%s.state "
+             "$(ls /dev/shm/tcm.%s.ch.* 2>/dev/null) | awk '{s+=$1} END {print s}'", d->name, d->name, d->name, d->name);
+    tt_run(du, out, sizeof out);
+    CHECK_EQ(f.total, strtoull(out, NULL, 10));
+    return f;
+}
+
+/* What the state costs per byte of heap for objects of size bytes (docs/
+ * DESIGN.md, "Segments"): a bit and a 16-bit owner tag per object. */
+static double state_per_heap_byte(size_t size)
+{
+    return (2.0 + 1.0 / 8) / (double)size;
+}
+
+static void footprint(size_t size)
+{
+    const char *env = getenv("TCM_TEST_FOOTPRINT_MIB");
+    uint64_t bytes = (env ? strtoull(env, NULL, 10) : 64) << 20;
+    footprint_size = size;
+    tcm_test_daemon_t d;
+    tt_daemon_start(&d, NULL);
+    socket_path = d.socket;
+    char out[512];
+    CHECK_EQ(tt_tcmctl(&d, "config set decay_ms 0", out, sizeof out), 0); /* only the release gives back */
+    /* what the thread that freed everything keeps in its bins is the
+     * application's cache (the release cannot take it from a live thread):
+     * small, so that what is measured is tcm's own */
+    CHECK_EQ(tt_tcmctl(&d, "config set tcache_budget 256K", out, sizeof out), 0);
+    atomic_store(phase, 0);
+    pid_t pid = tt_fork(holder, &bytes);
+    wait_phase(pid, 1);
+    shm_figures_t peak = shm_figures(&d);
+    uint64_t other = peak.meta + peak.state + peak.channels;
+    printf("%zu B objects, %llu MiB held: heap %llu, meta %llu (%.3f%%), state %llu (%.3f%%), channels %llu "
+           "(%.3f%%); all but the heap %.3f%% of the heap\n", size, (unsigned long long)(bytes >> 20),
+           (unsigned long long)peak.heap, (unsigned long long)peak.meta, 100.0 * (double)peak.meta / (double)peak.heap,
+           (unsigned long long)peak.state, 100.0 * (double)peak.state / (double)peak.heap,
+           (unsigned long long)peak.channels, 100.0 * (double)peak.channels / (double)peak.heap,
+           100.0 * (double)other / (double)peak.heap);
+    fflush(stdout);
+    CHECK_GE(peak.heap, bytes);
+    /* the state: its per-object cost, plus its header and client records
+     * (170 KiB) and a page of rounding per class */
+    CHECK_LE((double)peak.state, state_per_heap_byte(size) * (double)peak.heap + (256u << 10));
+    /* metadata (37 B per 8 KiB page below top: 0.46%) and the channel of a
+     * process with one thread */
+    CHECK_LE((double)(peak.meta + peak.channels), 0.0075 * (double)peak.heap + (512u << 10));
+    if (state_per_heap_byte(size) < 0.012)
+        CHECK_LT(other * 50, peak.heap); /* the bound: under 2% */
+    atomic_store(phase, 2);
+    wait_phase(pid, 3);
+    CHECK_EQ(tt_tcmctl(&d, "release", out, sizeof out), 0);
+    shm_figures_t after = shm_figures(&d);
+    printf("%zu B objects, after free-all and release (still attached): heap %llu, meta %llu, state %llu, channels "
+           "%llu: %llu of %llu, %.3f%% of the peak\n", size, (unsigned long long)after.heap,
+           (unsigned long long)after.meta, (unsigned long long)after.state, (unsigned long long)after.channels,
+           (unsigned long long)after.total, (unsigned long long)peak.total,
+           100.0 * (double)after.total / (double)peak.total);
+    fflush(stdout);
+    CHECK_LT(after.total * 20, peak.total); /* under 5% of the peak */
+    CHECK_LE(after.state, 256u << 10);     /* header and client records: no object record is left */
+    atomic_store(phase, 4);
+    tt_wait_ok(pid, 60000);
+    tt_check_heap(&d);
+    tt_daemon_stop(&d);
+}
+
+static void test_footprint_4k(void)
+{
+    footprint(4096);
+}
+
+static void test_footprint_256(void)
+{
+    footprint(256);
+}
+
+static void test_footprint_64(void)
+{
+    footprint(64);
+}
+
+static void test_footprint_16(void)
+{
+    footprint(16);
+}
+
 int main(void)
 {
     phase = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -411,6 +543,10 @@ int main(void)
         {"release takes caches", test_release_takes_caches},
         {"busy decay", test_busy_decay},
         {"full heap takes back", test_full_heap_takes_back},
+        {"footprint 4 KiB", test_footprint_4k},
+        {"footprint 256 B", test_footprint_256},
+        {"footprint 64 B", test_footprint_64},
+        {"footprint 16 B", test_footprint_16},
     };
     return tt_run_cases("memory", cases, sizeof cases / sizeof cases[0], 120000) != 0;
 }
