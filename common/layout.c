@@ -148,17 +148,25 @@ void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages)
     /* One arena per class, each 4 KiB aligned so that trimming one never
      * touches another's pages; room for as many spans of the class as the
      * heap could hold. A slot is one span's object record: its object bits,
-     * then its owner tags. */
-    l->slot_bytes[0] = l->tags_off[0] = l->max_slots[0] = 0;
+     * then an owner word per word of bits. */
+    l->slot_bytes[0] = l->owners_off[0] = l->max_slots[0] = 0;
     l->off_arena[0] = off;
     for (unsigned c = 1; c < TCM_NCLASSES; c++) {
-        uint32_t objs = tab[c].span_objs;
-        l->tags_off[c] = (objs + 63) / 64 * 8;
-        l->slot_bytes[c] = (uint32_t)align_up(l->tags_off[c] + (uint64_t)objs * sizeof(uint16_t), 8);
+        uint32_t words = (tab[c].span_objs + 63) / 64;
+        l->owners_off[c] = words * 8;
+        l->slot_bytes[c] = words * 8 + words * 4;
         l->max_slots[c] = npages / tab[c].span_pages;
         l->off_arena[c] = off;
         off = align_up(off + (uint64_t)l->max_slots[c] * l->slot_bytes[c], 4096);
     }
+    /* a tag block for every word of object bits the heap could hold (a
+     * word covers at least 1 KiB of heap), within what an owner word can
+     * name */
+    uint64_t blocks = (uint64_t)npages * (TCM_PAGE_SIZE / TCM_ALIGN / 64);
+    l->max_tag_blocks = (uint32_t)(blocks < TCM_OWNER_BLOCK - 1 ? blocks : TCM_OWNER_BLOCK - 1);
+    l->reserved = 0;
+    l->off_tag_blocks = off;
+    off = align_up(off + (uint64_t)l->max_tag_blocks * TCM_TAG_BLOCK, 4096);
     l->size = off;
 }
 

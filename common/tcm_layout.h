@@ -26,11 +26,13 @@
  * each part 4 KiB aligned. state: tcm_state_hdr_t at 0, then
  * (tcm__state_layout) clients[TCM_MAX_CLIENTS], then one arena per size
  * class c of max_slots[c] object records ("slots", slot_bytes[c] each): the
- * record of one small span, its object bits (1 = handed out) then a 16-bit
- * owner tag per object. A small span's record names its slot
- * (tcm_span_t.slot); an arena's pages are backed only while a slot in them
- * is used, so the state grows with the spans that exist, not with the heap's
- * size (the arenas' virtual size is about 0.3 x the heap's). channel:
+ * record of one small span, its object bits (1 = handed out) then one owner
+ * word per 64 objects (TCM_OWNER_BLOCK); then the arena of tag blocks
+ * (64 16-bit owner tags each) for the words whose objects more than one
+ * client holds. A small span's record names its slot (tcm_span_t.slot); an
+ * arena's pages are backed only while a slot or block in them is used, so
+ * the state grows with the spans that exist, not with the heap's size (the
+ * arenas' virtual size is about 0.15 x the heap's). channel:
  * tcm_chan_hdr_t at 0, then
  * (tcm__chan_layout) ring, slots[max_threads + 1 + max_threads *
  * TCM_ASYNC_SLOTS] (each thread's own, the shared spare at max_threads, then
@@ -629,10 +631,20 @@ void tcm__meta_layout(tcm_meta_layout_t *l, uint32_t npages);
 typedef struct tcm_state_layout {
     uint64_t off_clients, off_arenas, size;
     uint64_t off_arena[TCM_NCLASSES];  /* class c's arena of object records (slots) */
-    uint32_t slot_bytes[TCM_NCLASSES]; /* one slot: a span's object bits, then its owner tags */
-    uint32_t tags_off[TCM_NCLASSES];   /* where the owner tags start in a slot */
+    uint32_t slot_bytes[TCM_NCLASSES]; /* one slot: a span's object bits, then an owner word per 64 objects */
+    uint32_t owners_off[TCM_NCLASSES]; /* where the owner words start in a slot */
     uint32_t max_slots[TCM_NCLASSES];  /* spans of class c the heap could hold at once */
+    uint64_t off_tag_blocks;           /* the arena of tag blocks (TCM_TAG_BLOCK bytes each) */
+    uint32_t max_tag_blocks;
+    uint32_t reserved;
 } tcm_state_layout_t;
+
+/* The owner word of 64 objects of a span (one word of its object bits):
+ * either the owner tag of all of them (below TCM_OWNER_BLOCK), or
+ * TCM_OWNER_BLOCK | i: their 64 tags are in tag block i, for words whose
+ * objects were handed to more than one client. */
+#define TCM_OWNER_BLOCK 0x80000000u
+#define TCM_TAG_BLOCK (64u * sizeof(uint16_t))
 
 void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages);
 

@@ -29,22 +29,22 @@ static bool bit_get(const uint64_t *bits, uint64_t i)
     return bits[i / 64] >> (i % 64) & 1;
 }
 
-/* Back the arena pages of slot of cls. Spans are cut and freed over and
+/* Back the arena pages of a slot of ss. Spans are cut and freed over and
  * over: the pages already backed cost one look at a bitmap. */
-static int slot_commit(tcm_heap_t *h, unsigned cls, uint32_t slot)
+static int slot_commit(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t slot)
 {
-    tcm_slot_set_t *ss = &h->slots[cls];
-    uint64_t lo = (uint64_t)slot * h->sl.slot_bytes[cls], hi = lo + h->sl.slot_bytes[cls];
+    uint64_t lo = (uint64_t)slot * ss->slot_bytes, hi = lo + ss->slot_bytes;
     uint64_t plo = lo / ARENA_PAGE, phi = (hi - 1) / ARENA_PAGE, p = plo;
     while (p <= phi && bit_get(ss->backed, p))
         p++;
     if (p > phi)
         return 0;
     if (h->state_fd >= 0) {
-        int err = tcm__commit(h->state_fd, h->sl.off_arena[cls] + p * ARENA_PAGE, (phi + 1 - p) * ARENA_PAGE);
+        int err = tcm__commit(h->state_fd, ss->off + p * ARENA_PAGE, (phi + 1 - p) * ARENA_PAGE);
         if (err) {
-            tcm__log(TCM_LOG_WARN, "fallocate(state, class %u records, %llu bytes) failed: %s", cls,
-                     (unsigned long long)((phi + 1 - p) * ARENA_PAGE), strerror(-err));
+            tcm__log(TCM_LOG_WARN, "fallocate(state, object records at %llu, %llu bytes) failed: %s",
+                     (unsigned long long)(ss->off + p * ARENA_PAGE), (unsigned long long)((phi + 1 - p) * ARENA_PAGE),
+                     strerror(-err));
             return err;
         }
     }
@@ -53,16 +53,15 @@ static int slot_commit(tcm_heap_t *h, unsigned cls, uint32_t slot)
     return 0;
 }
 
-int tcm__slot_take_ht(tcm_heap_t *h, unsigned cls, uint32_t *slot)
+int tcm__slot_take_ht(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t *slot)
 {
-    tcm_slot_set_t *ss = &h->slots[cls];
-    uint32_t max = h->sl.max_slots[cls], words = (max + 63) / 64, w = ss->lowest / 64;
+    uint32_t words = (ss->max + 63) / 64, w = ss->lowest / 64;
     while (w < words && ss->used[w] == ~0ull)
         w++;
-    uint32_t i = w < words ? w * 64 + (uint32_t)__builtin_ctzll(~ss->used[w]) : max;
-    if (i >= max) /* cannot happen: a class has a slot for every span the heap can hold */
+    uint32_t i = w < words ? w * 64 + (uint32_t)__builtin_ctzll(~ss->used[w]) : ss->max;
+    if (i >= ss->max) /* an arena has a slot for everything the heap can hold */
         return TCM_ST_NOMEM;
-    if (slot_commit(h, cls, i) != 0)
+    if (slot_commit(h, ss, i) != 0)
         return TCM_ST_NOMEM;
     ss->used[i / 64] |= 1ull << (i % 64);
     ss->lowest = i + 1;
@@ -71,10 +70,9 @@ int tcm__slot_take_ht(tcm_heap_t *h, unsigned cls, uint32_t *slot)
     return TCM_ST_OK;
 }
 
-void tcm__slot_put_ht(tcm_heap_t *h, unsigned cls, uint32_t slot)
+void tcm__slot_put_ht(tcm_slot_set_t *ss, uint32_t slot)
 {
-    tcm_slot_set_t *ss = &h->slots[cls];
-    TCM_ASSERT(slot < h->sl.max_slots[cls] && bit_get(ss->used, slot));
+    TCM_ASSERT(slot < ss->max && bit_get(ss->used, slot));
     ss->used[slot / 64] &= ~(1ull << (slot % 64));
     ss->nused--;
     if (slot < ss->lowest)
@@ -87,38 +85,58 @@ void tcm__slot_put_ht(tcm_heap_t *h, unsigned cls, uint32_t slot)
         ss->trim_hi = slot + 1;
 }
 
+static tcm_slot_set_t *slot_set(tcm_heap_t *h, unsigned i) /* 1..TCM_NCLASSES: the classes, then the tag blocks */
+{
+    return i < TCM_NCLASSES ? &h->slots[i] : &h->tag_blocks;
+}
+
 void tcm__slots_reset_ht(tcm_heap_t *h)
 {
-    for (unsigned c = 1; c < TCM_NCLASSES; c++) {
-        tcm_slot_set_t *ss = &h->slots[c];
-        uint64_t *used = ss->used, *backed = ss->backed;
-        uint64_t pages = (uint64_t)h->sl.max_slots[c] * h->sl.slot_bytes[c] / ARENA_PAGE + 1;
-        memset(used, 0, (h->sl.max_slots[c] + 63) / 64 * sizeof(uint64_t));
-        memset(backed, 0, (pages + 63) / 64 * sizeof(uint64_t));
+    for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
+        tcm_slot_set_t *ss = slot_set(h, c);
+        uint64_t pages = (uint64_t)ss->max * ss->slot_bytes / ARENA_PAGE + 1;
+        memset(ss->used, 0, (ss->max + 63) / 64 * sizeof(uint64_t));
+        memset(ss->backed, 0, (pages + 63) / 64 * sizeof(uint64_t));
+        ss->lowest = ss->nused = 0;
         /* what the previous tcmd backed is unknown: the next trim looks at
          * the whole arena */
-        *ss = (tcm_slot_set_t){.used = used, .backed = backed, .trim_lo = 0, .trim_hi = h->sl.max_slots[c]};
+        ss->trim_lo = 0;
+        ss->trim_hi = ss->max;
     }
 }
 
-bool tcm__slot_claim_ht(tcm_heap_t *h, unsigned cls, uint32_t slot)
+bool tcm__slot_claim_ht(tcm_slot_set_t *ss, uint32_t slot)
 {
-    tcm_slot_set_t *ss = &h->slots[cls];
-    if (cls == 0 || cls >= TCM_NCLASSES || slot >= h->sl.max_slots[cls] || bit_get(ss->used, slot))
+    if (slot >= ss->max || bit_get(ss->used, slot))
         return false;
     ss->used[slot / 64] |= 1ull << (slot % 64);
     ss->nused++;
     return true;
 }
 
-/* Whether any used slot of cls overlaps arena page p. */
-static bool page_in_use(const tcm_heap_t *h, unsigned cls, uint64_t p)
+uint64_t tcm__span_claim_blocks_ht(tcm_heap_t *h, tcm_span_t *sp)
 {
-    const tcm_slot_set_t *ss = &h->slots[cls];
-    uint64_t sb = h->sl.slot_bytes[cls];
+    uint32_t *owners = tcm__span_owners(h, sp), words = (h->classes[sp->cls].span_objs + 63) / 64;
+    uint64_t repairs = 0;
+    for (uint32_t w = 0; w < words; w++) {
+        if (!(owners[w] & TCM_OWNER_BLOCK) || tcm__slot_claim_ht(&h->tag_blocks, owners[w] & ~TCM_OWNER_BLOCK))
+            continue;
+        tcm__log(TCM_LOG_ERROR, "recovery: span at page %u (class %u) names tag block %u, out of range or another's; "
+                 "its objects %u..%u are now owned by nobody", sp->first, sp->cls, owners[w] & ~TCM_OWNER_BLOCK,
+                 w * 64, w * 64 + 63);
+        owners[w] = 0;
+        repairs++;
+    }
+    return repairs;
+}
+
+/* Whether any used slot of ss overlaps arena page p. */
+static bool page_in_use(const tcm_slot_set_t *ss, uint64_t p)
+{
+    uint64_t sb = ss->slot_bytes;
     uint64_t first = p * ARENA_PAGE / sb, last = ((p + 1) * ARENA_PAGE - 1) / sb;
-    if (last >= h->sl.max_slots[cls])
-        last = h->sl.max_slots[cls] - 1;
+    if (last >= ss->max)
+        last = ss->max - 1;
     for (uint64_t i = first; i <= last; i++) {
         if (i % 64 == 0 && i + 63 <= last) { /* a whole word at once */
             if (ss->used[i / 64])
@@ -131,19 +149,19 @@ static bool page_in_use(const tcm_heap_t *h, unsigned cls, uint64_t p)
     return false;
 }
 
-static uint64_t punch(tcm_heap_t *h, unsigned cls, uint64_t plo, uint64_t phi)
+static uint64_t punch(tcm_heap_t *h, tcm_slot_set_t *ss, uint64_t plo, uint64_t phi)
 {
-    tcm_slot_set_t *ss = &h->slots[cls];
     uint64_t backed = 0;
     for (uint64_t p = plo; p < phi; p++) {
         backed += bit_get(ss->backed, p);
         ss->backed[p / 64] &= ~(1ull << (p % 64));
     }
     if (h->state_fd >= 0) {
-        int err = tcm__release(h->state_fd, h->sl.off_arena[cls] + plo * ARENA_PAGE, (phi - plo) * ARENA_PAGE);
+        int err = tcm__release(h->state_fd, ss->off + plo * ARENA_PAGE, (phi - plo) * ARENA_PAGE);
         if (err) {
-            tcm__log(TCM_LOG_WARN, "fallocate(PUNCH_HOLE, state, class %u records, %llu bytes) failed: %s", cls,
-                     (unsigned long long)((phi - plo) * ARENA_PAGE), strerror(-err));
+            tcm__log(TCM_LOG_WARN, "fallocate(PUNCH_HOLE, state, object records at %llu, %llu bytes) failed: %s",
+                     (unsigned long long)(ss->off + plo * ARENA_PAGE), (unsigned long long)((phi - plo) * ARENA_PAGE),
+                     strerror(-err));
             return 0;
         }
     }
@@ -153,23 +171,23 @@ static uint64_t punch(tcm_heap_t *h, unsigned cls, uint64_t plo, uint64_t phi)
 uint64_t tcm__slots_trim_ht(tcm_heap_t *h)
 {
     uint64_t bytes = 0;
-    for (unsigned c = 1; c < TCM_NCLASSES; c++) {
-        tcm_slot_set_t *ss = &h->slots[c];
-        if (ss->trim_lo >= ss->trim_hi)
+    for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
+        tcm_slot_set_t *ss = slot_set(h, c);
+        if (ss->trim_lo >= ss->trim_hi || ss->max == 0)
             continue;
-        uint64_t sb = h->sl.slot_bytes[c];
+        uint64_t sb = ss->slot_bytes;
         uint64_t plo = ss->trim_lo * sb / ARENA_PAGE, phi = (ss->trim_hi * sb - 1) / ARENA_PAGE + 1;
         ss->trim_lo = ss->trim_hi = 0;
         /* runs of pages no used slot lies in, one punch each */
         for (uint64_t p = plo; p < phi;) {
-            if (page_in_use(h, c, p)) {
+            if (page_in_use(ss, p)) {
                 p++;
                 continue;
             }
             uint64_t q = p + 1;
-            while (q < phi && !page_in_use(h, c, q))
+            while (q < phi && !page_in_use(ss, q))
                 q++;
-            bytes += punch(h, c, p, q);
+            bytes += punch(h, ss, p, q);
             p = q;
         }
     }
@@ -206,7 +224,7 @@ static void map_logged(tcm_heap_t *h, uint32_t s, uint8_t state, uint8_t cls, ui
         /* its object record: no object handed out yet (the tags are read
          * only where a bit is set) */
         TCM_CRASH_POINT("span_slot");
-        memset(span_map(h, sp), 0, h->sl.tags_off[cls]);
+        memset(span_map(h, sp), 0, h->sl.slot_bytes[cls]);
     }
     TCM_PERSIST_BARRIER();
     atomic_store_explicit(&pi->kind, TCM_PAGES_NONE, memory_order_relaxed);
@@ -229,10 +247,17 @@ static void unmap_logged(tcm_heap_t *h, uint32_t s)
     TCM_PERSIST_BARRIER();
     tcm__span_unmap_ht(h, sp->first, sp->npages);
     TCM_CRASH_POINT("span_unmap");
-    /* its object record is free once the span is not (a recovery frees
-     * every slot no allocated span names); its pages go at the next trim */
-    if (small)
-        tcm__slot_put_ht(h, cls, slot);
+    /* its object record and tag blocks are free once the span is not (a
+     * recovery frees every slot no allocated span names); their pages go
+     * at the next trim */
+    if (small) {
+        const uint32_t *owners = (const uint32_t *)(h->arena[cls] + (uint64_t)slot * h->sl.slot_bytes[cls] +
+                                                    h->sl.owners_off[cls]);
+        for (uint32_t w = 0; w < (h->classes[cls].span_objs + 63) / 64; w++)
+            if (owners[w] & TCM_OWNER_BLOCK)
+                tcm__slot_put_ht(&h->tag_blocks, owners[w] & ~TCM_OWNER_BLOCK);
+        tcm__slot_put_ht(&h->slots[cls], slot);
+    }
     tcm__ph_insert_free_ht(h, s);
     TCM_PERSIST_BARRIER();
     atomic_store_explicit(&pi->kind, TCM_PAGES_NONE, memory_order_relaxed);
@@ -247,7 +272,7 @@ static uint32_t new_small_span(tcm_heap_t *h, unsigned cls, int *status)
     if (*status != TCM_ST_OK)
         return 0;
     uint32_t slot;
-    if ((*status = tcm__slot_take_ht(h, cls, &slot)) != TCM_ST_OK) {
+    if ((*status = tcm__slot_take_ht(h, &h->slots[cls], &slot)) != TCM_ST_OK) {
         tcm__ph_insert_free_ht(h, s);
         return 0;
     }
@@ -262,11 +287,45 @@ static uint32_t new_small_span(tcm_heap_t *h, unsigned cls, int *status)
     return s;
 }
 
+/* Word w's owner word, made ready for objects of it about to be handed to
+ * owner, before any of them is logged (so a recovery that redoes their
+ * bits finds the word owner's or naming a tag block, and needs no new
+ * block). Returns where their tags go: scratch when the word is owner's
+ * alone, its tag block when other clients hold some of it too; NULL when
+ * no tag block can be backed. */
+static uint16_t *ready_owner_word(tcm_heap_t *h, uint32_t *ow, uint64_t held, uint16_t owner, uint16_t *scratch)
+{
+    uint32_t cur = *ow;
+    if (cur == owner)
+        return scratch;
+    if (held == 0) { /* nobody holds any of the word: it is owner's */
+        TCM_PERSIST_STORE(*ow, (uint32_t)owner);
+        if (cur & TCM_OWNER_BLOCK)
+            tcm__slot_put_ht(&h->tag_blocks, cur & ~TCM_OWNER_BLOCK);
+        return scratch;
+    }
+    if (cur & TCM_OWNER_BLOCK)
+        return tcm__tag_block(h, cur);
+    /* held by another client: the tags of what it holds into a block,
+     * then the word names the block */
+    uint32_t b;
+    if (tcm__slot_take_ht(h, &h->tag_blocks, &b) != TCM_ST_OK)
+        return NULL;
+    uint16_t *tags = tcm__tag_block(h, b);
+    for (unsigned i = 0; i < 64; i++)
+        tags[i] = (uint16_t)cur;
+    TCM_PERSIST_BARRIER();
+    TCM_CRASH_POINT("tag_block");
+    TCM_PERSIST_STORE(*ow, b | TCM_OWNER_BLOCK);
+    return tags;
+}
+
 uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint16_t owner, uint64_t *log,
                                 uint32_t *logged, int *status)
 {
     const tcm_class_info_t *ci = &h->classes[cls];
     uint32_t n = 0;
+    uint16_t scratch[64]; /* the tags of a word that is all owner's: not kept */
     *status = TCM_ST_OK;
     while (n < want) {
         uint32_t s = h->meta->central_head[cls];
@@ -276,16 +335,26 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
         uint64_t *map = span_map(h, sp);
         uint32_t words = (ci->span_objs + 63) / 64;
         uint64_t base_off = tcm__page_off(sp->first);
-        uint16_t *owners = tcm__span_owners(h, sp);
+        uint32_t *owners = tcm__span_owners(h, sp);
         for (uint32_t w = sp->scan; w < words && n < want && sp->nfree; w++) {
             uint64_t valid = (w == words - 1 && ci->span_objs % 64) ? (1ull << (ci->span_objs % 64)) - 1 : ~0ull;
             uint64_t free_bits = ~map[w] & valid, taken = 0;
+            if (!free_bits) {
+                sp->scan = w;
+                continue;
+            }
+            uint16_t *tags = ready_owner_word(h, &owners[w], map[w], owner, scratch);
+            if (!tags) {
+                *status = TCM_ST_NOMEM;
+                want = n; /* what is logged is handed out; the rest waits */
+                break;
+            }
             uint64_t word_off = base_off + (uint64_t)w * 64 * ci->size;
             while (free_bits && n < want) {
                 unsigned b = (unsigned)__builtin_ctzll(free_bits);
                 free_bits &= free_bits - 1;
                 taken |= 1ull << b;
-                owners[w * 64 + b] = owner;
+                tags[b] = owner;
                 /* logged first: a recovery finishes what is logged */
                 TCM_PERSIST_STORE(log[n], word_off + (uint64_t)b * ci->size);
                 TCM_PERSIST_STORE(*logged, ++n);
@@ -355,7 +424,7 @@ static inline uint16_t free_one(tcm_heap_t *h, uint32_t s, uint32_t i, uint32_t 
     if (sp->nfree++ == 0)
         tcm__span_list_push(h, &h->meta->central_head[sp->cls], s);
     *emptied = sp->nfree == ci->span_objs ? s : 0;
-    return tcm__span_owners(h, sp)[i];
+    return tcm__owner_of(h, tcm__span_owners(h, sp), i);
 }
 
 uint16_t tcm__central_free_ht(tcm_heap_t *h, tcm_obj_loc_t loc, uint32_t *emptied)
@@ -374,7 +443,7 @@ typedef struct span_cache {
     uint32_t s;
     tcm_span_t *sp;
     uint64_t *map;     /* its object map */
-    uint16_t *owners;  /* its owner tags */
+    uint32_t *owners;  /* its owner words */
 } span_cache_t;
 
 /* Like locate() for an object of class ci, with the span of the previous
@@ -440,7 +509,7 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
             tcm__span_list_push(h, &h->meta->central_head[cls], sc.s);
         if (sp->nfree == ci->span_objs)
             emptied[(*nemptied)++] = sc.s;
-        owners[i] = sc.owners[idx];
+        owners[i] = tcm__owner_of(h, sc.owners, idx);
         if (i == n / 2)
             TCM_CRASH_POINT("return_half");
     }

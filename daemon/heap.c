@@ -67,25 +67,31 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, tcm_handle_t heap_f
     h->state_fd = state_fd;
     h->heap_size = heap_size;
     h->npages = npages;
-    /* the slot sets' bitmaps, in one private reservation (pages appear as
-     * they are touched) */
-    uint64_t words = 0;
+    /* the slot sets: the classes' object records and the tag blocks; their
+     * bitmaps in one private reservation (pages appear as they are touched) */
     for (unsigned c = 1; c < TCM_NCLASSES; c++)
-        words += (h->sl.max_slots[c] + 63) / 64 +
-                 ((uint64_t)h->sl.max_slots[c] * h->sl.slot_bytes[c] / 4096 + 1 + 63) / 64;
+        h->slots[c] = (tcm_slot_set_t){.off = h->sl.off_arena[c], .slot_bytes = h->sl.slot_bytes[c],
+                                       .max = h->sl.max_slots[c]};
+    h->tag_blocks = (tcm_slot_set_t){.off = h->sl.off_tag_blocks, .slot_bytes = TCM_TAG_BLOCK,
+                                     .max = h->sl.max_tag_blocks};
+    h->tag_block_base = sb + h->sl.off_tag_blocks;
+    uint64_t words = 0;
+    for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
+        tcm_slot_set_t *ss = c < TCM_NCLASSES ? &h->slots[c] : &h->tag_blocks;
+        words += (ss->max + 63) / 64 + ((uint64_t)ss->max * ss->slot_bytes / 4096 + 1 + 63) / 64;
+    }
     uint64_t *bits = tcm__reserve(words * sizeof(uint64_t));
     if (!bits)
         return -ENOMEM;
-    for (unsigned c = 1; c < TCM_NCLASSES; c++) {
-        tcm_slot_set_t *ss = &h->slots[c];
-        *ss = (tcm_slot_set_t){0};
-        ss->used = bits;
-        bits += (h->sl.max_slots[c] + 63) / 64;
-        ss->backed = bits;
-        bits += ((uint64_t)h->sl.max_slots[c] * h->sl.slot_bytes[c] / 4096 + 1 + 63) / 64;
-    }
-    h->slots_bits = bits - words;
+    h->slots_bits = bits;
     h->slots_words = words;
+    for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
+        tcm_slot_set_t *ss = c < TCM_NCLASSES ? &h->slots[c] : &h->tag_blocks;
+        ss->used = bits;
+        bits += (ss->max + 63) / 64;
+        ss->backed = bits;
+        bits += ((uint64_t)ss->max * ss->slot_bytes / 4096 + 1 + 63) / 64;
+    }
     tcm__ph_init(h);
     h->top = atomic_load(&st->top);
     return 0;

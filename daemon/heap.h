@@ -55,15 +55,18 @@ enum {
  * among themselves. */
 #define TCM_PERSIST_STORE(lvalue, value) (*(volatile __typeof__(lvalue) *)&(lvalue) = (value))
 
-/* The object records of one class: which slots of its arena belong to an
- * allocated span, and which of the arena's 4 KiB pages this tcmd knows to
- * be backed. Private to the heap thread; rebuilt by the recovery pass from
- * the span records (tcm__slot_claim_ht). */
+/* One arena of the state segment cut into equal slots: a class's object
+ * records, or the tag blocks. Which slots are in use, and which of the
+ * arena's 4 KiB pages this tcmd knows to be backed. Private to the heap
+ * thread; rebuilt by the recovery pass from the span records and their
+ * owner words (tcm__slot_claim_ht). */
 typedef struct tcm_slot_set {
     uint64_t *used;       /* bit per slot */
     uint64_t *backed;     /* bit per arena page: fallocated by this tcmd, not punched since */
+    uint64_t off;         /* the arena's offset in the state segment */
+    uint32_t slot_bytes, max;
     uint32_t lowest;      /* no free slot below this one */
-    uint32_t nused;       /* slots in use: the class's spans */
+    uint32_t nused;
     uint32_t trim_lo, trim_hi; /* slots [trim_lo, trim_hi) were freed since the last trim */
 } tcm_slot_set_t;
 
@@ -96,6 +99,8 @@ typedef struct tcm_heap {
     uint64_t cache_low_pages;      /* fewest free committed pages since window_ns: what nobody needed */
     uint64_t window_ns;            /* when the decay window began */
     tcm_slot_set_t slots[TCM_NCLASSES]; /* derived, private: which object records are in use */
+    tcm_slot_set_t tag_blocks;     /* derived, private: which tag blocks are in use */
+    uint8_t *tag_block_base;       /* in state: the tag blocks */
     uint64_t *slots_bits;          /* private: the reservation the slot sets' bitmaps live in */
     uint64_t slots_words;          /* its size in words */
 } tcm_heap_t;
@@ -179,19 +184,23 @@ bool tcm__heap_validate_ht(tcm_heap_t *h, char *why, size_t whylen);
 /* held[tag] += bytes of the objects and runs each client tag owns; the total. */
 uint64_t tcm__census_ht(const tcm_heap_t *h, uint64_t *held);
 
-/* object records (central.c): one slot per small span in its class's arena */
-/* The lowest free slot of cls, its arena pages backed first (a full
+/* object records (central.c): one slot per small span in its class's
+ * arena, one tag block per word of objects that more than one client holds */
+/* The lowest free slot of ss, its arena pages backed first (a full
  * /dev/shm is NOMEM, never a SIGBUS); marked in use. */
-int tcm__slot_take_ht(tcm_heap_t *h, unsigned cls, uint32_t *slot);
-/* A slot whose span went back to the page heap; its pages go at the next
- * trim. */
-void tcm__slot_put_ht(tcm_heap_t *h, unsigned cls, uint32_t slot);
+int tcm__slot_take_ht(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t *slot);
+/* A slot that nothing names any more; its pages go at the next trim. */
+void tcm__slot_put_ht(tcm_slot_set_t *ss, uint32_t slot);
 /* Recovery: forget every slot (and what is backed), so the spans claim
  * theirs again and the next trim looks at every arena page. */
 void tcm__slots_reset_ht(tcm_heap_t *h);
-/* Recovery: the slot of an allocated span; false if out of range or
- * already another span's. */
-bool tcm__slot_claim_ht(tcm_heap_t *h, unsigned cls, uint32_t slot);
+/* Recovery: a slot named by an allocated span (or one of its owner words);
+ * false if out of range or already claimed. */
+bool tcm__slot_claim_ht(tcm_slot_set_t *ss, uint32_t slot);
+/* Recovery: claim the tag blocks the owner words of small span s name; a
+ * word naming a block out of range or another's is repaired (its objects'
+ * owner becomes tag 0, nobody's). Returns the repairs. */
+uint64_t tcm__span_claim_blocks_ht(tcm_heap_t *h, tcm_span_t *sp);
 /* Punch the arena pages no used slot lies in (among those freed since the
  * last trim); returns the bytes punched. Runs with the page heap's release
  * (tcmctl release, decay, the page cache cap), never per span. */
@@ -203,11 +212,24 @@ static inline uint64_t *tcm__span_bits(const tcm_heap_t *h, const tcm_span_t *sp
     return (uint64_t *)(h->arena[sp->cls] + (uint64_t)sp->slot * h->sl.slot_bytes[sp->cls]);
 }
 
-/* ... and the owner tag of each object. */
-static inline uint16_t *tcm__span_owners(const tcm_heap_t *h, const tcm_span_t *sp)
+/* ... and an owner word per word of bits (TCM_OWNER_BLOCK). */
+static inline uint32_t *tcm__span_owners(const tcm_heap_t *h, const tcm_span_t *sp)
 {
-    return (uint16_t *)(h->arena[sp->cls] + (uint64_t)sp->slot * h->sl.slot_bytes[sp->cls] +
-                        h->sl.tags_off[sp->cls]);
+    return (uint32_t *)(h->arena[sp->cls] + (uint64_t)sp->slot * h->sl.slot_bytes[sp->cls] +
+                        h->sl.owners_off[sp->cls]);
+}
+
+/* The 64 owner tags of a tag block. */
+static inline uint16_t *tcm__tag_block(const tcm_heap_t *h, uint32_t owner_word)
+{
+    return (uint16_t *)(h->tag_block_base + (uint64_t)(owner_word & ~TCM_OWNER_BLOCK) * TCM_TAG_BLOCK);
+}
+
+/* The owner tag of object i of a span, from its owner words. */
+static inline uint16_t tcm__owner_of(const tcm_heap_t *h, const uint32_t *owners, uint32_t i)
+{
+    uint32_t w = owners[i / 64];
+    return w & TCM_OWNER_BLOCK ? tcm__tag_block(h, w)[i % 64] : (uint16_t)w;
 }
 
 static inline uint64_t tcm__page_off(uint32_t page)

@@ -427,8 +427,8 @@ uint64_t tcm__ph_rebuild_ht(tcm_heap_t *h)
             ok = h->page_span[q] == s && h->page_class[q] == pc;
         /* a small span's object record is its own (claimed last: a span
          * that fails here claims nothing) */
-        if (ok && sp->state == TCM_SPAN_SMALL)
-            ok = tcm__slot_claim_ht(h, pc, sp->slot);
+        if (ok && sp->state == TCM_SPAN_SMALL && (ok = tcm__slot_claim_ht(&h->slots[pc], sp->slot)))
+            repairs += tcm__span_claim_blocks_ht(h, sp);
         if (!ok) {
             bad[nbad++] = p++;
             continue;

@@ -81,7 +81,7 @@ static void resolve_page_intent(tcm_server_t *srv, report_t *r)
         /* a small span's slot was backed before the intent named it */
         tcm__span_map_ht(h, pi->span, pi->first, pi->npages, pi->state, pi->cls, pi->owner);
         if (pi->state == TCM_SPAN_SMALL)
-            memset(tcm__span_bits(h, &h->spans[pi->span]), 0, h->sl.tags_off[pi->cls]);
+            memset(tcm__span_bits(h, &h->spans[pi->span]), 0, h->sl.slot_bytes[pi->cls]);
         if ((uint64_t)pi->first + pi->npages > atomic_load(&srv->state->top))
             atomic_store(&srv->state->top, pi->first + pi->npages);
         tcm__log(TCM_LOG_INFO, "recovery: span %u (pages %u+%u) was being made: completed", pi->span, pi->first,

@@ -397,8 +397,14 @@ static bool object_bit(tcm_heap_t *h, unsigned cls, uint64_t off, bool set, uint
         return false;
     uint64_t *word = &tcm__span_bits(h, sp)[i / 64];
     if (set) {
+        /* the refill made the word's owner word ready before it logged the
+         * object: owner's, or naming a tag block */
+        uint32_t *ow = &tcm__span_owners(h, sp)[i / 64];
+        if ((*ow & TCM_OWNER_BLOCK) && (*ow & ~TCM_OWNER_BLOCK) < h->sl.max_tag_blocks)
+            tcm__tag_block(h, *ow)[i % 64] = owner;
+        else if (!(*word & ~(1ull << (i % 64))))
+            *ow = owner; /* nobody else holds one of the word */
         *word |= 1ull << (i % 64);
-        tcm__span_owners(h, sp)[i] = owner;
     } else {
         *word &= ~(1ull << (i % 64));
     }

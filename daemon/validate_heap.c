@@ -30,7 +30,7 @@ static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
                 FAIL("central list %u has a cycle", cls);
         }
     }
-    uint64_t spans[TCM_NCLASSES] = {0}, free_objs[TCM_NCLASSES] = {0};
+    uint64_t spans[TCM_NCLASSES] = {0}, free_objs[TCM_NCLASSES] = {0}, tag_blocks = 0;
     for (uint32_t p = 1; p < h->top;) {
         if (h->page_class[p] == TCM_PAGE_CLASS_FREE) {
             p++;
@@ -43,11 +43,21 @@ static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
             continue;
         const tcm_class_info_t *ci = &h->classes[sp->cls];
         const tcm_slot_set_t *ss = &h->slots[sp->cls];
-        if (sp->slot >= h->sl.max_slots[sp->cls] || !(ss->used[sp->slot / 64] >> (sp->slot % 64) & 1))
+        if (sp->slot >= ss->max || !(ss->used[sp->slot / 64] >> (sp->slot % 64) & 1))
             FAIL("span %u (class %u): its object record %u is out of range or not marked in use", s, sp->cls,
                  sp->slot);
         const uint64_t *map = tcm__span_bits(h, sp);
         uint32_t words = (ci->span_objs + 63) / 64, used = 0;
+        const uint32_t *owners = tcm__span_owners(h, sp);
+        for (uint32_t w = 0; w < words; w++) {
+            uint32_t b = owners[w] & ~TCM_OWNER_BLOCK;
+            if (!(owners[w] & TCM_OWNER_BLOCK))
+                continue;
+            if (b >= h->tag_blocks.max || !(h->tag_blocks.used[b / 64] >> (b % 64) & 1))
+                FAIL("span %u (class %u): word %u names tag block %u, out of range or not marked in use", s, sp->cls,
+                     w, b);
+            tag_blocks++;
+        }
         for (uint32_t w = 0; w < words; w++) {
             uint64_t valid = (w == words - 1 && ci->span_objs % 64) ? (1ull << (ci->span_objs % 64)) - 1 : ~0ull;
             if (map[w] & ~valid)
@@ -69,6 +79,9 @@ static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
         free_objs[sp->cls] += sp->nfree;
         central_free += (uint64_t)sp->nfree * ci->size;
     }
+    if (h->tag_blocks.nused != tag_blocks) /* with the check above: one block per word naming it, no stray */
+        FAIL("%u tag blocks in use for %llu owner words naming one", h->tag_blocks.nused,
+             (unsigned long long)tag_blocks);
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
         if (h->slots[cls].nused != spans[cls]) /* with the check above: one slot per span, no stray */
             FAIL("class %u: %u object records in use for %llu spans", cls, h->slots[cls].nused,
@@ -105,10 +118,10 @@ static uint64_t census(const tcm_heap_t *h, uint64_t *held)
         }
         const tcm_class_info_t *ci = &h->classes[sp->cls];
         const uint64_t *map = tcm__span_bits(h, sp);
-        const uint16_t *owners = tcm__span_owners(h, sp);
+        const uint32_t *owners = tcm__span_owners(h, sp);
         for (uint32_t w = 0; w < (ci->span_objs + 63) / 64; w++)
             for (uint64_t bits = map[w]; bits; bits &= bits - 1) {
-                held[owners[w * 64 + (unsigned)__builtin_ctzll(bits)]] += ci->size;
+                held[tcm__owner_of(h, owners, w * 64 + (unsigned)__builtin_ctzll(bits))] += ci->size;
                 total += ci->size;
             }
     }

@@ -85,7 +85,7 @@ static int trigger_attach(tcm_test_daemon_t *d)
 static const point_t points[] = {
     {"picked", 40, NULL},      {"refill", 25, NULL},      {"refill_span", 9, NULL},
     {"return_half", 20, NULL}, {"alloc_pages", 6, NULL},  {"free_pages", 6, NULL},
-    {"root_set", 2, NULL},     {"root_odd", 2, NULL},     {"root_data", 3, NULL},    {"span_map", 5, NULL},     {"span_slot", 4, NULL},     {"span_unmap", 3, NULL},
+    {"root_set", 2, NULL},     {"root_odd", 2, NULL},     {"root_data", 3, NULL},    {"span_map", 5, NULL},     {"span_slot", 4, NULL},    {"tag_block", 3, NULL},     {"span_unmap", 3, NULL},
     {"split", 7, NULL},        {"coalesce", 4, NULL},     {"tail", 45, NULL},        {"commit", 60, NULL},
     {"answered", 33, NULL},    {"release", 2, trigger_release}, {"reclaim", 2, trigger_reclaim},
     {"client_create", 3, trigger_attach},

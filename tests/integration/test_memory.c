@@ -404,7 +404,7 @@ static void test_release(void)
  * holds FOOTPRINT_MIB (64, or $TCM_TEST_FOOTPRINT_MIB) in objects of one
  * size; while it does, what is not the heap is within the bound
  * docs/DESIGN.md ("Segments") gives for that size (under 2% of the heap's
- * committed bytes from 128 B objects up); after it frees everything and
+ * committed bytes); after it frees everything and
  * `tcmctl release`, still attached, all of it is under 5% of its peak. The
  * figures are the segments' allocated blocks, which tcm's stats must match. */
 static size_t footprint_size;
@@ -451,11 +451,14 @@ static shm_figures_t shm_figures(const tcm_test_daemon_t *d)
     return f;
 }
 
-/* What the state costs per byte of heap for objects of size bytes (docs/
- * DESIGN.md, "Segments"): a bit and a 16-bit owner tag per object. */
+/* What the state costs per byte of heap for objects of size bytes held by
+ * one process (docs/DESIGN.md, "Segments"): a bit per object and a 32-bit
+ * owner word per 64 objects, at least one of each per span (64 KiB for
+ * these sizes). */
 static double state_per_heap_byte(size_t size)
 {
-    return (2.0 + 1.0 / 8) / (double)size;
+    double per_object = (1.0 / 8 + 4.0 / 64) / (double)size, per_span = 12.0 / 65536;
+    return per_object > per_span ? per_object : per_span;
 }
 
 static void footprint(size_t size)
@@ -467,6 +470,7 @@ static void footprint(size_t size)
     tt_daemon_start(&d, NULL);
     socket_path = d.socket;
     char out[512];
+    uint64_t state0 = tt_stat(&d, "bytes_state_committed"); /* header, client records, intents */
     CHECK_EQ(tt_tcmctl(&d, "config set decay_ms 0", out, sizeof out), 0); /* only the release gives back */
     /* what the thread that freed everything keeps in its bins is the
      * application's cache (the release cannot take it from a live thread):
@@ -486,13 +490,17 @@ static void footprint(size_t size)
     fflush(stdout);
     CHECK_GE(peak.heap, bytes);
     /* the state: its per-object cost, plus its header and client records
-     * (170 KiB) and a page of rounding per class */
-    CHECK_LE((double)peak.state, state_per_heap_byte(size) * (double)peak.heap + (256u << 10));
+     * (172 KiB) and a page of rounding */
+    CHECK_LE((double)peak.state, state_per_heap_byte(size) * (double)peak.heap + (double)state0 + 8192);
     /* metadata (37 B per 8 KiB page below top: 0.46%) and the channel of a
      * process with one thread */
     CHECK_LE((double)(peak.meta + peak.channels), 0.0075 * (double)peak.heap + (512u << 10));
-    if (state_per_heap_byte(size) < 0.012)
-        CHECK_LT(other * 50, peak.heap); /* the bound: under 2% */
+    /* the issue's bound, under 2% of the heap: what grows with the heap
+     * always; with the fixed part too (state header, a channel) from 64 B
+     * objects up at this size (16 B objects: from about 200 MiB held) */
+    CHECK_LT((peak.meta + peak.state - state0) * 50, peak.heap);
+    if (size >= 64)
+        CHECK_LT(other * 50, peak.heap);
     atomic_store(phase, 2);
     wait_phase(pid, 3);
     CHECK_EQ(tt_tcmctl(&d, "release", out, sizeof out), 0);
