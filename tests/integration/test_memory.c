@@ -5,7 +5,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -539,6 +541,103 @@ static void test_footprint_16(void)
     footprint(16);
 }
 
+/* Owners within one word of a span: A allocates, gives every other object
+ * back, B's allocations fill those holes (so one word's objects are held by
+ * both: a tag block keeps each object's owner). A dies: what it still held
+ * is orphaned, exactly; as others free A's objects it goes down, and a
+ * restarted tcmd finds the same figure in the object records. */
+enum { MIXED = 4000, MIXED_SIZE = 48 };
+static void **mixed; /* MAP_SHARED: [0, MIXED) A's objects, [MIXED, 2 * MIXED) B's */
+
+static void *give_back_odd(void *arg)
+{
+    (void)arg;
+    for (int i = 1; i < MIXED; i += 2)
+        tcm_free(mixed[i]);
+    return NULL; /* the thread's exit puts its cache in the process's transfer tier */
+}
+
+static int mixed_a(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(socket_path), 0);
+    for (int i = 0; i < MIXED; i++)
+        CHECK((mixed[i] = tcm_malloc(MIXED_SIZE)) != NULL);
+    pthread_t t;
+    pthread_create(&t, NULL, give_back_odd, NULL);
+    pthread_join(t, NULL);
+    atomic_store(phase, 1);
+    for (;;)
+        pause(); /* killed holding the even half */
+}
+
+static int mixed_b(void *arg)
+{
+    int step = (int)(intptr_t)arg;
+    CHECK_EQ(tcm_init(socket_path), 0);
+    if (step == 0) {
+        for (int i = 0; i < MIXED; i++)
+            CHECK((mixed[MIXED + i] = tcm_malloc(MIXED_SIZE)) != NULL);
+        atomic_store(phase, 2);
+        while (atomic_load(phase) != 3)
+            usleep(1000);
+        for (int i = 0; i < MIXED; i++)
+            tcm_free(mixed[MIXED + i]);
+    }
+    /* step 0: half of A's even objects; step 1: the other half */
+    for (int i = step * MIXED / 2; i < (step + 1) * MIXED / 2; i += 2)
+        tcm_free(mixed[i]);
+    tcm_shutdown(); /* everything cached goes back */
+    return 0;
+}
+
+static void test_mixed_owners(void)
+{
+    mixed = mmap(NULL, 2 * MIXED * sizeof *mixed, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(mixed != MAP_FAILED);
+    tcm_test_daemon_t d;
+    tt_daemon_start(&d, NULL);
+    socket_path = d.socket;
+    char out[512];
+    CHECK_EQ(tt_tcmctl(&d, "config set decay_ms 0", out, sizeof out), 0);
+    atomic_store(phase, 0);
+    pid_t a = tt_fork(mixed_a, NULL);
+    wait_phase(a, 1);
+    CHECK_EQ(tt_tcmctl(&d, "release", out, sizeof out), 0); /* A's transfer tier: the odd half back to tcmd */
+    uint64_t state_before = tt_stat(&d, "bytes_state_committed");
+    pid_t b = tt_fork(mixed_b, (void *)0);
+    wait_phase(b, 2);
+    uint64_t in_holes = 0; /* B's objects where A's odd ones were */
+    for (int i = 0; i < MIXED; i++)
+        for (int j = 1; j < MIXED; j += 2)
+            if (mixed[MIXED + i] == mixed[j]) {
+                in_holes++;
+                break;
+            }
+    printf("mixed owners: %llu of B's %d objects in A's words, state %llu -> %llu bytes\n",
+           (unsigned long long)in_holes, MIXED, (unsigned long long)state_before,
+           (unsigned long long)tt_stat(&d, "bytes_state_committed"));
+    fflush(stdout);
+    CHECK_GE(in_holes, MIXED / 4);
+    kill(a, SIGKILL);
+    CHECK_EQ(waitpid(a, NULL, 0), a);
+    uint64_t held_by_a = (uint64_t)MIXED / 2 * MIXED_SIZE;
+    CHECK_EQ(tt_wait_stat(&d, "bytes_orphaned", held_by_a, 10000), held_by_a);
+    atomic_store(phase, 3); /* B frees its own objects and half of A's */
+    tt_wait_ok(b, 60000);
+    CHECK_EQ(tt_wait_stat(&d, "bytes_orphaned", held_by_a / 2, 10000), held_by_a / 2);
+    tt_check_heap(&d);
+    tt_daemon_kill(&d);
+    tt_daemon_restart(&d, NULL, NULL);
+    CHECK_EQ(tt_stat(&d, "bytes_orphaned"), held_by_a / 2);
+    tt_check_heap(&d);
+    tt_wait_ok(tt_fork(mixed_b, (void *)1), 60000);
+    CHECK_EQ(tt_wait_stat(&d, "bytes_orphaned", 0, 10000), 0);
+    CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
+    tt_check_heap(&d);
+    tt_daemon_stop(&d);
+}
+
 int main(void)
 {
     phase = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -555,6 +654,7 @@ int main(void)
         {"footprint 256 B", test_footprint_256},
         {"footprint 64 B", test_footprint_64},
         {"footprint 16 B", test_footprint_16},
+        {"mixed owners", test_mixed_owners},
     };
     return tt_run_cases("memory", cases, sizeof cases / sizeof cases[0], 120000) != 0;
 }
