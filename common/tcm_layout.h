@@ -32,7 +32,7 @@
  * client holds. A small span's record names its slot (tcm_span_t.slot); an
  * arena's pages are backed only while a slot or block in them is used, so
  * the state grows with the spans that exist, not with the heap's size (the
- * arenas' virtual size is about 0.15 x the heap's). channel:
+ * arenas' virtual size is about 0.18 x the heap's). channel:
  * tcm_chan_hdr_t at 0, then
  * (tcm__chan_layout) ring, slots[max_threads + 1 + max_threads *
  * TCM_ASYNC_SLOTS] (each thread's own, the shared spare at max_threads, then
