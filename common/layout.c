@@ -154,7 +154,7 @@ void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages)
     for (unsigned c = 1; c < TCM_NCLASSES; c++) {
         uint32_t words = (tab[c].span_objs + 63) / 64;
         l->owners_off[c] = words * 8;
-        l->slot_bytes[c] = words * 8 + words * 4;
+        l->slot_bytes[c] = (uint32_t)align_up(words * 8 + words * 4, 8); /* the next slot's bits: 8-aligned */
         l->max_slots[c] = npages / tab[c].span_pages;
         l->off_arena[c] = off;
         off = align_up(off + (uint64_t)l->max_slots[c] * l->slot_bytes[c], 4096);

@@ -455,11 +455,11 @@ static shm_figures_t shm_figures(const tcm_test_daemon_t *d)
 
 /* What the state costs per byte of heap for objects of size bytes held by
  * one process (docs/DESIGN.md, "Segments"): a bit per object and a 32-bit
- * owner word per 64 objects, at least one of each per span (64 KiB for
- * these sizes). */
+ * owner word per 64 objects, at least 16 bytes per span (64 KiB for these
+ * sizes). */
 static double state_per_heap_byte(size_t size)
 {
-    double per_object = (1.0 / 8 + 4.0 / 64) / (double)size, per_span = 12.0 / 65536;
+    double per_object = (1.0 / 8 + 4.0 / 64) / (double)size, per_span = 16.0 / 65536;
     return per_object > per_span ? per_object : per_span;
 }
 
