@@ -756,6 +756,15 @@ void tcm__free_slow(void *p)
             /* full and may not grow: hand a whole batch on */
             uint32_t k = pr->classes[cls].batch < b->count ? pr->classes[cls].batch : b->count;
             release_objects(cls, b, b->count - k, false, thr);
+            /* A working set the size of the bin's limit (the seed's 64
+             * objects of 256 KiB in a 16 MiB budget) would otherwise cycle
+             * for ever: the next miss refills a whole batch where the
+             * round needs fewer, the surplus overflows here, a batch goes
+             * out, and the leftover is the same every round, so every
+             * round pays a miss and an overflow through the transfer tier.
+             * Refilling from one object again (doubling per miss) fetches
+             * only a little past the need, and the bin ends a round full. */
+            thr->refill[cls] = 1;
         }
     }
     b->slots[b->count++] = p;

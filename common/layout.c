@@ -11,6 +11,24 @@ const uint8_t tcm__class_lut[65] = {
     29, 29, 30, 30, 30, 30, 31, 31, 31, 31, 32, 32, 32, 32,
 };
 
+/* The class of a size m + 1 above 1 KiB, k = floor(log2(m)): eight classes
+ * per doubling (tcm__class_size); as constant expressions, so that the table
+ * below is built by the compiler. Entry i is the class of sizes
+ * (128 (i - 1), 128 i]; entries up to 1 KiB are never read. */
+#define LOG2_(m)                                                                                              \
+    ((m) >= 1u << 17 ? 17u : (m) >= 1u << 16 ? 16u : (m) >= 1u << 15 ? 15u : (m) >= 1u << 14 ? 14u          \
+     : (m) >= 1u << 13 ? 13u : (m) >= 1u << 12 ? 12u : (m) >= 1u << 11 ? 11u : 10u)
+#define CLASS_OF_(m) (9u + (LOG2_(m) - 7u) * 8u + (((m) >> (LOG2_(m) - 3u)) - 8u))
+#define BIG1_(i) (uint8_t)((i) <= 8u ? 0u : CLASS_OF_(128u * (i) - 1u))
+#define BIG4_(i) BIG1_(i), BIG1_((i) + 1u), BIG1_((i) + 2u), BIG1_((i) + 3u)
+#define BIG16_(i) BIG4_(i), BIG4_((i) + 4u), BIG4_((i) + 8u), BIG4_((i) + 12u)
+#define BIG64_(i) BIG16_(i), BIG16_((i) + 16u), BIG16_((i) + 32u), BIG16_((i) + 48u)
+#define BIG256_(i) BIG64_(i), BIG64_((i) + 64u), BIG64_((i) + 128u), BIG64_((i) + 192u)
+#define BIG1024_(i) BIG256_(i), BIG256_((i) + 256u), BIG256_((i) + 512u), BIG256_((i) + 768u)
+
+_Static_assert(TCM_MAX_SMALL >> 7 == 2048u, "the table below has 2049 entries");
+const uint8_t tcm__class_lut_big[(TCM_MAX_SMALL >> 7) + 1] = {BIG1024_(0u), BIG1024_(1024u), BIG1_(2048u)};
+
 static const char *const status_names[] = {
 #define TCM_STATUS_NAME(name, msg) #name,
     TCM_STATUS_MAP(TCM_STATUS_NAME)
