@@ -139,7 +139,8 @@ for size in $SIZES; do
                 callgrind_annotate --inclusive=yes --auto=no --threshold=100 "$f" 2>/dev/null < /dev/null |
                     awk '/^ *[0-9,]+ +\([0-9. ]+%\) +[^ ]+:[^ ]+/ && !/PROGRAM TOTALS/ {
                         n = $1; gsub(",", "", n); sub(/^ *[0-9,]+ +\([0-9. ]+%\) +/, ""); sub(/ .*$/, "")
-                        sub(/^.*\//, ""); print n "\t" $0 }'
+                        sub(/^.*\//, ""); if (n > ir[$0]) ir[$0] = n }
+                        END { for (f in ir) print ir[f] "\t" f }'
             done | awk -F'\t' -v objs="$objs" -v top="$profile" '
                 { ir[$2] += $1 }
                 END { for (f in ir) printf "%10.1f  %s\n", ir[f] / objs, f }' | sort -rn | head -n "$profile" |
