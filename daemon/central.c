@@ -163,10 +163,17 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
             uint64_t word_off = base_off + (uint64_t)w * 64 * size;
             uint16_t *word_owners = owners + (uint64_t)w * 64;
             uint64_t *out = log + n;
-            for (uint64_t bits = taken; bits; bits &= bits - 1) {
-                unsigned b = (unsigned)__builtin_ctzll(bits);
-                *out++ = word_off + b * size;
-                word_owners[b] = owner;
+            if (taken == ~0ull) { /* a whole free word: the common case, in straight lines */
+                for (unsigned b = 0; b < 64; b++) {
+                    out[b] = word_off + b * size;
+                    word_owners[b] = owner;
+                }
+            } else {
+                for (uint64_t bits = taken; bits; bits &= bits - 1) {
+                    unsigned b = (unsigned)__builtin_ctzll(bits);
+                    *out++ = word_off + b * size;
+                    word_owners[b] = owner;
+                }
             }
             n += k;
             TCM_PERSIST_BARRIER();
@@ -290,9 +297,10 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
     uint64_t lo = 0, len = 0; /* [lo, lo + len): the span's objects */
     uint64_t *words = NULL;
     const uint16_t *owners = NULL;
-    uint32_t s_run = 0, k = 0, low = 0; /* objects freed in the span, the lowest */
-    uint32_t refused = 0, nr = 0, run_n = 0;
-    uint16_t run_owner = 0;
+    /* Objects freed so far are i - refused: a span's count and an owner's
+     * run are differences of it, not counted per object. */
+    uint32_t refused = 0, nr = 0, s_run = 0, span_from = 0, low = UINT32_MAX, run_from = 0;
+    uint32_t run_owner = UINT32_MAX; /* no owner tag: the first object starts a run */
     for (uint32_t i = 0; i < n; i++) {
         uint64_t off = offs[i], rel = off - lo;
         uint32_t idx;
@@ -306,11 +314,11 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
                 refused++;
                 continue;
             }
-            if (k)
-                span_gets_back(h, cls, s_run, k, low, emptied, nemptied);
+            if (i - refused > span_from)
+                span_gets_back(h, cls, s_run, i - refused - span_from, low, emptied, nemptied);
             const tcm_span_t *sp = &h->spans[s];
             s_run = s;
-            k = 0;
+            span_from = i - refused;
             low = UINT32_MAX;
             lo = tcm__page_off(sp->first);
             len = (uint64_t)span_objs * size;
@@ -319,39 +327,36 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
             rel = off - lo;
         } else {
             idx = (uint32_t)((rel * recip) >> 32);
-            if ((uint64_t)idx * size != rel) {
+            if (__builtin_expect((uint64_t)idx * size != rel, 0)) {
                 TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_NOT_OBJECT);
                 refused++;
                 continue;
             }
         }
         volatile uint64_t *word = &words[idx / 64];
-        uint64_t bit = 1ull << (idx % 64), was = *word;
-        if (!(was & bit)) { /* also the second of an object twice in the batch */
+        uint64_t was = *word, bit = 1ull << (idx % 64);
+        if (__builtin_expect(!(was & bit), 0)) { /* also the second of an object twice in the batch */
             TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_DOUBLE_FREE);
             refused++;
             continue;
         }
         TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_OK);
-        *word = was & ~bit;
-        k++;
-        if (idx < low)
-            low = idx;
-        uint16_t owner = owners[idx];
-        if (owner != run_owner || !run_n) { /* batches are mostly one owner's */
-            if (run_n)
-                runs[nr++] = (tcm_owner_run_t){run_owner, run_n};
+        *word = was ^ bit;
+        low = idx < low ? idx : low;
+        uint32_t owner = owners[idx];
+        if (__builtin_expect(owner != run_owner, 0)) { /* batches are mostly one owner's */
+            if (run_owner != UINT32_MAX)
+                runs[nr++] = (tcm_owner_run_t){(uint16_t)run_owner, i - refused - run_from};
             run_owner = owner;
-            run_n = 0;
+            run_from = i - refused;
         }
-        run_n++;
         if (i == n / 2)
             TCM_CRASH_POINT("return_half");
     }
-    if (k)
-        span_gets_back(h, cls, s_run, k, low, emptied, nemptied);
-    if (run_n)
-        runs[nr++] = (tcm_owner_run_t){run_owner, run_n};
+    if (n - refused > span_from)
+        span_gets_back(h, cls, s_run, n - refused - span_from, low, emptied, nemptied);
+    if (run_owner != UINT32_MAX)
+        runs[nr++] = (tcm_owner_run_t){(uint16_t)run_owner, n - refused - run_from};
     *nruns = nr;
     uint32_t freed = n - refused;
     if (freed) {
