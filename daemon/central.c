@@ -254,9 +254,18 @@ uint16_t tcm__central_free_ht(tcm_heap_t *h, tcm_obj_loc_t loc, uint32_t *emptie
     return free_one(h, loc.span, loc.idx, emptied);
 }
 
+/* locate() for an object of class cls: the slow path of a RETURN, out of
+ * its loop. */
+static __attribute__((noinline)) int locate_in_class(const tcm_heap_t *h, unsigned cls, uint64_t off, uint32_t *span,
+                                                     uint32_t *idx)
+{
+    int r = locate(h, off, span, idx);
+    return r == TCM_ST_OK && h->spans[*span].cls != cls ? TCM_ST_NOT_OBJECT : r;
+}
+
 /* A span's share of a RETURN, applied once for the run of its objects:
  * free count, scan hint, list, and whether the span is left empty. */
-static void span_gets_back(tcm_heap_t *h, unsigned cls, uint32_t s, uint32_t k, uint32_t low, uint32_t *emptied,
+static __attribute__((noinline)) void span_gets_back(tcm_heap_t *h, unsigned cls, uint32_t s, uint32_t k, uint32_t low, uint32_t *emptied,
                            uint32_t *nemptied)
 {
     tcm_span_t *sp = &h->spans[s];
@@ -306,9 +315,7 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
         uint32_t idx;
         if (__builtin_expect(rel >= len, 0)) { /* another span: look it up */
             uint32_t s;
-            int r = locate(h, off, &s, &idx);
-            if (r == TCM_ST_OK && h->spans[s].cls != cls)
-                r = TCM_ST_NOT_OBJECT;
+            int r = locate_in_class(h, cls, off, &s, &idx);
             if (r != TCM_ST_OK) {
                 TCM_PERSIST_STORE(st[i], (uint8_t)r);
                 refused++;
