@@ -254,18 +254,29 @@ uint16_t tcm__central_free_ht(tcm_heap_t *h, tcm_obj_loc_t loc, uint32_t *emptie
     return free_one(h, loc.span, loc.idx, emptied);
 }
 
-/* locate() for an object of class cls: the slow path of a RETURN, out of
- * its loop. */
-static __attribute__((noinline)) int locate_in_class(const tcm_heap_t *h, unsigned cls, uint64_t off, uint32_t *span,
-                                                     uint32_t *idx)
+/* The SMALL span of class cls that holds heap offset off, or 0 (*why: the
+ * refusal): a RETURN's span lookup, out of its loop. The object start and
+ * its bit are checked by the caller, as for the objects that follow in the
+ * same span. */
+static __attribute__((noinline)) uint32_t span_of_class(const tcm_heap_t *h, unsigned cls, uint64_t off, int *why)
 {
-    int r = locate(h, off, span, idx);
-    return r == TCM_ST_OK && h->spans[*span].cls != cls ? TCM_ST_NOT_OBJECT : r;
+    if (off >= h->heap_size || off < TCM_PAGE_SIZE) {
+        *why = TCM_ST_BAD_OFFSET;
+        return 0;
+    }
+    uint32_t page = (uint32_t)(off >> TCM_PAGE_SHIFT);
+    uint32_t s = h->page_span[page];
+    if (!s || s > h->npages || h->spans[s].state != TCM_SPAN_SMALL || h->spans[s].cls != cls ||
+        h->page_class[page] != cls) {
+        *why = TCM_ST_NOT_OBJECT;
+        return 0;
+    }
+    return s;
 }
 
 /* A span's share of a RETURN, applied once for the run of its objects:
  * free count, scan hint, list, and whether the span is left empty. */
-static __attribute__((noinline)) void span_gets_back(tcm_heap_t *h, unsigned cls, uint32_t s, uint32_t k, uint32_t low, uint32_t *emptied,
+static void span_gets_back(tcm_heap_t *h, unsigned cls, uint32_t s, uint32_t k, uint32_t low, uint32_t *emptied,
                            uint32_t *nemptied)
 {
     tcm_span_t *sp = &h->spans[s];
@@ -314,31 +325,32 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
         uint64_t off = offs[i], rel = off - lo;
         uint32_t idx;
         if (__builtin_expect(rel >= len, 0)) { /* another span: look it up */
-            uint32_t s;
-            int r = locate_in_class(h, cls, off, &s, &idx);
-            if (r != TCM_ST_OK) {
-                TCM_PERSIST_STORE(st[i], (uint8_t)r);
+            int why;
+            uint32_t s = span_of_class(h, cls, off, &why);
+            if (s) {
+                if (i - refused > span_from)
+                    span_gets_back(h, cls, s_run, i - refused - span_from, low, emptied, nemptied);
+                const tcm_span_t *sp = &h->spans[s];
+                s_run = s;
+                span_from = i - refused;
+                low = UINT32_MAX;
+                lo = tcm__page_off(sp->first);
+                len = (uint64_t)span_objs * size; /* past the last object: not one */
+                words = span_map(h, sp);
+                owners = &h->owners[tcm__span_bit0(sp)];
+                rel = off - lo;
+            }
+            if (!s || rel >= len) {
+                TCM_PERSIST_STORE(st[i], (uint8_t)(s ? TCM_ST_NOT_OBJECT : why));
                 refused++;
                 continue;
             }
-            if (i - refused > span_from)
-                span_gets_back(h, cls, s_run, i - refused - span_from, low, emptied, nemptied);
-            const tcm_span_t *sp = &h->spans[s];
-            s_run = s;
-            span_from = i - refused;
-            low = UINT32_MAX;
-            lo = tcm__page_off(sp->first);
-            len = (uint64_t)span_objs * size;
-            words = span_map(h, sp);
-            owners = &h->owners[tcm__span_bit0(sp)];
-            rel = off - lo;
-        } else {
-            idx = (uint32_t)((rel * recip) >> 32);
-            if (__builtin_expect((uint64_t)idx * size != rel, 0)) {
-                TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_NOT_OBJECT);
-                refused++;
-                continue;
-            }
+        }
+        idx = (uint32_t)((rel * recip) >> 32);
+        if (__builtin_expect((uint64_t)idx * size != rel, 0)) {
+            TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_NOT_OBJECT);
+            refused++;
+            continue;
         }
         volatile uint64_t *word = &words[idx / 64];
         uint64_t was = *word, bit = 1ull << (idx % 64);
