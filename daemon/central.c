@@ -163,10 +163,14 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
             uint64_t word_off = base_off + (uint64_t)w * 64 * size;
             uint16_t *word_owners = owners + (uint64_t)w * 64;
             uint64_t *out = log + n;
-            if (taken == ~0ull) { /* a whole free word: the common case, in straight lines */
-                for (unsigned b = 0; b < 64; b++) {
-                    out[b] = word_off + b * size;
-                    word_owners[b] = owner;
+            unsigned b0 = (unsigned)__builtin_ctzll(taken);
+            uint64_t run = taken >> b0;
+            if ((run & (run + 1)) == 0) { /* one run of free objects (a whole free word): straight lines */
+                uint64_t run_off = word_off + b0 * size;
+                uint16_t *run_owners = word_owners + b0;
+                for (uint32_t j = 0; j < k; j++) {
+                    out[j] = run_off + j * size;
+                    run_owners[j] = owner;
                 }
             } else {
                 for (uint64_t bits = taken; bits; bits &= bits - 1) {
