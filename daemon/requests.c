@@ -460,8 +460,9 @@ void tcm__resolve_intent_ht(tcm_server_t *srv, uint64_t *redone, uint64_t *rolle
     case TCM_OP_RETURN: {
         uint32_t refused = 0, count = ri->count;
         for (uint32_t i = 0; i < count; i++) {
-            /* pending: not reached before the crash, nothing of it done (a
-             * tcmd before 0.3 counted the entries reached in n instead) */
+            /* pending: not reached before the crash, nothing of it done
+             * (an older tcmd counted the entries it reached in n instead:
+             * those past n are pending too) */
             if (i >= ri->n || ri->st[i] == TCM_ST_PENDING) {
                 ri->st[i] = (uint8_t)tcm__central_check_ht(h, ri->cls, ri->offs[i], NULL);
                 ri->n = i + 1 > ri->n ? i + 1 : ri->n;
