@@ -320,10 +320,21 @@ static uint16_t *ready_owner_word(tcm_heap_t *h, uint32_t *ow, uint64_t held, ui
     return tags;
 }
 
+/* The lowest k set bits of bits (k at most their number). */
+static inline uint64_t lowest_bits(uint64_t bits, uint32_t k)
+{
+    uint64_t rest = bits;
+    while (k--)
+        rest &= rest - 1;
+    return bits ^ rest;
+}
+
 uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint16_t owner, uint64_t *log,
                                 uint32_t *logged, int *status)
 {
     const tcm_class_info_t *ci = &h->classes[cls];
+    const uint64_t size = ci->size;
+    const uint32_t span_objs = ci->span_objs, words = (span_objs + 63) / 64;
     uint32_t n = 0;
     uint16_t scratch[64]; /* the tags of a word that is all owner's: not kept */
     *status = TCM_ST_OK;
@@ -333,47 +344,62 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
             break;
         tcm_span_t *sp = &h->spans[s];
         uint64_t *map = span_map(h, sp);
-        uint32_t words = (ci->span_objs + 63) / 64;
         uint64_t base_off = tcm__page_off(sp->first);
         uint32_t *owners = tcm__span_owners(h, sp);
-        for (uint32_t w = sp->scan; w < words && n < want && sp->nfree; w++) {
-            uint64_t valid = (w == words - 1 && ci->span_objs % 64) ? (1ull << (ci->span_objs % 64)) - 1 : ~0ull;
-            uint64_t free_bits = ~map[w] & valid, taken = 0;
-            if (!free_bits) {
-                sp->scan = w;
+        uint32_t nfree = sp->nfree, w = sp->scan;
+        for (; w < words && n < want && nfree; w++) {
+            uint64_t valid = (w == words - 1 && span_objs % 64) ? (1ull << (span_objs % 64)) - 1 : ~0ull;
+            uint64_t free_bits = ~map[w] & valid;
+            if (!free_bits)
                 continue;
-            }
+            uint32_t k = (uint32_t)__builtin_popcountll(free_bits);
+            uint64_t taken = k <= want - n ? free_bits : lowest_bits(free_bits, k = want - n);
             uint16_t *tags = ready_owner_word(h, &owners[w], map[w], owner, scratch);
             if (!tags) {
                 *status = TCM_ST_NOMEM;
                 want = n; /* what is logged is handed out; the rest waits */
                 break;
             }
-            uint64_t word_off = base_off + (uint64_t)w * 64 * ci->size;
-            while (free_bits && n < want) {
-                unsigned b = (unsigned)__builtin_ctzll(free_bits);
-                free_bits &= free_bits - 1;
-                taken |= 1ull << b;
-                tags[b] = owner;
-                /* logged first: a recovery finishes what is logged */
-                TCM_PERSIST_STORE(log[n], word_off + (uint64_t)b * ci->size);
-                TCM_PERSIST_STORE(*logged, ++n);
+            /* The word's objects are logged with plain stores, then the
+             * count once for the word, then the word's bits: a bit is never
+             * set for an object not logged, so a recovery finishes exactly
+             * what is logged (the order per object, paid per word). */
+            uint64_t word_off = base_off + (uint64_t)w * 64 * size;
+            uint64_t *out = log + n;
+            unsigned b0 = (unsigned)__builtin_ctzll(taken);
+            uint64_t run = taken >> b0;
+            if ((run & (run + 1)) == 0) { /* one run of free objects (a whole free word): straight lines */
+                uint64_t run_off = word_off + b0 * size;
+                uint16_t *run_tags = tags + b0;
+                for (uint32_t j = 0; j < k; j++) {
+                    out[j] = run_off + j * size;
+                    run_tags[j] = owner;
+                }
+            } else {
+                for (uint64_t bits = taken; bits; bits &= bits - 1) {
+                    unsigned b = (unsigned)__builtin_ctzll(bits);
+                    *out++ = word_off + b * size;
+                    tags[b] = owner;
+                }
             }
-            /* the word's bits once its objects are logged (the same order
-             * as one by one: a bit is never set for an object not logged) */
+            n += k;
+            TCM_PERSIST_BARRIER();
+            TCM_PERSIST_STORE(*logged, n);
             TCM_PERSIST_STORE(map[w], map[w] | taken);
-            uint32_t k = (uint32_t)__builtin_popcountll(taken);
-            TCM_ASSERT_INTERNAL(sp->nfree >= k);
-            sp->nfree -= k;
-            sp->scan = w;
+            TCM_ASSERT_INTERNAL(nfree >= k);
+            nfree -= k;
+            if (n == want || !nfree)
+                break;
         }
-        if (sp->nfree == 0)
+        sp->nfree = nfree;
+        sp->scan = w < words ? w : words - 1; /* no free object below it */
+        if (nfree == 0)
             tcm__span_list_remove(h, &h->meta->central_head[cls], s);
         TCM_CRASH_POINT("refill_span");
     }
     if (n)
         *status = TCM_ST_OK;
-    TCM_STAT_ADD(h->meta, bytes_central_free, -(uint64_t)n * ci->size);
+    TCM_STAT_ADD(h->meta, bytes_central_free, -(uint64_t)n * size);
     TCM_HT_ADD(h->cstats[cls].free_objs, -(uint64_t)n);
     return n;
 }
@@ -435,87 +461,132 @@ uint16_t tcm__central_free_ht(tcm_heap_t *h, tcm_obj_loc_t loc, uint32_t *emptie
     return free_one(h, loc.span, loc.idx, emptied);
 }
 
-/* The span a batch's objects mostly share: looked up (and checked) once for
- * a run of objects in it. Nothing in a RETURN changes a span's range,
- * state or class (spans it empties are released by the caller, after). */
-typedef struct span_cache {
-    uint64_t lo, hi; /* heap offsets of the span's pages; lo == hi: none */
-    uint32_t s;
-    tcm_span_t *sp;
-    uint64_t *map;     /* its object map */
-    uint32_t *owners;  /* its owner words */
-} span_cache_t;
-
-/* Like locate() for an object of class ci, with the span of the previous
- * object reused when off is in it. */
-static int locate_cached(tcm_heap_t *h, span_cache_t *sc, unsigned cls, const tcm_class_info_t *ci, uint64_t off,
-                         uint32_t *idx)
+/* The SMALL span of class cls that holds heap offset off, or 0 (*why: the
+ * refusal): a RETURN's span lookup, out of its loop. The object start and
+ * its bit are checked by the caller, as for the objects that follow in the
+ * same span. */
+static __attribute__((noinline)) uint32_t span_of_class(const tcm_heap_t *h, unsigned cls, uint64_t off, int *why)
 {
-    if (off < sc->lo || off >= sc->hi) {
-        uint32_t s, i;
-        int st = locate(h, off, &s, &i);
-        if (st == TCM_ST_OK && h->spans[s].cls != cls)
-            return TCM_ST_NOT_OBJECT;
-        if (st != TCM_ST_OK)
-            return st;
-        tcm_span_t *sp = &h->spans[s];
-        *sc = (span_cache_t){tcm__page_off(sp->first), tcm__page_off(sp->first + sp->npages), s, sp,
-                             span_map(h, sp), tcm__span_owners(h, sp)};
-        *idx = i;
-        return TCM_ST_OK;
+    if (off >= h->heap_size || off < TCM_PAGE_SIZE) {
+        *why = TCM_ST_BAD_OFFSET;
+        return 0;
     }
-    uint64_t rel = off - sc->lo;
-    uint32_t i = (uint32_t)((rel * ci->recip) >> 32);
-    if ((uint64_t)i * ci->size != rel || i >= ci->span_objs)
-        return TCM_ST_NOT_OBJECT;
-    if (!(sc->map[i / 64] & (1ull << (i % 64))))
-        return TCM_ST_DOUBLE_FREE;
-    *idx = i;
-    return TCM_ST_OK;
+    uint32_t page = (uint32_t)(off >> TCM_PAGE_SHIFT);
+    uint32_t s = h->page_span[page];
+    if (!s || s > h->npages || h->spans[s].state != TCM_SPAN_SMALL || h->spans[s].cls != cls ||
+        h->page_class[page] != cls) {
+        *why = TCM_ST_NOT_OBJECT;
+        return 0;
+    }
+    return s;
+}
+
+/* A span's share of a RETURN, applied once for the run of its objects:
+ * free count, scan hint, list, and whether the span is left empty. */
+static void span_gets_back(tcm_heap_t *h, unsigned cls, uint32_t s, uint32_t k, uint32_t low, uint32_t *emptied,
+                           uint32_t *nemptied)
+{
+    tcm_span_t *sp = &h->spans[s];
+    uint32_t span_objs = h->classes[cls].span_objs;
+    TCM_ASSERT(sp->nfree + k <= span_objs);
+    if (low / 64 < sp->scan)
+        sp->scan = low / 64;
+    if (sp->nfree == 0)
+        tcm__span_list_push(h, &h->meta->central_head[cls], s);
+    sp->nfree += k;
+    if (sp->nfree == span_objs) /* reached once: a RETURN only adds */
+        emptied[(*nemptied)++] = s;
 }
 
 uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *offs, uint32_t n, uint8_t *st,
-                               uint32_t *applied, uint16_t *owners, uint32_t *emptied, uint32_t *nemptied)
+                               tcm_owner_run_t *runs, uint32_t *nruns, uint32_t *emptied, uint32_t *nemptied)
 {
+    /* Each entry's status is stored before its object is freed (both
+     * volatile: the compiler keeps their order), over the pending marks the
+     * caller logged for the batch, so a recovery frees the entries logged
+     * OK again (clearing a clear bit is a no-op) and checks the pending
+     * ones, which nothing was done for: it neither misses a free nor
+     * mistakes one for a double free. */
+    *nruns = 0;
     if (cls == 0 || cls >= TCM_NCLASSES) { /* no object is of that class */
-        for (uint32_t i = 0; i < n; i++) {
+        for (uint32_t i = 0; i < n; i++)
             TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_NOT_OBJECT);
-            TCM_PERSIST_STORE(*applied, i + 1);
-        }
         return n;
     }
     const tcm_class_info_t *ci = &h->classes[cls];
-    uint32_t refused = 0;
-    span_cache_t sc = {0};
+    const uint64_t size = ci->size, recip = ci->recip;
+    const uint32_t span_objs = ci->span_objs;
+    /* The span of the previous object, looked up (and checked) once for
+     * the run of objects in it; locals only, so that the status stores
+     * (char, which may alias anything) do not make the compiler reload
+     * them. Nothing in a RETURN changes a span's range, state or class
+     * (spans it empties are released by the caller, after). */
+    uint64_t lo = 0, len = 0; /* [lo, lo + len): the span's objects */
+    uint64_t *words = NULL;
+    const uint32_t *owners = NULL; /* its owner words */
+    /* Objects freed so far are i - refused: a span's count and an owner's
+     * run are differences of it, not counted per object. */
+    uint32_t refused = 0, nr = 0, s_run = 0, span_from = 0, low = UINT32_MAX, run_from = 0;
+    uint32_t run_owner = UINT32_MAX; /* no owner tag: the first object starts a run */
     for (uint32_t i = 0; i < n; i++) {
+        uint64_t off = offs[i], rel = off - lo;
         uint32_t idx;
-        int r = locate_cached(h, &sc, cls, ci, offs[i], &idx);
-        /* logged before the object is freed: a recovery neither misses this
-         * free nor mistakes it for a double free */
-        TCM_PERSIST_STORE(st[i], (uint8_t)r);
-        TCM_PERSIST_STORE(*applied, i + 1);
-        if (r != TCM_ST_OK) {
+        if (__builtin_expect(rel >= len, 0)) { /* another span: look it up */
+            int why;
+            uint32_t s = span_of_class(h, cls, off, &why);
+            if (s) {
+                if (i - refused > span_from)
+                    span_gets_back(h, cls, s_run, i - refused - span_from, low, emptied, nemptied);
+                const tcm_span_t *sp = &h->spans[s];
+                s_run = s;
+                span_from = i - refused;
+                low = UINT32_MAX;
+                lo = tcm__page_off(sp->first);
+                len = (uint64_t)span_objs * size; /* past the last object: not one */
+                words = span_map(h, sp);
+                owners = tcm__span_owners(h, sp);
+                rel = off - lo;
+            }
+            if (!s || rel >= len) {
+                TCM_PERSIST_STORE(st[i], (uint8_t)(s ? TCM_ST_NOT_OBJECT : why));
+                refused++;
+                continue;
+            }
+        }
+        idx = (uint32_t)((rel * recip) >> 32);
+        if (__builtin_expect((uint64_t)idx * size != rel, 0)) {
+            TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_NOT_OBJECT);
             refused++;
             continue;
         }
-        /* free_one, with the span's parts at hand */
-        tcm_span_t *sp = sc.sp;
-        TCM_ASSERT(sp->nfree < ci->span_objs);
-        uint64_t *word = &sc.map[idx / 64];
-        TCM_PERSIST_STORE(*word, *word & ~(1ull << (idx % 64)));
-        if (idx / 64 < sp->scan)
-            sp->scan = idx / 64;
-        if (sp->nfree++ == 0)
-            tcm__span_list_push(h, &h->meta->central_head[cls], sc.s);
-        if (sp->nfree == ci->span_objs)
-            emptied[(*nemptied)++] = sc.s;
-        owners[i] = tcm__owner_of(h, sc.owners, idx);
+        volatile uint64_t *word = &words[idx / 64];
+        uint64_t was = *word, bit = 1ull << (idx % 64);
+        if (__builtin_expect(!(was & bit), 0)) { /* also the second of an object twice in the batch */
+            TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_DOUBLE_FREE);
+            refused++;
+            continue;
+        }
+        TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_OK);
+        *word = was ^ bit;
+        low = idx < low ? idx : low;
+        uint32_t owner = tcm__owner_of(h, owners, idx);
+        if (__builtin_expect(owner != run_owner, 0)) { /* batches are mostly one owner's */
+            if (run_owner != UINT32_MAX)
+                runs[nr++] = (tcm_owner_run_t){(uint16_t)run_owner, i - refused - run_from};
+            run_owner = owner;
+            run_from = i - refused;
+        }
         if (i == n / 2)
             TCM_CRASH_POINT("return_half");
     }
+    if (n - refused > span_from)
+        span_gets_back(h, cls, s_run, n - refused - span_from, low, emptied, nemptied);
+    if (run_owner != UINT32_MAX)
+        runs[nr++] = (tcm_owner_run_t){(uint16_t)run_owner, n - refused - run_from};
+    *nruns = nr;
     uint32_t freed = n - refused;
     if (freed) {
-        TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)freed * ci->size);
+        TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)freed * size);
         TCM_HT_ADD(h->cstats[cls].free_objs, freed);
     }
     return refused;

@@ -155,13 +155,23 @@ int tcm__central_check_ht(const tcm_heap_t *h, unsigned cls, uint64_t off, tcm_o
  * its owner tag. *emptied is set when its span has no object handed out any
  * more. */
 uint16_t tcm__central_free_ht(tcm_heap_t *h, tcm_obj_loc_t loc, uint32_t *emptied);
-/* Free n objects of class cls: st[i] gets each entry's status and *applied
- * counts the entries done, both stored before the object is freed (so a
- * recovery can finish the batch); owners[i] is the owner tag of each freed
- * object; spans left empty are added to emptied[]. Returns how many were
- * refused. Good objects are never lost to a bad neighbour. */
+/* Consecutive freed objects of one owner. */
+typedef struct tcm_owner_run {
+    uint16_t owner;
+    uint32_t objects;
+} tcm_owner_run_t;
+/* A RETURN entry's status before the heap thread reached it (in the
+ * request intent's st[]; not a ring status, never answered). */
+#define TCM_ST_PENDING 0xffu
+/* Free n objects of class cls. Each entry gets its status in st[] before
+ * its object is freed; with st[] all TCM_ST_PENDING before the call (the
+ * caller's log of the batch), a recovery can finish it: free again what is
+ * logged OK, check what is pending. runs[] (room for n) gets the owner tags of the freed
+ * objects, consecutive equal ones as one run; spans left empty are added
+ * to emptied[]. Returns how many were refused. Good objects are never lost
+ * to a bad neighbour. */
 uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *offs, uint32_t n, uint8_t *st,
-                               uint32_t *applied, uint16_t *owners, uint32_t *emptied, uint32_t *nemptied);
+                               tcm_owner_run_t *runs, uint32_t *nruns, uint32_t *emptied, uint32_t *nemptied);
 /* Give span s back to the page heap if it is still empty and not its
  * class's only span with free objects (one is kept against churn). */
 bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep_last);

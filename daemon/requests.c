@@ -70,46 +70,38 @@ static void commit(tcm_server_t *srv, tcm_client_t *c, uint64_t pos)
 }
 
 /* Free objects of one class, logged in st (the request intent's, for a
- * RETURN), and credit each to its owner. Returns the first refusal;
+ * RETURN), and credit them to their owners. Returns the first refusal;
  * *refused counts them; spans left empty are added to emptied[]. */
 static int free_objects(tcm_server_t *srv, tcm_client_t *c, unsigned cls, const uint64_t *offs, uint32_t n,
-                        uint8_t *st, uint32_t *applied, bool quiet, uint32_t *refused, uint32_t *emptied,
-                        uint32_t *nemptied)
+                        uint8_t *st, bool quiet, uint32_t *refused, uint32_t *emptied, uint32_t *nemptied)
 {
-    uint16_t owners[TCM_MAX_BATCH];
-    *refused = tcm__central_return_ht(&srv->h, cls, offs, n, st, applied, owners, emptied, nemptied);
+    tcm_owner_run_t runs[TCM_MAX_BATCH];
+    uint32_t nruns;
+    *refused = tcm__central_return_ht(&srv->h, cls, offs, n, st, runs, &nruns, emptied, nemptied);
+    uint64_t size = srv->h.classes[cls].size;
+    for (uint32_t r = 0; r < nruns; r++)
+        tcm__credit_ht(srv, runs[r].owner, runs[r].objects * size);
+    TCM_STAT_ADD(srv->meta, bytes_clients, -(uint64_t)(n - *refused) * size);
+    if (!*refused)
+        return TCM_ST_OK;
     int first = TCM_ST_OK;
-    uint32_t size = srv->h.classes[cls].size, good = 0;
-    uint16_t run_owner = 0;
-    uint64_t run = 0;
     for (uint32_t i = 0; i < n; i++) {
-        if (st[i] != TCM_ST_OK) {
-            if (first == TCM_ST_OK)
-                first = st[i];
-            if (!quiet)
-                refuse(srv, c, "free", cls, offs[i], st[i]);
+        if (st[i] == TCM_ST_OK)
             continue;
-        }
-        good++;
-        if (owners[i] != run_owner && run) { /* batches are mostly one owner's */
-            tcm__credit_ht(srv, run_owner, run);
-            run = 0;
-        }
-        run_owner = owners[i];
-        run += size;
+        if (first == TCM_ST_OK)
+            first = st[i];
+        if (!quiet)
+            refuse(srv, c, "free", cls, offs[i], st[i]);
     }
-    if (run)
-        tcm__credit_ht(srv, run_owner, run);
-    TCM_STAT_ADD(srv->meta, bytes_clients, -(uint64_t)good * size);
     return first;
 }
 
 uint32_t tcm__free_objects_ht(tcm_server_t *srv, tcm_client_t *c, unsigned cls, const uint64_t *offs,
                               uint32_t n)
 {
-    uint32_t refused, applied, emptied[TCM_MAX_BATCH], nemptied = 0;
+    uint32_t refused, emptied[TCM_MAX_BATCH], nemptied = 0;
     uint8_t st[TCM_MAX_BATCH];
-    free_objects(srv, c, cls, offs, n, st, &applied, true, &refused, emptied, &nemptied);
+    free_objects(srv, c, cls, offs, n, st, true, &refused, emptied, &nemptied);
     for (uint32_t i = 0; i < nemptied; i++)
         tcm__central_release_span_ht(&srv->h, emptied[i], true);
     return n - refused;
@@ -177,11 +169,14 @@ static int op_return(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
     /* copy first: the client may change the slot while we check it */
     memcpy(ri->offs, slot->offs, count * sizeof ri->offs[0]);
     ri->count = count;
-    ri->n = 0;
+    /* logged once for the batch: every entry pending until it gets its
+     * status, which is stored before its object is freed */
+    memset(ri->st, TCM_ST_PENDING, count);
+    ri->n = count;
     set_phase(ri, TCM_INTENT_APPLYING);
     TCM_HT_ADD(srv->h.cstats[cls].returns, 1);
     uint32_t refused;
-    int st = free_objects(srv, c, cls, ri->offs, count, ri->st, &ri->n, false, &refused, emptied, nemptied);
+    int st = free_objects(srv, c, cls, ri->offs, count, ri->st, false, &refused, emptied, nemptied);
     slot->result = refused;
     return st;
 }
@@ -471,9 +466,12 @@ void tcm__resolve_intent_ht(tcm_server_t *srv, uint64_t *redone, uint64_t *rolle
     case TCM_OP_RETURN: {
         uint32_t refused = 0, count = ri->count;
         for (uint32_t i = 0; i < count; i++) {
-            if (i >= ri->n) { /* not reached before the crash */
+            /* pending: not reached before the crash, nothing of it done
+             * (an older tcmd counted the entries it reached in n instead:
+             * those past n are pending too) */
+            if (i >= ri->n || ri->st[i] == TCM_ST_PENDING) {
                 ri->st[i] = (uint8_t)tcm__central_check_ht(h, ri->cls, ri->offs[i], NULL);
-                ri->n = i + 1;
+                ri->n = i + 1 > ri->n ? i + 1 : ri->n;
             }
             if (ri->st[i] == TCM_ST_OK)
                 object_bit(h, ri->cls, ri->offs[i], false, 0);

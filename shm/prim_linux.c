@@ -320,25 +320,27 @@ tcm_handle_t tcm__lock_name(const char *name)
     return fd;
 }
 
-/* Field 22 of /proc/PID/stat: when the process started, in clock ticks
- * since boot. The command name (field 2) may hold spaces and parentheses,
- * so the count starts after its last ')'. */
-static int proc_start_time(tcm_pid_t pid, uint64_t *start)
+/* Fields 3 (state) and 22 (start, in clock ticks since boot) of the
+ * stat file of a /proc/PID directory (dirfd) or of /proc/PID (dirfd -1).
+ * The command name (field 2) may hold spaces and parentheses, so the count
+ * starts after its last ')'. */
+static int proc_stat(int dirfd, tcm_pid_t pid, char *state, uint64_t *start)
 {
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = dirfd >= 0 ? openat(dirfd, "stat", O_RDONLY | O_CLOEXEC) : open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return errno == ENOENT ? -ESRCH : -errno;
+        return errno == ENOENT || errno == ESRCH ? -ESRCH : -errno;
     ssize_t n = read(fd, buf, sizeof buf - 1);
     int err = n < 0 ? -errno : 0;
     close(fd);
     if (err)
-        return err;
+        return err == -ESRCH ? -ESRCH : err;
     buf[n] = 0;
     char *p = strrchr(buf, ')');
-    if (!p)
+    if (!p || p[1] != ' ' || !p[2])
         return -EPROTO;
+    *state = p[2];
     for (int field = 2; field < 22 && p; field++)
         p = strchr(p + 1, ' ');
     if (!p)
@@ -347,16 +349,37 @@ static int proc_start_time(tcm_pid_t pid, uint64_t *start)
     return 0;
 }
 
+/* Kernels before 5.3 (and sandboxes whose seccomp filter refuses the call,
+ * and valgrind up to 3.20, which bench/run_daemon_cost.sh runs tcmd under)
+ * have no pidfd_open: the watch is then a descriptor of the /proc/PID
+ * directory, which keeps naming that process even once its pid is reused
+ * (its files read ESRCH when it has gone). It cannot be polled; tcmd's
+ * liveness timer asks it every second. Set once, by the first watch. */
+static _Atomic bool proc_watch_by_dir;
+
 /* The pidfd first, then the start time: a pid reused between the two
  * leaves a pidfd of the process that ended, which reads as exited. */
 tcm_handle_t tcm__proc_watch(tcm_pid_t pid, uint64_t *start)
 {
     if (pid <= 0)
         return -ESRCH;
-    int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-    if (fd < 0)
-        return -errno;
-    int err = proc_start_time(pid, start);
+    int fd = -1;
+    if (!atomic_load_explicit(&proc_watch_by_dir, memory_order_relaxed)) {
+        fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+        if (fd < 0 && errno != ENOSYS && errno != EPERM)
+            return -errno;
+        if (fd < 0)
+            atomic_store_explicit(&proc_watch_by_dir, true, memory_order_relaxed);
+    }
+    if (fd < 0) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d", (int)pid);
+        fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+            return errno == ENOENT ? -ESRCH : -errno;
+    }
+    char state;
+    int err = proc_stat(-1, pid, &state, start);
     if (err) {
         close(fd);
         return err;
@@ -366,13 +389,21 @@ tcm_handle_t tcm__proc_watch(tcm_pid_t pid, uint64_t *start)
 
 bool tcm__proc_exited(tcm_handle_t watch)
 {
+    if (watch < 0)
+        return true;
+    if (atomic_load_explicit(&proc_watch_by_dir, memory_order_relaxed)) {
+        char state;
+        uint64_t start;
+        int err = proc_stat(watch, 0, &state, &start);
+        return err == -ESRCH || (!err && (state == 'Z' || state == 'X'));
+    }
     struct pollfd pfd = {.fd = watch, .events = POLLIN};
-    return watch < 0 || (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)));
+    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL));
 }
 
 bool tcm__proc_watch_pollable(void)
 {
-    return true;
+    return !atomic_load_explicit(&proc_watch_by_dir, memory_order_relaxed);
 }
 
 int tcm__file_id(tcm_handle_t fd, tcm_file_id_t *id)

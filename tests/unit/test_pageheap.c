@@ -278,6 +278,74 @@ static void test_roots(void)
 }
 
 /* Each case on a heap of its own, set up in its own process. */
+/* A RETURN batch as the heap thread frees it: objects of several spans
+ * interleaved, bad entries among good ones, an object twice (the second is
+ * the double free), a span left empty; every entry gets its status; owner
+ * runs add up to what was freed. */
+static void test_batch(void)
+{
+    static uint64_t offs[256], batch[TCM_MAX_BATCH];
+    int st;
+    unsigned cls = tcm__size_class(1024); /* 64 objects per span */
+    uint32_t per_span = h.classes[cls].span_objs, n = refill(cls, 4 * per_span, offs, 9, &st);
+    CHECK_EQ(n, 4 * per_span);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < per_span; i++) { /* span 0 whole, spans 1 and 2 interleaved with it */
+        batch[k++] = offs[i];
+        if (i % 4 == 0)
+            batch[k++] = offs[per_span + i];
+        if (i % 8 == 0)
+            batch[k++] = offs[2 * per_span + i];
+    }
+    uint32_t good = k;
+    batch[k++] = offs[per_span] + 16;     /* not an object start */
+    batch[k++] = offs[0];                 /* twice in the batch */
+    batch[k++] = offs[3 * per_span] + 8;  /* not an object start, another span */
+    batch[k++] = offs[3 * per_span + 1];  /* good, after the bad ones */
+    good++;
+    uint8_t sts[TCM_MAX_BATCH];
+    uint32_t nruns, emptied[TCM_MAX_BATCH], nemptied = 0;
+    memset(sts, TCM_ST_PENDING, sizeof sts);
+    tcm_owner_run_t runs[TCM_MAX_BATCH];
+    uint32_t refused = tcm__central_return_ht(&h, cls, batch, k, sts, runs, &nruns, emptied, &nemptied);
+    CHECK_EQ(refused, 3);
+    for (uint32_t i = 0; i < k; i++)
+        CHECK_NE(sts[i], TCM_ST_PENDING);
+    CHECK_EQ(sts[good - 1], TCM_ST_NOT_OBJECT);
+    CHECK_EQ(sts[good], TCM_ST_DOUBLE_FREE);
+    CHECK_EQ(sts[good + 1], TCM_ST_NOT_OBJECT);
+    CHECK_EQ(sts[k - 1], TCM_ST_OK);
+    uint64_t credited = 0;
+    for (uint32_t r = 0; r < nruns; r++) {
+        CHECK_EQ(runs[r].owner, 9);
+        credited += runs[r].objects;
+    }
+    CHECK_EQ(credited, good);
+    CHECK_EQ(nruns, 1);
+    CHECK_EQ(nemptied, 1); /* span 0 */
+    CHECK_EQ(emptied[0], h.page_span[offs[0] >> TCM_PAGE_SHIFT]);
+    for (uint32_t i = 0; i < k; i++)
+        if (sts[i] == TCM_ST_OK)
+            CHECK_EQ(tcm__central_check_ht(&h, cls, batch[i], NULL), TCM_ST_DOUBLE_FREE);
+    validate();
+    rebuild_and_compare();
+    /* the same batch again: every entry refused, nothing changes */
+    CHECK_EQ(tcm__central_return_ht(&h, cls, batch, k, sts, runs, &nruns, emptied, &nemptied), k);
+    CHECK_EQ(nruns, 0);
+    validate();
+    /* what was not returned is still handed out; the rest comes back */
+    k = 0;
+    for (uint32_t i = per_span; i < n; i++)
+        if (tcm__central_check_ht(&h, cls, offs[i], NULL) == TCM_ST_OK)
+            batch[k++] = offs[i];
+    CHECK_EQ(k, n - good);
+    nemptied = 0;
+    CHECK_EQ(tcm__central_return_ht(&h, cls, batch, k, sts, runs, &nruns, emptied, &nemptied), 0);
+    CHECK_EQ(nemptied, 3);
+    validate();
+    rebuild_and_compare();
+}
+
 #define ON_A_NEW_HEAP(name) \
     static void case_##name(void) \
     { \
@@ -286,6 +354,7 @@ static void test_roots(void)
     }
 ON_A_NEW_HEAP(runs)
 ON_A_NEW_HEAP(objects)
+ON_A_NEW_HEAP(batch)
 ON_A_NEW_HEAP(release)
 ON_A_NEW_HEAP(limit)
 ON_A_NEW_HEAP(roots)
@@ -293,7 +362,7 @@ ON_A_NEW_HEAP(roots)
 int main(void)
 {
     static const tt_case_t cases[] = {
-        {"runs", case_runs}, {"objects", case_objects}, {"release", case_release},
+        {"runs", case_runs}, {"objects", case_objects}, {"batch", case_batch}, {"release", case_release},
         {"limit", case_limit}, {"roots", case_roots},
     };
     return tt_run_cases("pageheap", cases, sizeof cases / sizeof cases[0], 60000) != 0;
