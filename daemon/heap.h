@@ -84,6 +84,7 @@ typedef struct tcm_heap {
     uint64_t last_change_ns;       /* when pages were last cut or freed (decay starts from it) */
     uint64_t cache_low_pages;      /* fewest free committed pages since window_ns: what nobody needed */
     uint64_t window_ns;            /* when the decay window began */
+    uint64_t step_ns;              /* when the last step (decay_ms / TCM_DECAY_STEPS) began: decay by amount */
     uint64_t *maps_backed;         /* private: bit per heap page whose object- and owner-map
                                       entries are known to be backed (never punched) */
 } tcm_heap_t;
