@@ -666,14 +666,20 @@ static tcm_thread_t *current_thread(void)
 /* The bytes below which a class's cache does not grow unless it is busy. */
 #define QUIET_BYTES 65536u
 
-/* Whether a class's bin is busy: its last miss or overflow was recent, for
- * objects above 4 KiB in proportion to their size (one 256 KiB object
- * every 15 ms is not busy, a 64 B one is). Notes this event. */
-static bool busy_class(tcm_thread_t *thr, unsigned cls)
+/* Whether a class's bin is busy: its last miss or overflow was dealt with
+ * a short while ago, for objects above 4 KiB in proportion to their size
+ * (one 256 KiB object every 15 ms is not busy, a 64 B one is). Measured
+ * from the end of the last one (note_event), so that a slow round trip to
+ * tcmd does not make a tight loop look quiet. */
+static bool busy_class(const tcm_thread_t *thr, unsigned cls)
 {
-    uint64_t now = tcm__now_ns(), since = now - thr->event_ns[cls], size = tcm__proc.classes[cls].size;
-    thr->event_ns[cls] = now;
+    uint64_t since = tcm__now_ns() - thr->event_ns[cls], size = tcm__proc.classes[cls].size;
     return (since >> 12) * (size > 4096 ? size : 4096) < scavenge_interval_ns() / 16;
+}
+
+static void note_event(tcm_thread_t *thr, unsigned cls)
+{
+    thr->event_ns[cls] = tcm__now_ns();
 }
 
 static bool refill(tcm_thread_t *thr, unsigned cls)
@@ -704,6 +710,7 @@ static bool refill(tcm_thread_t *thr, unsigned cls)
                 slow_start(thr, cls);
             if (quick && tcm__xfer_empty(cls)) /* still nothing from this process's other threads */
                 fetch_ahead(thr, cls);
+            note_event(thr, cls);
             return true;
         }
     }
@@ -732,6 +739,7 @@ static bool refill(tcm_thread_t *thr, unsigned cls)
         if (quick)
             fetch_ahead(thr, cls);
     }
+    note_event(thr, cls);
     return got != 0;
 }
 
@@ -880,6 +888,7 @@ void tcm__free_slow(void *p)
             if (thr->low[cls] > b->count)
                 thr->low[cls] = b->count;
         }
+        note_event(thr, cls);
     }
     b->slots[b->count++] = p;
 }
