@@ -459,13 +459,17 @@ static void scavenge(tcm_thread_t *thr)
         tcm_bin_t *b = &thr->tc->bins[cls];
         uint32_t low = thr->low[cls] < b->count ? thr->low[cls] : b->count;
         if (low) {
-            uint32_t drop = low - low / 4, max = b->max - drop;
+            /* a bin may hold one more than its max (a free into a bin of max 0) */
+            uint32_t drop = low - low / 4, max = b->max > drop ? b->max - drop : 0;
             release_idle(cls, b, drop);
             if (max < b->count)
                 max = b->count;
             if (max < 1)
                 max = 1; /* as grow() leaves it: a bin that has been used is never back at max 0 */
-            thr->capacity -= (uint64_t)(b->max - max) * classes[cls].size;
+            if (max < b->max)
+                thr->capacity -= (uint64_t)(b->max - max) * classes[cls].size;
+            else
+                thr->capacity += (uint64_t)(max - b->max) * classes[cls].size;
             b->max = max;
         }
         thr->low[cls] = b->count;
