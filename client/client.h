@@ -53,6 +53,12 @@ typedef struct tcm_thread {
     uint32_t refill[TCM_NCLASSES]; /* slow start: objects fetched per miss */
     uint8_t daemon_streak[TCM_NCLASSES]; /* refills in a row from tcmd (to 2): then it fetches ahead */
     uint32_t async_next;         /* the async slot to try first */
+    /* scavenging (tcache.c): what a bin kept unused through an interval goes back */
+    uint32_t slow_calls;         /* slow-path entries since the clock was last read */
+    uint64_t scavenge_ns;        /* when the next scavenge is due (0: not yet set) */
+    uint64_t event_ns[TCM_NCLASSES]; /* when each bin last missed or overflowed */
+    uint32_t low[TCM_NCLASSES];  /* fewest objects each bin is known to have held since the last
+                                    scavenge (0 once it missed; UINT32_MAX: never missed) */
 } tcm_thread_t;
 
 /* What this process keeps of each thread cache in its channel, whichever

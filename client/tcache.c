@@ -398,8 +398,109 @@ static void shrink_to_budget(tcm_thread_t *thr)
 
 static void thread_flush(tcm_thread_t *thr, bool to_daemon);
 
+/* Each refill of a class asks for twice the last, up to its batch. */
+static void slow_start(tcm_thread_t *thr, unsigned cls)
+{
+    uint32_t batch = tcm__proc.classes[cls].batch;
+    if (thr->refill[cls] < batch)
+        thr->refill[cls] = thr->refill[cls] * 2 < batch ? thr->refill[cls] * 2 : batch;
+}
+
+/* The n objects at the bottom of a bin -- those it held through a whole
+ * interval, under everything pushed and popped since -- back to tcmd. A
+ * batch is answered before the bin drops it; the rest then moves down in
+ * address order, so every object stays listed at least once (a death in
+ * between lists some twice: reclaim frees the first and refuses the
+ * second, silently). */
+static void release_idle(unsigned cls, tcm_bin_t *b, uint32_t n)
+{
+    uintptr_t base = (uintptr_t)tcm__proc.heap;
+    while (n) {
+        uint32_t k = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH, idx;
+        tcm_slot_t *slot = tcm__slot_acquire(&idx);
+        slot->op = TCM_OP_RETURN;
+        slot->cls = cls;
+        slot->count = k;
+        for (uint32_t i = 0; i < k; i++)
+            slot->offs[i] = (uintptr_t)b->slots[i] - base;
+        int st = tcm__call(slot, idx);
+        for (uint32_t i = k; i < b->count; i++)
+            b->slots[i - k] = b->slots[i];
+        b->count -= k;
+        tcm__slot_release(slot);
+        if (st != TCM_ST_OK && st != TCM_ST_NOMEM)
+            tcm__fatal_refused(st, cls);
+        n -= k;
+    }
+}
+
+/* How often a thread scavenges its bins: TCM_DECAY_STEPS times per
+ * decay_ms, so that what a class leaves unused is back with tcmd within
+ * about decay_ms. UINT64_MAX (never) without decay. */
+static uint64_t scavenge_interval_ns(void)
+{
+    uint64_t ms = atomic_load_explicit(&tcm__proc.meta->config.decay_ms, memory_order_relaxed);
+    return ms ? ms * 1000000u / TCM_DECAY_STEPS : UINT64_MAX;
+}
+
+/* What a bin held through a whole interval (its low-water mark) was not
+ * needed in it: three quarters of that goes back to tcmd, from the bottom
+ * of the bin (the objects that sat there all along), and the bin's room
+ * shrinks with it (tcmalloc's per-class low-water scavenging, jemalloc's
+ * tcache GC). The hit path keeps no low-water mark, so the slow paths'
+ * view stands in for it: a bin that missed kept nothing idle; otherwise it
+ * held at least what it held at the last scavenge and holds now. A bin in
+ * steady use (the seed's alloc-64-free-64 loops) misses every cycle or
+ * never reaches a slow path, and keeps everything. */
+static void scavenge(tcm_thread_t *thr)
+{
+    const tcm_class_info_t *classes = tcm__proc.classes;
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+        tcm_bin_t *b = &thr->tc->bins[cls];
+        uint32_t low = thr->low[cls] < b->count ? thr->low[cls] : b->count;
+        if (low) {
+            /* a bin may hold one more than its max (a free into a bin of max 0) */
+            uint32_t drop = low - low / 4, max = b->max > drop ? b->max - drop : 0;
+            release_idle(cls, b, drop);
+            if (max < b->count)
+                max = b->count;
+            if (max < 1)
+                max = 1; /* as grow() leaves it: a bin that has been used is never back at max 0 */
+            if (max < b->max)
+                thr->capacity -= (uint64_t)(b->max - max) * classes[cls].size;
+            else
+                thr->capacity += (uint64_t)(max - b->max) * classes[cls].size;
+            b->max = max;
+        }
+        thr->low[cls] = b->count;
+    }
+}
+
+#define SCAVENGE_CHECK_EVERY 16u /* slow-path entries between reads of the clock */
+
+static void scavenge_if_due(tcm_thread_t *thr)
+{
+    if (tcm_likely(++thr->slow_calls < SCAVENGE_CHECK_EVERY))
+        return;
+    thr->slow_calls = 0;
+    uint64_t now = tcm__now_ns(), interval = scavenge_interval_ns();
+    if (interval == UINT64_MAX) {
+        thr->scavenge_ns = 0;
+        return;
+    }
+    if (!thr->scavenge_ns) {
+        thr->scavenge_ns = now + interval;
+        return;
+    }
+    if (now < thr->scavenge_ns)
+        return;
+    thr->scavenge_ns = now + interval;
+    scavenge(thr);
+}
+
 static void check_config(tcm_thread_t *thr)
 {
+    scavenge_if_due(thr);
     /* the heap is full and tcmd asked every process for what it caches */
     uint32_t flush = atomic_load_explicit(&tcm__proc.chan_hdr->flush_gen, memory_order_relaxed);
     if (tcm_unlikely(flush != thr->flush_seen)) {
@@ -424,6 +525,7 @@ static void thread_flush(tcm_thread_t *thr, bool to_daemon)
         if (b->count)
             release_objects(cls, b, 0, to_daemon, NULL);
         b->max = 0;
+        thr->low[cls] = 0;
     }
     thr->capacity = 0;
 }
@@ -537,8 +639,10 @@ static tcm_thread_t *thread_register(void)
     thr->config_gen = atomic_load(&pr->meta->config.gen);
     thr->flush_seen = atomic_load(&pr->chan_hdr->flush_gen);
     thr->budget = thread_budget();
-    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         thr->refill[cls] = REFILL_FIRST;
+        thr->low[cls] = UINT32_MAX;
+    }
     pthread_setspecific(pr->thread_key, thr);
     tcm__tls_thread = thr;
     tcm__tls_tc = tc;
@@ -563,19 +667,41 @@ static tcm_thread_t *current_thread(void)
     return thr;
 }
 
-/* Each refill of a class asks for twice the last, up to its batch. */
-static void slow_start(tcm_thread_t *thr, unsigned cls)
+/* The bytes below which a class's cache does not grow unless it is busy. */
+#define QUIET_BYTES 65536u
+
+/* Whether a class's bin is busy: its last miss or overflow was dealt with
+ * a short while ago, for objects above 4 KiB in proportion to their size
+ * (one 256 KiB object every 15 ms is not busy, a 64 B one is). Measured
+ * from the end of the last one (note_event), so that a slow round trip to
+ * tcmd does not make a tight loop look quiet. */
+static bool busy_class(const tcm_thread_t *thr, unsigned cls)
 {
-    uint32_t batch = tcm__proc.classes[cls].batch;
-    if (thr->refill[cls] < batch)
-        thr->refill[cls] = thr->refill[cls] * 2 < batch ? thr->refill[cls] * 2 : batch;
+    uint64_t since = tcm__now_ns() - thr->event_ns[cls], size = tcm__proc.classes[cls].size;
+    return (since >> 12) * (size > 4096 ? size : 4096) < scavenge_interval_ns() / 16;
+}
+
+static void note_event(tcm_thread_t *thr, unsigned cls)
+{
+    thr->event_ns[cls] = tcm__now_ns();
 }
 
 static bool refill(tcm_thread_t *thr, unsigned cls)
 {
     tcm_bin_t *b = &thr->tc->bins[cls];
+    thr->low[cls] = 0; /* it missed: nothing it held was idle */
+    /* What a refill brings waits in the bin until it is used: a class whose
+     * last refill lasted a whole scavenge interval asks for half as many,
+     * and only one that used its last up quickly doubles (and fetches its
+     * next batch ahead). */
+    bool quick = busy_class(thr, cls);
     uint32_t want = thr->refill[cls];
-    grow(thr, cls, want);
+    if (!quick) {
+        uint32_t size = tcm__proc.classes[cls].size, quiet = QUIET_BYTES / size ? QUIET_BYTES / size : 1;
+        thr->refill[cls] = want / 2 > REFILL_FIRST ? want / 2 : REFILL_FIRST;
+        want = thr->refill[cls] < quiet ? thr->refill[cls] : quiet;
+    }
+    grow(thr, cls, quick ? want : want > b->max ? want - b->max : 0);
     if (want > b->max)
         want = b->max;
     /* a batch of this class asked for ahead */
@@ -584,9 +710,11 @@ static bool refill(tcm_thread_t *thr, unsigned cls)
     if (ahead) {
         settle_slot(ahead, idx, thr);
         if (b->count) {
-            slow_start(thr, cls);
-            if (tcm__xfer_empty(cls)) /* still nothing from this process's other threads */
+            if (quick)
+                slow_start(thr, cls);
+            if (quick && tcm__xfer_empty(cls)) /* still nothing from this process's other threads */
                 fetch_ahead(thr, cls);
+            note_event(thr, cls);
             return true;
         }
     }
@@ -606,13 +734,16 @@ static bool refill(tcm_thread_t *thr, unsigned cls)
         }
     }
     b->count = got;
-    slow_start(thr, cls);
+    if (quick)
+        slow_start(thr, cls);
     if (!from_daemon)
         thr->daemon_streak[cls] = 0;
     else if (got && ++thr->daemon_streak[cls] >= 2) {
         thr->daemon_streak[cls] = 2;
-        fetch_ahead(thr, cls);
+        if (quick)
+            fetch_ahead(thr, cls);
     }
+    note_event(thr, cls);
     return got != 0;
 }
 
@@ -751,7 +882,9 @@ void tcm__free_slow(void *p)
         free_first(thr, cls, p))
         return;
     if (b->count >= b->max) {
-        grow(thr, cls, thr->refill[cls]);
+        /* a bin grows with use, not with time: only one that overflows again soon */
+        if (busy_class(thr, cls))
+            grow(thr, cls, thr->refill[cls]);
         if (b->count >= b->max) {
             /* full and may not grow: hand a whole batch on */
             uint32_t k = pr->classes[cls].batch < b->count ? pr->classes[cls].batch : b->count;
@@ -765,7 +898,10 @@ void tcm__free_slow(void *p)
              * Refilling from one object again (doubling per miss) fetches
              * only a little past the need, and the bin ends a round full. */
             thr->refill[cls] = 1;
+            if (thr->low[cls] > b->count)
+                thr->low[cls] = b->count;
         }
+        note_event(thr, cls);
     }
     b->slots[b->count++] = p;
 }

@@ -78,6 +78,8 @@
 #define TCM_PAGE_CLASS_FREE 0u    /* page not in an allocated span */
 #define TCM_PAGE_CLASS_LARGE 255u /* page of a large (page-run) allocation */
 #define TCM_MAX_BATCH 512u        /* objects per ring request */
+#define TCM_DECAY_STEPS 40u       /* decay_ms / this: how often thread caches give back what sat unused,
+                                     and the shortest time a page heap window can be cut to */
 #define TCM_ASYNC_SLOTS 4u        /* per thread cache, besides its own slot: requests it does not wait for */
 #define TCM_ROOTS 256u
 #define TCM_ROOT_NAME_MAX 48u     /* including the NUL */

@@ -103,6 +103,7 @@ typedef struct tcm_heap {
     uint8_t *tag_block_base;       /* in state: the tag blocks */
     uint64_t *slots_bits;          /* private: the reservation the slot sets' bitmaps live in */
     uint64_t slots_words;          /* its size in words */
+    uint64_t step_ns;              /* when the last step (decay_ms / TCM_DECAY_STEPS) began: decay by amount */
 } tcm_heap_t;
 
 /* Point h at a metadata and a state segment of a heap of heap_size bytes

@@ -15,6 +15,7 @@
 #include "tcm_assert.h"
 
 #define EXPENSIVE_CHECK_EVERY 4096u /* requests between whole-heap validations (assert level 3) */
+#define DECAY_AMOUNT_MIN (1u << 20)   /* free backed pages below this wait for the decay window */
 
 /* Punch free runs until at most keep_bytes of free committed pages are
  * left (0: every free page); returns what the segment's blocks dropped by,
@@ -55,6 +56,34 @@ static void decay(tcm_server_t *srv, uint64_t now)
                  (unsigned long long)(decay_ns / 1000000), (unsigned long long)released);
 }
 
+/* Decay by amount, not only by time: at the end of each step (decay_ms /
+ * TCM_DECAY_STEPS), when the free pages the heap segment still backs are
+ * more than an eighth of the bytes in spans, they all go back. A heap that
+ * shrank (a process freed half of what it held, or its caches gave back
+ * spans' worth) does not keep that committed for decay_ms; one that keeps
+ * little beside what it uses is left to the window. Measured from the
+ * segment's blocks, not from the runs' committed flags: a run merged from
+ * committed and released parts counts as not committed, yet may be
+ * backed almost whole. */
+static void decay_step(tcm_server_t *srv, uint64_t now, uint64_t decay_ns)
+{
+    tcm_heap_t *h = &srv->h;
+    if (now - h->step_ns < decay_ns / TCM_DECAY_STEPS)
+        return;
+    h->step_ns = now;
+    int64_t backed = tcm__backed_bytes(srv->heap_fd);
+    uint64_t spans = atomic_load_explicit(&srv->meta->stats.bytes_spans, memory_order_relaxed);
+    uint64_t free_backed = backed > 0 && (uint64_t)backed > spans ? (uint64_t)backed - spans : 0;
+    if (free_backed <= spans / 8 || free_backed < DECAY_AMOUNT_MIN)
+        return;
+    uint64_t released = release_measured(srv, 0);
+    if (released) {
+        TCM_STAT_ADD(srv->meta, decays, 1);
+        tcm__log(TCM_LOG_DEBUG, "decay: %llu bytes of free pages given back (more than an eighth of the %llu "
+                 "bytes in spans)", (unsigned long long)released, (unsigned long long)spans);
+    }
+}
+
 /* Busy or not: the free pages that stayed in the page cache through a whole
  * decay_ms window (its low-water mark) were not needed, and go back. A heap
  * that keeps cutting and freeing never has a quiet spell, but what it does
@@ -63,7 +92,10 @@ static void decay_window(tcm_server_t *srv, uint64_t now)
 {
     uint64_t decay_ns = atomic_load_explicit(&srv->meta->config.decay_ms, memory_order_relaxed) * 1000000ull;
     tcm_heap_t *h = &srv->h;
-    if (!decay_ns || now - h->window_ns < decay_ns)
+    if (!decay_ns)
+        return;
+    decay_step(srv, now, decay_ns);
+    if (now - h->window_ns < decay_ns)
         return;
     uint64_t unused = h->cache_low_pages < h->free_committed_pages ? h->cache_low_pages : h->free_committed_pages;
     uint64_t released = unused ? release_measured(srv, (h->free_committed_pages - unused) * TCM_PAGE_SIZE) : 0;
@@ -240,6 +272,7 @@ int tcm__heap_thread_start(tcm_server_t *srv)
     pthread_mutex_init(&srv->mbox_lock, NULL);
     pthread_mutex_init(&srv->reaped_lock, NULL);
     srv->h.last_change_ns = srv->decayed_at = srv->h.window_ns = tcm__now_ns(); /* a quiet spell starts now */
+    srv->h.step_ns = srv->h.window_ns;
     srv->h.cache_low_pages = srv->h.free_committed_pages;
     int err = pthread_create(&srv->heap_thread, NULL, heap_thread_main, srv);
     if (err) {

@@ -307,6 +307,47 @@ static void test_busy_decay(void)
     stop_idler(&d, pid);
 }
 
+/* A thread keeps what it freed in its bins; once it works on in other
+ * classes (slow paths), its scavenges give back what sat unused: three
+ * quarters of a class's low-water mark every decay_ms / TCM_DECAY_STEPS. */
+static int scavenger(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(socket_path), 0);
+    enum { N = 8000, CHURN = 5000 };
+    static void *p[N];
+    for (int i = 0; i < N; i++)
+        CHECK((p[i] = tcm_malloc(1000)) != NULL);
+    for (int i = 0; i < N; i++)
+        tcm_free(p[i]);
+    atomic_store(phase, 1); /* idle: nothing scavenges without a slow path */
+    while (atomic_load(phase) != 2)
+        usleep(1000);
+    while (atomic_load(phase) != 9) { /* more than a bin of 48 B holds: misses and overflows */
+        for (int i = 0; i < CHURN; i++)
+            CHECK((p[i] = tcm_malloc(48)) != NULL);
+        for (int i = 0; i < CHURN; i++)
+            tcm_free(p[i]);
+        usleep(1000);
+    }
+    tcm_shutdown();
+    return 0;
+}
+
+static void test_scavenge(void)
+{
+    tcm_test_daemon_t d;
+    pid_t pid = start_idler(&d, (const char *[]){"decay_ms 2000", NULL}, scavenger);
+    uint64_t before = cached_by(&d, pid);
+    atomic_store(phase, 2);
+    uint64_t now = wait_cached_at_most(&d, pid, 1u << 20);
+    printf("scavenge: %llu bytes cached after the frees, %llu while the thread works in another class\n",
+           (unsigned long long)before, (unsigned long long)now);
+    CHECK_GE(before, 2u << 20);
+    CHECK_LE(now, 1u << 20);
+    stop_idler(&d, pid);
+}
+
 /* Heap limit 96 MiB: process A caches what it freed and idles; process B
  * then gets all but A's thread caches before ENOMEM. */
 static int grabber(void *arg)
@@ -649,6 +690,7 @@ int main(void)
         {"exited threads", test_exited_threads},
         {"release takes caches", test_release_takes_caches},
         {"busy decay", test_busy_decay},
+        {"scavenge", test_scavenge},
         {"full heap takes back", test_full_heap_takes_back},
         {"footprint 4 KiB", test_footprint_4k},
         {"footprint 256 B", test_footprint_256},
