@@ -7,7 +7,8 @@
 # alternating allocators within a run, each round in a rotated order (the preload is the workload's, not
 # GNU time's: a preloaded time would add its fork to the figure). Workloads:
 # bench/preload/*.c.
-#   bench/run_preload.sh [BUILD_DIR]      (default build-bench; RUNS=5)
+#   bench/run_preload.sh [BUILD_DIR]      (default build-bench; RUNS=5;
+#   WORKLOADS="mstress churn" runs only those)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$root/build-bench}
@@ -20,6 +21,7 @@ allocs=(glibc: "tcm:$build/libtcm-malloc.so" "jemalloc:$D/libjemalloc.so.2" "tcm
 workloads=()
 for src in "$root"/bench/preload/*.c; do
   w=$(basename "$src" .c)
+  [[ -n ${WORKLOADS:-} && " $WORKLOADS " != *" $w "* ]] && continue
   cc -O2 -pthread -o "$work/$w" "$src"
   workloads+=("$w")
 done

@@ -128,6 +128,11 @@ typedef struct tcm_proc {
      * chan_hdr->large_count are valid): what the searches read */
     uint32_t large_np[TCM_LARGE_CACHE];
     uint64_t large_off[TCM_LARGE_CACHE];
+    /* Heap pages (TCM_PAGE_SIZE) this process has mapped in one call
+     * (tcm__map_given): a bit per page, set racily by any thread. A bit
+     * may outlive its mapping (tcmd punched the page out since): that page
+     * then faults in as it would have anyway. NULL: no map (calloc failed). */
+    _Atomic uint64_t *mapped;
 
     /* the background thread (background.c) */
     pthread_t bg_thread;
@@ -178,6 +183,15 @@ TCM_HIDDEN void tcm__fatal_refused(int st, unsigned cls) __attribute__((noreturn
  * Anything else is fatal, naming the offset. */
 TCM_HIDDEN void tcm__check_given(unsigned cls, const uint64_t *offs, uint32_t n);
 TCM_HIDDEN void tcm__check_given_run(uint64_t off, uint64_t npages);
+/* Map into this process, in one call per span, the pages of what tcmd
+ * just handed out (checked): the spans of n objects, or a page run. The
+ * pages are committed already (tcmd commits a span whole before it hands
+ * out any of it, and it stays so while an object of it is out), so this
+ * maps them and commits nothing: it saves a fault per page (a few
+ * microseconds each, far more in a VM) for the price of a walk of the
+ * page table. */
+TCM_HIDDEN void tcm__map_given(const uint64_t *offs, uint32_t n);
+TCM_HIDDEN void tcm__map_given_run(uint64_t off, uint64_t npages);
 /* A page-map byte that is neither free, a size class nor the page-run
  * marker (tcmd writes no other): fatal, naming the pointer and the byte,
  * before it indexes the class table. */

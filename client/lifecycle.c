@@ -368,6 +368,11 @@ static int attach_locked(const char *socket_path)
     }
     free(pr->caches); /* a fork child's copy of its parent's */
     pr->caches = calloc(pr->lay.max_threads, sizeof *pr->caches);
+    /* a fork child's copy says what its parent mapped (a shared mapping's
+     * pages are not mapped in the child), a heap mapped before may be
+     * another: none of it is known mapped now */
+    free((void *)pr->mapped);
+    pr->mapped = calloc((pr->heap_size >> TCM_PAGE_SHIFT) / 64 + 1, sizeof *pr->mapped);
     if (!pr->caches) {
         tcm__unmap(pr->chan, pr->lay.size);
         pr->chan = NULL;

@@ -23,6 +23,8 @@ tcm_tcache_t tcm__empty_tcache;
 
 #define NOMEM_WAIT_NS 64000000ull /* a full heap: wait up to ~128 ms for other processes' caches */
 #define MIN_THREAD_BUDGET (256u << 10)
+#define TCM_MAP_SPAN_PAGES ((4u << 20) >> TCM_PAGE_SHIFT) /* class spans are smaller; a span record past that is not one */
+#define TCM_MAP_RUN_PAGES ((8u << 20) >> TCM_PAGE_SHIFT)
 #define MAX_THREAD_BUDGET (16u << 20)
 
 static tcm_tcache_t *thread_tcache(uint32_t idx)
@@ -169,6 +171,47 @@ void tcm__check_given_run(uint64_t off, uint64_t npages)
 #undef BAD_RUN
 }
 
+static bool page_mapped(uint64_t page)
+{
+    const _Atomic uint64_t *m = tcm__proc.mapped;
+    return !m || (atomic_load_explicit(&m[page / 64], memory_order_relaxed) >> (page % 64) & 1);
+}
+
+static void map_pages(uint64_t first, uint64_t npages)
+{
+    _Atomic uint64_t *m = tcm__proc.mapped;
+    if (tcm__populate(tcm__proc.heap + (first << TCM_PAGE_SHIFT), npages << TCM_PAGE_SHIFT) != 0)
+        return; /* it faults in instead */
+    for (uint64_t p = first; p < first + npages; p++)
+        atomic_fetch_or_explicit(&m[p / 64], 1ull << (p % 64), memory_order_relaxed);
+}
+
+void tcm__map_given(const uint64_t *offs, uint32_t n)
+{
+    const tcm_proc_t *pr = &tcm__proc;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t page = offs[i] >> TCM_PAGE_SHIFT;
+        if (page_mapped(page))
+            continue;
+        /* the object's span is the class's while the object is out: its
+         * record does not change under us */
+        const tcm_span_t *sp = &pr->spans[pr->page_span[page]];
+        uint64_t first = sp->first, np = sp->npages;
+        if (first > page || page - first >= np || np > TCM_MAP_SPAN_PAGES)
+            first = page, np = 1;
+        map_pages(first, np);
+    }
+}
+
+void tcm__map_given_run(uint64_t off, uint64_t npages)
+{
+    uint64_t first = off >> TCM_PAGE_SHIFT;
+    /* one larger than this may be touched here and there only: mapping
+     * all of it could cost more than the faults it saves */
+    if (npages <= TCM_MAP_RUN_PAGES && !page_mapped(first))
+        map_pages(first, npages);
+}
+
 /* The first n offsets of an answered REFILL, for which there was no room,
  * back to tcmd on the same slot. */
 static int return_on_slot(tcm_slot_t *slot, uint32_t idx, uint32_t n)
@@ -211,6 +254,7 @@ static uint32_t take_from_daemon(tcm_thread_t *thr, unsigned cls, void **dst, ui
     }
     uint32_t got = slot->nresult < want + share ? slot->nresult : want + share;
     tcm__check_given(cls, slot->offs, got);
+    tcm__map_given(slot->offs, got);
     uint32_t n = got < want ? got : want;
     for (uint32_t i = 0; i < n; i++)
         dst[i] = tcm__proc.heap + slot->offs[i];
@@ -256,6 +300,8 @@ static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *into)
             uint32_t n = slot->nresult < slot->count ? slot->nresult : slot->count;
             n = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH;
             tcm__check_given(cls, slot->offs, n);
+            if (into)
+                tcm__map_given(slot->offs, n);
             uint32_t k = into ? stash_fetched(into, cls, slot, n) : 0;
             if (k < n) { /* no room: back to tcmd */
                 memmove(slot->offs, slot->offs + k, (n - k) * sizeof slot->offs[0]);
@@ -759,8 +805,10 @@ static int alloc_pages(size_t size, size_t align, uint64_t *off, uint64_t *asked
     *off = slot->result;
     *asked = st == TCM_ST_NOMEM ? slot->result : 0;
     tcm__slot_release(slot);
-    if (st == TCM_ST_OK)
+    if (st == TCM_ST_OK) {
         tcm__check_given_run(*off, npages);
+        tcm__map_given_run(*off, npages);
+    }
     return st;
 }
 
