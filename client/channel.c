@@ -159,6 +159,27 @@ void tcm__fatal_refused(int st, unsigned cls)
                cls, tcm__status_msg(st));
 }
 
+tcm_slot_t *tcm__return_post(unsigned cls, void *const *objs, uint32_t k, int *status)
+{
+    uintptr_t base = (uintptr_t)tcm__proc.heap;
+    uint32_t idx;
+    tcm_slot_t *slot = tcm__slot_acquire(&idx);
+    slot->op = TCM_OP_RETURN;
+    slot->cls = cls;
+    slot->count = k;
+    for (uint32_t i = 0; i < k; i++)
+        slot->offs[i] = (uintptr_t)objs[i] - base;
+    *status = tcm__call(slot, idx);
+    return slot;
+}
+
+void tcm__return_done(tcm_slot_t *slot, int status, unsigned cls)
+{
+    tcm__slot_release(slot);
+    if (status != TCM_ST_OK && status != TCM_ST_NOMEM)
+        tcm__fatal_refused(status, cls);
+}
+
 /* Give the top n objects of a cache array (objs[0..*count)) back to the
  * daemon, MAX_BATCH at a time, from the top. *count drops by each batch
  * once it is answered and before the slot goes back to IDLE, so a tcmd that
@@ -167,23 +188,15 @@ void tcm__fatal_refused(int st, unsigned cls)
  * an answered RETURN still lists. count may be NULL (an array of one's own). */
 int tcm__return_objects(unsigned cls, void **objs, uint32_t n, uint32_t *count)
 {
-    uintptr_t base = (uintptr_t)tcm__proc.heap;
     uint32_t top = count ? *count : n;
     while (n) {
-        uint32_t k = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH, idx;
-        tcm_slot_t *slot = tcm__slot_acquire(&idx);
-        slot->op = TCM_OP_RETURN;
-        slot->cls = cls;
-        slot->count = k;
-        for (uint32_t i = 0; i < k; i++)
-            slot->offs[i] = (uintptr_t)objs[top - k + i] - base;
-        int st = tcm__call(slot, idx);
+        uint32_t k = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH;
+        int st;
+        tcm_slot_t *slot = tcm__return_post(cls, objs + top - k, k, &st);
         top -= k;
         if (count)
             *count = top;
-        tcm__slot_release(slot);
-        if (st != TCM_ST_OK && st != TCM_ST_NOMEM)
-            tcm__fatal_refused(st, cls);
+        tcm__return_done(slot, st, cls);
         n -= k;
     }
     return 0;

@@ -172,6 +172,12 @@ TCM_HIDDEN void tcm__slot_release(tcm_slot_t *slot);
 /* Give the top n of objs[0..*count) back to tcmd a batch at a time, *count
  * dropping as each is answered (count NULL: an array of one's own). */
 TCM_HIDDEN int tcm__return_objects(unsigned cls, void **objs, uint32_t n, uint32_t *count);
+/* One RETURN of objs[0..k) (k at most TCM_MAX_BATCH), posted and answered;
+ * the slot stays held, still listing them, until tcm__return_done: the
+ * caller drops them from its own array in between, so that a death at any
+ * point leaves every object listed at least once. */
+TCM_HIDDEN tcm_slot_t *tcm__return_post(unsigned cls, void *const *objs, uint32_t k, int *status);
+TCM_HIDDEN void tcm__return_done(tcm_slot_t *slot, int status, unsigned cls);
 /* Back `want` slots of an array in the channel before they are written;
  * returns how many are backed (fewer only when /dev/shm is full). */
 TCM_HIDDEN uint32_t tcm__back_slots(void **slots, uint32_t *backed, uint32_t want);

@@ -460,22 +460,14 @@ static void slow_start(tcm_thread_t *thr, unsigned cls)
  * second, silently). */
 static void release_idle(unsigned cls, tcm_bin_t *b, uint32_t n)
 {
-    uintptr_t base = (uintptr_t)tcm__proc.heap;
     while (n) {
-        uint32_t k = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH, idx;
-        tcm_slot_t *slot = tcm__slot_acquire(&idx);
-        slot->op = TCM_OP_RETURN;
-        slot->cls = cls;
-        slot->count = k;
-        for (uint32_t i = 0; i < k; i++)
-            slot->offs[i] = (uintptr_t)b->slots[i] - base;
-        int st = tcm__call(slot, idx);
+        uint32_t k = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH;
+        int st;
+        tcm_slot_t *slot = tcm__return_post(cls, b->slots, k, &st);
         for (uint32_t i = k; i < b->count; i++)
             b->slots[i - k] = b->slots[i];
         b->count -= k;
-        tcm__slot_release(slot);
-        if (st != TCM_ST_OK && st != TCM_ST_NOMEM)
-            tcm__fatal_refused(st, cls);
+        tcm__return_done(slot, st, cls);
         n -= k;
     }
 }
