@@ -11,8 +11,9 @@
  *                    paths (page map, span records, class table, config,
  *                    stats, roots). tcmd maps it read-write and is the only
  *                    writer; clients map it read-only.
- *   /tcm.NAME.state  the rest of the heap's state: object map, owner map,
- *                    client records, the intents of the operation in flight.
+ *   /tcm.NAME.state  the rest of the heap's state: object records (which
+ *                    objects are handed out, and to whom), client records,
+ *                    the intents of the operation in flight.
  *                    Mapped by tcmd only, never named to a client. It is what
  *                    lets the next tcmd adopt the heap after a crash.
  *   /tcm.NAME.ch.ID  one per client: its request ring, response slots,
@@ -455,7 +456,7 @@ typedef struct tcm_client_rec {
     uint64_t tail;              /* heap thread: ring consumer position (committed) */
     /* W: heap thread. bytes_back counts this client's allocations that came
      * back to the heap, whoever freed them (derived: out minus what the
-     * owner map says it holds) */
+     * owner tags say it holds) */
     _Atomic uint64_t bytes_out, bytes_back, requests, errors;
     /* W: main thread at attach. The process's start time (clock ticks since
      * boot; Windows: creation time): with pid, who the client is, which a

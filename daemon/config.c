@@ -32,8 +32,9 @@ typedef struct change {
  * span record indices are uint32_t (tcm_span_t.first and .npages, page_span[],
  * the ring's page-run requests), and the end of a run (first + npages) must
  * fit one too: UINT32_MAX pages of 8 KiB, 32 TiB less one page. The
- * metadata that grows with it is sparse (37 bytes a page in meta, 1088 in
- * state) and backed only below the top of the heap. */
+ * metadata that grows with it is sparse (37 bytes a page in meta, backed
+ * below the top of the heap; the state's object records, per span that
+ * exists). */
 #define HEAP_SIZE_MAX ((uint64_t)UINT32_MAX << TCM_PAGE_SHIFT)
 /* The end of a process's address space as the base setting assumes it
  * (x86-64 with 4-level paging and 64-bit Windows: 128 TiB): the heap,

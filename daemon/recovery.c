@@ -122,7 +122,7 @@ static void repair_roots(tcm_server_t *srv, report_t *r)
 }
 
 /* Gauges, each client's bytes back and each departed tag's bytes, from the
- * owner map. */
+ * owner tags of the object records. */
 static void recount(tcm_server_t *srv)
 {
     uint64_t *held = calloc(65536, sizeof *held);

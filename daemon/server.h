@@ -136,7 +136,7 @@ struct tcm_server {
      * and page runs nobody has freed yet; their sum is bytes_orphaned).
      * Written by the heap thread (a reclaim adds what its client still
      * held, a free of such an object subtracts) and by recovery, which
-     * rebuilds it from the owner map; the validator compares it. Read by
+     * rebuilds it from the owner tags; the validator compares it. Read by
      * the main thread when it picks a record's next generation: a departed
      * tag's count only falls, so a zero it reads stays zero. */
     _Atomic uint64_t tag_orphaned[TCM_TAGS];
