@@ -145,6 +145,10 @@ _Static_assert(sizeof(tcm_span_t) == 32, "span record is shared");
 _Static_assert(offsetof(tcm_span_t, first) == 0 && offsetof(tcm_span_t, npages) == 4 &&
                    offsetof(tcm_span_t, state) == 24,
                "clients read first, npages and state");
+_Static_assert(offsetof(tcm_span_t, nfree) == 16 && offsetof(tcm_span_t, owner) == 20 &&
+                   offsetof(tcm_span_t, slot) == 20 && offsetof(tcm_span_t, cls) == 25 &&
+                   offsetof(tcm_span_t, scan) == 28,
+               "a recovery reads owner or slot, state and cls of allocated spans");
 
 /* Runtime settings. W: the main thread (config set, SIGHUP), which stores
  * the value and then bumps gen (seq_cst); heap_limit is stored by the heap
@@ -516,6 +520,10 @@ typedef struct tcm_page_intent {
     uint8_t state, cls;    /* MAP: span state and class */
     uint16_t reserved;
 } tcm_page_intent_t;
+_Static_assert(sizeof(tcm_page_intent_t) == 24 && offsetof(tcm_page_intent_t, span) == 4 &&
+                   offsetof(tcm_page_intent_t, owner) == 16 && offsetof(tcm_page_intent_t, slot) == 16 &&
+                   offsetof(tcm_page_intent_t, state) == 20 && offsetof(tcm_page_intent_t, cls) == 21,
+               "the page intent is persistent: a recovery redoes it");
 
 /* W: tcmd when it creates the segment (geometry, created_unix, uid; magic
  * last, so a segment without it is one whose creation never finished), a
