@@ -185,7 +185,7 @@ static void stop_idler(tcm_test_daemon_t *d, pid_t pid)
 static void test_idle_transfer_tier(void)
 {
     tcm_test_daemon_t d;
-    pid_t pid = start_idler(&d, (const char *[]){"decay_ms 300", NULL}, trader);
+    pid_t pid = start_idler(&d, (const char *[]){"decay_ms 1000", NULL}, trader);
     uint64_t before = cached_by(&d, pid), now = wait_cached_at_most(&d, pid, 6u << 20);
     printf("idle transfer tier: %llu bytes cached by the idle process, %llu after decay_ms\n",
            (unsigned long long)before, (unsigned long long)now);
@@ -237,7 +237,7 @@ static int churner(void *arg)
 static void test_exited_threads(void)
 {
     tcm_test_daemon_t d;
-    pid_t pid = start_idler(&d, (const char *[]){"decay_ms 300", NULL}, churner);
+    pid_t pid = start_idler(&d, (const char *[]){"decay_ms 1000", NULL}, churner);
     uint64_t before = cached_by(&d, pid), now = wait_cached_at_most(&d, pid, 0);
     printf("exited threads: %llu bytes cached in the transfer tier, %llu after decay_ms\n",
            (unsigned long long)before, (unsigned long long)now);
@@ -278,9 +278,11 @@ static int busy_heap(void *arg)
         CHECK((runs[i] = tcm_malloc(1 << 20)) != NULL);
         memset(runs[i], 1, 1 << 20);
     }
+    atomic_store(phase, 1); /* the test reads the peak before the frees: decay may start at once */
+    while (atomic_load(phase) != 2)
+        usleep(1000);
     for (int i = 0; i < 40; i++)
         tcm_free(runs[i]);
-    atomic_store(phase, 1);
     while (atomic_load(phase) != 9) { /* busy: a page run every 100 us */
         void *p = tcm_malloc(300 << 10);
         CHECK(p != NULL);
@@ -296,11 +298,12 @@ static void test_busy_decay(void)
     tcm_test_daemon_t d;
     pid_t pid = start_idler(&d, (const char *[]){"decay_ms 300", "run_cache 0", NULL}, busy_heap);
     uint64_t before = tt_stat(&d, "bytes_committed"), now = before;
+    atomic_store(phase, 2);
     for (int i = 0; i < 300 && now > (8u << 20); i++) {
         usleep(10000);
         now = tt_stat(&d, "bytes_committed");
     }
-    printf("busy heap: %llu bytes committed after 40 MiB freed, %llu while it kept cutting and freeing\n",
+    printf("busy heap: %llu bytes committed before 40 MiB freed, %llu while it kept cutting and freeing\n",
            (unsigned long long)before, (unsigned long long)now);
     CHECK_GE(before, 40u << 20);
     CHECK_LE(now, 8u << 20);
