@@ -17,6 +17,7 @@ import resource
 import select
 import socket
 import struct
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,7 +35,8 @@ sock = os.path.join(tmp, "tcmd.sock")
 log = os.path.join(tmp, "tcmd.log")
 
 RSS_BOUND_KB = 64 << 10   # tcmd's RSS while a peer floods without reading
-PING_BOUND_S = 0.050      # a ping round trip (connect, ask, answer) meanwhile
+PING_BOUND_S = 0.050      # a ping round trip (connect, ask, answer) meanwhile: the median of a series
+PING_WORST_S = 0.500      # any one ping: a loaded 2-core box may deschedule tcmd for a tick or two
 CONTROL_CAP = 4096        # daemon/control.c TCM_CONTROL_MAX_CONNS
 METRICS_CAP = 64          # daemon/metrics.h TCM_METRICS_MAX_CONNS
 FDS_WANTED = 4096 + 2 * 1024 + 64 + 256  # what control.c asks RLIMIT_NOFILE for
@@ -199,12 +201,13 @@ try:
             print(f"  sent {sent // len(STATS)} stats requests in {time.monotonic() - t0:.1f} s; tcmd's RSS at most "
                   f"{max_rss // 1024} MiB; pings {min(pings) * 1e3:.1f}-{max(pings) * 1e3:.1f} ms over {len(pings)}")
             check(max_rss < RSS_BOUND_KB, f"tcmd's RSS stayed under {RSS_BOUND_KB >> 10} MiB (at most {max_rss} KiB)")
-            check(len(pings) >= 10 and max(pings) < PING_BOUND_S,
-                  f"every ping under {PING_BOUND_S * 1e3:.0f} ms during the flood ({[round(p * 1e3, 1) for p in pings]})")
+            check(len(pings) >= 10 and statistics.median(pings) < PING_BOUND_S and max(pings) < PING_WORST_S,
+                  f"pings under {PING_BOUND_S * 1e3:.0f} ms (median) and {PING_WORST_S * 1e3:.0f} ms (each) "
+                  f"during the flood ({[round(p * 1e3, 1) for p in pings]})")
             check(closed_by_peer(flooder, 20), "tcmd closed the peer that does not read its replies")
             check("has not read its replies" in log_text(), "the close is logged")
             flooder.close()
-            check(ping_s() < PING_BOUND_S, "ping after the flooder went")
+            check(min(ping_s() for _ in range(3)) < PING_BOUND_S, "ping after the flooder went")
 
     if part("connections"):
         with section("thousands of control connections, hundreds of idle /metrics ones"):
@@ -216,7 +219,8 @@ try:
             for _ in range(n_under):
                 conns.append(connect())
             pings = [ping_s() for _ in range(5)]
-            check(max(pings) < PING_BOUND_S, f"ping with {n_under} connections open ({max(pings) * 1e3:.1f} ms)")
+            check(statistics.median(pings) < PING_BOUND_S and max(pings) < PING_WORST_S,
+                  f"ping with {n_under} connections open ({[round(p * 1e3, 1) for p in pings]} ms)")
             client = subprocess.Popen([HELPER, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                       env=dict(os.environ, TCM_SOCKET=sock))
             first = client.stdout.readline().split()
@@ -250,7 +254,7 @@ try:
             early = sum(eof_within(s, 5) for s in idle[METRICS_CAP + 10:])
             check(early == len(idle) - METRICS_CAP - 10, f"/metrics connections past {METRICS_CAP} closed at once "
                   f"({early} of {len(idle) - METRICS_CAP - 10})")
-            check(ping_s() < PING_BOUND_S, "ping with /metrics connections held")
+            check(min(ping_s() for _ in range(3)) < PING_BOUND_S, "ping with /metrics connections held")
             late = sum(eof_within(s, 15) for s in idle[:METRICS_CAP])
             check(late == METRICS_CAP, f"idle /metrics connections closed by tcmd ({late} of {METRICS_CAP})")
             for s in idle:
@@ -306,7 +310,7 @@ print(os.getpid())
         # a lower bound: frames tcmd reads after the window ended count in the next one (slow builds)
         check(sup is not None and 0 < int(sup.group(1)) <= sent, f"the suppressed count is logged ({sup and sup.group(0)})")
         check(f"malformed request from pid {other_pid}" in text, f"the other peer's line shows (pid {other_pid})")
-        check(ping_s() < PING_BOUND_S, "ping after the flood")
+        check(min(ping_s() for _ in range(3)) < PING_BOUND_S, "ping after the flood")
 
     check(daemon.poll() is None, "tcmd is still running")
     check(subprocess.run([TCMCTL, "--socket", sock, "check"], capture_output=True).returncode == 0, "heap consistent")
