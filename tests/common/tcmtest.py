@@ -128,12 +128,12 @@ class Tally:
                 signal.alarm(0)
 
     @contextlib.contextmanager
-    def case(self, build, name, timeout=120, **tcmd):
+    def case(self, build, name, timeout=120, timed=False, **tcmd):
         """A test case against a tcmd of its own (Tcmd's arguments in tcmd),
         in a section with a timeout; the tcmd is stopped and checked at its
         end, and its log shown if the case failed."""
         failures = self.failures
-        with self.section(name, timeout=timeout):
+        with self.section(name, timed=timed, timeout=timeout):
             d = Tcmd(build, **tcmd)
             try:
                 yield d
