@@ -53,9 +53,10 @@
  * to adopt segments of another version (and clients refuse to attach to
  * them), so bump it in the same commit as the change. Every struct that
  * lives in a segment has its size and the offset of every field asserted
- * below it (TCM_SHARED_SIZE/TCM_SHARED_OFFSET, the values of LP64 targets,
- * the only ones tcm builds for): a field moved, resized or inserted breaks
- * the build until the version is bumped and the values are fixed with it.
+ * below it (TCM_SHARED_SIZE/TCM_SHARED_OFFSET; the values of the 64-bit
+ * targets tcm builds for, Windows included: no field is a long): a field
+ * moved, resized or inserted breaks the build until the version is bumped
+ * and the values are fixed with it.
  */
 #ifndef TCM_LAYOUT_H
 #define TCM_LAYOUT_H
@@ -141,7 +142,8 @@ enum tcm_span_state {
  * to map the span's pages at once (tcm__map_given), of a page run to
  * validate a free or a run handed to them and for its size (free,
  * tcm_usable_size). Those are spans they hold objects of, or a run just
- * handed to them: the record cannot change while they do. Authoritative for allocated spans (first, npages, state, cls, owner or slot);
+ * handed to them: the record cannot change while they do. Authoritative
+ * for allocated spans (first, npages, state, cls, owner or slot);
  * everything else, and the records of free runs, is derived. */
 typedef struct tcm_span {
     uint32_t first;     /* first page */
@@ -270,8 +272,9 @@ TCM_SHARED_OFFSET(tcm_heap_stats_t, decays, 224); TCM_SHARED_OFFSET(tcm_heap_sta
 /* Named shared pointers. W: the heap thread, under a seqlock (seq odd while
  * being written; release fence after making it odd, release store of the
  * even value). R: clients, the main thread and the heap thread (a ROOT_SET
- * looks for the name) retry while seq is odd or changed. Every field is read and written with relaxed atomic accesses
- * (the name a word at a time) through tcm__root_read/tcm__root_write only.
+ * looks for the name) retry while seq is odd or changed. Every field is
+ * read and written with relaxed atomic accesses (the name a word at a
+ * time) through tcm__root_read/tcm__root_write only.
  * Authoritative. */
 typedef struct tcm_root {
     _Atomic uint32_t seq;
