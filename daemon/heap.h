@@ -180,7 +180,10 @@ uint64_t tcm__central_drop_empty_ht(tcm_heap_t *h);
 /* Free pages for a new span, giving kept empty spans back first when the
  * heap is at its limit. */
 int tcm__pages_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *s);
-/* A page run owned by owner, made and unmade under the page intent. */
+/* A page run owned by owner, made and unmade under the page intent: alloc is
+ * called by the unit tests only (an ALLOC_PAGES maps its run under the request
+ * intent, requests.c), free by the reclaim of a dead client's runs (a FREE_PAGES
+ * unmaps under the request intent too). */
 int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, uint32_t owner,
                         uint64_t *off);
 int tcm__large_free_ht(tcm_heap_t *h, uint64_t off, uint64_t *bytes, uint32_t *owner);
