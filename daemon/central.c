@@ -280,6 +280,7 @@ static uint32_t new_small_span(tcm_heap_t *h, unsigned cls, int *status)
     tcm_span_t *sp = &h->spans[s];
     sp->nfree = ci->span_objs;
     sp->scan = 0;
+    h->empty_spans[cls]++;
     tcm__span_list_push(h, &h->meta->central_head[cls], s);
     TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)ci->span_objs * ci->size);
     TCM_HT_ADD(h->cstats[cls].spans, 1);
@@ -391,6 +392,7 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
             if (n == want || !nfree)
                 break;
         }
+        h->empty_spans[cls] -= sp->nfree == span_objs && nfree != span_objs;
         sp->nfree = nfree;
         sp->scan = w < words ? w : words - 1; /* no free object below it */
         if (nfree == 0)
@@ -437,30 +439,6 @@ int tcm__central_check_ht(const tcm_heap_t *h, unsigned cls, uint64_t off, tcm_o
     return st;
 }
 
-/* The object-map and list part of a free; the caller counts the bytes. */
-static inline uint16_t free_one(tcm_heap_t *h, uint32_t s, uint32_t i, uint32_t *emptied)
-{
-    tcm_span_t *sp = &h->spans[s];
-    const tcm_class_info_t *ci = &h->classes[sp->cls];
-    TCM_ASSERT(sp->nfree < ci->span_objs);
-    uint64_t *word = &span_map(h, sp)[i / 64];
-    TCM_PERSIST_STORE(*word, *word & ~(1ull << (i % 64)));
-    if (i / 64 < sp->scan)
-        sp->scan = i / 64;
-    if (sp->nfree++ == 0)
-        tcm__span_list_push(h, &h->meta->central_head[sp->cls], s);
-    *emptied = sp->nfree == ci->span_objs ? s : 0;
-    return tcm__owner_of(h, tcm__span_owners(h, sp), i);
-}
-
-uint16_t tcm__central_free_ht(tcm_heap_t *h, tcm_obj_loc_t loc, uint32_t *emptied)
-{
-    unsigned cls = h->spans[loc.span].cls;
-    TCM_STAT_ADD(h->meta, bytes_central_free, h->classes[cls].size);
-    TCM_HT_ADD(h->cstats[cls].free_objs, 1);
-    return free_one(h, loc.span, loc.idx, emptied);
-}
-
 /* The SMALL span of class cls that holds heap offset off, or 0 (*why: the
  * refusal): a RETURN's span lookup, out of its loop. The object start and
  * its bit are checked by the caller, as for the objects that follow in the
@@ -494,8 +472,10 @@ static void span_gets_back(tcm_heap_t *h, unsigned cls, uint32_t s, uint32_t k, 
     if (sp->nfree == 0)
         tcm__span_list_push(h, &h->meta->central_head[cls], s);
     sp->nfree += k;
-    if (sp->nfree == span_objs) /* reached once: a RETURN only adds */
+    if (sp->nfree == span_objs) { /* reached once: a RETURN only adds */
+        h->empty_spans[cls]++;
         emptied[(*nemptied)++] = s;
+    }
 }
 
 uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *offs, uint32_t n, uint8_t *st,
@@ -592,7 +572,17 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
     return refused;
 }
 
-bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep_last)
+/* How many empty spans class cls keeps (see tcm__central_release_span_ht). */
+static uint32_t spans_kept(const tcm_class_info_t *ci)
+{
+    uint64_t batch_bytes = (uint64_t)ci->batch * ci->size, span_bytes = tcm__page_off(ci->span_pages);
+    if (batch_bytes > TCM_KEEP_EMPTY_BYTES)
+        batch_bytes = TCM_KEEP_EMPTY_BYTES;
+    uint64_t spans = (batch_bytes + span_bytes - 1) / span_bytes;
+    return spans ? (uint32_t)spans : 1;
+}
+
+bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep)
 {
     tcm_span_t *sp = &h->spans[s];
     if (sp->state != TCM_SPAN_SMALL)
@@ -601,10 +591,10 @@ bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep_last)
     const tcm_class_info_t *ci = &h->classes[cls];
     if (sp->nfree != ci->span_objs)
         return false;
-    /* Keep one empty span per class so a class that churns around a span
-     * boundary does not cut and free a span on every batch. */
-    if (keep_last && h->meta->central_head[cls] == s && sp->next == 0)
+    if (keep && h->empty_spans[cls] <= spans_kept(ci))
         return false;
+    TCM_ASSERT_INTERNAL(h->empty_spans[cls] > 0);
+    h->empty_spans[cls]--;
     tcm__span_list_remove(h, &h->meta->central_head[cls], s);
     TCM_STAT_ADD(h->meta, bytes_central_free, -(uint64_t)ci->span_objs * ci->size);
     TCM_HT_ADD(h->cstats[cls].spans, -1);
@@ -629,18 +619,22 @@ uint64_t tcm__central_drop_empty_ht(tcm_heap_t *h)
     return bytes;
 }
 
-int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, uint32_t owner,
-                        uint64_t *off)
+int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, uint32_t owner, uint32_t *first)
 {
-    if (npages == 0 || npages > h->npages || align_pages == 0 || align_pages > h->npages ||
-        (align_pages & (align_pages - 1)))
-        return npages > h->npages ? TCM_ST_NOMEM : TCM_ST_BAD_COUNT;
+    if (!align_pages)
+        align_pages = 1;
+    if (npages > h->npages || align_pages > h->npages)
+        return TCM_ST_NOMEM;
+    if (npages == 0 || (align_pages & (align_pages - 1)))
+        return TCM_ST_BAD_COUNT;
     uint32_t s;
     int st = tcm__pages_alloc_ht(h, (uint32_t)npages, (uint32_t)align_pages, &s);
     if (st != TCM_ST_OK)
         return st;
+    /* logged before the run is mapped: a recovery that finds the run
+     * there, mapped and owner's, knows it was made */
+    TCM_PERSIST_STORE(*first, h->spans[s].first);
     map_logged(h, s, TCM_SPAN_LARGE, 0, owner);
-    *off = tcm__page_off(h->spans[s].first);
     return TCM_ST_OK;
 }
 
@@ -683,6 +677,7 @@ uint64_t tcm__central_rebuild_ht(tcm_heap_t *h)
     uint64_t repairs = 0, central_free = 0;
     for (unsigned cls = 0; cls < TCM_NCLASSES; cls++) {
         h->meta->central_head[cls] = 0;
+        h->empty_spans[cls] = 0;
         TCM_STAT_SET(h->meta, bytes_central_free, 0);
         atomic_store_explicit(&h->cstats[cls].spans, 0, memory_order_relaxed);
         atomic_store_explicit(&h->cstats[cls].free_objs, 0, memory_order_relaxed);
@@ -714,6 +709,7 @@ uint64_t tcm__central_rebuild_ht(tcm_heap_t *h)
         sp->on_list = 0;
         if (sp->nfree)
             tcm__span_list_push(h, &h->meta->central_head[sp->cls], s);
+        h->empty_spans[sp->cls] += sp->nfree == ci->span_objs;
         central_free += (uint64_t)sp->nfree * ci->size;
         TCM_HT_ADD(h->cstats[sp->cls].spans, 1);
         TCM_HT_ADD(h->cstats[sp->cls].free_objs, sp->nfree);
