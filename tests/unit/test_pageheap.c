@@ -360,6 +360,85 @@ static void test_batch(void)
     rebuild_and_compare();
 }
 
+/* Random batches against a model: runs in address order (the RETURN's
+ * path without a lookup), shuffled entries, objects twice, offsets inside
+ * objects, past a span's last object, in other spans and classes; each
+ * entry's status is what a check of it alone says before the batch, except
+ * an object's second time (a double free); the heap stays consistent. */
+static void test_random(void)
+{
+    static uint64_t offs[8 * TCM_MAX_BATCH], batch[TCM_MAX_BATCH];
+    static uint8_t expect[TCM_MAX_BATCH], sts[TCM_MAX_BATCH];
+    static tcm_owner_run_t runs[TCM_MAX_BATCH];
+    static uint32_t emptied[TCM_MAX_BATCH];
+    srand(7);
+    const unsigned sizes[] = {16, 48, 1024, 4096, 32768};
+    for (unsigned c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
+        unsigned cls = tcm__size_class(sizes[c]);
+        int st;
+        uint32_t n = 0, per = h.classes[cls].batch, got;
+        while (n + per <= 4 * TCM_MAX_BATCH && (got = refill(cls, per, offs + n, (uint16_t)(1 + n % 3), &st)))
+            n += got; /* owners 1..3: owner runs, tag blocks */
+        CHECK_GT(n, 0);
+        for (int round = 0; round < 200; round++) {
+            uint32_t k = (uint32_t)(1 + rand() % TCM_MAX_BATCH);
+            uint32_t at = (uint32_t)(rand() % n);
+            for (uint32_t i = 0; i < k; i++) {
+                int kind = rand() % 16;
+                uint64_t off = offs[(at + i) % n]; /* mostly a run in address order */
+                if (kind == 0)
+                    off = offs[rand() % n];
+                else if (kind == 1 && i)
+                    off = batch[rand() % i]; /* twice */
+                else if (kind == 2)
+                    off += 16 * (1 + rand() % 3);
+                else if (kind == 3)
+                    off += h.classes[cls].size; /* the next object, maybe past the span */
+                else if (kind == 4)
+                    off = (uint64_t)(rand() % (h.top + 4)) << TCM_PAGE_SHIFT;
+                batch[i] = off;
+            }
+            if (round % 2) /* a bin's top given back going down */
+                for (uint32_t i = 0; i < k / 2; i++) {
+                    uint64_t t = batch[i];
+                    batch[i] = batch[k - 1 - i];
+                    batch[k - 1 - i] = t;
+                }
+            for (uint32_t i = 0; i < k; i++) {
+                expect[i] = (uint8_t)tcm__central_check_ht(&h, cls, batch[i], NULL);
+                for (uint32_t j = 0; j < i && expect[i] == TCM_ST_OK; j++)
+                    if (batch[j] == batch[i])
+                        expect[i] = TCM_ST_DOUBLE_FREE;
+            }
+            uint32_t nruns, nemptied = 0, refused = 0;
+            memset(sts, TCM_ST_PENDING, k);
+            uint32_t nrefused = tcm__central_return_ht(&h, cls, batch, k, sts, runs, &nruns, emptied, &nemptied);
+            uint64_t credited = 0;
+            for (uint32_t i = 0; i < k; i++) {
+                CHECK_EQ(sts[i], expect[i]);
+                refused += sts[i] != TCM_ST_OK;
+                if (sts[i] == TCM_ST_OK)
+                    CHECK_EQ(tcm__central_check_ht(&h, cls, batch[i], NULL), TCM_ST_DOUBLE_FREE);
+            }
+            for (uint32_t r = 0; r < nruns; r++)
+                credited += runs[r].objects;
+            CHECK_EQ(nrefused, refused);
+            CHECK_EQ(credited, k - refused);
+            for (uint32_t e = 0; e < nemptied; e++)
+                tcm__central_release_span_ht(&h, emptied[e], true);
+            validate();
+            /* what went back is handed out again, to keep the runs dense */
+            for (uint32_t i = 0; i < n; i++)
+                if (tcm__central_check_ht(&h, cls, offs[i], NULL) != TCM_ST_OK) {
+                    uint64_t one;
+                    if (refill(cls, 1, &one, 3, &st) == 1)
+                        offs[i] = one;
+                }
+        }
+        rebuild_and_compare();
+    }
+}
+
 /* Spans a RETURN empties stay with their class up to one batch of it (at
  * most TCM_KEEP_EMPTY_BYTES): the next refill of a batch cuts none; the
  * rest go back to the page heap; drop_empty gives the kept ones back. */
@@ -415,6 +494,7 @@ ON_A_NEW_HEAP(runs)
 ON_A_NEW_HEAP(objects)
 ON_A_NEW_HEAP(batch)
 ON_A_NEW_HEAP(kept)
+ON_A_NEW_HEAP(random)
 ON_A_NEW_HEAP(release)
 ON_A_NEW_HEAP(limit)
 ON_A_NEW_HEAP(roots)
@@ -422,7 +502,7 @@ ON_A_NEW_HEAP(roots)
 int main(void)
 {
     static const tt_case_t cases[] = {
-        {"runs", case_runs}, {"objects", case_objects}, {"batch", case_batch}, {"kept", case_kept}, {"release", case_release},
+        {"runs", case_runs}, {"objects", case_objects}, {"batch", case_batch}, {"kept", case_kept}, {"random", case_random}, {"release", case_release},
         {"limit", case_limit}, {"roots", case_roots},
     };
     return tt_run_cases("pageheap", cases, sizeof cases / sizeof cases[0], 60000) != 0;
