@@ -353,7 +353,10 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
             uint64_t free_bits = ~map[w] & valid;
             if (!free_bits)
                 continue;
-            uint32_t k = (uint32_t)__builtin_popcountll(free_bits);
+            /* a word all free is counted without popcount (libgcc's, a
+             * call, where the build does not assume the instruction) */
+            uint32_t k = free_bits == valid ? (valid == ~0ull ? 64 : span_objs % 64)
+                                            : (uint32_t)__builtin_popcountll(free_bits);
             uint64_t taken = k <= want - n ? free_bits : lowest_bits(free_bits, k = want - n);
             uint16_t *tags = ready_owner_word(h, &owners[w], map[w], owner, scratch);
             if (!tags) {
