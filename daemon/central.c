@@ -602,8 +602,10 @@ bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep_last)
     if (sp->nfree != ci->span_objs)
         return false;
     /* Keep one empty span per class so a class that churns around a span
-     * boundary does not cut and free a span on every batch. */
-    if (keep_last && h->meta->central_head[cls] == s && sp->next == 0)
+     * boundary does not cut and free a span on every batch. Not a span of
+     * one object: kept, it is one cached object of its class, where in the
+     * page heap its pages serve any class (and decay when nobody needs them). */
+    if (keep_last && ci->span_objs > 1 && h->meta->central_head[cls] == s && sp->next == 0)
         return false;
     tcm__span_list_remove(h, &h->meta->central_head[cls], s);
     TCM_STAT_ADD(h->meta, bytes_central_free, -(uint64_t)ci->span_objs * ci->size);
