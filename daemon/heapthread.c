@@ -17,7 +17,6 @@
 #define EXPENSIVE_CHECK_EVERY 4096u /* requests between whole-heap validations (assert level 3) */
 #define DECAY_AMOUNT_MIN (1u << 20)   /* free backed pages below this wait for the decay window */
 #define DECAY_AMOUNT_SHARE 32u        /* ... and so do free backed pages up to this share of the spans */
-#define DECAY_STEP_SPLIT 4u           /* page-heap steps per client scavenge interval (decay_ms / TCM_DECAY_STEPS) */
 
 /* Punch free runs until at most keep_bytes of free committed pages are
  * left (0: every free page); returns what the segment's blocks dropped by,
@@ -59,23 +58,21 @@ static void decay(tcm_server_t *srv, uint64_t now)
 }
 
 /* Decay by amount, not only by time: at the end of each step (decay_ms /
- * TCM_DECAY_STEPS / DECAY_STEP_SPLIT, 62 ms by default), when the free
- * pages the heap segment still backs are more than a 32nd of the bytes in
- * spans, they all go back. A heap that shrank (a process freed half of
- * what it held, or its caches gave back spans' worth) does not keep that
- * committed for decay_ms; one that keeps little beside what it uses is
- * left to the window. Finer than the clients' scavenge: classes above 64 KiB
- * cache nothing while quiet, so their spans come and go through the page
- * heap, and what a step let pile up (an eighth of the spans every 250 ms:
- * 4-9 MB of larson's ~60 MB at any instant) was as much as their caches
- * had held. Measured from the
+ * TCM_DECAY_STEPS), when the free pages the heap segment still backs are
+ * more than a 32nd of the bytes in spans, they all go back. A heap that
+ * shrank (a process freed half of what it held, or its caches gave back
+ * spans' worth) does not keep that committed for decay_ms; one that keeps
+ * little beside what it uses is left to the window. A 32nd, not an eighth:
+ * quiet classes above 64 KiB cache nothing (tcache.c), so their spans come
+ * and go through the page heap, and an eighth let 4-9 MB of larson's
+ * ~60 MB pile up between steps, as much as their caches had held. Measured from the
  * segment's blocks, not from the runs' committed flags: a run merged from
  * committed and released parts counts as not committed, yet may be
  * backed almost whole. */
 static void decay_step(tcm_server_t *srv, uint64_t now, uint64_t decay_ns)
 {
     tcm_heap_t *h = &srv->h;
-    if (now - h->step_ns < decay_ns / (TCM_DECAY_STEPS * DECAY_STEP_SPLIT))
+    if (now - h->step_ns < decay_ns / TCM_DECAY_STEPS)
         return;
     h->step_ns = now;
     int64_t backed = tcm__backed_bytes(srv->heap_fd);
