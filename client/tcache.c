@@ -958,16 +958,21 @@ void tcm__free_slow(void *p)
         /* A bin grows with use, not with time: only one that overflows
          * again soon, and missed in between -- a working set that cycles
          * through it (the seed's alloc-64-free-64). Frees alone (a process
-         * dropping half of what it holds) would fill it with objects no
+         * dropping half of what it holds, a consumer freeing another
+         * thread's objects) grow it to one batch, so that they go on in
+         * batches, and no further: more would fill it with objects no
          * malloc is waiting for, whose spans the next mallocs then keep
          * alive instead of their going back. */
         bool busy = busy_class(thr, cls);
+        uint32_t batch = pr->classes[cls].batch;
         if (busy && thr->missed[cls])
             grow(thr, cls, thr->refill[cls]);
+        else if (busy && b->max < batch) /* frees alone: room for one batch, so they go on in batches */
+            grow(thr, cls, batch - b->max);
         else if (!busy)
             trim_quiet(thr, cls);
         thr->missed[cls] = 0;
-        if (b->count >= b->max && b->max == 0) {
+        if (b->count >= b->max && !busy && quiet_max(cls) == 0) {
             /* a quiet class above QUIET_BYTES keeps nothing: this object
              * (and any left from a busy spell) back to tcmd, not waiting */
             b->slots[b->count++] = p;
@@ -977,7 +982,7 @@ void tcm__free_slow(void *p)
         }
         if (b->count >= b->max) {
             /* full and may not grow: hand a whole batch on */
-            uint32_t k = pr->classes[cls].batch < b->count ? pr->classes[cls].batch : b->count;
+            uint32_t k = batch < b->count ? batch : b->count;
             release_objects(cls, b, b->count - k, false, thr);
             /* A working set the size of the bin's limit (the seed's 64
              * objects of 256 KiB in a 16 MiB budget) would otherwise cycle
