@@ -959,16 +959,18 @@ void tcm__free_slow(void *p)
          * again soon, and missed in between -- a working set that cycles
          * through it (the seed's alloc-64-free-64). Frees alone (a process
          * dropping half of what it holds, a consumer freeing another
-         * thread's objects) grow it to one batch, so that they go on in
-         * batches, and no further: more would fill it with objects no
+         * thread's objects) grow it to one batch of at most QUIET_BYTES
+         * (two objects above that), so that they go on in batches, and no
+         * further: more would fill it with objects no
          * malloc is waiting for, whose spans the next mallocs then keep
          * alive instead of their going back. */
         bool busy = busy_class(thr, cls);
-        uint32_t batch = pr->classes[cls].batch;
+        uint32_t batch = pr->classes[cls].batch, quiet = quiet_max(cls) > 2 ? quiet_max(cls) : 2;
+        uint32_t frees_only = batch < quiet ? batch : quiet;
         if (busy && thr->missed[cls])
             grow(thr, cls, thr->refill[cls]);
-        else if (busy && b->max < batch) /* frees alone: room for one batch, so they go on in batches */
-            grow(thr, cls, batch - b->max);
+        else if (busy && b->max < frees_only) /* frees alone: room for a batch, so they go on in batches */
+            grow(thr, cls, frees_only - b->max);
         else if (!busy)
             trim_quiet(thr, cls);
         thr->missed[cls] = 0;
