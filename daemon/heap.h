@@ -175,8 +175,11 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
  * fills (at most TCM_KEEP_EMPTY_BYTES, one span at least): a class that
  * moves whole batches back and forth reuses its spans instead of cutting
  * and freeing them per batch. The kept ones go back with the decay,
- * release and at the heap limit (tcm__central_drop_empty_ht). */
-#define TCM_KEEP_EMPTY_BYTES (2u << 20)
+ * release and at the heap limit (tcm__central_drop_empty_ht).
+ * One span, measured: up to a batch (2 MiB) held larson between two
+ * processes 4-5 MB higher (central free 18-20 -> 22-24 MB) and saved
+ * run_daemon_cost nothing (its heap grows and shrinks by whole batches). */
+#define TCM_KEEP_EMPTY_BYTES 0u
 bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep);
 uint64_t tcm__central_drop_empty_ht(tcm_heap_t *h);
 /* Free pages for a new span, giving kept empty spans back first when the
