@@ -5,6 +5,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* the text of a macro's value: TCM_STRINGIFY(TCM_RECONNECT_DEFAULT_S) is "30" */
+#define TCM_STRINGIFY(x) TCM_STRINGIFY_(x)
+#define TCM_STRINGIFY_(x) #x
+
 /* "64M", "4G", "512k", "1T", "4096": 0 on success, -EINVAL otherwise. */
 int tcm__parse_size(const char *s, uint64_t *out);
 /* 1536 -> "1.5K"; writes into buf and returns it. */
