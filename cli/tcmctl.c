@@ -14,6 +14,7 @@
 
 #include "frame.h"
 #include "prim.h"
+#include "tcm_version.h"
 #include "util.h"
 #include "views.h"
 
@@ -165,6 +166,10 @@ static Tcm__Response *ask(const ctx_t *ctx, Tcm__Request__BodyCase which, void *
     }
     return resp;
 }
+
+/* A command's usage and help from the table below, to stdout (asked for)
+ * or stderr (a usage error, whose exit code it returns). */
+static int command_usage(const char *name, FILE *f);
 
 static const char *human(uint64_t v, char *buf, size_t len)
 {
@@ -333,8 +338,7 @@ static int cmd_config(const ctx_t *ctx, int argc, char **argv)
         set.value = argv[2];
         resp = ask(ctx, TCM__REQUEST__BODY_CONFIG_SET, &set, TCM__RESPONSE__BODY_CONFIG);
     } else {
-        fprintf(stderr, "usage: tcmctl config get [KEY] | config set KEY VALUE\n");
-        return EXIT_USAGE;
+        return command_usage("config", stderr);
     }
     print_config(ctx, resp->config);
     tcm__response__free_unpacked(resp, NULL);
@@ -345,8 +349,7 @@ static int cmd_resize(const ctx_t *ctx, int argc, char **argv)
 {
     uint64_t limit;
     if (argc != 1 || tcm__parse_size(argv[0], &limit)) {
-        fprintf(stderr, "usage: tcmctl resize SIZE   (e.g. 512M, 4G)\n");
-        return EXIT_USAGE;
+        return command_usage("resize", stderr);
     }
     Tcm__Resize rs = TCM__RESIZE__INIT;
     rs.limit = limit;
@@ -407,8 +410,7 @@ static int cmd_detach(const ctx_t *ctx, int argc, char **argv)
     char *end;
     unsigned long id = argc == 1 ? strtoul(argv[0], &end, 10) : 0;
     if (argc != 1 || *end || !id) {
-        fprintf(stderr, "usage: tcmctl detach CLIENT_ID   (tcmctl clients lists them)\n");
-        return EXIT_USAGE;
+        return command_usage("detach", stderr);
     }
     Tcm__Detach d = TCM__DETACH__INIT;
     d.client_id = (uint32_t)id;
@@ -441,6 +443,9 @@ static int cmd_check(const ctx_t *ctx, int argc, char **argv)
     return rc;
 }
 
+/* The one list of commands: tcmctl --help, tcmctl COMMAND --help, a usage
+ * error, tcmctl(1) (packaging/man/tcmctl.1.sh, from --list-commands) and
+ * the README's command list (tests/readme_test.py) all come from it. */
 static const command_t commands[] = {
     {"ping", "", "check that tcmd answers: pid, version, uptime, round trip", cmd_ping},
     {"health", "", "ping the heap thread too; exit 1 if it does not answer", cmd_health},
@@ -449,12 +454,16 @@ static const command_t commands[] = {
     {"clients", "", "attached processes: pid, uid, threads, bytes held and cached, requests, errors",
      cmd_clients},
     {"classes", "", "size classes: spans, objects in use and free, batches moved", cmd_classes},
-    {"config", "get [KEY] | set KEY VALUE", "read or change settings (set: daemon's uid or root)", cmd_config},
-    {"resize", "SIZE", "change the heap limit (refused below what is in use)", cmd_resize},
+    {"config", "get [KEY] | set KEY VALUE",
+     "read or change settings (set: tcmd's uid or root); the keys are tcmd's settings", cmd_config},
+    {"resize", "SIZE", "change the heap limit, e.g. to 512M or 4G (refused below what is in use)", cmd_resize},
     {"release", "", "processes give back what they cache, then every free page goes back to the OS", cmd_release},
     {"roots", "", "named shared pointers and their heap offsets", cmd_roots},
-    {"detach", "CLIENT_ID", "cut a client off (its allocations fail; reclaimed when it exits)", cmd_detach},
-    {"check", "", "validate the whole heap (tcmd's uid or root); exit 1 naming the first inconsistency, of tcmd's structures or of a client's caches",
+    {"detach", "CLIENT_ID",
+     "cut a client (an id from tcmctl clients) off: its allocations fail; reclaimed when it exits", cmd_detach},
+    {"check", "",
+     "validate the whole heap (tcmd's uid or root); exit 1 naming the first inconsistency, of tcmd's "
+     "structures or of a client's caches",
      cmd_check},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -469,8 +478,7 @@ static int cmd_stats(const ctx_t *ctx, int argc, char **argv)
         else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc)
             count = atol(argv[++i]);
         else {
-            fprintf(stderr, "usage: tcmctl stats %s\n", commands[2].args);
-            return EXIT_USAGE;
+            return command_usage("stats", stderr);
         }
     }
     if (argc && every <= 0) {
@@ -497,6 +505,22 @@ static int cmd_stats(const ctx_t *ctx, int argc, char **argv)
     return 0;
 }
 
+static int command_usage(const char *name, FILE *f)
+{
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (strcmp(name, commands[i].name) == 0)
+            fprintf(f, "usage: tcmctl [--socket PATH] [--json] %s %s\n  %s\n", commands[i].name, commands[i].args,
+                    commands[i].help);
+    return EXIT_USAGE;
+}
+
+/* the table for tcmctl(1) and the README's test: NAME, ARGS, HELP a line */
+static void list_commands(void)
+{
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        printf("%s\t%s\t%s\n", commands[i].name, commands[i].args, commands[i].help);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tcmctl [--socket PATH] [--json] COMMAND [ARGS]\n\ncommands:\n");
@@ -506,6 +530,7 @@ static void usage(FILE *f)
             "\n  --socket PATH  tcmd's socket (default $TCM_SOCKET, else $XDG_RUNTIME_DIR/tcm/tcmd.sock,\n"
             "                 else /tmp/tcm-UID/tcmd.sock)\n"
             "  --json         machine-readable output (field names are stable; see README)\n"
+            "  --version      tcmctl's version (tcmctl ping: tcmd's)\n"
             "  tcmctl COMMAND --help   help for one command\n"
             "\nexit codes: 0 success, 1 tcmd answered with an error, 2 usage, 3 cannot connect\n");
 }
@@ -518,6 +543,8 @@ int main(int argc, char **argv)
         {"socket", required_argument, 0, 's'},
         {"json", no_argument, 0, 'j'},
         {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},
+        {"list-commands", no_argument, 0, 'L'}, /* for tcmctl(1) and the README's test */
         {0, 0, 0, 0},
     };
     int opt;
@@ -526,6 +553,8 @@ int main(int argc, char **argv)
         case 's': ctx.socket = optarg; break;
         case 'j': ctx.json = true; break;
         case 'h': usage(stdout); return 0;
+        case 'V': printf("tcmctl %s\n", TCM_VERSION_STRING); return 0;
+        case 'L': list_commands(); return 0;
         default: usage(stderr); return EXIT_USAGE;
         }
     }
@@ -552,8 +581,7 @@ int main(int argc, char **argv)
         if (strcmp(name, commands[i].name) != 0)
             continue;
         if (cargc == 1 && (strcmp(cargv[0], "--help") == 0 || strcmp(cargv[0], "-h") == 0)) {
-            printf("usage: tcmctl [--socket PATH] [--json] %s %s\n  %s\n", commands[i].name, commands[i].args,
-                   commands[i].help);
+            command_usage(name, stdout);
             return 0;
         }
         if (!commands[i].args[0] && cargc) {

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""The README says what tcmd does: its usage block is `tcmd --help` word for
-word, and its settings table has every setting of `tcmd --list-settings`
-(the one table in daemon/config.c), no other, with the same runtime flag
-and default. Fails naming each difference."""
+"""The README says what tcmd and tcmctl do: its usage blocks are `tcmd
+--help` and `tcmctl --help` word for word (tcmctl's lists every command of
+`tcmctl --list-commands`, the one table in cli/tcmctl.c), and its settings
+table has every setting of `tcmd --list-settings` (the one table in
+daemon/config.c), no other, with the same runtime flag and default. Fails
+naming each difference."""
 import os
 import re
 import subprocess
@@ -13,12 +15,26 @@ tcmd = os.path.join(build, "tcmd")
 readme = open(os.path.join(source, "README.md")).read()
 problems = []
 
-help_text = subprocess.run([tcmd, "--help"], capture_output=True, text=True, check=True).stdout
-block = re.search(r"## Running tcmd\n\n```\n(.*?)```", readme, re.S)
-if not block:
-    problems.append("README has no usage block under '## Running tcmd'")
-elif block.group(1) != help_text:
-    problems.append("README's usage block differs from `tcmd --help` (paste the output of `tcmd --help`)")
+def usage_block(program, heading):
+    help_text = subprocess.run([program, "--help"], capture_output=True, text=True, check=True).stdout
+    block = re.search(heading + r"\n\n```\n(.*?)```", readme, re.S)
+    name = os.path.basename(program)
+    if not block:
+        problems.append(f"README has no usage block under '{heading}'")
+    elif block.group(1) != help_text:
+        problems.append(f"README's {name} usage block differs from `{name} --help` "
+                        f"(paste the output of `{name} --help`)")
+    return help_text
+
+
+usage_block(tcmd, "## Running tcmd")
+tcmctl_help = usage_block(os.path.join(build, "tcmctl"), "## tcmctl")
+commands = [line.split("\t")[0] for line in
+            subprocess.run([os.path.join(build, "tcmctl"), "--list-commands"], capture_output=True, text=True,
+                           check=True).stdout.splitlines()]
+for name in commands:
+    if not re.search(rf"^  {name} ", tcmctl_help, re.M):
+        problems.append(f"`tcmctl --help` does not list the command {name}")
 
 table = {}
 for key, runtime, meaning in re.findall(r"^\| `(\w+)` \| (yes|no) \| (.*) \|$", readme, re.M):
@@ -39,6 +55,6 @@ for name in set(table) - {n for n, _, _ in listed}:
 
 for p in problems:
     print("FAILED:", p, file=sys.stderr)
-print(f"readme: {len(listed)} settings and the usage block checked; "
+print(f"readme: {len(listed)} settings, {len(commands)} tcmctl commands and both usage blocks checked; "
       f"{0 if problems else 1} passed, {1 if problems else 0} failed")
 sys.exit(1 if problems else 0)
