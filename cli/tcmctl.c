@@ -142,8 +142,11 @@ static Tcm__Response *call(const ctx_t *ctx, Tcm__Request *req)
     }
     tcm__close(fd);
     if (resp->body_case == TCM__RESPONSE__BODY_ERROR) {
-        if (ctx->json)
-            printf("{\"error\":{\"code\":%u,\"message\":\"%s\"}}\n", resp->error->code, js(resp->error->message));
+        if (ctx->json) {
+            printf("{\"error\":{");
+            tcm__json_members(stdout, &resp->error->base, NULL, 0, js);
+            printf("}}\n");
+        }
         fprintf(stderr, "tcmctl: tcmd: %s\n", tx(resp->error->message));
         exit(EXIT_DAEMON);
     }
@@ -171,6 +174,14 @@ static Tcm__Response *ask(const ctx_t *ctx, Tcm__Request__BodyCase which, void *
  * or stderr (a usage error, whose exit code it returns). */
 static int command_usage(const char *name, FILE *f);
 
+/* m as one JSON object, keyed by its protobuf field names */
+static void print_json_object(const ProtobufCMessage *m)
+{
+    putchar('{');
+    tcm__json_members(stdout, m, NULL, 0, js);
+    printf("}\n");
+}
+
 static const char *human(uint64_t v, char *buf, size_t len)
 {
     return tcm__format_size(v, buf, len);
@@ -185,11 +196,14 @@ static int cmd_ping(const ctx_t *ctx, int argc, char **argv)
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_PING, &ping, TCM__RESPONSE__BODY_PONG);
     double us = (double)(tcm__now_ns() - t0) / 1e3;
     const Tcm__Pong *p = resp->pong;
-    if (ctx->json)
-        printf("{\"ok\":true,\"daemon_pid\":%u,\"version\":\"%s\",\"protocol\":%u,\"uptime_ms\":%llu,"
-               "\"rtt_us\":%.1f}\n",
-               p->daemon_pid, js(p->daemon_version), p->version, (unsigned long long)p->uptime_ms, us);
-    else
+    /* ping's keys predate the field names: version is tcmd's, protocol the protocol's */
+    static const tcm_json_key_t ping_keys[] = {
+        {"nonce", NULL}, {"version", "protocol"}, {"daemon_version", "version"}};
+    if (ctx->json) {
+        printf("{\"ok\":true,");
+        tcm__json_members(stdout, &p->base, ping_keys, sizeof ping_keys / sizeof ping_keys[0], js);
+        printf(",\"rtt_us\":%.1f}\n", us);
+    } else
         printf("tcmd %s (pid %u) on %s: alive, up %llus, round trip %.0f us\n", tx(p->daemon_version),
                p->daemon_pid, ctx->socket, (unsigned long long)(p->uptime_ms / 1000), us);
     tcm__response__free_unpacked(resp, NULL);
@@ -203,11 +217,7 @@ static int cmd_health(const ctx_t *ctx, int argc, char **argv)
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_HEALTH, &hr, TCM__RESPONSE__BODY_HEALTH);
     const Tcm__Health *h = resp->health;
     if (ctx->json)
-        printf("{\"ok\":%s,\"heap_thread_ok\":%s,\"heap_thread_rtt_us\":%llu,\"clients\":%u,\"uptime_ms\":%llu,"
-               "\"version\":\"%s\",\"message\":\"%s\"}\n",
-               h->ok ? "true" : "false", h->heap_thread_ok ? "true" : "false",
-               (unsigned long long)h->heap_thread_rtt_us, h->clients, (unsigned long long)h->uptime_ms, js(h->version),
-               js(h->message));
+        print_json_object(&h->base);
     else
         printf("%s: heap thread %s (%llu us), %u clients, up %llus, tcmd %s\n", h->ok ? "healthy" : "UNHEALTHY",
                h->heap_thread_ok ? "answers" : "does not answer", (unsigned long long)h->heap_thread_rtt_us,
@@ -313,9 +323,12 @@ static void print_config(const ctx_t *ctx, const Tcm__Config *cfg)
 {
     if (ctx->json) {
         printf("{");
-        for (size_t i = 0; i < cfg->n_setting; i++)
-            printf("%s\"%s\":{\"value\":\"%s\",\"runtime\":%s}", i ? "," : "", js(cfg->setting[i]->key),
-                   js(cfg->setting[i]->value), cfg->setting[i]->runtime ? "true" : "false");
+        static const tcm_json_key_t setting_keys[] = {{"key", NULL}, {"help", NULL}}; /* keyed by key */
+        for (size_t i = 0; i < cfg->n_setting; i++) {
+            printf("%s\"%s\":{", i ? "," : "", js(cfg->setting[i]->key));
+            tcm__json_members(stdout, &cfg->setting[i]->base, setting_keys, 2, js);
+            putchar('}');
+        }
         printf("}\n");
         return;
     }
@@ -356,8 +369,7 @@ static int cmd_resize(const ctx_t *ctx, int argc, char **argv)
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_RESIZE, &rs, TCM__RESPONSE__BODY_RESIZED);
     char a[32], b[32];
     if (ctx->json)
-        printf("{\"old_limit\":%llu,\"new_limit\":%llu}\n", (unsigned long long)resp->resized->old_limit,
-               (unsigned long long)resp->resized->new_limit);
+        print_json_object(&resp->resized->base);
     else
         printf("heap limit %s -> %s\n", human(resp->resized->old_limit, a, sizeof a),
                human(resp->resized->new_limit, b, sizeof b));
@@ -373,9 +385,7 @@ static int cmd_release(const ctx_t *ctx, int argc, char **argv)
     const Tcm__Released *r = resp->released;
     char a[32], b[32], c[32];
     if (ctx->json)
-        printf("{\"released_bytes\":%llu,\"committed_before\":%llu,\"committed_after\":%llu}\n",
-               (unsigned long long)r->released_bytes, (unsigned long long)r->committed_before,
-               (unsigned long long)r->committed_after);
+        print_json_object(&r->base);
     else
         printf("released %s; heap backed by %s before, %s now\n", human(r->released_bytes, a, sizeof a),
                human(r->committed_before, b, sizeof b), human(r->committed_after, c, sizeof c));
@@ -391,9 +401,11 @@ static int cmd_roots(const ctx_t *ctx, int argc, char **argv)
     const Tcm__Roots *r = resp->roots;
     if (ctx->json) {
         printf("[");
-        for (size_t i = 0; i < r->n_root; i++)
-            printf("%s{\"name\":\"%s\",\"offset\":%llu}", i ? "," : "", js(r->root[i]->name),
-                   (unsigned long long)r->root[i]->offset);
+        for (size_t i = 0; i < r->n_root; i++) {
+            printf("%s{", i ? "," : "");
+            tcm__json_members(stdout, &r->root[i]->base, NULL, 0, js);
+            putchar('}');
+        }
         printf("]\n");
     } else {
         for (size_t i = 0; i < r->n_root; i++)
@@ -416,7 +428,7 @@ static int cmd_detach(const ctx_t *ctx, int argc, char **argv)
     d.client_id = (uint32_t)id;
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_DETACH, &d, TCM__RESPONSE__BODY_DETACHED);
     if (ctx->json)
-        printf("{\"client_id\":%u,\"pid\":%u}\n", resp->detached->client_id, resp->detached->pid);
+        print_json_object(&resp->detached->base);
     else
         printf("client %u (pid %u) detached: its allocations fail from now on; its caches are reclaimed when "
                "it exits\n",
@@ -432,8 +444,7 @@ static int cmd_check(const ctx_t *ctx, int argc, char **argv)
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_CHECK, &cr, TCM__RESPONSE__BODY_CHECK);
     const Tcm__CheckResult *r = resp->check;
     if (ctx->json)
-        printf("{\"ok\":%s,\"client_only\":%s,\"message\":\"%s\",\"duration_us\":%llu}\n", r->ok ? "true" : "false",
-               r->client_only ? "true" : "false", js(r->message), (unsigned long long)r->duration_us);
+        print_json_object(&r->base);
     else
         printf("%s: %s (%llu us)\n",
                r->ok ? "heap consistent" : r->client_only ? "heap consistent, A CLIENT'S CACHES ARE NOT" : "HEAP INCONSISTENT",
