@@ -53,8 +53,27 @@ for name, runtime, default in listed:
 for name in set(table) - {n for n, _, _ in listed}:
     problems.append(f"README lists {name}, which tcmd does not have")
 
+# tcmctl --json prints these answers keyed by their protobuf field names
+# (tcm__json_members): the README's list of each is the .proto's message.
+proto = open(os.path.join(source, "proto", "tcm.proto")).read()
+json_section = re.search(r"### JSON fields \(stable\)\n(.*?)\n### ", readme, re.S)
+if not json_section:
+    problems.append("README has no '### JSON fields (stable)' section")
+else:
+    text = re.sub(r"\([^()]*\)", "", json_section.group(1))  # the remarks in parentheses
+    for command, message in [("health", "Health"), ("resize", "Resized"), ("release", "Released"),
+                             ("roots", "RootInfo"), ("detach", "Detached"), ("check", "CheckResult")]:
+        body = re.search(r"^message " + message + r" \{(.*?)^\}", proto, re.S | re.M)
+        fields = set(re.findall(r"^\s*(?:repeated )?\w+ (\w+) = \d+;", body.group(1), re.M))
+        said = re.search(r"`" + command + r"`: (.*?)(?:\.\s|\n- |$)", text, re.S)
+        in_readme = set(re.findall(r"`(\w+)`", said.group(1))) if said else set()
+        if in_readme != fields:
+            problems.append(f"README's JSON fields of {command} ({', '.join(sorted(in_readme))}) are not those of "
+                            f"message {message} ({', '.join(sorted(fields))})")
+
 for p in problems:
     print("FAILED:", p, file=sys.stderr)
-print(f"readme: {len(listed)} settings, {len(commands)} tcmctl commands and both usage blocks checked; "
+print(f"readme: {len(listed)} settings, {len(commands)} tcmctl commands, both usage blocks and the JSON "
+      f"fields of six answers checked; "
       f"{0 if problems else 1} passed, {1 if problems else 0} failed")
 sys.exit(1 if problems else 0)
