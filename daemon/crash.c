@@ -12,11 +12,7 @@ bool tcm__crash_armed;
 static tcm_crash_point_t armed_point;
 static long remaining;
 
-static const char *const point_names[TCM_CRASH_COUNT] = {
-#define TCM_CRASH_NAME(name, where) #name,
-    TCM_CRASH_POINT_LIST(TCM_CRASH_NAME)
-#undef TCM_CRASH_NAME
-};
+static const char *const point_names[TCM_CRASH_COUNT] = {TCM_CRASH_POINT_LIST(TCM_CRASH_NAME)};
 
 void tcm__crash_init(void)
 {

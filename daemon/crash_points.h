@@ -38,4 +38,7 @@ typedef enum {
     TCM_CRASH_COUNT
 } tcm_crash_point_t;
 
+/* for TCM_CRASH_POINT_LIST: each point's name as a string, in enum order */
+#define TCM_CRASH_NAME(name, where) #name,
+
 #endif

@@ -101,11 +101,7 @@ static const point_t points[TCM_CRASH_COUNT] = {
     [TCM_CRASH_reclaim_run] = {.elsewhere = "test_crashrepair"},
 };
 
-static const char *const point_names[TCM_CRASH_COUNT] = {
-#define POINT_NAME(name, where) #name,
-    TCM_CRASH_POINT_LIST(POINT_NAME)
-#undef POINT_NAME
-};
+static const char *const point_names[TCM_CRASH_COUNT] = {TCM_CRASH_POINT_LIST(TCM_CRASH_NAME)};
 
 typedef struct run {
     const char *name;
