@@ -12,23 +12,23 @@
     X(refill, "refill applied to the central lists, answer not written (requests.c)")             \
     X(refill_span, "one span's objects taken by a refill (central.c)")                            \
     X(return_half, "half a RETURN batch freed (central.c)")                                       \
-    X(alloc_pages, "page run cut, intent APPLYING (requests.c)")                             \
-    X(free_pages, "page run unmapped, intent APPLYING (requests.c)")                               \
-    X(root_set, "root intent APPLYING, seqlock not begun (requests.c)")                           \
-    X(root_odd, "root seqlock odd, data not written (requests.c)")                                \
-    X(root_data, "root data written, seqlock still odd (requests.c)")                             \
+    X(alloc_pages, "page run cut, intent APPLYING (requests.c)")                                  \
+    X(free_pages, "page run unmapped, intent APPLYING (requests.c)")                              \
+    X(root_set, "root intent APPLYING, before the root's write (requests.c)")                     \
+    X(root_odd, "root sequence odd, nothing written (requests.c)")                                \
+    X(root_data, "root name, offset and used written, sequence still odd (requests.c)")           \
     X(span_map, "page intent MAP recorded (central.c)")                                           \
-    X(span_slot, "span mapped, object record not made (central.c)")                               \
-    X(tag_block, "a block of owner tags written (central.c)")                                     \
+    X(span_slot, "a small span mapped, its object record not yet cleared (central.c)")            \
+    X(tag_block, "a shared word's tag block filled, not yet named by its owner word (central.c)") \
     X(span_unmap, "span unmapped under the page intent (central.c)")                              \
-    X(split, "span shortened, remainder record filled (pageheap.c)")                                 \
+    X(split, "span shortened, remainder record filled (pageheap.c)")                              \
     X(coalesce, "neighbour merged and deleted (pageheap.c)")                                      \
     X(tail, "ring tail advanced, intent not cleared (requests.c)")                                \
     X(commit, "request intent cleared (requests.c)")                                              \
     X(answered, "answer written to the client's slot (requests.c)")                               \
     X(release, "free pages punched out (pageheap.c)")                                             \
-    X(reclaim, "a dead client's cached objects freed (reclaim.c)")                                \
-    X(reclaim_run, "a dead client's page run freed (reclaim.c)")                                  \
+    X(reclaim, "between batches of a dead client's cache (reclaim.c)")                            \
+    X(reclaim_run, "an unread ALLOC_PAGES answer's run freed, not yet credited (reclaim.c)")      \
     X(client_create, "client record CREATING, channel not made (segments.c)")
 
 typedef enum {
