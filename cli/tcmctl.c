@@ -326,7 +326,8 @@ static void print_config(const ctx_t *ctx, const Tcm__Config *cfg)
         static const tcm_json_key_t setting_keys[] = {{"key", NULL}, {"help", NULL}}; /* keyed by key */
         for (size_t i = 0; i < cfg->n_setting; i++) {
             printf("%s\"%s\":{", i ? "," : "", js(cfg->setting[i]->key));
-            tcm__json_members(stdout, &cfg->setting[i]->base, setting_keys, 2, js);
+            tcm__json_members(stdout, &cfg->setting[i]->base, setting_keys,
+                              sizeof setting_keys / sizeof setting_keys[0], js);
             putchar('}');
         }
         printf("}\n");
@@ -350,9 +351,8 @@ static int cmd_config(const ctx_t *ctx, int argc, char **argv)
         set.key = argv[1];
         set.value = argv[2];
         resp = ask(ctx, TCM__REQUEST__BODY_CONFIG_SET, &set, TCM__RESPONSE__BODY_CONFIG);
-    } else {
+    } else
         return command_usage("config", stderr);
-    }
     print_config(ctx, resp->config);
     tcm__response__free_unpacked(resp, NULL);
     return 0;
@@ -361,9 +361,8 @@ static int cmd_config(const ctx_t *ctx, int argc, char **argv)
 static int cmd_resize(const ctx_t *ctx, int argc, char **argv)
 {
     uint64_t limit;
-    if (argc != 1 || tcm__parse_size(argv[0], &limit)) {
+    if (argc != 1 || tcm__parse_size(argv[0], &limit))
         return command_usage("resize", stderr);
-    }
     Tcm__Resize rs = TCM__RESIZE__INIT;
     rs.limit = limit;
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_RESIZE, &rs, TCM__RESPONSE__BODY_RESIZED);
@@ -421,9 +420,8 @@ static int cmd_detach(const ctx_t *ctx, int argc, char **argv)
 {
     char *end;
     unsigned long id = argc == 1 ? strtoul(argv[0], &end, 10) : 0;
-    if (argc != 1 || *end || !id) {
+    if (argc != 1 || *end || !id)
         return command_usage("detach", stderr);
-    }
     Tcm__Detach d = TCM__DETACH__INIT;
     d.client_id = (uint32_t)id;
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_DETACH, &d, TCM__RESPONSE__BODY_DETACHED);
@@ -488,9 +486,8 @@ static int cmd_stats(const ctx_t *ctx, int argc, char **argv)
             every = atof(argv[++i]);
         else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc)
             count = atol(argv[++i]);
-        else {
+        else
             return command_usage("stats", stderr);
-        }
     }
     if (argc && every <= 0) {
         fprintf(stderr, "tcmctl: --watch needs a positive number of seconds\n");
