@@ -36,7 +36,7 @@ static void say(const char *fmt, va_list ap)
     fprintf(stderr, "tcm: %s\n", msg);
 }
 
-void tcm__fatal(const char *fmt, ...)
+TCM_COLD void tcm__fatal(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -45,12 +45,12 @@ void tcm__fatal(const char *fmt, ...)
     abort();
 }
 
-void tcm__warn_once(const char *what)
+TCM_COLD void tcm__warn_once(const char *what)
 {
     fprintf(stderr, "tcm: %s\n", what);
 }
 
-void tcm__note(const char *fmt, ...)
+TCM_COLD void tcm__note(const char *fmt, ...)
 {
     const char *v = getenv("TCM_VERBOSE");
     if (!v || !*v || *v == '0')
@@ -96,7 +96,7 @@ static void say_bye(void)
     tcm__frame_send(pr->sock, &req);
 }
 
-static void at_exit(void)
+TCM_COLD static void at_exit(void)
 {
     tcm__in_library++; /* never decremented: the process is going */
     /* the kernel closes the socket; the daemon reclaims every cache. A tcmd
@@ -115,7 +115,7 @@ static void at_exit(void)
  * forks single-threaded (which ThreadSanitizer, for one, requires). */
 static bool bg_was_running;
 
-static void fork_prepare(void)
+TCM_COLD static void fork_prepare(void)
 {
     bg_was_running = tcm__proc.bg_running;
     tcm__bg_stop();
@@ -123,7 +123,7 @@ static void fork_prepare(void)
     pthread_mutex_lock(&tcm__proc.conn_lock);
 }
 
-static void fork_parent(void)
+TCM_COLD static void fork_parent(void)
 {
     pthread_mutex_unlock(&tcm__proc.conn_lock);
     pthread_mutex_unlock(&tcm__proc.attach_lock);
@@ -131,7 +131,7 @@ static void fork_parent(void)
         tcm__bg_start();
 }
 
-static void fork_child(void)
+TCM_COLD static void fork_child(void)
 {
     tcm_proc_t *pr = &tcm__proc;
     /* the forking thread took these in fork_prepare and is the child's
@@ -311,7 +311,7 @@ static bool restarting(int err, const char *socket_path)
     return (err == -ECONNREFUSED && tcm__path_exists(socket_path)) || err == -ECONNRESET || err == -EPIPE;
 }
 
-static int attach_locked(const char *socket_path)
+TCM_COLD static int attach_locked(const char *socket_path)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     tcm_proc_t *pr = &tcm__proc;
@@ -411,7 +411,7 @@ bool tcm__daemon_gone(void)
     return fd < 0 || tcm__socket_hung_up(fd);
 }
 
-int tcm__await_daemon(void)
+TCM_COLD int tcm__await_daemon(void)
 {
     tcm_proc_t *pr = &tcm__proc;
     pthread_mutex_lock(&pr->conn_lock);
@@ -470,7 +470,7 @@ int tcm__ensure_attached(void)
 
 const char *tcm__attach_failed_note;
 
-int tcm_init(const char *socket_path)
+TCM_COLD int tcm_init(const char *socket_path)
 {
     static bool reported;
     pthread_mutex_lock(&tcm__proc.attach_lock);
@@ -487,7 +487,7 @@ int tcm_init(const char *socket_path)
     return rc;
 }
 
-void tcm_shutdown(void)
+TCM_COLD void tcm_shutdown(void)
 {
     tcm_proc_t *pr = &tcm__proc;
     pthread_mutex_lock(&pr->attach_lock);

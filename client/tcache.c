@@ -97,7 +97,7 @@ static void free_pages_async(uint64_t off)
  * to_daemon), the rest to the daemon. Leaves b->count = keep. async: the
  * calling thread, whose bin it is, does not wait for tcmd to take a single
  * batch (NULL: it waits). */
-static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t keep, bool to_daemon, tcm_thread_t *async)
+TCM_NOINLINE static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t keep, bool to_daemon, tcm_thread_t *async)
 {
     uint32_t n = b->count - keep;
     /* the tier trades between the process's threads: with one thread it
@@ -111,7 +111,7 @@ static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t keep, bool to_d
     b->count = keep;
 }
 
-void tcm__fatal_page_class(const char *caller, const void *p, unsigned cls)
+TCM_COLD void tcm__fatal_page_class(const char *caller, const void *p, unsigned cls)
 {
     tcm__fatal("%s: the page map gives %p the class byte %u, which is neither a size class (1-%u) nor a page run "
                "(%u): the heap's metadata is damaged",
@@ -121,7 +121,7 @@ void tcm__fatal_page_class(const char *caller, const void *p, unsigned cls)
 /* An offset tcmd handed out for class cls that is not one of its objects:
  * the process stops here rather than hand memory that may be another's,
  * or tcmd's doorbell page, to the application. */
-static void __attribute__((noreturn, cold)) bad_given(unsigned cls, uint64_t off)
+TCM_COLD static void __attribute__((noreturn)) bad_given(unsigned cls, uint64_t off)
 {
     const uint8_t *pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed);
 #define BAD_GIVEN "tcmd handed out offset 0x%llx for class %u: not an object of that class "
@@ -422,7 +422,7 @@ static void grow(tcm_thread_t *thr, unsigned cls, uint32_t more)
 }
 
 /* Halve bins until the thread fits its (new) budget. */
-static void shrink_to_budget(tcm_thread_t *thr)
+TCM_COLD static void shrink_to_budget(tcm_thread_t *thr)
 {
     while (thr->capacity > thr->budget) {
         bool changed = false;
@@ -490,7 +490,7 @@ static uint64_t scavenge_interval_ns(void)
  * held at least what it held at the last scavenge and holds now. A bin in
  * steady use (the seed's alloc-64-free-64 loops) misses every cycle or
  * never reaches a slow path, and keeps everything. */
-static void scavenge(tcm_thread_t *thr)
+TCM_COLD static void scavenge(tcm_thread_t *thr)
 {
     const tcm_class_info_t *classes = tcm__proc.classes;
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
@@ -555,7 +555,7 @@ static void check_config(tcm_thread_t *thr)
     tcm__xfer_trim(false);
 }
 
-static void thread_flush(tcm_thread_t *thr, bool to_daemon)
+TCM_COLD static void thread_flush(tcm_thread_t *thr, bool to_daemon)
 {
     settle_all(thr, true);
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
@@ -570,7 +570,7 @@ static void thread_flush(tcm_thread_t *thr, bool to_daemon)
 
 /* The heap is at its limit: give back everything this thread and the
  * process's transfer tier hold, so the retry can use it. */
-static void flush_for_nomem(void)
+TCM_COLD static void flush_for_nomem(void)
 {
     if (tcm__tls_thread)
         thread_flush(tcm__tls_thread, true);
@@ -592,7 +592,7 @@ static void cache_release(uint32_t idx)
 }
 
 /* pthread key destructor: the thread is exiting. */
-static void thread_exit(void *arg)
+TCM_COLD static void thread_exit(void *arg)
 {
     tcm_thread_t *thr = arg;
     tcm_proc_t *pr = &tcm__proc;
@@ -622,7 +622,7 @@ static void thread_exit(void *arg)
  * registration, not in the fork handler (tcm__thread_reset_after_fork). */
 static _Atomic(tcm_thread_t *) forked_thread;
 
-static tcm_thread_t *thread_register(void)
+TCM_COLD static tcm_thread_t *thread_register(void)
 {
     static _Atomic bool warned;
     tcm_proc_t *pr = &tcm__proc;
@@ -724,7 +724,7 @@ static void note_event(tcm_thread_t *thr, unsigned cls)
     thr->event_ns[cls] = tcm__now_ns();
 }
 
-static bool refill(tcm_thread_t *thr, unsigned cls)
+TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
 {
     tcm_bin_t *b = &thr->tc->bins[cls];
     thr->low[cls] = 0; /* it missed: nothing it held was idle */
@@ -804,7 +804,7 @@ static int alloc_pages(size_t size, size_t align, uint64_t *off, uint64_t *asked
     return st;
 }
 
-void *tcm__large_alloc(size_t size, size_t align)
+TCM_NOINLINE void *tcm__large_alloc(size_t size, size_t align)
 {
     uint64_t off;
     if (tcm__ensure_attached() != 0 || size > tcm__proc.heap_size) {
@@ -830,7 +830,7 @@ void *tcm__large_alloc(size_t size, size_t align)
     return tcm__proc.heap + off;
 }
 
-void *tcm__malloc_slow(size_t size)
+TCM_NOINLINE void *tcm__malloc_slow(size_t size)
 {
     if (size > TCM_MAX_SMALL)
         return tcm__large_alloc(size, 0);
@@ -862,7 +862,7 @@ void *tcm__malloc_slow(size_t size)
  * not fetch a batch on its next free. No waiting for memory here: false
  * when none comes at once (the bin has grown by then, so it is not asked
  * again). */
-static bool free_first(tcm_thread_t *thr, unsigned cls, void *p)
+TCM_COLD static bool free_first(tcm_thread_t *thr, unsigned cls, void *p)
 {
     tcm_bin_t *b = &thr->tc->bins[cls];
     uint32_t want = thr->refill[cls];
@@ -881,7 +881,7 @@ static bool free_first(tcm_thread_t *thr, unsigned cls, void *p)
     return true;
 }
 
-void tcm__free_slow(void *p)
+TCM_NOINLINE void tcm__free_slow(void *p)
 {
     tcm_proc_t *pr = &tcm__proc;
     if (!p)
@@ -948,7 +948,7 @@ void tcm__free_slow(void *p)
 
 /* tcm_shutdown: every cache of the process back to the daemon. The caller
  * guarantees no other thread is using tcm. */
-void tcm__flush_all(void)
+TCM_COLD void tcm__flush_all(void)
 {
     tcm_proc_t *pr = &tcm__proc;
     for (uint32_t i = 0; i < pr->lay.max_threads; i++) {
@@ -982,7 +982,7 @@ void tcm__flush_all(void)
  * the fork handlers of the system malloc (jemalloc's, when redis-server
  * brings it) may not have run yet, and a free that needs one of its locks
  * would wait forever for the parent's thread that held it. */
-void tcm__thread_reset_after_fork(void)
+TCM_COLD void tcm__thread_reset_after_fork(void)
 {
     tcm_thread_t *thr = tcm__tls_thread;
     if (thr) {

@@ -41,7 +41,7 @@ static void added(unsigned cls, uint32_t n)
     atomic_fetch_add_explicit(&tcm__proc.xfer_bytes, (uint64_t)n * tcm__proc.classes[cls].size, memory_order_relaxed);
 }
 
-uint32_t tcm__xfer_put(unsigned cls, tcm_bin_t *b, uint32_t n)
+TCM_NOINLINE uint32_t tcm__xfer_put(unsigned cls, tcm_bin_t *b, uint32_t n)
 {
     tcm_proc_t *pr = &tcm__proc;
     pthread_mutex_lock(&pr->xfer_lock[cls]);
@@ -58,7 +58,7 @@ uint32_t tcm__xfer_put(unsigned cls, tcm_bin_t *b, uint32_t n)
     return take;
 }
 
-uint32_t tcm__xfer_put_fetched(unsigned cls, tcm_slot_t *slot, uint32_t from, uint32_t n)
+TCM_NOINLINE uint32_t tcm__xfer_put_fetched(unsigned cls, tcm_slot_t *slot, uint32_t from, uint32_t n)
 {
     tcm_proc_t *pr = &tcm__proc;
     pthread_mutex_lock(&pr->xfer_lock[cls]);
@@ -81,7 +81,7 @@ uint32_t tcm__xfer_put_fetched(unsigned cls, tcm_slot_t *slot, uint32_t from, ui
     return n - take;
 }
 
-uint32_t tcm__xfer_take(unsigned cls, void **dst, uint32_t want)
+TCM_NOINLINE uint32_t tcm__xfer_take(unsigned cls, void **dst, uint32_t want)
 {
     tcm_proc_t *pr = &tcm__proc;
     pthread_mutex_lock(&pr->xfer_lock[cls]);
@@ -140,7 +140,7 @@ static bool return_top_batch(unsigned cls)
     return posted;
 }
 
-void tcm__xfer_trim(bool all)
+TCM_COLD void tcm__xfer_trim(bool all)
 {
     tcm_proc_t *pr = &tcm__proc;
     const tcm_config_t *cf = &pr->meta->config;
@@ -152,7 +152,7 @@ void tcm__xfer_trim(bool all)
             ;
 }
 
-void *tcm__xfer_alloc(unsigned cls)
+TCM_NOINLINE void *tcm__xfer_alloc(unsigned cls)
 {
     tcm_proc_t *pr = &tcm__proc;
     const tcm_class_info_t *ci = &pr->classes[cls];
@@ -184,7 +184,7 @@ void *tcm__xfer_alloc(unsigned cls)
     return p;
 }
 
-void tcm__xfer_free(unsigned cls, void *p)
+TCM_NOINLINE void tcm__xfer_free(unsigned cls, void *p)
 {
     tcm_proc_t *pr = &tcm__proc;
     const tcm_class_info_t *ci = &pr->classes[cls];

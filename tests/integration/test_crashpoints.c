@@ -5,7 +5,7 @@
  * worker processes run the shared workload: the next tcmd recovers, its
  * validator is clean, the workers carry on without a failed allocation, and
  * everything comes back once they are done. Each point runs in its own child
- * with its own daemon. */
+ * (tt_run_cases: a point that hangs fails alone) with its own daemon. */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
@@ -103,19 +103,13 @@ static const point_t points[TCM_CRASH_COUNT] = {
 
 static const char *const point_names[TCM_CRASH_COUNT] = {TCM_CRASH_POINT_LIST(TCM_CRASH_NAME)};
 
-typedef struct run {
-    const char *name;
-    const point_t *pt;
-} run_t;
-
-static int run_point(void *arg)
+static void run_point(const void *arg)
 {
-    const run_t *run = arg;
-    const point_t *pt = run->pt;
-    setpgid(0, 0); /* main kills the group: nothing of a failed point outlives it */
+    const point_t *pt = arg;
+    const char *name = point_names[pt - points];
     wl = wl_shared();
     char spec[96];
-    snprintf(spec, sizeof spec, "TCM_TEST_CRASH_AT=%s:%d", run->name, pt->hit);
+    snprintf(spec, sizeof spec, "TCM_TEST_CRASH_AT=%s:%d", name, pt->hit);
     const char *env[] = {spec, NULL};
     tcm_test_daemon_t d;
     tt_daemon_start_env(&d, NULL, env);
@@ -127,8 +121,8 @@ static int run_point(void *arg)
     /* the point kills tcmd with SIGKILL */
     int st = tt_daemon_wait_exit(&d, 150000); /* sanitizer builds under load are slow */
     if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL) {
-        fprintf(stderr, "crash point %s: tcmd ended with status 0x%x, not SIGKILL\n", run->name, st);
-        return 1;
+        fprintf(stderr, "crash point %s: tcmd ended with status 0x%x, not SIGKILL\n", name, st);
+        abort();
     }
     tt_daemon_restart(&d, NULL, NULL);
     wl_wait_ready(wl, WORKERS);
@@ -150,36 +144,25 @@ static int run_point(void *arg)
     CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
     CHECK_EQ(tt_stat(&d, "refused"), 0);
     tt_check_heap(&d);
-    fprintf(stderr, "crash point %-14s hit %2d: recovered (%llu redone, %llu served again)\n", run->name, pt->hit,
+    fprintf(stderr, "crash point %-14s hit %2d: recovered (%llu redone, %llu served again)\n", name, pt->hit,
            (unsigned long long)tt_stat(&d, "recovery_redone"), (unsigned long long)tt_stat(&d, "recovery_rolled_back"));
     tt_daemon_stop(&d);
-    return 0;
 }
 
 int main(int argc, char **argv)
 {
-    int passed = 0, ran = 0, uncovered = 0;
+    static tt_case_t cases[TCM_CRASH_COUNT];
+    int ncases = 0, uncovered = 0;
     for (int i = 0; i < TCM_CRASH_COUNT; i++) {
-        bool wanted = argc == 1;
-        for (int a = 1; a < argc; a++)
-            wanted |= strcmp(argv[a], point_names[i]) == 0;
-        if (!wanted || points[i].elsewhere)
+        if (points[i].elsewhere)
             continue;
         if (!points[i].hit) {
             fprintf(stderr, "crash point %s (daemon/crash_points.h) has no case here\n", point_names[i]);
             uncovered++;
             continue;
         }
-        ran++;
-        run_t run = {point_names[i], &points[i]};
-        pid_t pid = tt_fork(run_point, &run);
-        int st = tt_wait(pid, 300000);
-        kill(-pid, SIGKILL);
-        bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-        passed += ok;
-        if (!ok)
-            fprintf(stderr, "crash point %s FAILED (status 0x%x)\n", point_names[i], st);
+        cases[ncases++] = (tt_case_t){.name = point_names[i], .fn_arg = run_point, .arg = &points[i]};
     }
-    printf("crashpoints: %d passed, %d failed, %d without a case\n", passed, ran - passed, uncovered);
-    return passed == ran && !uncovered ? 0 : 1;
+    int failed = tt_run_named_cases("crashpoints", cases, ncases, 300000, argv + 1, argc - 1) != 0;
+    return failed || uncovered;
 }
