@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "tcm.h"
+#include "util.h"
 
 #ifndef BENCH_SYSTEM_NAME
 #define BENCH_SYSTEM_NAME "glibc"
@@ -98,24 +99,12 @@ bench_stats_t bench_stats(const double *t, int n)
 
 uint64_t bench_parse_size(const char *opt, const char *s)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    }
-    if (shift && *end == 'i')
-        end++;
-    if (shift && (*end == 'B' || *end == 'b'))
-        end++;
-    if (errno || end == s || *end || s[0] == '-' || v > (UINT64_MAX >> shift)) {
+    uint64_t v;
+    if (tcm__parse_size(s, &v) != 0) { /* tcm's one size syntax: 4096, 64K, 64MiB, 1G */
         fprintf(stderr, "bench: bad value for %s: '%s'\n", opt, s);
         exit(2);
     }
-    return (uint64_t)v << shift;
+    return v;
 }
 
 static int socket_accepts(const char *path)

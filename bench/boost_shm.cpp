@@ -36,6 +36,8 @@
 #include <unistd.h>
 #include <vector>
 
+#include "util.h"
+
 namespace bip = boost::interprocess;
 
 namespace {
@@ -221,20 +223,12 @@ Stats stats(std::vector<double> t)
 
 uint64_t parse_size(const char *opt, const char *s)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    }
-    if (errno || end == s || *end || s[0] == '-') {
+    uint64_t v;
+    if (tcm__parse_size(s, &v) != 0) { // tcm's one size syntax, as the other harnesses read it
         fprintf(stderr, "bench: bad value for %s: '%s'\n", opt, s);
         exit(2);
     }
-    return uint64_t(v) << shift;
+    return v;
 }
 
 void usage(FILE *f)

@@ -14,6 +14,7 @@
 
 #include "frame.h"
 #include "prim.h"
+#include "tcm_version.h"
 #include "util.h"
 #include "views.h"
 
@@ -141,8 +142,11 @@ static Tcm__Response *call(const ctx_t *ctx, Tcm__Request *req)
     }
     tcm__close(fd);
     if (resp->body_case == TCM__RESPONSE__BODY_ERROR) {
-        if (ctx->json)
-            printf("{\"error\":{\"code\":%u,\"message\":\"%s\"}}\n", resp->error->code, js(resp->error->message));
+        if (ctx->json) {
+            printf("{\"error\":{");
+            tcm__json_members(stdout, &resp->error->base, NULL, 0, js);
+            printf("}}\n");
+        }
         fprintf(stderr, "tcmctl: tcmd: %s\n", tx(resp->error->message));
         exit(EXIT_DAEMON);
     }
@@ -166,6 +170,18 @@ static Tcm__Response *ask(const ctx_t *ctx, Tcm__Request__BodyCase which, void *
     return resp;
 }
 
+/* A command's usage and help from the table below, to stdout (asked for)
+ * or stderr (a usage error, whose exit code it returns). */
+static int command_usage(const char *name, FILE *f);
+
+/* m as one JSON object, keyed by its protobuf field names */
+static void print_json_object(const ProtobufCMessage *m)
+{
+    putchar('{');
+    tcm__json_members(stdout, m, NULL, 0, js);
+    printf("}\n");
+}
+
 static const char *human(uint64_t v, char *buf, size_t len)
 {
     return tcm__format_size(v, buf, len);
@@ -180,11 +196,14 @@ static int cmd_ping(const ctx_t *ctx, int argc, char **argv)
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_PING, &ping, TCM__RESPONSE__BODY_PONG);
     double us = (double)(tcm__now_ns() - t0) / 1e3;
     const Tcm__Pong *p = resp->pong;
-    if (ctx->json)
-        printf("{\"ok\":true,\"daemon_pid\":%u,\"version\":\"%s\",\"protocol\":%u,\"uptime_ms\":%llu,"
-               "\"rtt_us\":%.1f}\n",
-               p->daemon_pid, js(p->daemon_version), p->version, (unsigned long long)p->uptime_ms, us);
-    else
+    /* ping's keys predate the field names: version is tcmd's, protocol the protocol's */
+    static const tcm_json_key_t ping_keys[] = {
+        {"nonce", NULL}, {"version", "protocol"}, {"daemon_version", "version"}};
+    if (ctx->json) {
+        printf("{\"ok\":true,");
+        tcm__json_members(stdout, &p->base, ping_keys, sizeof ping_keys / sizeof ping_keys[0], js);
+        printf(",\"rtt_us\":%.1f}\n", us);
+    } else
         printf("tcmd %s (pid %u) on %s: alive, up %llus, round trip %.0f us\n", tx(p->daemon_version),
                p->daemon_pid, ctx->socket, (unsigned long long)(p->uptime_ms / 1000), us);
     tcm__response__free_unpacked(resp, NULL);
@@ -198,11 +217,7 @@ static int cmd_health(const ctx_t *ctx, int argc, char **argv)
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_HEALTH, &hr, TCM__RESPONSE__BODY_HEALTH);
     const Tcm__Health *h = resp->health;
     if (ctx->json)
-        printf("{\"ok\":%s,\"heap_thread_ok\":%s,\"heap_thread_rtt_us\":%llu,\"clients\":%u,\"uptime_ms\":%llu,"
-               "\"version\":\"%s\",\"message\":\"%s\"}\n",
-               h->ok ? "true" : "false", h->heap_thread_ok ? "true" : "false",
-               (unsigned long long)h->heap_thread_rtt_us, h->clients, (unsigned long long)h->uptime_ms, js(h->version),
-               js(h->message));
+        print_json_object(&h->base);
     else
         printf("%s: heap thread %s (%llu us), %u clients, up %llus, tcmd %s\n", h->ok ? "healthy" : "UNHEALTHY",
                h->heap_thread_ok ? "answers" : "does not answer", (unsigned long long)h->heap_thread_rtt_us,
@@ -308,9 +323,13 @@ static void print_config(const ctx_t *ctx, const Tcm__Config *cfg)
 {
     if (ctx->json) {
         printf("{");
-        for (size_t i = 0; i < cfg->n_setting; i++)
-            printf("%s\"%s\":{\"value\":\"%s\",\"runtime\":%s}", i ? "," : "", js(cfg->setting[i]->key),
-                   js(cfg->setting[i]->value), cfg->setting[i]->runtime ? "true" : "false");
+        static const tcm_json_key_t setting_keys[] = {{"key", NULL}, {"help", NULL}}; /* keyed by key */
+        for (size_t i = 0; i < cfg->n_setting; i++) {
+            printf("%s\"%s\":{", i ? "," : "", js(cfg->setting[i]->key));
+            tcm__json_members(stdout, &cfg->setting[i]->base, setting_keys,
+                              sizeof setting_keys / sizeof setting_keys[0], js);
+            putchar('}');
+        }
         printf("}\n");
         return;
     }
@@ -332,10 +351,8 @@ static int cmd_config(const ctx_t *ctx, int argc, char **argv)
         set.key = argv[1];
         set.value = argv[2];
         resp = ask(ctx, TCM__REQUEST__BODY_CONFIG_SET, &set, TCM__RESPONSE__BODY_CONFIG);
-    } else {
-        fprintf(stderr, "usage: tcmctl config get [KEY] | config set KEY VALUE\n");
-        return EXIT_USAGE;
-    }
+    } else
+        return command_usage("config", stderr);
     print_config(ctx, resp->config);
     tcm__response__free_unpacked(resp, NULL);
     return 0;
@@ -344,17 +361,14 @@ static int cmd_config(const ctx_t *ctx, int argc, char **argv)
 static int cmd_resize(const ctx_t *ctx, int argc, char **argv)
 {
     uint64_t limit;
-    if (argc != 1 || tcm__parse_size(argv[0], &limit)) {
-        fprintf(stderr, "usage: tcmctl resize SIZE   (e.g. 512M, 4G)\n");
-        return EXIT_USAGE;
-    }
+    if (argc != 1 || tcm__parse_size(argv[0], &limit))
+        return command_usage("resize", stderr);
     Tcm__Resize rs = TCM__RESIZE__INIT;
     rs.limit = limit;
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_RESIZE, &rs, TCM__RESPONSE__BODY_RESIZED);
     char a[32], b[32];
     if (ctx->json)
-        printf("{\"old_limit\":%llu,\"new_limit\":%llu}\n", (unsigned long long)resp->resized->old_limit,
-               (unsigned long long)resp->resized->new_limit);
+        print_json_object(&resp->resized->base);
     else
         printf("heap limit %s -> %s\n", human(resp->resized->old_limit, a, sizeof a),
                human(resp->resized->new_limit, b, sizeof b));
@@ -370,9 +384,7 @@ static int cmd_release(const ctx_t *ctx, int argc, char **argv)
     const Tcm__Released *r = resp->released;
     char a[32], b[32], c[32];
     if (ctx->json)
-        printf("{\"released_bytes\":%llu,\"committed_before\":%llu,\"committed_after\":%llu}\n",
-               (unsigned long long)r->released_bytes, (unsigned long long)r->committed_before,
-               (unsigned long long)r->committed_after);
+        print_json_object(&r->base);
     else
         printf("released %s; heap backed by %s before, %s now\n", human(r->released_bytes, a, sizeof a),
                human(r->committed_before, b, sizeof b), human(r->committed_after, c, sizeof c));
@@ -388,9 +400,11 @@ static int cmd_roots(const ctx_t *ctx, int argc, char **argv)
     const Tcm__Roots *r = resp->roots;
     if (ctx->json) {
         printf("[");
-        for (size_t i = 0; i < r->n_root; i++)
-            printf("%s{\"name\":\"%s\",\"offset\":%llu}", i ? "," : "", js(r->root[i]->name),
-                   (unsigned long long)r->root[i]->offset);
+        for (size_t i = 0; i < r->n_root; i++) {
+            printf("%s{", i ? "," : "");
+            tcm__json_members(stdout, &r->root[i]->base, NULL, 0, js);
+            putchar('}');
+        }
         printf("]\n");
     } else {
         for (size_t i = 0; i < r->n_root; i++)
@@ -406,15 +420,13 @@ static int cmd_detach(const ctx_t *ctx, int argc, char **argv)
 {
     char *end;
     unsigned long id = argc == 1 ? strtoul(argv[0], &end, 10) : 0;
-    if (argc != 1 || *end || !id) {
-        fprintf(stderr, "usage: tcmctl detach CLIENT_ID   (tcmctl clients lists them)\n");
-        return EXIT_USAGE;
-    }
+    if (argc != 1 || *end || !id)
+        return command_usage("detach", stderr);
     Tcm__Detach d = TCM__DETACH__INIT;
     d.client_id = (uint32_t)id;
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_DETACH, &d, TCM__RESPONSE__BODY_DETACHED);
     if (ctx->json)
-        printf("{\"client_id\":%u,\"pid\":%u}\n", resp->detached->client_id, resp->detached->pid);
+        print_json_object(&resp->detached->base);
     else
         printf("client %u (pid %u) detached: its allocations fail from now on; its caches are reclaimed when "
                "it exits\n",
@@ -430,8 +442,7 @@ static int cmd_check(const ctx_t *ctx, int argc, char **argv)
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_CHECK, &cr, TCM__RESPONSE__BODY_CHECK);
     const Tcm__CheckResult *r = resp->check;
     if (ctx->json)
-        printf("{\"ok\":%s,\"client_only\":%s,\"message\":\"%s\",\"duration_us\":%llu}\n", r->ok ? "true" : "false",
-               r->client_only ? "true" : "false", js(r->message), (unsigned long long)r->duration_us);
+        print_json_object(&r->base);
     else
         printf("%s: %s (%llu us)\n",
                r->ok ? "heap consistent" : r->client_only ? "heap consistent, A CLIENT'S CACHES ARE NOT" : "HEAP INCONSISTENT",
@@ -441,6 +452,9 @@ static int cmd_check(const ctx_t *ctx, int argc, char **argv)
     return rc;
 }
 
+/* The one list of commands: tcmctl --help, tcmctl COMMAND --help, a usage
+ * error, tcmctl(1) (packaging/man/tcmctl.1.sh, from --list-commands) and
+ * the README's command list (tests/readme_test.py) all come from it. */
 static const command_t commands[] = {
     {"ping", "", "check that tcmd answers: pid, version, uptime, round trip", cmd_ping},
     {"health", "", "ping the heap thread too; exit 1 if it does not answer", cmd_health},
@@ -449,12 +463,16 @@ static const command_t commands[] = {
     {"clients", "", "attached processes: pid, uid, threads, bytes held and cached, requests, errors",
      cmd_clients},
     {"classes", "", "size classes: spans, objects in use and free, batches moved", cmd_classes},
-    {"config", "get [KEY] | set KEY VALUE", "read or change settings (set: daemon's uid or root)", cmd_config},
-    {"resize", "SIZE", "change the heap limit (refused below what is in use)", cmd_resize},
+    {"config", "get [KEY] | set KEY VALUE",
+     "read or change settings (set: tcmd's uid or root); the keys are tcmd's settings", cmd_config},
+    {"resize", "SIZE", "change the heap limit, e.g. to 512M or 4G (refused below what is in use)", cmd_resize},
     {"release", "", "processes give back what they cache, then every free page goes back to the OS", cmd_release},
     {"roots", "", "named shared pointers and their heap offsets", cmd_roots},
-    {"detach", "CLIENT_ID", "cut a client off (its allocations fail; reclaimed when it exits)", cmd_detach},
-    {"check", "", "validate the whole heap (tcmd's uid or root); exit 1 naming the first inconsistency, of tcmd's structures or of a client's caches",
+    {"detach", "CLIENT_ID",
+     "cut a client (an id from tcmctl clients) off: its allocations fail; reclaimed when it exits", cmd_detach},
+    {"check", "",
+     "validate the whole heap (tcmd's uid or root); exit 1 naming the first inconsistency, of tcmd's "
+     "structures or of a client's caches",
      cmd_check},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -468,10 +486,8 @@ static int cmd_stats(const ctx_t *ctx, int argc, char **argv)
             every = atof(argv[++i]);
         else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc)
             count = atol(argv[++i]);
-        else {
-            fprintf(stderr, "usage: tcmctl stats %s\n", commands[2].args);
-            return EXIT_USAGE;
-        }
+        else
+            return command_usage("stats", stderr);
     }
     if (argc && every <= 0) {
         fprintf(stderr, "tcmctl: --watch needs a positive number of seconds\n");
@@ -497,6 +513,22 @@ static int cmd_stats(const ctx_t *ctx, int argc, char **argv)
     return 0;
 }
 
+static int command_usage(const char *name, FILE *f)
+{
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (strcmp(name, commands[i].name) == 0)
+            fprintf(f, "usage: tcmctl [--socket PATH] [--json] %s %s\n  %s\n", commands[i].name, commands[i].args,
+                    commands[i].help);
+    return EXIT_USAGE;
+}
+
+/* the table for tcmctl(1) and the README's test: NAME, ARGS, HELP a line */
+static void list_commands(void)
+{
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        printf("%s\t%s\t%s\n", commands[i].name, commands[i].args, commands[i].help);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tcmctl [--socket PATH] [--json] COMMAND [ARGS]\n\ncommands:\n");
@@ -506,6 +538,7 @@ static void usage(FILE *f)
             "\n  --socket PATH  tcmd's socket (default $TCM_SOCKET, else $XDG_RUNTIME_DIR/tcm/tcmd.sock,\n"
             "                 else /tmp/tcm-UID/tcmd.sock)\n"
             "  --json         machine-readable output (field names are stable; see README)\n"
+            "  --version      tcmctl's version (tcmctl ping: tcmd's)\n"
             "  tcmctl COMMAND --help   help for one command\n"
             "\nexit codes: 0 success, 1 tcmd answered with an error, 2 usage, 3 cannot connect\n");
 }
@@ -518,6 +551,8 @@ int main(int argc, char **argv)
         {"socket", required_argument, 0, 's'},
         {"json", no_argument, 0, 'j'},
         {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},
+        {"list-commands", no_argument, 0, 'L'}, /* for tcmctl(1) and the README's test */
         {0, 0, 0, 0},
     };
     int opt;
@@ -526,6 +561,8 @@ int main(int argc, char **argv)
         case 's': ctx.socket = optarg; break;
         case 'j': ctx.json = true; break;
         case 'h': usage(stdout); return 0;
+        case 'V': printf("tcmctl %s\n", TCM_VERSION_STRING); return 0;
+        case 'L': list_commands(); return 0;
         default: usage(stderr); return EXIT_USAGE;
         }
     }
@@ -552,8 +589,7 @@ int main(int argc, char **argv)
         if (strcmp(name, commands[i].name) != 0)
             continue;
         if (cargc == 1 && (strcmp(cargv[0], "--help") == 0 || strcmp(cargv[0], "-h") == 0)) {
-            printf("usage: tcmctl [--socket PATH] [--json] %s %s\n  %s\n", commands[i].name, commands[i].args,
-                   commands[i].help);
+            command_usage(name, stdout);
             return 0;
         }
         if (!commands[i].args[0] && cargc) {

@@ -254,7 +254,7 @@ fail_heap:
 }
 
 /* How long to wait for a tcmd that is restarting: $TCM_RECONNECT_TIMEOUT
- * seconds, else what tcmd published, else 30 s. */
+ * seconds, else what tcmd published, else tcmd's default. */
 static uint64_t reconnect_timeout_ns(void)
 {
     const char *env = getenv("TCM_RECONNECT_TIMEOUT");
@@ -262,7 +262,7 @@ static uint64_t reconnect_timeout_ns(void)
         return (uint64_t)(strtod(env, NULL) * 1e9);
     if (tcm__proc.meta)
         return atomic_load_explicit(&tcm__proc.meta->config.reconnect_ms, memory_order_relaxed) * 1000000ull;
-    return 30000000000ull;
+    return TCM_RECONNECT_DEFAULT_S * 1000000000ull;
 }
 
 static void close_fds(tcm_handle_t *fds, int n)
@@ -346,7 +346,7 @@ TCM_COLD static int attach_locked(const char *socket_path)
     }
     if (resp->body_case != TCM__RESPONSE__BODY_WELCOME || resp->welcome->n_class_size != TCM_NCLASSES ||
         resp->welcome->page_shift != TCM_PAGE_SHIFT || resp->welcome->max_threads == 0 ||
-        resp->welcome->max_threads > 4096) {
+        resp->welcome->max_threads > TCM_MAX_THREADS) {
         fprintf(stderr, "tcm: unexpected answer from tcmd on %s\n", socket_path);
         rc = -EPROTO;
         goto out_resp;

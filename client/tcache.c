@@ -951,7 +951,7 @@ TCM_NOINLINE void tcm__free_slow(void *p)
         return;
     }
     tcm_bin_t *b = &thr->tc->bins[cls];
-    if (b->max == 0 && thr->refill[cls] == REFILL_FIRST && pr->classes[cls].size < 2 * TCM_CACHE_LINE &&
+    if (b->max == 0 && thr->refill[cls] == REFILL_FIRST && pr->classes[cls].size < 2 * TCM_CACHELINE &&
         free_first(thr, cls, p))
         return;
     if (b->count >= b->max) {

@@ -9,7 +9,7 @@
 
 /* The hit paths each start a cache line, wherever the rest of the library
  * puts them: their placement stays the same from build to build. */
-#define TCM_HOT __attribute__((aligned(64)))
+#define TCM_HOT __attribute__((aligned(TCM_CACHELINE)))
 
 TCM_HOT void *tcm_malloc(size_t size)
 {

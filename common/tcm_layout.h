@@ -81,7 +81,7 @@
 #define TCM_PAGE_SHIFT 13u
 #define TCM_PAGE_SIZE (1u << TCM_PAGE_SHIFT)
 #define TCM_ALIGN 16u
-#define TCM_CACHE_LINE 64u
+#define TCM_CACHELINE 64u
 #define TCM_GRANULE_SHIFT 4u
 #define TCM_MAX_SMALL (256u * 1024u)
 #define TCM_NCLASSES 97u          /* class 0 is "none"; 1..96 are real */
@@ -94,9 +94,9 @@
 #define TCM_ASYNC_SLOTS 4u        /* per thread cache, besides its own slot: requests it does not wait for */
 #define TCM_ROOTS 256u
 #define TCM_ROOT_NAME_MAX 48u     /* including the NUL */
-#define TCM_CACHELINE 64
 #define TCM_MAX_CLIENTS 1024u     /* client records in the state segment */
 #define TCM_MAX_THREADS 4096u     /* the most --max-threads can be */
+#define TCM_RECONNECT_DEFAULT_S 30 /* reconnect_timeout's default, and a client's wait before it reads tcmd's */
 
 /* ---- size classes (shared, computed by tcm__class_table_init) ---- */
 

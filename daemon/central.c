@@ -218,12 +218,12 @@ static void map_logged(tcm_heap_t *h, uint32_t s, uint8_t state, uint8_t cls, ui
     TCM_PERSIST_BARRIER();
     atomic_store_explicit(&pi->kind, TCM_PAGES_MAP, memory_order_relaxed);
     TCM_PERSIST_BARRIER();
-    TCM_CRASH_POINT("span_map");
+    TCM_CRASH_POINT(span_map);
     tcm__span_map_ht(h, s, pi->first, pi->npages, state, cls, owner);
     if (state == TCM_SPAN_SMALL) {
         /* its object record: no object handed out yet (the tags are read
          * only where a bit is set) */
-        TCM_CRASH_POINT("span_slot");
+        TCM_CRASH_POINT(span_slot);
         memset(span_map(h, sp), 0, h->sl.slot_bytes[cls]);
     }
     TCM_PERSIST_BARRIER();
@@ -246,7 +246,7 @@ static void unmap_logged(tcm_heap_t *h, uint32_t s)
     atomic_store_explicit(&pi->kind, TCM_PAGES_UNMAP, memory_order_relaxed);
     TCM_PERSIST_BARRIER();
     tcm__span_unmap_ht(h, sp->first, sp->npages);
-    TCM_CRASH_POINT("span_unmap");
+    TCM_CRASH_POINT(span_unmap);
     /* its object record and tag blocks are free once the span is not (a
      * recovery frees every slot no allocated span names); their pages go
      * at the next trim */
@@ -316,7 +316,7 @@ static uint16_t *ready_owner_word(tcm_heap_t *h, uint32_t *ow, uint64_t held, ui
     for (unsigned i = 0; i < 64; i++)
         tags[i] = (uint16_t)cur;
     TCM_PERSIST_BARRIER();
-    TCM_CRASH_POINT("tag_block");
+    TCM_CRASH_POINT(tag_block);
     TCM_PERSIST_STORE(*ow, b | TCM_OWNER_BLOCK);
     return tags;
 }
@@ -400,7 +400,7 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
         sp->scan = w < words ? w : words - 1; /* no free object below it */
         if (nfree == 0)
             tcm__span_list_remove(h, &h->meta->central_head[cls], s);
-        TCM_CRASH_POINT("refill_span");
+        TCM_CRASH_POINT(refill_span);
     }
     if (n)
         *status = TCM_ST_OK;
@@ -628,7 +628,7 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
         next = down ? off - size : off + size;
         nbit = down ? b >> 1 : b << 1;
         if (i == n / 2)
-            TCM_CRASH_POINT("return_half");
+            TCM_CRASH_POINT(return_half);
     }
     if (cur != UINT32_MAX)
         word_gets_back(h, words, owners, cur, was, left, n - refused - word_from, &or);

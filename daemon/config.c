@@ -100,7 +100,7 @@ static const setting_t settings[] = {
     {{"heap_nice", true, "nice value of the heap thread, which every round trip waits on (-20 to 19)"},
      T_NICE, (uint64_t)-20, 19, "-10", "N", HOOKS(set_heap_nice, show_heap_nice)},
     {{"reconnect_timeout", true, "seconds a client waits for tcmd to come back before failing"}, T_UINT, 0, 86400,
-     "30", "N", FIELD(reconnect_timeout), META(reconnect_ms, 1000)},
+     TCM_STRINGIFY(TCM_RECONNECT_DEFAULT_S), "N", FIELD(reconnect_timeout), META(reconnect_ms, 1000)},
     {{"decay_ms", true, "free pages unused this long go back to the OS, caches unused this long to tcmd (0: never)"},
      T_UINT, 0, 86400000, "10000", "N", FIELD(decay_ms), META(decay_ms, 1)},
     {{"log_level", true, "error, warn, info or debug"}, T_LEVEL, 0, 3, "info", "LEVEL", HOOKS(set_level, show_level)},

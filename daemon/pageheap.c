@@ -186,7 +186,7 @@ static void split_front(tcm_heap_t *h, uint32_t s, uint32_t n)
     rp->npages = sp->npages - n;
     rp->committed = sp->committed;
     sp->npages = n;
-    TCM_CRASH_POINT("split");
+    TCM_CRASH_POINT(split);
     insert_coalesced(h, r);
 }
 
@@ -293,7 +293,7 @@ static void insert_coalesced(tcm_heap_t *h, uint32_t s)
             sp->npages += h->spans[l].npages;
             sp->committed &= h->spans[l].committed;
             tcm__span_delete_ht(h, l);
-            TCM_CRASH_POINT("coalesce");
+            TCM_CRASH_POINT(coalesce);
         }
     }
     uint32_t end = sp->first + sp->npages;
@@ -339,7 +339,7 @@ static uint64_t release_span(tcm_heap_t *h, uint32_t s)
                  sp->npages, strerror(-err));
         return 0;
     }
-    TCM_CRASH_POINT("release");
+    TCM_CRASH_POINT(release);
     uint64_t bytes = sp->committed ? tcm__page_off(sp->npages) : 0;
     if (sp->committed)
         h->free_committed_pages -= sp->npages;

@@ -178,7 +178,7 @@ static uint64_t reclaim_array(tcm_server_t *srv, tcm_client_t *c, const skip_set
                 offs[k++] = off;
         }
         got += tcm__free_objects_ht(srv, c, cls, offs, k);
-        TCM_CRASH_POINT("reclaim");
+        TCM_CRASH_POINT(reclaim);
     }
     return got;
 }
@@ -229,7 +229,7 @@ static uint64_t reclaim_unread_runs(tcm_server_t *srv, tcm_client_t *c)
         uint32_t owner;
         if (tcm__large_free_ht(&srv->h, off, &bytes, &owner) != TCM_ST_OK)
             continue;
-        TCM_CRASH_POINT("reclaim_run");
+        TCM_CRASH_POINT(reclaim_run);
         tcm__credit_ht(srv, (uint16_t)owner, bytes);
         TCM_STAT_ADD(srv->meta, bytes_clients, -bytes);
         got++;

@@ -63,9 +63,9 @@ static void commit(tcm_server_t *srv, tcm_client_t *c, uint64_t pos)
     TCM_ASSERT(pos == c->rec->tail || pos + 1 == c->rec->tail); /* the latter: a recovery finishing it */
     TCM_ASSERT_INTERNAL(atomic_load_explicit(&srv->state->page.kind, memory_order_relaxed) == TCM_PAGES_NONE);
     c->rec->tail = pos + 1;
-    TCM_CRASH_POINT("tail");
+    TCM_CRASH_POINT(tail);
     set_phase(&srv->state->req, TCM_INTENT_NONE);
-    TCM_CRASH_POINT("commit");
+    TCM_CRASH_POINT(commit);
     tcm__ring_release(c->ring, c->lay.ring_cap, pos);
 }
 
@@ -147,7 +147,7 @@ static int op_refill(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
     set_phase(ri, TCM_INTENT_APPLYING);
     int status;
     uint32_t n = tcm__central_refill_ht(&srv->h, cls, count, c->rec->tag, ri->offs, &ri->n, &status);
-    TCM_CRASH_POINT("refill");
+    TCM_CRASH_POINT(refill);
     TCM_HT_ADD(srv->h.cstats[cls].refills, 1);
     memcpy(slot->offs, ri->offs, n * sizeof ri->offs[0]);
     slot->nresult = n;
@@ -191,7 +191,7 @@ static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, 
     ri->first = 0; /* no run yet: the allocation logs its first page here before mapping it */
     ri->owner = c->rec->tag;
     set_phase(ri, TCM_INTENT_APPLYING);
-    TCM_CRASH_POINT("alloc_pages");
+    TCM_CRASH_POINT(alloc_pages);
     int st = tcm__large_alloc_ht(&srv->h, npages, align_pages, c->rec->tag, &ri->first);
     if (st == TCM_ST_NOMEM)
         slot->result = ask_to_flush(srv, c);
@@ -218,7 +218,7 @@ static int op_free_pages(tcm_server_t *srv, tcm_client_t *c, uint64_t off)
     ri->npages = h->spans[s].npages;
     ri->owner = h->spans[s].owner;
     set_phase(ri, TCM_INTENT_APPLYING);
-    TCM_CRASH_POINT("free_pages");
+    TCM_CRASH_POINT(free_pages);
     uint64_t bytes;
     uint32_t owner;
     tcm__large_free_ht(h, off, &bytes, &owner); /* checked above, nothing changed since */
@@ -259,13 +259,13 @@ static int op_root_set(tcm_server_t *srv, tcm_slot_t *slot, uint64_t off)
     ri->arg = off;
     memcpy(ri->name, name, sizeof name);
     set_phase(ri, TCM_INTENT_APPLYING);
-    TCM_CRASH_POINT("root_set");
+    TCM_CRASH_POINT(root_set);
     /* the seqlock write step by step, for the crash points inside it: a
      * kill there leaves the sequence odd, which the redo completes */
     uint32_t seq = tcm__root_write_begin(&roots[found]);
-    TCM_CRASH_POINT("root_odd");
+    TCM_CRASH_POINT(root_odd);
     tcm__root_write_data(&roots[found], name, off);
-    TCM_CRASH_POINT("root_data");
+    TCM_CRASH_POINT(root_data);
     tcm__root_write_end(&roots[found], seq);
     return TCM_ST_OK;
 }
@@ -307,7 +307,7 @@ static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint32_t
     ri->op = op;
     ri->cls = cls;
     set_phase(ri, TCM_INTENT_PICKED);
-    TCM_CRASH_POINT("picked");
+    TCM_CRASH_POINT(picked);
 
     slot->nresult = 0;
     slot->result = 0;
@@ -340,7 +340,7 @@ static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint32_t
         op != TCM_OP_FREE_PAGES)
         refuse(srv, c, "request", cls, arg, st);
     answer(slot, st);
-    TCM_CRASH_POINT("answered");
+    TCM_CRASH_POINT(answered);
     commit(srv, c, pos);
     /* after the commit: each is a transaction of its own */
     for (uint32_t i = 0; i < nemptied; i++)

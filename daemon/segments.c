@@ -389,7 +389,7 @@ int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_clie
     snprintf(rec->chan_name, sizeof rec->chan_name, "/tcm.%.47s.ch.%u", srv->name, rec->id);
     atomic_signal_fence(memory_order_seq_cst);
     atomic_store(&rec->state, TCM_REC_CREATING); /* a crash from here: recovery unlinks the channel */
-    TCM_CRASH_POINT("client_create");
+    TCM_CRASH_POINT(client_create);
 
     int err = c->chan_fd = tcm__shm_create(rec->chan_name, srv->chan_layout.size, 0600);
     if (err < 0) {

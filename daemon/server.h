@@ -11,8 +11,8 @@
 
 #include "heap.h"
 #include "tcm_layout.h"
+#include "tcm_version.h"
 
-#define TCM_VERSION_STRING "0.2.0"
 /* An owner tag is a client's record index plus a generation of that index,
  * so objects of a departed client are not credited to the next one there:
  * a record is never given a generation whose tag still owns something

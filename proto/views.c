@@ -100,6 +100,43 @@ void tcm__view_print_json(FILE *f, const tcm_view_t *v, ProtobufCMessage *const 
     fputs("]\n", f);
 }
 
+size_t tcm__json_members(FILE *f, const ProtobufCMessage *m, const tcm_json_key_t *keys, size_t nkeys,
+                         const char *(*escape)(const char *))
+{
+    size_t printed = 0;
+    for (unsigned k = 0; k < m->descriptor->n_fields; k++) {
+        const ProtobufCFieldDescriptor *fd = &m->descriptor->fields[k];
+        const char *key = fd->name;
+        for (size_t r = 0; r < nkeys; r++)
+            if (!strcmp(keys[r].field, fd->name))
+                key = keys[r].json;
+        if (!key)
+            continue;
+        const char *p = (const char *)m + fd->offset;
+        fprintf(f, "%s\"%s\":", printed++ ? "," : "", key);
+        if (fd->type == PROTOBUF_C_TYPE_UINT64) {
+            uint64_t x;
+            memcpy(&x, p, sizeof x);
+            fprintf(f, "%llu", (unsigned long long)x);
+        } else if (fd->type == PROTOBUF_C_TYPE_UINT32) {
+            uint32_t x;
+            memcpy(&x, p, sizeof x);
+            fprintf(f, "%u", x);
+        } else if (fd->type == PROTOBUF_C_TYPE_BOOL) {
+            protobuf_c_boolean x;
+            memcpy(&x, p, sizeof x);
+            fputs(x ? "true" : "false", f);
+        } else if (fd->type == PROTOBUF_C_TYPE_STRING) {
+            const char *x;
+            memcpy(&x, p, sizeof x);
+            fprintf(f, "\"%s\"", escape(x ? x : ""));
+        } else { /* a type no record shown this way has yet */
+            fputs("null", f);
+        }
+    }
+    return printed;
+}
+
 void tcm__view_print_table(FILE *f, const tcm_view_t *v, ProtobufCMessage *const *rows, size_t n)
 {
     for (size_t i = 0; i < v->nfields; i++)

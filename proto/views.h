@@ -44,6 +44,21 @@ uint64_t tcm__view_value(const tcm_view_t *v, size_t i, const ProtobufCMessage *
 const char *tcm__view_mismatch(const tcm_view_t *v);
 
 void tcm__view_print_json(FILE *f, const tcm_view_t *v, ProtobufCMessage *const *rows, size_t n);
+
+/* A JSON key that is not its protobuf field's name (ping keeps the keys it
+ * was first given), or, with json NULL, a field JSON does not show. */
+typedef struct tcm_json_key {
+    const char *field;
+    const char *json;
+} tcm_json_key_t;
+
+/* The fields of one message as the members of a JSON object, braces left
+ * to the caller: each key the protobuf field's name (written once, in the
+ * .proto) unless keys rename or hide it. uint32, uint64, bool and string
+ * fields; strings pass through escape, which makes them JSON. Returns how
+ * many members it printed. */
+size_t tcm__json_members(FILE *f, const ProtobufCMessage *m, const tcm_json_key_t *keys, size_t nkeys,
+                         const char *(*escape)(const char *));
 void tcm__view_print_table(FILE *f, const tcm_view_t *v, ProtobufCMessage *const *rows, size_t n);
 
 #endif

@@ -25,6 +25,7 @@ for f in usr/bin/tcmd usr/bin/tcmctl usr/bin/tcm-kv usr/include/tcm.h usr/lib/x8
 done
 dpkg -x "$deb" "$work/root"
 grep -q "(heap_size)" "$work/root/usr/share/man/man8/tcmd.8"  # the settings, from tcmd itself
+grep -q '^\\fBcheck\\fR$' "$work/root/usr/share/man/man1/tcmctl.1"  # the commands, from tcmctl itself
 # A released tcmd has no test crash points: nothing in it reads
 # TCM_TEST_CRASH_AT (a build with them holds the name for its getenv), and
 # one started with it armed at a client's arrival serves that client.

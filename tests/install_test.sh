@@ -53,5 +53,13 @@ start_tcmd "$prefix/bin" "$sock" --name "inst$$" --log "$prefix/tcmd.log"
 [[ $(TCM_SOCKET=$sock "$prefix/prog-shared") == ok ]]
 [[ $(TCM_SOCKET=$sock "$prefix/prog-static") == ok ]]
 "$prefix/bin/tcmctl" --socket "$sock" --json stats | grep -q '"clients_total":2'
+# one version, project()'s: tcm.pc, tcmctl, tcmd and the man pages say the same
+version=$(pkg-config --modversion tcm)
+[[ $("$prefix/bin/tcmctl" --version) == "tcmctl $version" ]] || { echo "tcmctl --version is not $version"; exit 1; }
+"$prefix/bin/tcmctl" --socket "$sock" --json ping | grep -q "\"version\":\"$version\"" \
+  || { echo "tcmd does not say version $version"; exit 1; }
+for page in man1/tcmctl.1 man1/tcm-kv.1 man3/tcm.3 man8/tcmd.8; do
+  grep -q "^\.TH .*\"tcm $version\"" "$prefix/share/man/$page" || { echo "$page does not say tcm $version"; exit 1; }
+done
 stop_tcmd
 echo "install: a program built with pkg-config ran against the installed tree"

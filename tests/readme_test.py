@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""The README says what tcmd does: its usage block is `tcmd --help` word for
-word, and its settings table has every setting of `tcmd --list-settings`
-(the one table in daemon/config.c), no other, with the same runtime flag
-and default. Fails naming each difference."""
+"""The README says what tcmd and tcmctl do: its usage blocks are `tcmd
+--help` and `tcmctl --help` word for word (tcmctl's lists every command of
+`tcmctl --list-commands`, the one table in cli/tcmctl.c), and its settings
+table has every setting of `tcmd --list-settings` (the one table in
+daemon/config.c), no other, with the same runtime flag and default. Fails
+naming each difference."""
 import os
 import re
 import subprocess
@@ -13,12 +15,26 @@ tcmd = os.path.join(build, "tcmd")
 readme = open(os.path.join(source, "README.md")).read()
 problems = []
 
-help_text = subprocess.run([tcmd, "--help"], capture_output=True, text=True, check=True).stdout
-block = re.search(r"## Running tcmd\n\n```\n(.*?)```", readme, re.S)
-if not block:
-    problems.append("README has no usage block under '## Running tcmd'")
-elif block.group(1) != help_text:
-    problems.append("README's usage block differs from `tcmd --help` (paste the output of `tcmd --help`)")
+def usage_block(program, heading):
+    help_text = subprocess.run([program, "--help"], capture_output=True, text=True, check=True).stdout
+    block = re.search(heading + r"\n\n```\n(.*?)```", readme, re.S)
+    name = os.path.basename(program)
+    if not block:
+        problems.append(f"README has no usage block under '{heading}'")
+    elif block.group(1) != help_text:
+        problems.append(f"README's {name} usage block differs from `{name} --help` "
+                        f"(paste the output of `{name} --help`)")
+    return help_text
+
+
+usage_block(tcmd, "## Running tcmd")
+tcmctl_help = usage_block(os.path.join(build, "tcmctl"), "## tcmctl")
+commands = [line.split("\t")[0] for line in
+            subprocess.run([os.path.join(build, "tcmctl"), "--list-commands"], capture_output=True, text=True,
+                           check=True).stdout.splitlines()]
+for name in commands:
+    if not re.search(rf"^  {name} ", tcmctl_help, re.M):
+        problems.append(f"`tcmctl --help` does not list the command {name}")
 
 table = {}
 for key, runtime, meaning in re.findall(r"^\| `(\w+)` \| (yes|no) \| (.*) \|$", readme, re.M):
@@ -37,8 +53,27 @@ for name, runtime, default in listed:
 for name in set(table) - {n for n, _, _ in listed}:
     problems.append(f"README lists {name}, which tcmd does not have")
 
+# tcmctl --json prints these answers keyed by their protobuf field names
+# (tcm__json_members): the README's list of each is the .proto's message.
+proto = open(os.path.join(source, "proto", "tcm.proto")).read()
+json_section = re.search(r"### JSON fields \(stable\)\n(.*?)\n### ", readme, re.S)
+if not json_section:
+    problems.append("README has no '### JSON fields (stable)' section")
+else:
+    text = re.sub(r"\([^()]*\)", "", json_section.group(1))  # the remarks in parentheses
+    for command, message in [("health", "Health"), ("resize", "Resized"), ("release", "Released"),
+                             ("roots", "RootInfo"), ("detach", "Detached"), ("check", "CheckResult")]:
+        body = re.search(r"^message " + message + r" \{(.*?)^\}", proto, re.S | re.M)
+        fields = set(re.findall(r"^\s*(?:repeated )?\w+ (\w+) = \d+;", body.group(1), re.M))
+        said = re.search(r"`" + command + r"`: (.*?)(?:\.\s|\n- |$)", text, re.S)
+        in_readme = set(re.findall(r"`(\w+)`", said.group(1))) if said else set()
+        if in_readme != fields:
+            problems.append(f"README's JSON fields of {command} ({', '.join(sorted(in_readme))}) are not those of "
+                            f"message {message} ({', '.join(sorted(fields))})")
+
 for p in problems:
     print("FAILED:", p, file=sys.stderr)
-print(f"readme: {len(listed)} settings and the usage block checked; "
+print(f"readme: {len(listed)} settings, {len(commands)} tcmctl commands, both usage blocks and the JSON "
+      f"fields of six answers checked; "
       f"{0 if problems else 1} passed, {1 if problems else 0} failed")
 sys.exit(1 if problems else 0)

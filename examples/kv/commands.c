@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "tcm.h"
+#include "tcm_version.h"
 
 #define EVICT_MAX 1000 /* entries one write may evict to fit */
 
@@ -525,7 +526,7 @@ static void cmd_info(cmd_ctx_t *x)
     }
     if (SECTION("server"))
         fprintf(f,
-                "# Server\r\nredis_version:7.0.0\r\ntcm_kv_version:0.1.0\r\nredis_mode:standalone\r\n"
+                "# Server\r\nredis_version:7.0.0\r\ntcm_kv_version:" TCM_VERSION_STRING "\r\nredis_mode:standalone\r\n"
                 "process_id:%d\r\nworker_index:%d\r\nworkers:%" PRIu64 "\r\nworker_restarts:%" PRIu64 "\r\n"
                 "tcp_port:%d\r\nuptime_in_seconds:%" PRId64 "\r\nallocator:%s\r\n\r\n",
                 (int)getpid(), w->index, workers, atomic_load(&sh->worker_restarts), w->o->port,

@@ -2,7 +2,7 @@
 // kv_peer_heap_t, for bench/run_kv.sh: the same tcm-kv (tcm-kv-peers,
 // KV_HEAP=boost) with its table and values in the mutex-guarded
 // shared-memory allocator that tcm's users replace.
-// The master creates the segment (KV_BOOST_SIZE: bytes, or with K, M or G; default 4G) and
+// The master creates the segment (KV_BOOST_SIZE: a size as tcm reads one, 4G by default) and
 // unlinks its name at once; the workers it forks inherit the mapping at the
 // same address, so the table's raw pointers hold in all of them.
 #include <boost/interprocess/managed_shared_memory.hpp>
@@ -15,6 +15,7 @@
 extern "C" {
 #include "peers.h"
 }
+#include "util.h"
 
 namespace bi = boost::interprocess;
 
@@ -31,12 +32,10 @@ int attach(const char *) {
     if (segment)
         return 0; // a worker: inherited from the master
     const char *env = std::getenv("KV_BOOST_SIZE");
-    char *unit = nullptr;
-    size_t size = env ? std::strtoull(env, &unit, 10) : 4;
-    switch (env ? *unit : 'G') {
-    case 'K': size <<= 10; break;
-    case 'M': size <<= 20; break;
-    case 'G': size <<= 30; break;
+    uint64_t size = 4ull << 30;
+    if (env && tcm__parse_size(env, &size) != 0) {
+        std::fprintf(stderr, "tcm-kv: KV_BOOST_SIZE=%s is not a size\n", env);
+        return -22;
     }
     std::string name = "tcm-kv-boost-" + std::to_string(getpid());
     try {

@@ -27,6 +27,7 @@
 
 #include "server.h"
 #include "tcm.h"
+#include "util.h" /* tcm__parse_size: the size syntax of tcmd and tcmctl */
 
 #define ROOT "tcm-kv"
 
@@ -45,28 +46,6 @@ static void usage(FILE *f)
                "  --maxclients N       refuse connections past this many (default 10000; each worker takes\n"
                "                       its share)\n",
             KV_MAX_WORKERS);
-}
-
-static bool parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        return false;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    case 't': case 'T': shift = 40; end++; break;
-    }
-    if ((*end == 'b' || *end == 'B') && shift)
-        end++;
-    if (*end || (shift && v > (UINT64_MAX >> shift)))
-        return false;
-    *out = (uint64_t)v << shift;
-    return true;
 }
 
 static int parse_options(int argc, char **argv, kv_options_t *o)
@@ -101,11 +80,11 @@ static int parse_options(int argc, char **argv, kv_options_t *o)
             ok = *end == 0 && n >= 1 && n <= KV_MAX_WORKERS;
             o->workers = (int)n;
         } else if (!strcmp(a, "--maxmemory") && v) {
-            ok = parse_size(v, &o->maxmemory);
+            ok = tcm__parse_size(v, &o->maxmemory) == 0;
         } else if (!strcmp(a, "--output-limit") && v) {
-            ok = parse_size(v, &o->output_limit) && o->output_limit >= 4096;
+            ok = tcm__parse_size(v, &o->output_limit) == 0 && o->output_limit >= 4096;
         } else if (!strcmp(a, "--query-limit") && v) {
-            ok = parse_size(v, &o->query_limit) && o->query_limit >= 4096;
+            ok = tcm__parse_size(v, &o->query_limit) == 0 && o->query_limit >= 4096;
         } else if (!strcmp(a, "--maxclients") && v) {
             char *end;
             unsigned long long n = strtoull(v, &end, 10);

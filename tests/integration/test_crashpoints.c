@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "crash_points.h"
 #include "tcm.h"
 #include "testutil.h"
 #include "workload.h"
@@ -24,9 +25,9 @@
 static wl_shared_t *wl;
 
 typedef struct point {
-    const char *name;
     int hit;         /* crash at this hit of the point */
     int (*trigger)(tcm_test_daemon_t *d); /* beyond the workload, if the point needs it */
+    const char *elsewhere; /* the suite that covers it instead */
 } point_t;
 
 static int trigger_release(tcm_test_daemon_t *d)
@@ -82,21 +83,33 @@ static int trigger_attach(tcm_test_daemon_t *d)
     return 0;
 }
 
-static const point_t points[] = {
-    {"picked", 40, NULL},      {"refill", 25, NULL},      {"refill_span", 9, NULL},
-    {"return_half", 20, NULL}, {"alloc_pages", 6, NULL},  {"free_pages", 6, NULL},
-    {"root_set", 2, NULL},     {"root_odd", 2, NULL},     {"root_data", 3, NULL},    {"span_map", 5, NULL},     {"span_slot", 4, NULL},    {"tag_block", 3, NULL},     {"span_unmap", 3, NULL},
-    {"split", 7, NULL},        {"coalesce", 4, NULL},     {"tail", 45, NULL},        {"commit", 60, NULL},
-    {"answered", 33, NULL},    {"release", 2, trigger_release}, {"reclaim", 2, trigger_reclaim},
-    {"client_create", 3, trigger_attach},
+/* The case of each point of daemon/crash_points.h, by its symbol: a point
+ * added there without a case here fails main. */
+static const point_t points[TCM_CRASH_COUNT] = {
+    [TCM_CRASH_picked] = {40, NULL},      [TCM_CRASH_refill] = {25, NULL},
+    [TCM_CRASH_refill_span] = {9, NULL},  [TCM_CRASH_return_half] = {20, NULL},
+    [TCM_CRASH_alloc_pages] = {6, NULL},  [TCM_CRASH_free_pages] = {6, NULL},
+    [TCM_CRASH_root_set] = {2, NULL},     [TCM_CRASH_root_odd] = {2, NULL},
+    [TCM_CRASH_root_data] = {3, NULL},    [TCM_CRASH_span_map] = {5, NULL},
+    [TCM_CRASH_span_slot] = {4, NULL},    [TCM_CRASH_tag_block] = {3, NULL},
+    [TCM_CRASH_span_unmap] = {3, NULL},   [TCM_CRASH_split] = {7, NULL},
+    [TCM_CRASH_coalesce] = {4, NULL},     [TCM_CRASH_tail] = {45, NULL},
+    [TCM_CRASH_commit] = {60, NULL},      [TCM_CRASH_answered] = {33, NULL},
+    [TCM_CRASH_release] = {2, trigger_release}, [TCM_CRASH_reclaim] = {2, trigger_reclaim},
+    [TCM_CRASH_client_create] = {3, trigger_attach},
+    /* a dead client's page run: its own repair case */
+    [TCM_CRASH_reclaim_run] = {.elsewhere = "test_crashrepair"},
 };
+
+static const char *const point_names[TCM_CRASH_COUNT] = {TCM_CRASH_POINT_LIST(TCM_CRASH_NAME)};
 
 static void run_point(const void *arg)
 {
     const point_t *pt = arg;
+    const char *name = point_names[pt - points];
     wl = wl_shared();
     char spec[96];
-    snprintf(spec, sizeof spec, "TCM_TEST_CRASH_AT=%s:%d", pt->name, pt->hit);
+    snprintf(spec, sizeof spec, "TCM_TEST_CRASH_AT=%s:%d", name, pt->hit);
     const char *env[] = {spec, NULL};
     tcm_test_daemon_t d;
     tt_daemon_start_env(&d, NULL, env);
@@ -108,7 +121,7 @@ static void run_point(const void *arg)
     /* the point kills tcmd with SIGKILL */
     int st = tt_daemon_wait_exit(&d, 150000); /* sanitizer builds under load are slow */
     if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL) {
-        fprintf(stderr, "crash point %s: tcmd ended with status 0x%x, not SIGKILL\n", pt->name, st);
+        fprintf(stderr, "crash point %s: tcmd ended with status 0x%x, not SIGKILL\n", name, st);
         abort();
     }
     tt_daemon_restart(&d, NULL, NULL);
@@ -131,16 +144,25 @@ static void run_point(const void *arg)
     CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
     CHECK_EQ(tt_stat(&d, "refused"), 0);
     tt_check_heap(&d);
-    fprintf(stderr, "crash point %-14s hit %2d: recovered (%llu redone, %llu served again)\n", pt->name, pt->hit,
+    fprintf(stderr, "crash point %-14s hit %2d: recovered (%llu redone, %llu served again)\n", name, pt->hit,
            (unsigned long long)tt_stat(&d, "recovery_redone"), (unsigned long long)tt_stat(&d, "recovery_rolled_back"));
     tt_daemon_stop(&d);
 }
 
 int main(int argc, char **argv)
 {
-    enum { NPOINTS = sizeof points / sizeof points[0] };
-    static tt_case_t cases[NPOINTS];
-    for (int i = 0; i < NPOINTS; i++)
-        cases[i] = (tt_case_t){.name = points[i].name, .fn_arg = run_point, .arg = &points[i]};
-    return tt_run_named_cases("crashpoints", cases, NPOINTS, 300000, argv + 1, argc - 1) != 0;
+    static tt_case_t cases[TCM_CRASH_COUNT];
+    int ncases = 0, uncovered = 0;
+    for (int i = 0; i < TCM_CRASH_COUNT; i++) {
+        if (points[i].elsewhere)
+            continue;
+        if (!points[i].hit) {
+            fprintf(stderr, "crash point %s (daemon/crash_points.h) has no case here\n", point_names[i]);
+            uncovered++;
+            continue;
+        }
+        cases[ncases++] = (tt_case_t){.name = point_names[i], .fn_arg = run_point, .arg = &points[i]};
+    }
+    int failed = tt_run_named_cases("crashpoints", cases, ncases, 300000, argv + 1, argc - 1) != 0;
+    return failed || uncovered;
 }

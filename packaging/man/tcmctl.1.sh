@@ -1,4 +1,11 @@
-.TH TCMCTL 1 "" "tcm" "User Commands"
+#!/bin/sh
+# tcmctl.1.sh TCMCTL VERSION — writes tcmctl(1) to stdout; its COMMANDS
+# section comes from `tcmctl --list-commands`, the table tcmctl's own help
+# is printed from (cli/tcmctl.c).
+set -eu
+tcmctl=$1 version=$2
+cat <<'HEAD' | sed "s/@VERSION@/$version/"
+.TH TCMCTL 1 "" "tcm @VERSION@" "User Commands"
 .SH NAME
 tcmctl \- inspect and steer a running tcmd
 .SH SYNOPSIS
@@ -7,7 +14,7 @@ tcmctl \- inspect and steer a running tcmd
 .SH DESCRIPTION
 Talks to \fBtcmd\fR(8) over its control socket. Human tables by default,
 \fB\-\-json\fR for scripts (field names are stable), \fBtcmctl\fR \fICOMMAND\fR
-\fB\-\-help\fR for one command.
+\fB\-\-help\fR for one command, \fB\-\-version\fR for tcmctl's version.
 .PP
 Strings that came from tcmd or from a client (root names, which any client
 sets, messages) are printed escaped, so that none can act on the terminal or
@@ -16,39 +23,23 @@ as \fB\\x\fR\fIHH\fR, a C1 control or a bidirectional override as
 \fB\\u\fR\fIHHHH\fR, a backslash as \fB\\\\\fR; in JSON controls as
 \fB\\u\fR\fIHHHH\fR and bytes that are not UTF\-8 as U+FFFD.
 .SH COMMANDS
-.TP
-.B ping
-check that tcmd answers: pid, version, uptime, round trip
-.TP
-.B health
-ping the heap thread too; exit 1 if it does not answer
-.TP
-\fBstats\fR [\fB\-\-watch\fR \fISECONDS\fR [\fB\-\-count\fR \fIN\fR]]
-heap, request and refusal figures, service-time histogram
-.TP
-.B clients
-attached processes: pid, uid, threads, bytes held and cached, requests, errors
-.TP
-.B classes
-size classes: spans, objects in use and free, batches moved
-.TP
-\fBconfig get\fR [\fIKEY\fR] | \fBconfig set\fR \fIKEY VALUE\fR
-read or change settings (set: tcmd's user or root); the keys are in \fBtcmd\fR(8)
-.TP
-\fBresize\fR \fISIZE\fR
-change the heap limit (refused below what is in use)
-.TP
-.B release
-processes give back what they cache, then every free page goes back to the OS
-.TP
-.B roots
-named shared pointers and their heap offsets
-.TP
-\fBdetach\fR \fICLIENT_ID\fR
-cut a client off (its allocations fail; reclaimed when it exits)
-.TP
-.B check
-validate the whole heap (tcmd's uid or root); exit 1 naming the first inconsistency, of tcmd's structures or of a client's caches
+HEAD
+# NAME, ARGS, HELP: the name bold; in ARGS options and literal words bold,
+# placeholders (upper case) italic, brackets and bars as they are
+"$tcmctl" --list-commands | awk -F '\t' '{
+    line = "\\fB" $1 "\\fR"
+    n = split($2, word, " ")
+    for (i = 1; i <= n; i++) {
+        w = word[i]; pre = w; sub(/[^[]*$/, "", pre); post = w; sub(/^[^]]*/, "", post)
+        core = substr(w, length(pre) + 1, length(w) - length(pre) - length(post))
+        if (core ~ /^--/) { gsub(/-/, "\\-", core); core = "\\fB" core "\\fR" }
+        else if (core ~ /^[A-Z_]+$/) core = "\\fI" core "\\fR"
+        else if (core ~ /^[a-z]+$/) core = "\\fB" core "\\fR"
+        line = line " " pre core post
+    }
+    printf ".TP\n%s\n%s\n", line, $3
+}'
+cat <<'TAIL'
 .SH ENVIRONMENT
 .TP
 .B TCM_SOCKET
@@ -62,3 +53,4 @@ directory, and exits 3 naming the uid of any other
 0 success, 1 tcmd answered with an error, 2 usage, 3 cannot connect.
 .SH SEE ALSO
 \fBtcmd\fR(8), \fBtcm\fR(3)
+TAIL
