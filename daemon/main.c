@@ -8,12 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "control.h"
 #include "frame.h"
 #include "config.h"
 #include "crash.h"
+#include "heapthread.h"
 #include "log.h"
 #include "metrics.h"
 #include "prim.h"
+#include "recovery.h"
+#include "segments.h"
 #include "server.h"
 #include "util.h"
 

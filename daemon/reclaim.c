@@ -10,6 +10,8 @@
 
 #include "crash.h"
 #include "log.h"
+#include "reclaim.h"
+#include "requests.h"
 #include "server.h"
 
 

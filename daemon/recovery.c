@@ -10,9 +10,14 @@
 
 #include "log.h"
 #include "prim.h"
+#include "reclaim.h"
+#include "recovery.h"
+#include "requests.h"
 #include "ring.h"
+#include "segments.h"
 #include "server.h"
 #include "util.h"
+#include "validate.h"
 
 
 

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "prim.h"
 #include "ring.h"
+#include "segments.h"
 #include "server.h"
 #include "util.h"
 

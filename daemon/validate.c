@@ -12,7 +12,9 @@
 #include <string.h>
 
 #include "prim.h"
+#include "reclaim.h"
 #include "server.h"
+#include "validate.h"
 
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
