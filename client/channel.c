@@ -6,6 +6,9 @@
 #include <errno.h>
 
 #include "client.h"
+#include "ctlsock.h"
+#include "diag.h"
+#include "lifecycle.h"
 #include "prim.h"
 #include "ring.h"
 

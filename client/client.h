@@ -37,9 +37,6 @@ extern TCM_HIDDEN TCM_TLS tcm_tcache_t *tcm__tls_tc;
  * drop-in's slow paths): libtcm-malloc.so serves those from the system
  * malloc, so the library never re-enters itself. */
 extern TCM_HIDDEN TCM_TLS unsigned tcm__in_library;
-/* Added to the one line tcm_init prints when it cannot attach (the
- * drop-in: what the process does instead). */
-extern TCM_HIDDEN const char *tcm__attach_failed_note;
 extern TCM_HIDDEN tcm_tcache_t tcm__empty_tcache;
 
 typedef struct tcm_thread {
@@ -141,19 +138,6 @@ typedef struct tcm_proc {
 } tcm_proc_t;
 
 extern TCM_HIDDEN tcm_proc_t tcm__proc;
-
-/* lifecycle.c */
-TCM_HIDDEN int tcm__ensure_attached(void);
-/* tcmd went away (its socket closed): reconnect to the one now on the same
- * socket as the same client. 0 when connected (again), -EAGAIN while still
- * waiting, another -errno when this process must give up. */
-TCM_HIDDEN int tcm__await_daemon(void);
-TCM_HIDDEN bool tcm__daemon_gone(void); /* our control socket was hung up, or is not ours any more */
-TCM_HIDDEN void tcm__fatal(const char *fmt, ...) __attribute__((noreturn)) TCM_PRINTF(1, 2);
-TCM_HIDDEN void tcm__warn_once(const char *what);
-/* A line on stderr only when TCM_VERBOSE is set: routine events (a tcmd
- * restart ridden through) stay out of the application's output. */
-TCM_HIDDEN void tcm__note(const char *fmt, ...) TCM_PRINTF(1, 2);
 
 /* channel.c: one request on a slot; returns the slot's status or
  * TCM_ST_NOMEM when the daemon is gone. */

@@ -9,6 +9,7 @@
 #include <errno.h>
 
 #include "client.h"
+#include "diag.h"
 
 static uint64_t run_bytes(uint32_t npages)
 {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "lifecycle.h"
 #include "prim.h"
 
 static void *malloc_missed(size_t size);

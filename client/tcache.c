@@ -10,16 +10,15 @@
 #include <string.h>
 
 #include "client.h"
+#include "diag.h"
+#include "lifecycle.h"
 #include "prim.h"
 
 /* A class's first refill asks for this many; each refill doubles it (slow
  * start), so a bin still at it has never been refilled. */
 enum { REFILL_FIRST = 2 };
 
-TCM_TLS tcm_tcache_t *tcm__tls_tc = &tcm__empty_tcache;
-TCM_TLS unsigned tcm__in_library;
 TCM_TLS tcm_thread_t *tcm__tls_thread;
-tcm_tcache_t tcm__empty_tcache;
 
 #define NOMEM_WAIT_NS 64000000ull /* a full heap: wait up to ~128 ms for other processes' caches */
 #define MIN_THREAD_BUDGET (256u << 10)
@@ -622,6 +621,14 @@ static void thread_exit(void *arg)
  * registration, not in the fork handler (tcm__thread_reset_after_fork). */
 static _Atomic(tcm_thread_t *) forked_thread;
 
+/* The key whose destructor flushes an exiting thread's cache, made when
+ * the first thread registers. */
+static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
+static void thread_key_create(void)
+{
+    pthread_key_create(&tcm__proc.thread_key, thread_exit);
+}
+
 static tcm_thread_t *thread_register(void)
 {
     static _Atomic bool warned;
@@ -681,6 +688,7 @@ static tcm_thread_t *thread_register(void)
         thr->refill[cls] = REFILL_FIRST;
         thr->low[cls] = UINT32_MAX;
     }
+    pthread_once(&thread_key_once, thread_key_create);
     pthread_setspecific(pr->thread_key, thr);
     tcm__tls_thread = thr;
     tcm__tls_tc = tc;
@@ -990,10 +998,4 @@ void tcm__thread_reset_after_fork(void)
         forked_thread = thr;
     }
     thread_forget();
-}
-
-TCM_HIDDEN void tcm__thread_key_init(void);
-void tcm__thread_key_init(void)
-{
-    pthread_key_create(&tcm__proc.thread_key, thread_exit);
 }
