@@ -8,9 +8,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "central.h"
 #include "heapthread.h"
 #include "log.h"
 #include "mailbox.h"
+#include "pageheap.h"
 #include "prim.h"
 #include "reclaim.h"
 #include "requests.h"

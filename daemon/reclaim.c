@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "central.h"
 #include "crash.h"
 #include "log.h"
 #include "reclaim.h"

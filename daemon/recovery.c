@@ -8,7 +8,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "central.h"
 #include "log.h"
+#include "pageheap.h"
 #include "prim.h"
 #include "reclaim.h"
 #include "recovery.h"
@@ -18,6 +20,7 @@
 #include "server.h"
 #include "util.h"
 #include "validate.h"
+#include "validate_heap.h"
 
 
 

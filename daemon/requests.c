@@ -5,8 +5,10 @@
 #define _GNU_SOURCE
 #include <string.h>
 
+#include "central.h"
 #include "crash.h"
 #include "log.h"
+#include "pageheap.h"
 #include "prim.h"
 #include "requests.h"
 #include "ring.h"

@@ -15,6 +15,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "central.h"
+#include "pageheap.h"
 #include "prim.h"
 #include "reclaim.h"
 #include "requests.h"
