@@ -3,10 +3,12 @@
  * (they are the parent's) and attaches as a new client on first use. */
 #include <string.h>
 
+#include "background.h"
 #include "client.h"
 #include "ctlsock.h"
 #include "fork.h"
 #include "prim.h"
+#include "tcache.h"
 
 /* The background thread is stopped across fork: the child inherits none of
  * its locks or half-done work, and a process with no threads of its own

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "background.h"
 #include "client.h"
 #include "ctlsock.h"
 #include "diag.h"

@@ -9,10 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "channel.h"
 #include "client.h"
 #include "diag.h"
+#include "large.h"
 #include "lifecycle.h"
 #include "prim.h"
+#include "tcache.h"
+#include "xfer.h"
 
 /* A class's first refill asks for this many; each refill doubles it (slow
  * start), so a bin still at it has never been refilled. */

@@ -3,9 +3,12 @@
 #include <errno.h>
 #include <string.h>
 
+#include "background.h"
+#include "channel.h"
 #include "client.h"
 #include "diag.h"
 #include "lifecycle.h"
+#include "tcache.h"
 #include "tcache_inl.h"
 #include "tcm.h"
 
