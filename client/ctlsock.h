@@ -6,7 +6,8 @@
 #include <stdint.h>
 
 #include "client.h"
-#include "tcm.pb-c.h"
+
+struct Tcm__Response; /* tcm.pb-c.h: callers that handshake include it (frame.h) */
 
 /* The descriptors a Welcome carries, in this order. */
 enum { FD_HEAP, FD_META, FD_CHANNEL, NFDS };
@@ -16,7 +17,7 @@ enum { FD_HEAP, FD_META, FD_CHANNEL, NFDS };
  * Welcome or an Error) and the descriptors that came with it in fds (-1
  * where none), else -errno. */
 TCM_HIDDEN int tcm__ctlsock_handshake(const char *socket_path, uint32_t resume_id, uint64_t token,
-                                      tcm_handle_t *fd_out, Tcm__Response **out, tcm_handle_t fds[NFDS]);
+                                      tcm_handle_t *fd_out, struct Tcm__Response **out, tcm_handle_t fds[NFDS]);
 TCM_HIDDEN void tcm__ctlsock_close_fds(tcm_handle_t *fds, int n);
 /* Tell the daemon this is a deliberate detach (the next close is one). */
 TCM_HIDDEN void tcm__ctlsock_say_bye(void);

@@ -7,6 +7,7 @@
 #include "channel.h"
 #include "client.h"
 #include "diag.h"
+#include "given.h"
 #include "lifecycle.h"
 #include "tcache.h"
 #include "tcache_inl.h"

@@ -9,8 +9,8 @@
 
 #include "channel.h"
 #include "client.h"
+#include "given.h"
 #include "large.h"
-#include "tcache.h"
 #include "xfer.h"
 
 static void **xfer_slots(unsigned cls)

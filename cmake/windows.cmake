@@ -59,7 +59,7 @@ if(TCM_WIN_CONTROL)
   target_link_libraries(tcmctl PRIVATE tcm_proto)
 
   add_library(tcm STATIC client/tcm.c client/tcache.c client/channel.c client/background.c client/large.c
-    client/xfer.c client/lifecycle.c client/state.c client/diag.c client/ctlsock.c client/fork.c)
+    client/xfer.c client/lifecycle.c client/state.c client/diag.c client/ctlsock.c client/fork.c client/given.c)
   target_include_directories(tcm PUBLIC client/include PRIVATE client)
   target_link_libraries(tcm PUBLIC tcm_proto)
   add_executable(test_no_daemon tests/windows/test_no_daemon.c)
@@ -81,7 +81,7 @@ if(TCM_WIN_CONTROL)
 else()
   # libtcm's caches without the handshake (client/lifecycle.c and ctlsock.c need protobuf-c)
   add_library(tcm STATIC client/tcm.c client/tcache.c client/channel.c client/background.c client/large.c
-    client/xfer.c client/state.c client/diag.c)
+    client/xfer.c client/state.c client/diag.c client/given.c)
   target_include_directories(tcm PUBLIC client/include PRIVATE client)
   target_link_libraries(tcm PUBLIC tcm_platform)
 endif()
