@@ -2,10 +2,10 @@
 """tcm-kv under redis-benchmark, against the same server on other heaps and
 against redis-server, in one run (bench/run_kv.sh builds and calls this).
 
-Servers: tcm-kv on tcm (worker processes); tcm-kv on Boost.Interprocess
-managed_shared_memory (worker processes, same code behind kv_heap_t);
-tcm-kv as threads of one process on glibc malloc and on jemalloc
-(LD_PRELOAD); redis-server --save '' --appendonly no. For each: requests/s,
+Servers: tcm-kv on tcm (worker processes); the same code on
+Boost.Interprocess managed_shared_memory (tcm-kv-peers, KV_HEAP=boost,
+worker processes); tcm-kv-peers as threads of one process on glibc malloc
+and on jemalloc (KV_HEAP=libc, LD_PRELOAD); redis-server --save '' --appendonly no. For each: requests/s,
 p50 and p99 of SET, GET, INCR and MSET at -P 1 and -P 16, values of 16, 100,
 1024 and 16384 bytes, keys drawn from a million (-r), 50 connections; the
 median of RUNS runs. Memory: a fresh server loaded with N keys of 100 bytes
@@ -40,6 +40,7 @@ KEYS = 1_000_000
 MEM_KEYS = 100_000 if quick else 1_000_000
 WORKERS = 2
 KV = os.path.join(build, "examples", "tcm-kv")
+KV_PEERS = os.path.join(build, "examples", "tcm-kv-peers")  # tcm.h's calls on another heap
 TCMD = os.path.join(build, "tcmd")
 TCMCTL = os.path.join(build, "tcmctl")
 tmp = tempfile.mkdtemp(prefix="tcm-kv-bench-")
@@ -163,14 +164,15 @@ def servers():
 
     yield "tcm", tcm
     yield "boost", lambda: Server("tcm-kv on Boost.Interprocess, 2 processes",
-                                  [KV, "--alloc", "boost", "--port", "PORT", "--workers", str(WORKERS)],
-                                  env={"KV_BOOST_SIZE": "8G"}, shm="boost")
+                                  [KV_PEERS, "--port", "PORT", "--workers", str(WORKERS)],
+                                  env={"KV_HEAP": "boost", "KV_BOOST_SIZE": "8G"}, shm="boost")
     yield "glibc", lambda: Server("tcm-kv on glibc, 2 threads",
-                                  [KV, "--alloc", "libc", "--threads", "--port", "PORT", "--workers", str(WORKERS)])
+                                  [KV_PEERS, "--threads", "--port", "PORT", "--workers", str(WORKERS)],
+                                  env={"KV_HEAP": "libc"})
     if os.path.exists(JEMALLOC):
         yield "jemalloc", lambda: Server("tcm-kv on jemalloc, 2 threads",
-                                         [KV, "--alloc", "libc", "--threads", "--port", "PORT", "--workers",
-                                          str(WORKERS)], env={"LD_PRELOAD": JEMALLOC})
+                                         [KV_PEERS, "--threads", "--port", "PORT", "--workers",
+                                          str(WORKERS)], env={"KV_HEAP": "libc", "LD_PRELOAD": JEMALLOC})
     yield "redis", lambda: Server("redis-server 7 (--save '' --appendonly no)",
                                   ["redis-server", "--port", "PORT", "--save", "", "--appendonly", "no"])
 

@@ -15,6 +15,6 @@ out=$root/bench/results/kv.md
 [[ ${1:-} == --quick ]] && out=$root/bench/results/raw/kv-quick.md
 . "$root/bench/lib.sh"
 bench_configure "$root" "$build"
-cmake --build "$build" -j"$(nproc)" --target tcm-kv tcmd tcmctl >/dev/null
+cmake --build "$build" -j"$(nproc)" --target tcm-kv tcm-kv-peers tcmd tcmctl >/dev/null
 bench_wait_quiet run_kv
 exec python3 "$root/bench/kv_bench.py" "$build" "$out" "$@"

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "prim.h"
+#include "tcm_compiler.h"
 #include "tcm_layout.h"
 
 #ifdef _WIN32 /* PE has no symbol visibility or TLS models */

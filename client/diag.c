@@ -14,7 +14,7 @@ static void say(const char *fmt, va_list ap)
     fprintf(stderr, "tcm: %s\n", msg);
 }
 
-void tcm__fatal(const char *fmt, ...)
+TCM_COLD void tcm__fatal(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -23,12 +23,12 @@ void tcm__fatal(const char *fmt, ...)
     abort();
 }
 
-void tcm__warn_once(const char *what)
+TCM_COLD void tcm__warn_once(const char *what)
 {
     fprintf(stderr, "tcm: %s\n", what);
 }
 
-void tcm__note(const char *fmt, ...)
+TCM_COLD void tcm__note(const char *fmt, ...)
 {
     const char *v = getenv("TCM_VERBOSE");
     if (!v || !*v || *v == '0')

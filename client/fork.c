@@ -15,7 +15,7 @@
  * forks single-threaded (which ThreadSanitizer, for one, requires). */
 static bool bg_was_running;
 
-static void fork_prepare(void)
+TCM_COLD static void fork_prepare(void)
 {
     bg_was_running = tcm__proc.bg_running;
     tcm__bg_stop();
@@ -23,7 +23,7 @@ static void fork_prepare(void)
     pthread_mutex_lock(&tcm__proc.conn_lock);
 }
 
-static void fork_parent(void)
+TCM_COLD static void fork_parent(void)
 {
     pthread_mutex_unlock(&tcm__proc.conn_lock);
     pthread_mutex_unlock(&tcm__proc.attach_lock);
@@ -31,7 +31,7 @@ static void fork_parent(void)
         tcm__bg_start();
 }
 
-static void fork_child(void)
+TCM_COLD static void fork_child(void)
 {
     tcm_proc_t *pr = &tcm__proc;
     /* the forking thread took these in fork_prepare and is the child's

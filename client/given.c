@@ -11,7 +11,7 @@
 #define TCM_MAP_SPAN_PAGES ((4u << 20) >> TCM_PAGE_SHIFT) /* class spans are smaller; a span record past that is not one */
 #define TCM_MAP_RUN_PAGES ((8u << 20) >> TCM_PAGE_SHIFT)
 
-void tcm__fatal_page_class(const char *caller, const void *p, unsigned cls)
+TCM_COLD void tcm__fatal_page_class(const char *caller, const void *p, unsigned cls)
 {
     tcm__fatal("%s: the page map gives %p the class byte %u, which is neither a size class (1-%u) nor a page run "
                "(%u): the heap's metadata is damaged",
@@ -21,7 +21,7 @@ void tcm__fatal_page_class(const char *caller, const void *p, unsigned cls)
 /* An offset tcmd handed out for class cls that is not one of its objects:
  * the process stops here rather than hand memory that may be another's,
  * or tcmd's doorbell page, to the application. */
-static void __attribute__((noreturn, cold)) bad_given(unsigned cls, uint64_t off)
+TCM_COLD static void __attribute__((noreturn)) bad_given(unsigned cls, uint64_t off)
 {
     const uint8_t *pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed);
 #define BAD_GIVEN "tcmd handed out offset 0x%llx for class %u: not an object of that class "

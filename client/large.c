@@ -43,7 +43,7 @@ static void put_entry(uint32_t i, uint64_t off, uint32_t npages)
     pr->large_off[i] = off;
 }
 
-uint64_t tcm__large_take(uint32_t npages)
+TCM_NOINLINE uint64_t tcm__large_take(uint32_t npages)
 {
     tcm_proc_t *pr = &tcm__proc;
     tcm_chan_hdr_t *hdr = pr->chan_hdr;
@@ -68,7 +68,7 @@ uint64_t tcm__large_take(uint32_t npages)
     return off;
 }
 
-bool tcm__large_keep(uint64_t off, uint32_t npages)
+TCM_NOINLINE bool tcm__large_keep(uint64_t off, uint32_t npages)
 {
     tcm_proc_t *pr = &tcm__proc;
     tcm_chan_hdr_t *hdr = pr->chan_hdr;
@@ -110,7 +110,7 @@ static void free_pages(uint64_t off, uint32_t *count)
     tcm__free_pages_answered(off, st);
 }
 
-void tcm__free_pages_answered(uint64_t off, int st)
+TCM_NOINLINE void tcm__free_pages_answered(uint64_t off, int st)
 {
     if (st == TCM_ST_DOUBLE_FREE)
         tcm__fatal("tcm_free(): double free of page run %p", (void *)(tcm__proc.heap + off));
@@ -118,12 +118,12 @@ void tcm__free_pages_answered(uint64_t off, int st)
         tcm__fatal("tcm_free(): invalid pointer %p (%s)", (void *)(tcm__proc.heap + off), tcm__status_msg(st));
 }
 
-void tcm__free_pages(uint64_t off)
+TCM_NOINLINE void tcm__free_pages(uint64_t off)
 {
     free_pages(off, NULL);
 }
 
-void tcm__large_trim(uint64_t keep_bytes)
+TCM_COLD void tcm__large_trim(uint64_t keep_bytes)
 {
     tcm_proc_t *pr = &tcm__proc;
     tcm_chan_hdr_t *hdr = pr->chan_hdr;

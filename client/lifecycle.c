@@ -18,7 +18,7 @@
 #include "tcm.h"
 #include "prim.h"
 
-static void at_exit(void)
+TCM_COLD static void at_exit(void)
 {
     tcm__in_library++; /* never decremented: the process is going */
     /* the kernel closes the socket; the daemon reclaims every cache. A tcmd
@@ -135,7 +135,7 @@ static bool restarting(int err, const char *socket_path)
     return (err == -ECONNREFUSED && tcm__path_exists(socket_path)) || err == -ECONNRESET || err == -EPIPE;
 }
 
-static int attach_locked(const char *socket_path)
+TCM_COLD static int attach_locked(const char *socket_path)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     tcm_proc_t *pr = &tcm__proc;
@@ -229,7 +229,7 @@ out_resp:
     return rc;
 }
 
-int tcm__await_daemon(void)
+TCM_COLD int tcm__await_daemon(void)
 {
     tcm_proc_t *pr = &tcm__proc;
     pthread_mutex_lock(&pr->conn_lock);
@@ -288,7 +288,7 @@ int tcm__ensure_attached(void)
 
 const char *tcm__attach_failed_note;
 
-int tcm_init(const char *socket_path)
+TCM_COLD int tcm_init(const char *socket_path)
 {
     static bool reported;
     pthread_mutex_lock(&tcm__proc.attach_lock);

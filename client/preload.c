@@ -43,7 +43,7 @@ static _Atomic size_t boot_used;
 
 /* 16-byte header: the block's size, for realloc and malloc_usable_size.
  * Never freed (dlsym's and the loader's few early allocations). */
-static void *boot_alloc(size_t size, size_t align)
+TCM_COLD static void *boot_alloc(size_t size, size_t align)
 {
     if (align < 16)
         align = 16;
@@ -73,16 +73,22 @@ static size_t boot_size(const void *p)
 
 static _Atomic int resolving;
 
-static void resolve(void)
+TCM_COLD static void resolve_symbols(void)
 {
-    if (sys_malloc || atomic_exchange(&resolving, 1))
-        return; /* found, or being found (dlsym's own allocations come here) */
+    if (atomic_exchange(&resolving, 1))
+        return; /* being found (dlsym's own allocations come here) */
     sys_calloc = (void *(*)(size_t, size_t))tcm__next_symbol("calloc");
     sys_realloc = (void *(*)(void *, size_t))tcm__next_symbol("realloc");
     sys_memalign = (void *(*)(size_t, size_t))tcm__next_symbol("memalign");
     sys_usable = (size_t(*)(void *))tcm__next_symbol("malloc_usable_size");
     sys_free = (void (*)(void *))tcm__next_symbol("free");
     sys_malloc = (void *(*)(size_t))tcm__next_symbol("malloc");
+}
+
+static inline void resolve(void)
+{
+    if (tcm_unlikely(!sys_malloc))
+        resolve_symbols();
 }
 
 /* ---- which allocator serves a request */
@@ -110,7 +116,7 @@ static void before_fork(void);
 static void parent_after_fork(void);
 static void child_after_fork(void);
 
-static void read_settings_once(void)
+TCM_COLD static void read_settings_once(void)
 {
     const char *f = getenv("TCM_MALLOC_FALLBACK");
     fallback = !(f && strcmp(f, "0") == 0);
@@ -124,7 +130,7 @@ static void read_settings_once(void)
 static TCM_TLS uint32_t fork_gen; /* the forking thread's (and its child's copy of it) */
 static TCM_TLS bool fork_snapshots;
 
-static void before_fork(void)
+TCM_COLD static void before_fork(void)
 {
     fork_snapshots = !fork_shares && fork_words && atomic_load(&tcm__proc.attached) &&
                      atomic_load(&mode) == USE_TCM;
@@ -132,7 +138,7 @@ static void before_fork(void)
         fork_gen = atomic_fetch_add(&fork_words[0], 1) + 1;
 }
 
-static void parent_after_fork(void)
+TCM_COLD static void parent_after_fork(void)
 {
     if (!fork_snapshots)
         return;
@@ -143,7 +149,7 @@ static void parent_after_fork(void)
         tcm__wait(&fork_words[1], got, 100000000);
 }
 
-static void child_after_fork(void)
+TCM_COLD static void child_after_fork(void)
 {
     if (!fork_snapshots)
         return;
@@ -173,13 +179,13 @@ static void read_settings(void)
     pthread_once(&once, read_settings_once);
 }
 
-__attribute__((constructor)) static void preload_init(void)
+TCM_COLD __attribute__((constructor)) static void preload_init(void)
 {
     resolve();
     read_settings();
 }
 
-static void *system_alloc(size_t size, size_t align)
+TCM_NOINLINE static void *system_alloc(size_t size, size_t align)
 {
     resolve();
     if (!sys_malloc)
@@ -189,7 +195,7 @@ static void *system_alloc(size_t size, size_t align)
 
 /* tcm could not serve: without tcmd (never attached, or lost for good) the
  * rest of the process uses the system malloc; a full heap only this once. */
-static void *after_refusal(size_t size, size_t align)
+TCM_COLD static void *after_refusal(size_t size, size_t align)
 {
     if (!fallback) {
         errno = ENOMEM;
@@ -219,7 +225,7 @@ static inline bool in_heap(const void *p)
 }
 
 /* tcm's slow paths, with the library's own allocations sent elsewhere */
-static void *tcm_slow(size_t size, size_t align)
+TCM_NOINLINE static void *tcm_slow(size_t size, size_t align)
 {
     read_settings();
     tcm__in_library++;
@@ -228,6 +234,7 @@ static void *tcm_slow(size_t size, size_t align)
     return p ? p : after_refusal(size, align);
 }
 
+/* a forwarder, inlined as the jump to tcm_slow */
 static void *malloc_missed(size_t size)
 {
     return tcm_slow(size, 0);
@@ -237,7 +244,7 @@ static void *malloc_missed(size_t size)
  * pointer that is not the heap's (the hot path's one range check routes
  * both here). A fork child's thread has no cache, so every free of its
  * snapshot comes here too. */
-static void free_missed(void *p)
+TCM_NOINLINE static void free_missed(void *p)
 {
     if (in_heap(p)) {
         if (heap_is_parents)

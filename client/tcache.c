@@ -99,7 +99,7 @@ static void free_pages_async(uint64_t off)
  * to_daemon), the rest to the daemon. Leaves b->count = keep. async: the
  * calling thread, whose bin it is, does not wait for tcmd to take a single
  * batch (NULL: it waits). */
-static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t keep, bool to_daemon, tcm_thread_t *async)
+TCM_NOINLINE static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t keep, bool to_daemon, tcm_thread_t *async)
 {
     uint32_t n = b->count - keep;
     /* the tier trades between the process's threads: with one thread it
@@ -323,7 +323,7 @@ static void grow(tcm_thread_t *thr, unsigned cls, uint32_t more)
 }
 
 /* Halve bins until the thread fits its (new) budget. */
-static void shrink_to_budget(tcm_thread_t *thr)
+TCM_COLD static void shrink_to_budget(tcm_thread_t *thr)
 {
     while (thr->capacity > thr->budget) {
         bool changed = false;
@@ -391,7 +391,7 @@ static uint64_t scavenge_interval_ns(void)
  * held at least what it held at the last scavenge and holds now. A bin in
  * steady use (the seed's alloc-64-free-64 loops) misses every cycle or
  * never reaches a slow path, and keeps everything. */
-static void scavenge(tcm_thread_t *thr)
+TCM_COLD static void scavenge(tcm_thread_t *thr)
 {
     const tcm_class_info_t *classes = tcm__proc.classes;
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
@@ -456,7 +456,7 @@ static void check_config(tcm_thread_t *thr)
     tcm__xfer_trim(false);
 }
 
-static void thread_flush(tcm_thread_t *thr, bool to_daemon)
+TCM_COLD static void thread_flush(tcm_thread_t *thr, bool to_daemon)
 {
     settle_all(thr, true);
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
@@ -471,7 +471,7 @@ static void thread_flush(tcm_thread_t *thr, bool to_daemon)
 
 /* The heap is at its limit: give back everything this thread and the
  * process's transfer tier hold, so the retry can use it. */
-static void flush_for_nomem(void)
+TCM_COLD static void flush_for_nomem(void)
 {
     if (tcm__tls_thread)
         thread_flush(tcm__tls_thread, true);
@@ -493,7 +493,7 @@ static void cache_release(uint32_t idx)
 }
 
 /* pthread key destructor: the thread is exiting. */
-static void thread_exit(void *arg)
+TCM_COLD static void thread_exit(void *arg)
 {
     tcm_thread_t *thr = arg;
     tcm_proc_t *pr = &tcm__proc;
@@ -531,7 +531,7 @@ static void thread_key_create(void)
     pthread_key_create(&tcm__proc.thread_key, thread_exit);
 }
 
-static tcm_thread_t *thread_register(void)
+TCM_COLD static tcm_thread_t *thread_register(void)
 {
     static _Atomic bool warned;
     tcm_proc_t *pr = &tcm__proc;
@@ -634,7 +634,7 @@ static void note_event(tcm_thread_t *thr, unsigned cls)
     thr->event_ns[cls] = tcm__now_ns();
 }
 
-static bool refill(tcm_thread_t *thr, unsigned cls)
+TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
 {
     tcm_bin_t *b = &thr->tc->bins[cls];
     thr->low[cls] = 0; /* it missed: nothing it held was idle */
@@ -714,7 +714,7 @@ static int alloc_pages(size_t size, size_t align, uint64_t *off, uint64_t *asked
     return st;
 }
 
-void *tcm__large_alloc(size_t size, size_t align)
+TCM_NOINLINE void *tcm__large_alloc(size_t size, size_t align)
 {
     uint64_t off;
     if (tcm__ensure_attached() != 0 || size > tcm__proc.heap_size) {
@@ -740,7 +740,7 @@ void *tcm__large_alloc(size_t size, size_t align)
     return tcm__proc.heap + off;
 }
 
-void *tcm__malloc_slow(size_t size)
+TCM_NOINLINE void *tcm__malloc_slow(size_t size)
 {
     if (size > TCM_MAX_SMALL)
         return tcm__large_alloc(size, 0);
@@ -772,7 +772,7 @@ void *tcm__malloc_slow(size_t size)
  * not fetch a batch on its next free. No waiting for memory here: false
  * when none comes at once (the bin has grown by then, so it is not asked
  * again). */
-static bool free_first(tcm_thread_t *thr, unsigned cls, void *p)
+TCM_COLD static bool free_first(tcm_thread_t *thr, unsigned cls, void *p)
 {
     tcm_bin_t *b = &thr->tc->bins[cls];
     uint32_t want = thr->refill[cls];
@@ -791,7 +791,7 @@ static bool free_first(tcm_thread_t *thr, unsigned cls, void *p)
     return true;
 }
 
-void tcm__free_slow(void *p)
+TCM_NOINLINE void tcm__free_slow(void *p)
 {
     tcm_proc_t *pr = &tcm__proc;
     if (!p)
@@ -858,7 +858,7 @@ void tcm__free_slow(void *p)
 
 /* tcm_shutdown: every cache of the process back to the daemon. The caller
  * guarantees no other thread is using tcm. */
-void tcm__flush_all(void)
+TCM_COLD void tcm__flush_all(void)
 {
     tcm_proc_t *pr = &tcm__proc;
     for (uint32_t i = 0; i < pr->lay.max_threads; i++) {
@@ -892,7 +892,7 @@ void tcm__flush_all(void)
  * the fork handlers of the system malloc (jemalloc's, when redis-server
  * brings it) may not have run yet, and a free that needs one of its locks
  * would wait forever for the parent's thread that held it. */
-void tcm__thread_reset_after_fork(void)
+TCM_COLD void tcm__thread_reset_after_fork(void)
 {
     tcm_thread_t *thr = tcm__tls_thread;
     if (thr) {

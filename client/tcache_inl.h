@@ -1,6 +1,12 @@
 /* tcache_inl.h — the hot path. A hit is a class lookup, one load of the
- * thread's tcache pointer and a push or pop on a bin array: no atomics, no
- * locks, no syscalls. Everything else is in the noinline slow paths. */
+ * thread's tcache pointer and a push or pop on a bin array: no locked
+ * instruction, no fence, no lock, no syscall. A free also loads the three
+ * hot globals (heap base, its size in granules, the page map), relaxed
+ * atomic loads: plain moves on x86-64 and AArch64, atomic only because
+ * the thread that attaches stores them while other threads may be here (a
+ * free before the attach sees 0 granules and goes to the slow path).
+ * Everything else is in the slow paths, TCM_NOINLINE or TCM_COLD
+ * (tcm_compiler.h), which a miss calls. */
 #ifndef TCM_TCACHE_INL_H
 #define TCM_TCACHE_INL_H
 

@@ -188,7 +188,7 @@ int tcm_stat(const char *name, uint64_t *value)
     return -ENOENT;
 }
 
-void tcm_shutdown(void)
+TCM_COLD void tcm_shutdown(void)
 {
     tcm_proc_t *pr = &tcm__proc;
     pthread_mutex_lock(&pr->attach_lock);

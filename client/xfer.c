@@ -45,7 +45,7 @@ static void added(unsigned cls, uint32_t n)
     atomic_fetch_add_explicit(&tcm__proc.xfer_bytes, (uint64_t)n * tcm__proc.classes[cls].size, memory_order_relaxed);
 }
 
-uint32_t tcm__xfer_put(unsigned cls, tcm_bin_t *b, uint32_t n)
+TCM_NOINLINE uint32_t tcm__xfer_put(unsigned cls, tcm_bin_t *b, uint32_t n)
 {
     tcm_proc_t *pr = &tcm__proc;
     pthread_mutex_lock(&pr->xfer_lock[cls]);
@@ -62,7 +62,7 @@ uint32_t tcm__xfer_put(unsigned cls, tcm_bin_t *b, uint32_t n)
     return take;
 }
 
-uint32_t tcm__xfer_put_fetched(unsigned cls, tcm_slot_t *slot, uint32_t from, uint32_t n)
+TCM_NOINLINE uint32_t tcm__xfer_put_fetched(unsigned cls, tcm_slot_t *slot, uint32_t from, uint32_t n)
 {
     tcm_proc_t *pr = &tcm__proc;
     pthread_mutex_lock(&pr->xfer_lock[cls]);
@@ -85,7 +85,7 @@ uint32_t tcm__xfer_put_fetched(unsigned cls, tcm_slot_t *slot, uint32_t from, ui
     return n - take;
 }
 
-uint32_t tcm__xfer_take(unsigned cls, void **dst, uint32_t want)
+TCM_NOINLINE uint32_t tcm__xfer_take(unsigned cls, void **dst, uint32_t want)
 {
     tcm_proc_t *pr = &tcm__proc;
     pthread_mutex_lock(&pr->xfer_lock[cls]);
@@ -144,7 +144,7 @@ static bool return_top_batch(unsigned cls)
     return posted;
 }
 
-void tcm__xfer_trim(bool all)
+TCM_COLD void tcm__xfer_trim(bool all)
 {
     tcm_proc_t *pr = &tcm__proc;
     const tcm_config_t *cf = &pr->meta->config;
@@ -156,7 +156,7 @@ void tcm__xfer_trim(bool all)
             ;
 }
 
-void *tcm__xfer_alloc(unsigned cls)
+TCM_NOINLINE void *tcm__xfer_alloc(unsigned cls)
 {
     tcm_proc_t *pr = &tcm__proc;
     const tcm_class_info_t *ci = &pr->classes[cls];
@@ -188,7 +188,7 @@ void *tcm__xfer_alloc(unsigned cls)
     return p;
 }
 
-void tcm__xfer_free(unsigned cls, void *p)
+TCM_NOINLINE void tcm__xfer_free(unsigned cls, void *p)
 {
     tcm_proc_t *pr = &tcm__proc;
     const tcm_class_info_t *ci = &pr->classes[cls];

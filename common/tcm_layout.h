@@ -51,8 +51,12 @@
  * Version rule: TCM_LAYOUT_VERSION changes whenever a shared struct, a
  * segment's offset table or the meaning of a field changes. A tcmd refuses
  * to adopt segments of another version (and clients refuse to attach to
- * them), so bump it in the same commit as the change; the _Static_asserts
- * below break the build when a size or key offset moves without it.
+ * them), so bump it in the same commit as the change. Every struct that
+ * lives in a segment has its size and the offset of every field asserted
+ * below it (TCM_SHARED_SIZE/TCM_SHARED_OFFSET; the values of the 64-bit
+ * targets tcm builds for, Windows included: no field is a long): a field
+ * moved, resized or inserted breaks the build until the version is bumped
+ * and the values are fixed with it.
  */
 #ifndef TCM_LAYOUT_H
 #define TCM_LAYOUT_H
@@ -62,6 +66,12 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#define TCM_SHARED_SIZE(type, bytes)                                                               \
+    _Static_assert(sizeof(type) == (bytes), #type " is in a segment: bump TCM_LAYOUT_VERSION and fix its size")
+#define TCM_SHARED_OFFSET(type, field, off)                                                        \
+    _Static_assert(offsetof(type, field) == (off),                                                 \
+                   #type "." #field " is in a segment: bump TCM_LAYOUT_VERSION and fix its offset")
 
 #define TCM_LAYOUT_VERSION 10u
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
@@ -101,7 +111,11 @@ typedef struct tcm_class_info {
     uint32_t recip;      /* ceil(2^32 / size): division by multiplication */
     uint32_t reserved;
 } tcm_class_info_t;
-_Static_assert(sizeof(tcm_class_info_t) == 32, "class info is shared");
+TCM_SHARED_SIZE(tcm_class_info_t, 32);
+TCM_SHARED_OFFSET(tcm_class_info_t, size, 0); TCM_SHARED_OFFSET(tcm_class_info_t, span_pages, 4);
+TCM_SHARED_OFFSET(tcm_class_info_t, span_objs, 8); TCM_SHARED_OFFSET(tcm_class_info_t, batch, 12);
+TCM_SHARED_OFFSET(tcm_class_info_t, tcache_cap, 16); TCM_SHARED_OFFSET(tcm_class_info_t, xfer_cap, 20);
+TCM_SHARED_OFFSET(tcm_class_info_t, recip, 24); TCM_SHARED_OFFSET(tcm_class_info_t, reserved, 28);
 
 /* ---- heap segment, page 0 ---- */
 
@@ -110,6 +124,8 @@ _Static_assert(sizeof(tcm_class_info_t) == 32, "class info is shared");
 typedef struct tcm_bell {
     alignas(TCM_CACHELINE) _Atomic uint32_t seq;
 } tcm_bell_t;
+TCM_SHARED_SIZE(tcm_bell_t, 64);
+TCM_SHARED_OFFSET(tcm_bell_t, seq, 0);
 
 /* ---- metadata segment ---- */
 
@@ -121,10 +137,13 @@ enum tcm_span_state {
 };
 
 /* A run of pages. Index 0 is the null span. W: heap thread. R: clients
- * read first (small and large spans: free validation) and npages (large:
- * tcm_usable_size) of spans they hold objects of, plain loads; the record
- * of a span cannot change while a client holds one of its objects.
- * Authoritative for allocated spans (first, npages, state, cls, owner or slot);
+ * read first and npages, plain loads, never state (the page map's class
+ * byte tells them what a page is): of a small span to validate a free and
+ * to map the span's pages at once (tcm__map_given), of a page run to
+ * validate a free or a run handed to them and for its size (free,
+ * tcm_usable_size). Those are spans they hold objects of, or a run just
+ * handed to them: the record cannot change while they do. Authoritative
+ * for allocated spans (first, npages, state, cls, owner or slot);
  * everything else, and the records of free runs, is derived. */
 typedef struct tcm_span {
     uint32_t first;     /* first page */
@@ -141,21 +160,26 @@ typedef struct tcm_span {
     uint8_t on_list;    /* 1 while linked into a list */
     uint32_t scan;      /* SMALL: first word of its object bits that may have a free bit */
 } tcm_span_t;
-_Static_assert(sizeof(tcm_span_t) == 32, "span record is shared");
-_Static_assert(offsetof(tcm_span_t, first) == 0 && offsetof(tcm_span_t, npages) == 4 &&
-                   offsetof(tcm_span_t, state) == 24,
-               "clients read first, npages and state");
-_Static_assert(offsetof(tcm_span_t, nfree) == 16 && offsetof(tcm_span_t, owner) == 20 &&
-                   offsetof(tcm_span_t, slot) == 20 && offsetof(tcm_span_t, cls) == 25 &&
-                   offsetof(tcm_span_t, scan) == 28,
-               "a recovery reads owner or slot, state and cls of allocated spans");
+TCM_SHARED_SIZE(tcm_span_t, 32);
+TCM_SHARED_OFFSET(tcm_span_t, first, 0); TCM_SHARED_OFFSET(tcm_span_t, npages, 4);
+TCM_SHARED_OFFSET(tcm_span_t, prev, 8); TCM_SHARED_OFFSET(tcm_span_t, next, 12);
+TCM_SHARED_OFFSET(tcm_span_t, nfree, 16); TCM_SHARED_OFFSET(tcm_span_t, owner, 20);
+TCM_SHARED_OFFSET(tcm_span_t, slot, 20); TCM_SHARED_OFFSET(tcm_span_t, state, 24);
+TCM_SHARED_OFFSET(tcm_span_t, cls, 25); TCM_SHARED_OFFSET(tcm_span_t, committed, 26);
+TCM_SHARED_OFFSET(tcm_span_t, on_list, 27); TCM_SHARED_OFFSET(tcm_span_t, scan, 28);
 
-/* Runtime settings. W: the main thread (config set, SIGHUP), which stores
- * the value and then bumps gen (seq_cst); heap_limit is stored by the heap
- * thread (resize runs there, so the check against what is in use and the
- * new limit are one step). R: clients on their slow paths (relaxed loads;
- * they act when gen changes), the heap thread (heap_limit, page_cache_cap).
- * Authoritative: kept across restarts unless given again at start. */
+/* Runtime settings. W: the main thread, at start and on config set and
+ * SIGHUP (tcm__config_publish: every value, then gen bumped; seq_cst);
+ * heap_limit, once the heap thread runs, is stored by the heap thread
+ * (resize runs there, so the check against what is in use and the new
+ * limit are one step) and the main thread bumps gen after it. R: clients:
+ * gen on their slow paths (acquire: a thread recomputes its budget from
+ * tcache_budget when it changes) and in the background thread (which then
+ * trims the transfer tier); xfer_budget, run_cache, decay_ms and
+ * reconnect_ms (relaxed) each time they use them; never heap_limit or
+ * page_cache_cap. The heap thread: heap_limit, page_cache_cap, decay_ms
+ * (relaxed). The main thread: heap_limit, and every value when it adopts a
+ * heap. Authoritative: kept across restarts unless given again at start. */
 typedef struct tcm_config {
     _Atomic uint64_t gen;
     _Atomic uint64_t heap_limit;     /* bytes the page heap may hand out */
@@ -163,18 +187,25 @@ typedef struct tcm_config {
     _Atomic uint64_t xfer_budget;    /* bytes per process, transfer tier */
     _Atomic uint64_t page_cache_cap; /* free committed bytes kept before release */
     _Atomic uint64_t reconnect_ms;   /* how long a client waits for tcmd to come back */
-    _Atomic uint64_t decay_ms;       /* page heap untouched this long: its cache goes back to the OS */
+    _Atomic uint64_t decay_ms;       /* unused this long, a cache gives back what it keeps: the page heap's
+                                        free pages to the OS, a process's transfer tier and page runs and
+                                        (a step, decay_ms / TCM_DECAY_STEPS) its thread caches' to tcmd */
     _Atomic uint64_t run_cache;      /* bytes per process, freed page runs kept for reuse */
 } tcm_config_t;
-_Static_assert(sizeof(tcm_config_t) == 64, "config is shared");
+TCM_SHARED_SIZE(tcm_config_t, 64);
+TCM_SHARED_OFFSET(tcm_config_t, gen, 0); TCM_SHARED_OFFSET(tcm_config_t, heap_limit, 8);
+TCM_SHARED_OFFSET(tcm_config_t, tcache_budget, 16); TCM_SHARED_OFFSET(tcm_config_t, xfer_budget, 24);
+TCM_SHARED_OFFSET(tcm_config_t, page_cache_cap, 32); TCM_SHARED_OFFSET(tcm_config_t, reconnect_ms, 40);
+TCM_SHARED_OFFSET(tcm_config_t, decay_ms, 48); TCM_SHARED_OFFSET(tcm_config_t, run_cache, 56);
 
 /* X-macro of the heap statistics: one list for the struct, the protobuf
  * message, tcmctl's table and its JSON and /metrics. X(name, kind, writer,
  * doc): kind G is a gauge, C a counter (monotonic). W: each has one writer,
- * H the heap thread (or the recovery pass before it starts), M tcmd's main
- * thread; single-writer relaxed stores (TCM_STAT_ADD and friends in
- * daemon/heap.h check the writer at compile time). R: the main thread,
- * clients (tcm_stat). Gauges are derived (recovery recomputes them);
+ * H the heap thread (or tcmd before that thread starts: the segment's
+ * creation, the recovery pass), M tcmd's main thread; single-writer relaxed
+ * stores (TCM_STAT_ADD and friends in daemon/heap.h check the writer at
+ * compile time). R: the main thread, clients (tcm_stat), the heap thread a
+ * few of its own. Gauges are derived (recovery recomputes them);
  * counters survive restarts. */
 #define TCM_HEAP_STATS(X)                                                                      \
     X(bytes_reserved, G, H, "heap segment size")                                                  \
@@ -213,12 +244,37 @@ typedef struct tcm_heap_stats {
     TCM_HEAP_STATS(TCM_STAT_FIELD)
 #undef TCM_STAT_FIELD
 } tcm_heap_stats_t;
+TCM_SHARED_SIZE(tcm_heap_stats_t, 240);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_reserved, 0); TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_limit, 8);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_spans, 16); TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_clients, 24);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_central_free, 32);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_pageheap_free, 40);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_committed, 48);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_released, 56); TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_top, 64);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, requests, 72); TCM_SHARED_OFFSET(tcm_heap_stats_t, refused, 80);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, wakeups, 88); TCM_SHARED_OFFSET(tcm_heap_stats_t, clients_attached, 96);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, clients_total, 104);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, clients_died, 112);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, reclaimed_objects, 120);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_orphaned, 128); TCM_SHARED_OFFSET(tcm_heap_stats_t, restarts, 136);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, clients_resumed, 144);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, clients_disconnected, 152);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, clients_reconnected, 160);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, clients_cut_off, 168);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, recovery_redone, 176);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, recovery_rolled_back, 184);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, recovery_repairs, 192);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, last_recovery_us, 200);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, validations, 208);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, validation_failures, 216);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, decays, 224); TCM_SHARED_OFFSET(tcm_heap_stats_t, flush_requests, 232);
 
 /* Named shared pointers. W: the heap thread, under a seqlock (seq odd while
  * being written; release fence after making it odd, release store of the
- * even value). R: clients and the main thread retry while seq is odd or
- * changed. Every field is read and written with relaxed atomic accesses
- * (the name a word at a time) through tcm__root_read/tcm__root_write only.
+ * even value). R: clients, the main thread and the heap thread (a ROOT_SET
+ * looks for the name) retry while seq is odd or changed. Every field is
+ * read and written with relaxed atomic accesses (the name a word at a
+ * time) through tcm__root_read/tcm__root_write only.
  * Authoritative. */
 typedef struct tcm_root {
     _Atomic uint32_t seq;
@@ -226,7 +282,9 @@ typedef struct tcm_root {
     _Atomic uint64_t off;
     _Atomic uint64_t name[TCM_ROOT_NAME_MAX / 8]; /* the bytes of a NUL-padded name */
 } tcm_root_t;
-_Static_assert(sizeof(tcm_root_t) == 64, "root is shared");
+TCM_SHARED_SIZE(tcm_root_t, 64);
+TCM_SHARED_OFFSET(tcm_root_t, seq, 0); TCM_SHARED_OFFSET(tcm_root_t, used, 4);
+TCM_SHARED_OFFSET(tcm_root_t, off, 8); TCM_SHARED_OFFSET(tcm_root_t, name, 16);
 
 /* A consistent copy of a root (name NUL-terminated); retries while it is
  * being written. */
@@ -245,10 +303,13 @@ void tcm__root_write_end(tcm_root_t *r, uint32_t seq);
  * (*kept: it names something), else cleared. Returns whether it was odd. */
 bool tcm__root_repair(tcm_root_t *r, uint64_t heap_size, bool *kept);
 
-/* W: tcmd when it creates the segment (geometry, fixed afterwards); the heap
- * thread (central_head, heap_sleeping); see tcm_config_t and TCM_HEAP_STATS.
- * R: clients check the geometry at attach and read heap_sleeping after every
- * post (seq_cst fence before the load, see shm/ring.h). */
+/* W: tcmd when it creates the segment (geometry and heap_id, fixed
+ * afterwards); the heap thread (central_head, heap_sleeping); see
+ * tcm_config_t and TCM_HEAP_STATS. R: clients check magic, version, base,
+ * heap_size, page_shift and heap_id at attach, take the offsets of the
+ * parts they map, and read heap_sleeping after every post (seq_cst fence
+ * before the load, see shm/ring.h); the main thread sends heap_id in each
+ * Welcome. central_head is the heap thread's alone. */
 typedef struct tcm_meta_hdr {
     uint64_t magic;
     uint32_t version;
@@ -269,11 +330,16 @@ typedef struct tcm_meta_hdr {
     alignas(TCM_CACHELINE) tcm_config_t config;
     alignas(TCM_CACHELINE) tcm_heap_stats_t stats;
 } tcm_meta_hdr_t;
-_Static_assert(offsetof(tcm_meta_hdr_t, base) == 16 && offsetof(tcm_meta_hdr_t, heap_size) == 24 &&
-                   offsetof(tcm_meta_hdr_t, size) == 40 && offsetof(tcm_meta_hdr_t, off_classes) == 48 &&
-                   offsetof(tcm_meta_hdr_t, heap_sleeping) == 512 && offsetof(tcm_meta_hdr_t, config) == 576 &&
-                   offsetof(tcm_meta_hdr_t, stats) == 640,
-               "meta header is shared: bump TCM_LAYOUT_VERSION and fix these offsets");
+TCM_SHARED_SIZE(tcm_meta_hdr_t, 896);
+TCM_SHARED_OFFSET(tcm_meta_hdr_t, magic, 0); TCM_SHARED_OFFSET(tcm_meta_hdr_t, version, 8);
+TCM_SHARED_OFFSET(tcm_meta_hdr_t, page_shift, 12); TCM_SHARED_OFFSET(tcm_meta_hdr_t, base, 16);
+TCM_SHARED_OFFSET(tcm_meta_hdr_t, heap_size, 24); TCM_SHARED_OFFSET(tcm_meta_hdr_t, npages, 32);
+TCM_SHARED_OFFSET(tcm_meta_hdr_t, nclasses, 36); TCM_SHARED_OFFSET(tcm_meta_hdr_t, size, 40);
+TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_classes, 48); TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_page_class, 56);
+TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_page_span, 64); TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_spans, 72);
+TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_roots, 80); TCM_SHARED_OFFSET(tcm_meta_hdr_t, heap_id, 88);
+TCM_SHARED_OFFSET(tcm_meta_hdr_t, central_head, 96); TCM_SHARED_OFFSET(tcm_meta_hdr_t, heap_sleeping, 512);
+TCM_SHARED_OFFSET(tcm_meta_hdr_t, config, 576); TCM_SHARED_OFFSET(tcm_meta_hdr_t, stats, 640);
 
 /* ---- channel segment ---- */
 
@@ -293,13 +359,16 @@ enum tcm_slot_state {
     TCM_SLOT_DONE = 2,   /* daemon wrote the response */
 };
 
-/* A thread's request and response. The client writes op..arg2 and bumps
- * req_seq, stores state = POSTED (release) and pushes the slot index on the
- * ring; it does not touch the slot again until state is DONE (acquire). The
- * heap thread copies the request fields once, writes status..offs, stores
- * state = DONE (release), fences and wakes the client if waiting. req_seq
- * numbers the slot's requests, so a recovering tcmd can tell whether the
- * request it was serving has been answered. */
+/* A thread's request and response. The client writes op, cls, count, arg,
+ * arg2 and (RETURN, ROOT_SET) offs, bumps req_seq, stores state = POSTED
+ * (release) and pushes the slot index on the ring; it does not touch the
+ * slot again until state is DONE (acquire), then reads the answer and
+ * stores state = IDLE. The heap thread copies the request fields once,
+ * writes result, nresult and (REFILL) offs, then status, stores state =
+ * DONE (release), fences and wakes the client if waiting. req_seq numbers
+ * the slot's requests, so a recovering tcmd can tell whether the request it
+ * was serving has been answered; a reclaim reads the answered RETURN,
+ * FREE_PAGES and ALLOC_PAGES slots of a dead client. */
 typedef struct tcm_slot {
     _Atomic uint32_t state;   /* futex word: enum tcm_slot_state */
     _Atomic uint32_t waiting; /* client is (about to be) in futex_wait */
@@ -312,28 +381,38 @@ typedef struct tcm_slot {
     uint32_t req_seq;         /* request number, client-written */
     uint64_t offs[TCM_MAX_BATCH]; /* heap offsets */
 } tcm_slot_t;
-_Static_assert(offsetof(tcm_slot_t, req_seq) == 52 && offsetof(tcm_slot_t, offs) == 56 &&
-                   sizeof(tcm_slot_t) == 56 + 8 * TCM_MAX_BATCH,
-               "slot is shared");
+TCM_SHARED_SIZE(tcm_slot_t, 4152);
+TCM_SHARED_OFFSET(tcm_slot_t, state, 0); TCM_SHARED_OFFSET(tcm_slot_t, waiting, 4);
+TCM_SHARED_OFFSET(tcm_slot_t, op, 8); TCM_SHARED_OFFSET(tcm_slot_t, cls, 12);
+TCM_SHARED_OFFSET(tcm_slot_t, count, 16); TCM_SHARED_OFFSET(tcm_slot_t, status, 20);
+TCM_SHARED_OFFSET(tcm_slot_t, arg, 24); TCM_SHARED_OFFSET(tcm_slot_t, arg2, 32);
+TCM_SHARED_OFFSET(tcm_slot_t, result, 40); TCM_SHARED_OFFSET(tcm_slot_t, nresult, 48);
+TCM_SHARED_OFFSET(tcm_slot_t, req_seq, 52); TCM_SHARED_OFFSET(tcm_slot_t, offs, 56);
 
-/* W: producers (the client's threads) claim a cell with a CAS on head and
- * publish it with a release store of seq; the consumer (the heap thread)
- * frees it with a release store of seq once the request is committed. */
+/* W: tcmd's main thread initialises the ring when it makes the channel;
+ * then producers (the client's threads) claim a cell with a CAS on head,
+ * store slot and publish it with a release store of seq; the consumer (the
+ * heap thread) reads slot after an acquire load of seq and frees the cell
+ * with a release store of seq once the request is committed. */
 typedef struct tcm_ring_cell {
     _Atomic uint64_t seq; /* Vyukov sequence: pos + 1 when full */
     uint32_t slot;
     uint32_t reserved;
 } tcm_ring_cell_t;
-_Static_assert(sizeof(tcm_ring_cell_t) == 16, "ring cell is shared");
+TCM_SHARED_SIZE(tcm_ring_cell_t, 16);
+TCM_SHARED_OFFSET(tcm_ring_cell_t, seq, 0); TCM_SHARED_OFFSET(tcm_ring_cell_t, slot, 8);
+TCM_SHARED_OFFSET(tcm_ring_cell_t, reserved, 12);
 
 typedef struct tcm_ring {
     alignas(TCM_CACHELINE) _Atomic uint64_t head; /* producers' claim */
     alignas(TCM_CACHELINE) tcm_ring_cell_t cells[];
 } tcm_ring_t;
-_Static_assert(offsetof(tcm_ring_t, cells) == 64, "ring is shared");
+TCM_SHARED_SIZE(tcm_ring_t, 64);
+TCM_SHARED_OFFSET(tcm_ring_t, head, 0); TCM_SHARED_OFFSET(tcm_ring_t, cells, 64);
 
 /* One thread-cache bin. W: its thread only, plain stores. R: tcmd reads
- * count (clamped) and the array to reclaim a dead client and for stats.
+ * count (clamped) and the array, copied out of the channel
+ * (tcm__each_cache), to reclaim a dead client, for stats and to validate.
  * slots is the client's own pointer to its array (tcmd recomputes the array
  * position from its private layout). */
 typedef struct tcm_bin {
@@ -341,14 +420,17 @@ typedef struct tcm_bin {
     uint32_t count;
     uint32_t max;
 } tcm_bin_t;
-_Static_assert(sizeof(tcm_bin_t) == 16, "bin is shared");
+TCM_SHARED_SIZE(tcm_bin_t, 16);
+TCM_SHARED_OFFSET(tcm_bin_t, slots, 0); TCM_SHARED_OFFSET(tcm_bin_t, count, 8);
+TCM_SHARED_OFFSET(tcm_bin_t, max, 12);
 
 typedef struct tcm_tcache {
-    uint32_t in_use;   /* W: client (register, exit). R: tcmd, stats */
-    uint32_t index;
-    uint64_t ahead_bytes; /* W: client (fetch ahead, settle). R: tcmd, stats: a REFILL's bytes asked
+    uint32_t in_use;   /* W: client (register, exit). R: tcmd, stats (threads in use) */
+    uint32_t index;    /* W: client (register). R: nobody: a reader of a dump knows which cache it sees */
+    uint64_t ahead_bytes; /* W: client (fetch ahead, settle). R: tcmd, stats only: a REFILL's bytes asked
                              for ahead of need and not yet taken in (0 from clients that never do) */
-    _Atomic uint32_t dropped; /* W: client, after the bin's count dropped. R: tcmd, reclaim: bit j set:
+    _Atomic uint32_t dropped; /* W: client: bit j cleared (relaxed) before the RETURN on async slot j is
+                                 posted, set (release) after the bin's count dropped. R: tcmd, reclaim: bit j set:
                                  the RETURN on async slot j has left the bin, so its objects need not be
                                  skipped (they may be back in a bin from a later refill) */
     uint32_t reserved32;
@@ -356,7 +438,11 @@ typedef struct tcm_tcache {
     tcm_bin_t bins[TCM_NBINS]; /* only 1..TCM_NCLASSES-1 ever hold objects */
     /* then the slot arrays, at chan_hdr.bin_slot_off[c] from the tcache */
 } tcm_tcache_t;
-_Static_assert(offsetof(tcm_tcache_t, bins) == 64, "thread cache is shared");
+TCM_SHARED_SIZE(tcm_tcache_t, 4160);
+TCM_SHARED_OFFSET(tcm_tcache_t, in_use, 0); TCM_SHARED_OFFSET(tcm_tcache_t, index, 4);
+TCM_SHARED_OFFSET(tcm_tcache_t, ahead_bytes, 8); TCM_SHARED_OFFSET(tcm_tcache_t, dropped, 16);
+TCM_SHARED_OFFSET(tcm_tcache_t, reserved32, 20); TCM_SHARED_OFFSET(tcm_tcache_t, reserved, 24);
+TCM_SHARED_OFFSET(tcm_tcache_t, bins, 64);
 
 /* A page run a process keeps for its next large allocation. */
 #define TCM_LARGE_CACHE 64u
@@ -365,18 +451,25 @@ typedef struct tcm_large_entry {
     uint32_t npages;
     uint32_t reserved;
 } tcm_large_entry_t;
-_Static_assert(sizeof(tcm_large_entry_t) == 16, "large cache entry is shared");
+TCM_SHARED_SIZE(tcm_large_entry_t, 16);
+TCM_SHARED_OFFSET(tcm_large_entry_t, off, 0); TCM_SHARED_OFFSET(tcm_large_entry_t, npages, 8);
+TCM_SHARED_OFFSET(tcm_large_entry_t, reserved, 12);
 
 /* Per-class transfer tier of one process: a stack of object pointers. */
 typedef struct tcm_xfer {
     uint32_t count;
     uint32_t reserved;
 } tcm_xfer_t;
+TCM_SHARED_SIZE(tcm_xfer_t, 8);
+TCM_SHARED_OFFSET(tcm_xfer_t, count, 0); TCM_SHARED_OFFSET(tcm_xfer_t, reserved, 4);
 
-/* W: tcmd when it creates the channel (geometry), the client (xfer under its
- * own per-class locks, tcache_hw with a release store). R: the client checks
- * the geometry at attach; tcmd reads xfer counts and tcache_hw (acquire) and
- * clamps them, it never reads an offset from here. */
+/* W: tcmd's main thread when it creates the channel (geometry); then the
+ * client and tcmd, each the fields noted. R: the client checks magic,
+ * client_id, size and off_tcaches at attach (it computes the geometry
+ * itself); tcmd copies the header out of the channel object with a file
+ * read (tcm__chan_read: never a fault on a shrunk or punched channel, racy
+ * while the client runs) for tcache_hw, the xfer counts and the page-run
+ * cache, clamps every count and never reads an offset from here. */
 typedef struct tcm_chan_hdr {
     uint64_t magic;
     uint32_t version;
@@ -386,7 +479,7 @@ typedef struct tcm_chan_hdr {
     uint64_t off_ring, off_slots, off_tcaches, tcache_stride, off_xfer;
     uint32_t bin_slot_off[TCM_NCLASSES];  /* from a tcache's start */
     uint32_t xfer_slot_off[TCM_NCLASSES]; /* from off_xfer */
-    tcm_xfer_t xfer[TCM_NCLASSES]; /* client-written; guarded by the client's own locks */
+    tcm_xfer_t xfer[TCM_NCLASSES]; /* client-written under its per-class locks (read outside them as a hint) */
     /* client-written under its large-cache lock: page runs it keeps (tcmd
      * reclaims them if it dies, checking each) */
     uint32_t large_count;
@@ -394,19 +487,34 @@ typedef struct tcm_chan_hdr {
     tcm_large_entry_t large[TCM_LARGE_CACHE];
     _Atomic uint32_t tcache_hw;    /* client-written: thread caches [0, hw) were ever used;
                                       the daemon reads no further (untouched pages stay holes) */
-    _Atomic uint32_t resume_wanted; /* tcmd-written: set by a tcmd that adopted this client and
-                                       cleared when it resumes; the client reconnects on its
-                                       next slow path when it sees it */
+    _Atomic uint32_t resume_wanted; /* tcmd-written (main thread, recovery): set when a tcmd adopted
+                                       this client or its control connection closed while it runs,
+                                       cleared when it resumes; the client reconnects when it sees
+                                       it (relaxed) after the next answer it waited for */
     /* The client's background thread sleeps on bg_wake (futex; tcmd
-     * increments it and wakes). flush_gen: tcmd-written, bumped when the
-     * heap is full: give back what the process caches. flush_ack:
-     * client-written, the flush_gen last acted on. */
+     * increments it and wakes, and so does the client to stop the thread).
+     * flush_gen: tcmd-written (the heap thread when the heap is full, the
+     * main thread for tcmctl release), bumped to ask for what the process
+     * caches; read by the background thread and by every thread's slow
+     * path. flush_ack: written by the background thread, the flush_gen last
+     * acted on; tcmd's main thread loads it to know a release may go on. */
     alignas(TCM_CACHELINE) _Atomic uint32_t bg_wake;
     _Atomic uint32_t flush_gen;
     _Atomic uint32_t flush_ack;
 } tcm_chan_hdr_t;
-_Static_assert(offsetof(tcm_chan_hdr_t, off_ring) == 40 && offsetof(tcm_chan_hdr_t, bin_slot_off) == 80,
-               "channel header is shared");
+TCM_SHARED_SIZE(tcm_chan_hdr_t, 2752);
+TCM_SHARED_OFFSET(tcm_chan_hdr_t, magic, 0); TCM_SHARED_OFFSET(tcm_chan_hdr_t, version, 8);
+TCM_SHARED_OFFSET(tcm_chan_hdr_t, client_id, 12); TCM_SHARED_OFFSET(tcm_chan_hdr_t, size, 16);
+TCM_SHARED_OFFSET(tcm_chan_hdr_t, nslots, 24); TCM_SHARED_OFFSET(tcm_chan_hdr_t, ring_cap, 28);
+TCM_SHARED_OFFSET(tcm_chan_hdr_t, max_threads, 32); TCM_SHARED_OFFSET(tcm_chan_hdr_t, nclasses, 36);
+TCM_SHARED_OFFSET(tcm_chan_hdr_t, off_ring, 40); TCM_SHARED_OFFSET(tcm_chan_hdr_t, off_slots, 48);
+TCM_SHARED_OFFSET(tcm_chan_hdr_t, off_tcaches, 56); TCM_SHARED_OFFSET(tcm_chan_hdr_t, tcache_stride, 64);
+TCM_SHARED_OFFSET(tcm_chan_hdr_t, off_xfer, 72); TCM_SHARED_OFFSET(tcm_chan_hdr_t, bin_slot_off, 80);
+TCM_SHARED_OFFSET(tcm_chan_hdr_t, xfer_slot_off, 468); TCM_SHARED_OFFSET(tcm_chan_hdr_t, xfer, 856);
+TCM_SHARED_OFFSET(tcm_chan_hdr_t, large_count, 1632); TCM_SHARED_OFFSET(tcm_chan_hdr_t, large_reserved, 1636);
+TCM_SHARED_OFFSET(tcm_chan_hdr_t, large, 1640); TCM_SHARED_OFFSET(tcm_chan_hdr_t, tcache_hw, 2664);
+TCM_SHARED_OFFSET(tcm_chan_hdr_t, resume_wanted, 2668); TCM_SHARED_OFFSET(tcm_chan_hdr_t, bg_wake, 2688);
+TCM_SHARED_OFFSET(tcm_chan_hdr_t, flush_gen, 2692); TCM_SHARED_OFFSET(tcm_chan_hdr_t, flush_ack, 2696);
 
 /* ---- state segment (tcmd only) ---- */
 
@@ -418,6 +526,9 @@ typedef struct tcm_class_stats {
     _Atomic uint64_t refills;   /* batches handed to clients */
     _Atomic uint64_t returns;   /* batches given back by clients */
 } tcm_class_stats_t;
+TCM_SHARED_SIZE(tcm_class_stats_t, 32);
+TCM_SHARED_OFFSET(tcm_class_stats_t, spans, 0); TCM_SHARED_OFFSET(tcm_class_stats_t, free_objs, 8);
+TCM_SHARED_OFFSET(tcm_class_stats_t, refills, 16); TCM_SHARED_OFFSET(tcm_class_stats_t, returns, 24);
 
 /* Request service time: bucket i counts requests under 250 ns << i; the
  * last bucket is everything slower. */
@@ -431,6 +542,10 @@ typedef struct tcm_daemon_stats {
     _Atomic uint64_t latency[TCM_LAT_BUCKETS];
     _Atomic uint64_t latency_sum_ns;
 } tcm_daemon_stats_t;
+TCM_SHARED_SIZE(tcm_daemon_stats_t, 312);
+TCM_SHARED_OFFSET(tcm_daemon_stats_t, ops, 0); TCM_SHARED_OFFSET(tcm_daemon_stats_t, refused, 48);
+TCM_SHARED_OFFSET(tcm_daemon_stats_t, latency, 176);
+TCM_SHARED_OFFSET(tcm_daemon_stats_t, latency_sum_ns, 304);
 
 enum tcm_rec_state {
     TCM_REC_FREE = 0,     /* record unused (gen keeps its last generation) */
@@ -443,9 +558,10 @@ enum tcm_rec_state {
 
 /* A client, as the next tcmd needs it to take the client back. W: the main
  * thread creates it (CREATING, fields, then ACTIVE with a release store),
- * marks it DEAD or EVICTED, and frees it after REAPED; the heap thread
- * writes tail, the counters, REAPED. R: both; the main thread reads the
- * counters relaxed. */
+ * stores said_bye, marks it DEAD or EVICTED, and frees it after REAPED; the
+ * heap thread writes tail, the counters and REAPED; a recovering tcmd marks
+ * the dead DEAD, frees the records it drops and recomputes bytes_out and
+ * bytes_back. R: both; the main thread loads the counters atomically. */
 typedef struct tcm_client_rec {
     _Atomic uint32_t state;     /* enum tcm_rec_state */
     uint32_t id;
@@ -469,10 +585,16 @@ typedef struct tcm_client_rec {
     uint64_t proc_start;
     char chan_name[72];
 } tcm_client_rec_t;
-_Static_assert(sizeof(tcm_client_rec_t) == 160 && offsetof(tcm_client_rec_t, token) == 24 &&
-                   offsetof(tcm_client_rec_t, tail) == 40 && offsetof(tcm_client_rec_t, bytes_out) == 48 &&
-                   offsetof(tcm_client_rec_t, proc_start) == 80 && offsetof(tcm_client_rec_t, chan_name) == 88,
-               "client record is in the state segment: bump TCM_LAYOUT_VERSION and fix these offsets");
+TCM_SHARED_SIZE(tcm_client_rec_t, 160);
+TCM_SHARED_OFFSET(tcm_client_rec_t, state, 0); TCM_SHARED_OFFSET(tcm_client_rec_t, id, 4);
+TCM_SHARED_OFFSET(tcm_client_rec_t, pid, 8); TCM_SHARED_OFFSET(tcm_client_rec_t, uid, 12);
+TCM_SHARED_OFFSET(tcm_client_rec_t, tag, 16); TCM_SHARED_OFFSET(tcm_client_rec_t, gen, 18);
+TCM_SHARED_OFFSET(tcm_client_rec_t, said_bye, 19); TCM_SHARED_OFFSET(tcm_client_rec_t, reserved0, 20);
+TCM_SHARED_OFFSET(tcm_client_rec_t, token, 24); TCM_SHARED_OFFSET(tcm_client_rec_t, attached_unix, 32);
+TCM_SHARED_OFFSET(tcm_client_rec_t, tail, 40); TCM_SHARED_OFFSET(tcm_client_rec_t, bytes_out, 48);
+TCM_SHARED_OFFSET(tcm_client_rec_t, bytes_back, 56); TCM_SHARED_OFFSET(tcm_client_rec_t, requests, 64);
+TCM_SHARED_OFFSET(tcm_client_rec_t, errors, 72); TCM_SHARED_OFFSET(tcm_client_rec_t, proc_start, 80);
+TCM_SHARED_OFFSET(tcm_client_rec_t, chan_name, 88);
 
 enum tcm_intent_phase {
     TCM_INTENT_NONE = 0,
@@ -482,17 +604,20 @@ enum tcm_intent_phase {
 
 /* The ring request the heap thread is serving (docs/DESIGN.md, "One
  * request, step by step"). W and R: heap thread, and a recovering tcmd.
- * The fields are stored before phase, with a compiler barrier between. */
+ * Each phase is stored between two compiler barriers: the request's fields
+ * before PICKED, its operation's fields before APPLYING; what an operation
+ * logs while it is applied (REFILL: offs and n, RETURN: st) after. */
 typedef struct tcm_req_intent {
     _Atomic uint32_t phase;     /* enum tcm_intent_phase */
     uint32_t client;            /* client record index */
-    uint32_t slot;
-    uint32_t req_seq;
+    uint32_t slot;              /* slot index in the client's channel */
+    uint32_t req_seq;           /* the slot's req_seq when it was picked */
     uint64_t pos;               /* ring position of the request */
     uint32_t op, cls;
     uint32_t count;             /* REFILL: wanted; RETURN: entries in offs */
-    uint32_t n;                 /* REFILL: objects logged in offs; RETURN: entries applied */
-    uint32_t owner;             /* REFILL: owner tag the objects get */
+    uint32_t n;                 /* REFILL: objects logged in offs; RETURN: count (every entry is
+                                   logged in st; an older tcmd counted the entries it had reached) */
+    uint32_t owner;             /* REFILL: owner tag the objects get; ALLOC/FREE_PAGES: the run's */
     uint32_t span;              /* ALLOC/FREE_PAGES: span record */
     uint32_t first, npages;     /* ALLOC/FREE_PAGES: the run */
     uint32_t root;              /* ROOT_SET: root index */
@@ -500,8 +625,19 @@ typedef struct tcm_req_intent {
     uint64_t arg;               /* ROOT_SET: offset, UINT64_MAX to delete */
     char name[TCM_ROOT_NAME_MAX]; /* ROOT_SET */
     uint64_t offs[TCM_MAX_BATCH];
-    uint8_t st[TCM_MAX_BATCH];  /* RETURN: status of each applied entry */
+    uint8_t st[TCM_MAX_BATCH];  /* RETURN: each entry's status, TCM_ST_PENDING until it is reached */
 } tcm_req_intent_t;
+TCM_SHARED_SIZE(tcm_req_intent_t, 4728);
+TCM_SHARED_OFFSET(tcm_req_intent_t, phase, 0); TCM_SHARED_OFFSET(tcm_req_intent_t, client, 4);
+TCM_SHARED_OFFSET(tcm_req_intent_t, slot, 8); TCM_SHARED_OFFSET(tcm_req_intent_t, req_seq, 12);
+TCM_SHARED_OFFSET(tcm_req_intent_t, pos, 16); TCM_SHARED_OFFSET(tcm_req_intent_t, op, 24);
+TCM_SHARED_OFFSET(tcm_req_intent_t, cls, 28); TCM_SHARED_OFFSET(tcm_req_intent_t, count, 32);
+TCM_SHARED_OFFSET(tcm_req_intent_t, n, 36); TCM_SHARED_OFFSET(tcm_req_intent_t, owner, 40);
+TCM_SHARED_OFFSET(tcm_req_intent_t, span, 44); TCM_SHARED_OFFSET(tcm_req_intent_t, first, 48);
+TCM_SHARED_OFFSET(tcm_req_intent_t, npages, 52); TCM_SHARED_OFFSET(tcm_req_intent_t, root, 56);
+TCM_SHARED_OFFSET(tcm_req_intent_t, reserved, 60); TCM_SHARED_OFFSET(tcm_req_intent_t, arg, 64);
+TCM_SHARED_OFFSET(tcm_req_intent_t, name, 72); TCM_SHARED_OFFSET(tcm_req_intent_t, offs, 120);
+TCM_SHARED_OFFSET(tcm_req_intent_t, st, 4216);
 
 enum tcm_page_intent_kind {
     TCM_PAGES_NONE = 0,
@@ -520,10 +656,12 @@ typedef struct tcm_page_intent {
     uint8_t state, cls;    /* MAP: span state and class */
     uint16_t reserved;
 } tcm_page_intent_t;
-_Static_assert(sizeof(tcm_page_intent_t) == 24 && offsetof(tcm_page_intent_t, span) == 4 &&
-                   offsetof(tcm_page_intent_t, owner) == 16 && offsetof(tcm_page_intent_t, slot) == 16 &&
-                   offsetof(tcm_page_intent_t, state) == 20 && offsetof(tcm_page_intent_t, cls) == 21,
-               "the page intent is persistent: a recovery redoes it");
+TCM_SHARED_SIZE(tcm_page_intent_t, 24);
+TCM_SHARED_OFFSET(tcm_page_intent_t, kind, 0); TCM_SHARED_OFFSET(tcm_page_intent_t, span, 4);
+TCM_SHARED_OFFSET(tcm_page_intent_t, first, 8); TCM_SHARED_OFFSET(tcm_page_intent_t, npages, 12);
+TCM_SHARED_OFFSET(tcm_page_intent_t, owner, 16); TCM_SHARED_OFFSET(tcm_page_intent_t, slot, 16);
+TCM_SHARED_OFFSET(tcm_page_intent_t, state, 20); TCM_SHARED_OFFSET(tcm_page_intent_t, cls, 21);
+TCM_SHARED_OFFSET(tcm_page_intent_t, reserved, 22);
 
 /* W: tcmd when it creates the segment (geometry, created_unix, uid; magic
  * last, so a segment without it is one whose creation never finished), a
@@ -552,9 +690,18 @@ typedef struct tcm_state_hdr {
     alignas(TCM_CACHELINE) tcm_class_stats_t cstats[TCM_NCLASSES];
     tcm_daemon_stats_t dstats;
 } tcm_state_hdr_t;
-_Static_assert(offsetof(tcm_state_hdr_t, base) == 16 && offsetof(tcm_state_hdr_t, size) == 48 &&
-                   offsetof(tcm_state_hdr_t, off_clients) == 56 && offsetof(tcm_state_hdr_t, page) == 128,
-               "state header: bump TCM_LAYOUT_VERSION and fix these offsets");
+TCM_SHARED_SIZE(tcm_state_hdr_t, 8384);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, magic, 0); TCM_SHARED_OFFSET(tcm_state_hdr_t, version, 8);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, page_shift, 12); TCM_SHARED_OFFSET(tcm_state_hdr_t, base, 16);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, heap_size, 24); TCM_SHARED_OFFSET(tcm_state_hdr_t, npages, 32);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, max_threads, 36); TCM_SHARED_OFFSET(tcm_state_hdr_t, uid, 40);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, next_client_id, 44); TCM_SHARED_OFFSET(tcm_state_hdr_t, size, 48);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, off_clients, 56); TCM_SHARED_OFFSET(tcm_state_hdr_t, off_arenas, 64);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, reserved1, 72); TCM_SHARED_OFFSET(tcm_state_hdr_t, created_unix, 80);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, adoptions, 88); TCM_SHARED_OFFSET(tcm_state_hdr_t, top, 96);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, reserved, 100); TCM_SHARED_OFFSET(tcm_state_hdr_t, page, 128);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, req, 192); TCM_SHARED_OFFSET(tcm_state_hdr_t, cstats, 4928);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, dstats, 8032);
 
 /* ---- ring statuses ---- */
 
@@ -658,6 +805,7 @@ typedef struct tcm_state_layout {
  * objects were handed to more than one client. */
 #define TCM_OWNER_BLOCK 0x80000000u
 #define TCM_TAG_BLOCK (64u * sizeof(uint16_t))
+_Static_assert(TCM_TAG_BLOCK == 128, "a tag block is in the state segment: bump TCM_LAYOUT_VERSION");
 
 void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages);
 

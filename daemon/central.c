@@ -282,6 +282,7 @@ static uint32_t new_small_span(tcm_heap_t *h, unsigned cls, int *status)
     tcm_span_t *sp = &h->spans[s];
     sp->nfree = ci->span_objs;
     sp->scan = 0;
+    h->empty_spans[cls]++;
     tcm__span_list_push(h, &h->meta->central_head[cls], s);
     TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)ci->span_objs * ci->size);
     TCM_HT_ADD(h->cstats[cls].spans, 1);
@@ -354,7 +355,10 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
             uint64_t free_bits = ~map[w] & valid;
             if (!free_bits)
                 continue;
-            uint32_t k = (uint32_t)__builtin_popcountll(free_bits);
+            /* a word all free is counted without popcount (libgcc's, a
+             * call, where the build does not assume the instruction) */
+            uint32_t k = free_bits == valid ? (valid == ~0ull ? 64 : span_objs % 64)
+                                            : (uint32_t)__builtin_popcountll(free_bits);
             uint64_t taken = k <= want - n ? free_bits : lowest_bits(free_bits, k = want - n);
             uint16_t *tags = ready_owner_word(h, &owners[w], map[w], owner, scratch);
             if (!tags) {
@@ -393,6 +397,7 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
             if (n == want || !nfree)
                 break;
         }
+        h->empty_spans[cls] -= sp->nfree == span_objs && nfree != span_objs;
         sp->nfree = nfree;
         sp->scan = w < words ? w : words - 1; /* no free object below it */
         if (nfree == 0)
@@ -406,14 +411,16 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
     return n;
 }
 
-/* The span and object index of the handed-out object that starts at off. */
-static int locate(const tcm_heap_t *h, uint64_t off, uint32_t *span, uint32_t *idx)
+/* The span and object index of the handed-out object of class cls (0:
+ * any) that starts at off; the refusal a RETURN would give it. */
+static int locate(const tcm_heap_t *h, unsigned cls, uint64_t off, uint32_t *span, uint32_t *idx)
 {
     if (off >= h->heap_size || off < TCM_PAGE_SIZE)
         return TCM_ST_BAD_OFFSET;
     uint32_t page = (uint32_t)(off >> TCM_PAGE_SHIFT);
     uint32_t s = h->page_span[page];
-    if (!s || s > h->npages || h->spans[s].state != TCM_SPAN_SMALL || h->page_class[page] != h->spans[s].cls)
+    if (!s || s > h->npages || h->spans[s].state != TCM_SPAN_SMALL || h->page_class[page] != h->spans[s].cls ||
+        (cls && h->spans[s].cls != cls))
         return TCM_ST_NOT_OBJECT;
     const tcm_span_t *sp = &h->spans[s];
     const tcm_class_info_t *ci = &h->classes[sp->cls];
@@ -431,36 +438,10 @@ static int locate(const tcm_heap_t *h, uint64_t off, uint32_t *span, uint32_t *i
 int tcm__central_check_ht(const tcm_heap_t *h, unsigned cls, uint64_t off, tcm_obj_loc_t *loc)
 {
     uint32_t s, i;
-    int st = locate(h, off, &s, &i);
-    if (st == TCM_ST_OK && cls && h->spans[s].cls != cls)
-        return TCM_ST_NOT_OBJECT;
+    int st = locate(h, cls, off, &s, &i);
     if (st == TCM_ST_OK && loc)
         *loc = (tcm_obj_loc_t){s, i};
     return st;
-}
-
-/* The object-map and list part of a free; the caller counts the bytes. */
-static inline uint16_t free_one(tcm_heap_t *h, uint32_t s, uint32_t i, uint32_t *emptied)
-{
-    tcm_span_t *sp = &h->spans[s];
-    const tcm_class_info_t *ci = &h->classes[sp->cls];
-    TCM_ASSERT(sp->nfree < ci->span_objs);
-    uint64_t *word = &span_map(h, sp)[i / 64];
-    TCM_PERSIST_STORE(*word, *word & ~(1ull << (i % 64)));
-    if (i / 64 < sp->scan)
-        sp->scan = i / 64;
-    if (sp->nfree++ == 0)
-        tcm__span_list_push(h, &h->meta->central_head[sp->cls], s);
-    *emptied = sp->nfree == ci->span_objs ? s : 0;
-    return tcm__owner_of(h, tcm__span_owners(h, sp), i);
-}
-
-uint16_t tcm__central_free_ht(tcm_heap_t *h, tcm_obj_loc_t loc, uint32_t *emptied)
-{
-    unsigned cls = h->spans[loc.span].cls;
-    TCM_STAT_ADD(h->meta, bytes_central_free, h->classes[cls].size);
-    TCM_HT_ADD(h->cstats[cls].free_objs, 1);
-    return free_one(h, loc.span, loc.idx, emptied);
 }
 
 /* The SMALL span of class cls that holds heap offset off, or 0 (*why: the
@@ -484,31 +465,76 @@ static __attribute__((noinline)) uint32_t span_of_class(const tcm_heap_t *h, uns
 }
 
 /* A span's share of a RETURN, applied once for the run of its objects:
- * free count, scan hint, list, and whether the span is left empty. */
-static void span_gets_back(tcm_heap_t *h, unsigned cls, uint32_t s, uint32_t k, uint32_t low, uint32_t *emptied,
+ * free count, scan hint (the lowest word freed from), list, and whether
+ * the span is left empty. */
+static void span_gets_back(tcm_heap_t *h, unsigned cls, uint32_t s, uint32_t k, uint32_t low_word, uint32_t *emptied,
                            uint32_t *nemptied)
 {
     tcm_span_t *sp = &h->spans[s];
     uint32_t span_objs = h->classes[cls].span_objs;
     TCM_ASSERT(sp->nfree + k <= span_objs);
-    if (low / 64 < sp->scan)
-        sp->scan = low / 64;
+    if (low_word < sp->scan)
+        sp->scan = low_word;
     if (sp->nfree == 0)
         tcm__span_list_push(h, &h->meta->central_head[cls], s);
     sp->nfree += k;
-    if (sp->nfree == span_objs) /* reached once: a RETURN only adds */
+    if (sp->nfree == span_objs) { /* reached once: a RETURN only adds */
+        h->empty_spans[cls]++;
         emptied[(*nemptied)++] = s;
+    }
+}
+
+/* A RETURN's owner credits: consecutive objects of one owner as one run. */
+typedef struct owner_runs {
+    tcm_owner_run_t *runs;
+    uint32_t n;
+    uint32_t owner; /* the open run's, UINT32_MAX: none */
+    uint32_t objects;
+} owner_runs_t;
+
+static inline void owner_runs_add(owner_runs_t *or, uint32_t owner, uint32_t objects)
+{
+    if (owner != or->owner) {
+        if (or->owner != UINT32_MAX)
+            or->runs[or->n++] = (tcm_owner_run_t){(uint16_t)or->owner, or->objects};
+        or->owner = owner;
+        or->objects = 0;
+    }
+    or->objects += objects;
+}
+
+/* The objects a RETURN freed from word w of a span (was: its bits as
+ * read; left: without them), all logged OK before: their bits cleared in
+ * one store, their owners credited from the word's owner word (the word's
+ * owner, or a tag each from its tag block). */
+static inline void word_gets_back(const tcm_heap_t *h, uint64_t *words, const uint32_t *owners, uint32_t w,
+                                  uint64_t was, uint64_t left, uint32_t objects, owner_runs_t *or)
+{
+    uint64_t freed = was ^ left;
+    if (!freed)
+        return;
+    TCM_PERSIST_STORE(words[w], left);
+    uint32_t ow = owners[w];
+    if (__builtin_expect(!(ow & TCM_OWNER_BLOCK), 1)) {
+        owner_runs_add(or, (uint16_t)ow, objects);
+        return;
+    }
+    const uint16_t *tags = tcm__tag_block(h, ow);
+    for (uint64_t bits = freed; bits; bits &= bits - 1)
+        owner_runs_add(or, tags[__builtin_ctzll(bits)], 1);
 }
 
 uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *offs, uint32_t n, uint8_t *st,
                                tcm_owner_run_t *runs, uint32_t *nruns, uint32_t *emptied, uint32_t *nemptied)
 {
-    /* Each entry's status is stored before its object is freed (both
-     * volatile: the compiler keeps their order), over the pending marks the
-     * caller logged for the batch, so a recovery frees the entries logged
-     * OK again (clearing a clear bit is a no-op) and checks the pending
-     * ones, which nothing was done for: it neither misses a free nor
-     * mistakes one for a double free. */
+    /* Each entry's status is stored before its object's bit is cleared
+     * (both volatile: the compiler keeps their order), over the pending
+     * marks the caller logged for the batch, so a recovery frees the
+     * entries logged OK again (clearing a clear bit is a no-op) and checks
+     * the pending ones, which nothing was done for: it neither misses a
+     * free nor mistakes one for a double free. The bits are cleared per
+     * word of the object map, once for the run of entries in that word
+     * (after all their statuses): a batch frees in address order mostly. */
     *nruns = 0;
     if (cls == 0 || cls >= TCM_NCLASSES) { /* no object is of that class */
         for (uint32_t i = 0; i < n; i++)
@@ -526,75 +552,112 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
     uint64_t lo = 0, len = 0; /* [lo, lo + len): the span's objects */
     uint64_t *words = NULL;
     const uint32_t *owners = NULL; /* its owner words */
-    /* Objects freed so far are i - refused: a span's count and an owner's
-     * run are differences of it, not counted per object. */
-    uint32_t refused = 0, nr = 0, s_run = 0, span_from = 0, low = UINT32_MAX, run_from = 0;
-    uint32_t run_owner = UINT32_MAX; /* no owner tag: the first object starts a run */
+    /* The word of the previous object: its index (UINT32_MAX: none), its
+     * bits as read, and those still handed out (not freed by this batch). */
+    uint32_t cur = UINT32_MAX;
+    uint64_t was = 0, left = 0;
+    /* The previous object freed: its bit, and where the next object
+     * starts. A batch frees in address order mostly: an entry that is that
+     * next object, in the same word and still handed out, is freed without
+     * being looked up (nothing else about it can be wrong: bits past a
+     * span's last object are never set). Up or down: a thread's bin gives
+     * back its top, which may be either. nbit is 0 whenever the previous
+     * object freed is not of word cur (or was its first or last). */
+    uint64_t nbit = 0, next = 0, prev = 0; /* the next object's bit, where it starts; the previous object */
+    bool down = false;                     /* the batch goes down in address order */
+    /* Objects freed so far are i - refused: a span's and a word's count
+     * are differences of it, not counted per object. */
+    uint32_t refused = 0, s_run = 0, span_from = 0, word_from = 0, low = UINT32_MAX;
+    owner_runs_t or = {runs, 0, UINT32_MAX, 0};
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t off = offs[i], rel = off - lo;
-        uint32_t idx;
-        if (__builtin_expect(rel >= len, 0)) { /* another span: look it up */
-            int why;
-            uint32_t s = span_of_class(h, cls, off, &why);
-            if (s) {
-                if (i - refused > span_from)
-                    span_gets_back(h, cls, s_run, i - refused - span_from, low, emptied, nemptied);
-                const tcm_span_t *sp = &h->spans[s];
-                s_run = s;
-                span_from = i - refused;
-                low = UINT32_MAX;
-                lo = tcm__page_off(sp->first);
-                len = (uint64_t)span_objs * size; /* past the last object: not one */
-                words = span_map(h, sp);
-                owners = tcm__span_owners(h, sp);
-                rel = off - lo;
+        uint64_t off = offs[i], b = nbit;
+        if (__builtin_expect(off != next || !(left & b), 0)) {
+            uint64_t rel = off - lo;
+            if (__builtin_expect(rel >= len, 0)) { /* another span: look it up */
+                if (cur != UINT32_MAX) {
+                    word_gets_back(h, words, owners, cur, was, left, i - refused - word_from, &or);
+                    cur = UINT32_MAX;
+                    left = nbit = 0; /* the fast path needs a word */
+                }
+                int why;
+                uint32_t s = span_of_class(h, cls, off, &why);
+                if (s) {
+                    if (i - refused > span_from)
+                        span_gets_back(h, cls, s_run, i - refused - span_from, low, emptied, nemptied);
+                    const tcm_span_t *sp = &h->spans[s];
+                    s_run = s;
+                    span_from = i - refused;
+                    low = UINT32_MAX;
+                    lo = tcm__page_off(sp->first);
+                    len = (uint64_t)span_objs * size; /* past the last object: not one */
+                    words = span_map(h, sp);
+                    owners = tcm__span_owners(h, sp);
+                    rel = off - lo;
+                }
+                if (!s || rel >= len) {
+                    TCM_PERSIST_STORE(st[i], (uint8_t)(s ? TCM_ST_NOT_OBJECT : why));
+                    refused++;
+                    continue;
+                }
             }
-            if (!s || rel >= len) {
-                TCM_PERSIST_STORE(st[i], (uint8_t)(s ? TCM_ST_NOT_OBJECT : why));
+            uint32_t idx = (uint32_t)((rel * recip) >> 32);
+            if (__builtin_expect((uint64_t)idx * size != rel, 0)) {
+                TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_NOT_OBJECT);
                 refused++;
                 continue;
             }
-        }
-        idx = (uint32_t)((rel * recip) >> 32);
-        if (__builtin_expect((uint64_t)idx * size != rel, 0)) {
-            TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_NOT_OBJECT);
-            refused++;
-            continue;
-        }
-        volatile uint64_t *word = &words[idx / 64];
-        uint64_t was = *word, bit = 1ull << (idx % 64);
-        if (__builtin_expect(!(was & bit), 0)) { /* also the second of an object twice in the batch */
-            TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_DOUBLE_FREE);
-            refused++;
-            continue;
+            uint32_t w = idx / 64;
+            b = 1ull << (idx % 64);
+            if (w != cur) { /* another word of the span */
+                if (cur != UINT32_MAX)
+                    word_gets_back(h, words, owners, cur, was, left, i - refused - word_from, &or);
+                cur = w;
+                was = left = *(volatile uint64_t *)&words[w];
+                nbit = 0; /* the previous object's was of another word */
+                word_from = i - refused;
+                low = w < low ? w : low;
+            }
+            if (__builtin_expect(!(left & b), 0)) { /* also the second of an object twice in the batch */
+                TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_DOUBLE_FREE);
+                refused++;
+                continue;
+            }
+            down = off + size == prev;
         }
         TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_OK);
-        *word = was ^ bit;
-        low = idx < low ? idx : low;
-        uint32_t owner = tcm__owner_of(h, owners, idx);
-        if (__builtin_expect(owner != run_owner, 0)) { /* batches are mostly one owner's */
-            if (run_owner != UINT32_MAX)
-                runs[nr++] = (tcm_owner_run_t){(uint16_t)run_owner, i - refused - run_from};
-            run_owner = owner;
-            run_from = i - refused;
-        }
+        left ^= b;
+        prev = off;
+        next = down ? off - size : off + size;
+        nbit = down ? b >> 1 : b << 1;
         if (i == n / 2)
             TCM_CRASH_POINT("return_half");
     }
+    if (cur != UINT32_MAX)
+        word_gets_back(h, words, owners, cur, was, left, n - refused - word_from, &or);
     if (n - refused > span_from)
         span_gets_back(h, cls, s_run, n - refused - span_from, low, emptied, nemptied);
-    if (run_owner != UINT32_MAX)
-        runs[nr++] = (tcm_owner_run_t){(uint16_t)run_owner, n - refused - run_from};
-    *nruns = nr;
-    uint32_t freed = n - refused;
-    if (freed) {
-        TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)freed * size);
-        TCM_HT_ADD(h->cstats[cls].free_objs, freed);
+    if (or.owner != UINT32_MAX)
+        runs[or.n++] = (tcm_owner_run_t){(uint16_t)or.owner, or.objects};
+    *nruns = or.n;
+    uint32_t freed_objs = n - refused;
+    if (freed_objs) {
+        TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)freed_objs * size);
+        TCM_HT_ADD(h->cstats[cls].free_objs, freed_objs);
     }
     return refused;
 }
 
-bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep_last)
+/* How many empty spans class cls keeps (see tcm__central_release_span_ht). */
+static uint32_t spans_kept(const tcm_class_info_t *ci)
+{
+    uint64_t batch_bytes = (uint64_t)ci->batch * ci->size, span_bytes = tcm__page_off(ci->span_pages);
+    if (batch_bytes > TCM_KEEP_EMPTY_BYTES)
+        batch_bytes = TCM_KEEP_EMPTY_BYTES;
+    uint64_t spans = (batch_bytes + span_bytes - 1) / span_bytes;
+    return spans ? (uint32_t)spans : 1;
+}
+
+bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep)
 {
     tcm_span_t *sp = &h->spans[s];
     if (sp->state != TCM_SPAN_SMALL)
@@ -603,10 +666,10 @@ bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep_last)
     const tcm_class_info_t *ci = &h->classes[cls];
     if (sp->nfree != ci->span_objs)
         return false;
-    /* Keep one empty span per class so a class that churns around a span
-     * boundary does not cut and free a span on every batch. */
-    if (keep_last && h->meta->central_head[cls] == s && sp->next == 0)
+    if (keep && h->empty_spans[cls] <= spans_kept(ci))
         return false;
+    TCM_ASSERT_INTERNAL(h->empty_spans[cls] > 0);
+    h->empty_spans[cls]--;
     tcm__span_list_remove(h, &h->meta->central_head[cls], s);
     TCM_STAT_ADD(h->meta, bytes_central_free, -(uint64_t)ci->span_objs * ci->size);
     TCM_HT_ADD(h->cstats[cls].spans, -1);
@@ -631,18 +694,22 @@ uint64_t tcm__central_drop_empty_ht(tcm_heap_t *h)
     return bytes;
 }
 
-int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, uint32_t owner,
-                        uint64_t *off)
+int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, uint32_t owner, uint32_t *first)
 {
-    if (npages == 0 || npages > h->npages || align_pages == 0 || align_pages > h->npages ||
-        (align_pages & (align_pages - 1)))
-        return npages > h->npages ? TCM_ST_NOMEM : TCM_ST_BAD_COUNT;
+    if (!align_pages)
+        align_pages = 1;
+    if (npages > h->npages || align_pages > h->npages)
+        return TCM_ST_NOMEM;
+    if (npages == 0 || (align_pages & (align_pages - 1)))
+        return TCM_ST_BAD_COUNT;
     uint32_t s;
     int st = tcm__pages_alloc_ht(h, (uint32_t)npages, (uint32_t)align_pages, &s);
     if (st != TCM_ST_OK)
         return st;
+    /* logged before the run is mapped: a recovery that finds the run
+     * there, mapped and owner's, knows it was made */
+    TCM_PERSIST_STORE(*first, h->spans[s].first);
     map_logged(h, s, TCM_SPAN_LARGE, 0, owner);
-    *off = tcm__page_off(h->spans[s].first);
     return TCM_ST_OK;
 }
 
@@ -685,6 +752,7 @@ uint64_t tcm__central_rebuild_ht(tcm_heap_t *h)
     uint64_t repairs = 0, central_free = 0;
     for (unsigned cls = 0; cls < TCM_NCLASSES; cls++) {
         h->meta->central_head[cls] = 0;
+        h->empty_spans[cls] = 0;
         TCM_STAT_SET(h->meta, bytes_central_free, 0);
         atomic_store_explicit(&h->cstats[cls].spans, 0, memory_order_relaxed);
         atomic_store_explicit(&h->cstats[cls].free_objs, 0, memory_order_relaxed);
@@ -716,6 +784,7 @@ uint64_t tcm__central_rebuild_ht(tcm_heap_t *h)
         sp->on_list = 0;
         if (sp->nfree)
             tcm__span_list_push(h, &h->meta->central_head[sp->cls], s);
+        h->empty_spans[sp->cls] += sp->nfree == ci->span_objs;
         central_free += (uint64_t)sp->nfree * ci->size;
         TCM_HT_ADD(h->cstats[sp->cls].spans, 1);
         TCM_HT_ADD(h->cstats[sp->cls].free_objs, sp->nfree);

@@ -21,10 +21,6 @@ typedef struct tcm_obj_loc {
  * handed-out object of class cls (cls 0: any class), and where it is (loc
  * may be NULL). */
 int tcm__central_check_ht(const tcm_heap_t *h, unsigned cls, uint64_t off, tcm_obj_loc_t *loc);
-/* Free an object that passed the check (nothing changed since); returns
- * its owner tag. *emptied is set when its span has no object handed out any
- * more. */
-uint16_t tcm__central_free_ht(tcm_heap_t *h, tcm_obj_loc_t loc, uint32_t *emptied);
 /* Consecutive freed objects of one owner. */
 typedef struct tcm_owner_run {
     uint16_t owner;
@@ -42,16 +38,26 @@ typedef struct tcm_owner_run {
  * to a bad neighbour. */
 uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *offs, uint32_t n, uint8_t *st,
                                tcm_owner_run_t *runs, uint32_t *nruns, uint32_t *emptied, uint32_t *nemptied);
-/* Give span s back to the page heap if it is still empty and not its
- * class's only span with free objects (one is kept against churn). */
-bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep_last);
+/* Give span s back to the page heap if it is still empty and, with
+ * keep, its class keeps more empty spans than one batch of the class
+ * fills (at most TCM_KEEP_EMPTY_BYTES, one span at least): a class that
+ * moves whole batches back and forth reuses its spans instead of cutting
+ * and freeing them per batch. The kept ones go back with the decay,
+ * release and at the heap limit (tcm__central_drop_empty_ht). */
+#define TCM_KEEP_EMPTY_BYTES (2u << 20)
+bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep);
 uint64_t tcm__central_drop_empty_ht(tcm_heap_t *h);
 /* Free pages for a new span, giving kept empty spans back first when the
  * heap is at its limit. */
 int tcm__pages_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *s);
-/* A page run owned by owner, made and unmade under the page intent. */
-int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, uint32_t owner,
-                        uint64_t *off);
+/* A page run of npages (aligned to align_pages, 0: 1) owned by owner,
+ * made under the page intent, as every span is; its first page is stored
+ * in *first (the caller's log: the request intent) before it is mapped.
+ * The one way a page run is made: ALLOC_PAGES and the unit tests. */
+int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, uint32_t owner, uint32_t *first);
+/* The page run at off back to the page heap, under the page intent; its
+ * bytes and owner tag. The one way a page run is freed: FREE_PAGES, the
+ * reclaim of a client's runs, the unit tests. */
 int tcm__large_free_ht(tcm_heap_t *h, uint64_t off, uint64_t *bytes, uint32_t *owner);
 /* Validate a page-run free: the span record of the run at off. */
 int tcm__large_check_ht(const tcm_heap_t *h, uint64_t off, uint32_t *span);

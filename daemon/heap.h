@@ -104,6 +104,7 @@ typedef struct tcm_heap {
     uint64_t *slots_bits;          /* private: the reservation the slot sets' bitmaps live in */
     uint64_t slots_words;          /* its size in words */
     uint64_t step_ns;              /* when the last step (decay_ms / TCM_DECAY_STEPS) began: decay by amount */
+    uint32_t empty_spans[TCM_NCLASSES]; /* derived, private: small spans of each class with no object handed out */
 } tcm_heap_t;
 
 /* Point h at a metadata and a state segment of a heap of heap_size bytes

@@ -185,30 +185,22 @@ static int op_return(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
     return st;
 }
 
+/* A page run is made and freed the one way every span is, under the page
+ * intent (tcm__large_alloc_ht, tcm__large_free_ht); the request intent
+ * says which run the answer names, for a recovery to answer it. */
 static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, uint64_t npages,
                           uint64_t align_pages)
 {
-    tcm_heap_t *h = &srv->h;
-    if (!align_pages)
-        align_pages = 1;
-    if (npages > h->npages || align_pages > h->npages)
-        return TCM_ST_NOMEM;
-    if (npages == 0 || (align_pages & (align_pages - 1)))
-        return TCM_ST_BAD_COUNT;
-    uint32_t s;
-    int st = tcm__pages_alloc_ht(h, (uint32_t)npages, (uint32_t)align_pages, &s);
+    tcm_req_intent_t *ri = &srv->state->req;
+    ri->first = 0; /* no run yet: the allocation logs its first page here before mapping it */
+    ri->owner = c->rec->tag;
+    set_phase(ri, TCM_INTENT_APPLYING);
+    TCM_CRASH_POINT("alloc_pages");
+    int st = tcm__large_alloc_ht(&srv->h, npages, align_pages, c->rec->tag, &ri->first);
     if (st == TCM_ST_NOMEM)
         slot->result = ask_to_flush(srv, c);
     if (st != TCM_ST_OK)
         return st;
-    tcm_req_intent_t *ri = &srv->state->req;
-    ri->span = s;
-    ri->first = h->spans[s].first;
-    ri->npages = h->spans[s].npages;
-    ri->owner = c->rec->tag;
-    set_phase(ri, TCM_INTENT_APPLYING);
-    TCM_CRASH_POINT("alloc_pages");
-    tcm__span_map_ht(h, s, ri->first, ri->npages, TCM_SPAN_LARGE, 0, ri->owner);
     slot->result = tcm__page_off(ri->first);
     TCM_HT_ADD(c->rec->bytes_out, npages << TCM_PAGE_SHIFT);
     TCM_STAT_ADD(srv->meta, bytes_clients, npages << TCM_PAGE_SHIFT);
@@ -230,11 +222,11 @@ static int op_free_pages(tcm_server_t *srv, tcm_client_t *c, uint64_t off)
     ri->npages = h->spans[s].npages;
     ri->owner = h->spans[s].owner;
     set_phase(ri, TCM_INTENT_APPLYING);
-    tcm__span_unmap_ht(h, ri->first, ri->npages);
     TCM_CRASH_POINT("free_pages");
-    tcm__ph_insert_free_ht(h, s);
-    uint64_t bytes = tcm__page_off(ri->npages);
-    tcm__credit_ht(srv, (uint16_t)ri->owner, bytes);
+    uint64_t bytes;
+    uint32_t owner;
+    tcm__large_free_ht(h, off, &bytes, &owner); /* checked above, nothing changed since */
+    tcm__credit_ht(srv, (uint16_t)owner, bytes);
     TCM_STAT_ADD(srv->meta, bytes_clients, -bytes);
     return TCM_ST_OK;
 }
@@ -410,6 +402,16 @@ static bool object_bit(tcm_heap_t *h, unsigned cls, uint64_t off, bool set, uint
     return true;
 }
 
+/* Whether the ALLOC_PAGES in the intent made its run: the first page it
+ * logged before mapping the run starts a page run of the client's (the
+ * pages were free when it picked them, so no other run can be there). */
+static bool pages_made(const tcm_heap_t *h, const tcm_req_intent_t *ri)
+{
+    uint32_t s;
+    return ri->first && ri->first < h->npages && tcm__large_check_ht(h, tcm__page_off(ri->first), &s) == TCM_ST_OK &&
+           h->spans[s].owner == ri->owner;
+}
+
 static bool intent_sane(tcm_server_t *srv, const tcm_req_intent_t *ri, tcm_client_t **c)
 {
     const tcm_heap_t *h = &srv->h;
@@ -417,7 +419,7 @@ static bool intent_sane(tcm_server_t *srv, const tcm_req_intent_t *ri, tcm_clien
     if (!*c || ri->slot >= (*c)->lay.nslots || ri->cls >= TCM_NCLASSES || ri->count > TCM_MAX_BATCH ||
         ri->n > TCM_MAX_BATCH || ri->root >= TCM_ROOTS)
         return false;
-    if ((ri->op == TCM_OP_ALLOC_PAGES || ri->op == TCM_OP_FREE_PAGES) &&
+    if (ri->op == TCM_OP_FREE_PAGES &&
         (ri->span == 0 || ri->span > h->npages || ri->first == 0 || ri->npages == 0 ||
          (uint64_t)ri->first + ri->npages > h->top))
         return false;
@@ -446,7 +448,8 @@ void tcm__resolve_intent_ht(tcm_server_t *srv, uint64_t *redone, uint64_t *rolle
         return;
     }
     bool answered = !(atomic_load(&slot->state) == TCM_SLOT_POSTED && slot->req_seq == ri->req_seq);
-    if (phase == TCM_INTENT_PICKED || (ri->op == TCM_OP_REFILL && ri->n == 0)) {
+    if (phase == TCM_INTENT_PICKED || (ri->op == TCM_OP_REFILL && ri->n == 0) ||
+        (ri->op == TCM_OP_ALLOC_PAGES && !pages_made(h, ri))) {
         if (answered) {
             commit(srv, c, ri->pos);
         } else {
@@ -486,12 +489,13 @@ void tcm__resolve_intent_ht(tcm_server_t *srv, uint64_t *redone, uint64_t *rolle
             slot->result = refused;
         break;
     }
-    case TCM_OP_ALLOC_PAGES:
-        tcm__span_map_ht(h, ri->span, ri->first, ri->npages, TCM_SPAN_LARGE, 0, ri->owner);
+    case TCM_OP_ALLOC_PAGES: /* made: the page intent (resolved before) finished its mapping */
         if (!answered)
             slot->result = tcm__page_off(ri->first);
         break;
     case TCM_OP_FREE_PAGES:
+        /* the page intent finished an unmap it had begun; this one it
+         * had not: the same stores */
         tcm__span_unmap_ht(h, ri->first, ri->npages);
         break;
     case TCM_OP_ROOT_SET:

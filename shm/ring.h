@@ -72,16 +72,6 @@ static inline void tcm__ring_release(tcm_ring_t *r, uint32_t cap, uint64_t pos)
     atomic_store_explicit(&r->cells[pos & (cap - 1)].seq, pos + cap, memory_order_release);
 }
 
-/* Consumer side, both at once; *tail is the consumer's position. */
-static inline bool tcm__ring_pop(tcm_ring_t *r, uint32_t cap, uint64_t *tail, uint32_t *slot)
-{
-    if (!tcm__ring_peek(r, cap, *tail, slot))
-        return false;
-    tcm__ring_release(r, cap, *tail);
-    (*tail)++;
-    return true;
-}
-
 /* Recovery: a consumer killed between committing position tail - 1 and
  * freeing its cell left the cell full; free it. */
 static inline bool tcm__ring_repair(tcm_ring_t *r, uint32_t cap, uint64_t tail)

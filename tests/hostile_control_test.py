@@ -9,7 +9,8 @@ tcmd started with a soft descriptor limit of 1024 (a common default):
   past the cap are closed at once, the rest after the idle timeout;
 - a peer flooding malformed frames and resume requests: its log lines are
   bounded, a suppressed count follows, and another peer's line still shows.
-Each part runs even if an earlier one failed; the summary counts them."""
+Each part runs against a tcmd of its own, even if an earlier one failed;
+the summary counts them."""
 import contextlib
 import os
 import re
@@ -17,9 +18,9 @@ import resource
 import select
 import socket
 import struct
+import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "common"))
@@ -29,12 +30,11 @@ build = sys.argv[1]
 TCMD = os.path.join(build, "tcmd")
 TCMCTL = os.path.join(build, "tcmctl")
 HELPER = os.path.join(build, "tests", "tcm_test_helper")
-tmp = tempfile.mkdtemp(prefix="tcm-hostile-")
-sock = os.path.join(tmp, "tcmd.sock")
-log = os.path.join(tmp, "tcmd.log")
+sock = log = daemon = mport = None  # the current part's tcmd (case)
 
 RSS_BOUND_KB = 64 << 10   # tcmd's RSS while a peer floods without reading
-PING_BOUND_S = 0.050      # a ping round trip (connect, ask, answer) meanwhile
+PING_BOUND_S = 0.050      # a ping round trip (connect, ask, answer) meanwhile: the median of a series
+PING_WORST_S = 0.500      # any one ping: a loaded 2-core box may deschedule tcmd for a tick or two
 CONTROL_CAP = 4096        # daemon/control.c TCM_CONTROL_MAX_CONNS
 METRICS_CAP = 64          # daemon/metrics.h TCM_METRICS_MAX_CONNS
 FDS_WANTED = 4096 + 2 * 1024 + 64 + 256  # what control.c asks RLIMIT_NOFILE for
@@ -50,8 +50,17 @@ tally = Tally()
 check = tally.check
 
 
-def section(name):
-    return tally.section(name, timed=True)
+@contextlib.contextmanager
+def case(name):
+    """One part against a tcmd of its own, started as under a common default
+    soft descriptor limit (lower_nofile) with /metrics on a free port; its
+    heap is checked and its exit too at the end of the part."""
+    global sock, log, daemon, mport
+    mport = free_port()
+    with tally.case(build, name, timed=True, timeout=240, prefix="hostile", args=("--metrics-port", str(mport)),
+                    preexec_fn=lower_nofile) as d:
+        sock, log, daemon = d.sock, d.log, d.p
+        yield d
 
 
 # ---- the wire: Request {version = 1, body}, behind a 4-byte big-endian length
@@ -162,108 +171,104 @@ soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 own_fds = 1 << 20 if hard == resource.RLIM_INFINITY else hard
 
-mport = free_port()
-daemon = subprocess.Popen([TCMD, "--foreground", "--socket", sock, "--name", f"hostile{os.getpid()}", "--log", log,
-                           "--metrics-port", str(mport)], preexec_fn=lower_nofile)
-try:
-    check(wait_tcmd(TCMCTL, sock), "tcmd started")
+if part("flood"):
+    with case("a peer floods stats requests and never reads"):
+        flooder = connect()
+        flooder.setblocking(False)
+        chunk = STATS * 8192
+        pending = memoryview(chunk)
+        sent = 0
+        max_rss = rss_kb(daemon.pid)
+        pings = []
+        t0 = time.monotonic()
+        next_probe = t0 + 0.25
+        while time.monotonic() - t0 < 5:
+            _, w, _ = select.select([], [flooder], [], 0.02)
+            if w:
+                try:
+                    n = flooder.send(pending)
+                    sent += n
+                    pending = pending[n:] if n < len(pending) else memoryview(chunk)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    break  # closed already
+            if time.monotonic() >= next_probe:
+                next_probe += 0.25
+                max_rss = max(max_rss, rss_kb(daemon.pid))
+                pings.append(ping_s())
+                if max_rss > 16 * RSS_BOUND_KB:
+                    break  # unbounded: stop before the machine suffers
+        print(f"  sent {sent // len(STATS)} stats requests in {time.monotonic() - t0:.1f} s; tcmd's RSS at most "
+              f"{max_rss // 1024} MiB; pings {min(pings) * 1e3:.1f}-{max(pings) * 1e3:.1f} ms over {len(pings)}")
+        check(max_rss < RSS_BOUND_KB, f"tcmd's RSS stayed under {RSS_BOUND_KB >> 10} MiB (at most {max_rss} KiB)")
+        check(len(pings) >= 10 and statistics.median(pings) < PING_BOUND_S and max(pings) < PING_WORST_S,
+              f"pings under {PING_BOUND_S * 1e3:.0f} ms (median) and {PING_WORST_S * 1e3:.0f} ms (each) "
+              f"during the flood ({[round(p * 1e3, 1) for p in pings]})")
+        check(closed_by_peer(flooder, 20), "tcmd closed the peer that does not read its replies")
+        check("has not read its replies" in log_text(), "the close is logged")
+        flooder.close()
+        check(min(ping_s() for _ in range(3)) < PING_BOUND_S, "ping after the flooder went")
 
-    if part("flood"):
-        with section("a peer floods stats requests and never reads"):
-            flooder = connect()
-            flooder.setblocking(False)
-            chunk = STATS * 8192
-            pending = memoryview(chunk)
-            sent = 0
-            max_rss = rss_kb(daemon.pid)
-            pings = []
-            t0 = time.monotonic()
-            next_probe = t0 + 0.25
-            while time.monotonic() - t0 < 5:
-                _, w, _ = select.select([], [flooder], [], 0.02)
-                if w:
-                    try:
-                        n = flooder.send(pending)
-                        sent += n
-                        pending = pending[n:] if n < len(pending) else memoryview(chunk)
-                    except BlockingIOError:
-                        pass
-                    except OSError:
-                        break  # closed already
-                if time.monotonic() >= next_probe:
-                    next_probe += 0.25
-                    max_rss = max(max_rss, rss_kb(daemon.pid))
-                    pings.append(ping_s())
-                    if max_rss > 16 * RSS_BOUND_KB:
-                        break  # unbounded: stop before the machine suffers
-            print(f"  sent {sent // len(STATS)} stats requests in {time.monotonic() - t0:.1f} s; tcmd's RSS at most "
-                  f"{max_rss // 1024} MiB; pings {min(pings) * 1e3:.1f}-{max(pings) * 1e3:.1f} ms over {len(pings)}")
-            check(max_rss < RSS_BOUND_KB, f"tcmd's RSS stayed under {RSS_BOUND_KB >> 10} MiB (at most {max_rss} KiB)")
-            check(len(pings) >= 10 and max(pings) < PING_BOUND_S,
-                  f"every ping under {PING_BOUND_S * 1e3:.0f} ms during the flood ({[round(p * 1e3, 1) for p in pings]})")
-            check(closed_by_peer(flooder, 20), "tcmd closed the peer that does not read its replies")
-            check("has not read its replies" in log_text(), "the close is logged")
-            flooder.close()
-            check(ping_s() < PING_BOUND_S, "ping after the flooder went")
-
-    if part("connections"):
-        with section("thousands of control connections, hundreds of idle /metrics ones"):
-            with open(f"/proc/{daemon.pid}/limits") as f:
-                limit = int(re.search(r"Max open files\s+(\d+)", f.read()).group(1))
-            check(limit >= min(FDS_WANTED, hard), f"tcmd raised its descriptor limit from 1024 to {limit}")
-            n_under = min(3000, own_fds - 512)
-            conns = []
-            for _ in range(n_under):
+if part("connections"):
+    with case("thousands of control connections, hundreds of idle /metrics ones"):
+        with open(f"/proc/{daemon.pid}/limits") as f:
+            limit = int(re.search(r"Max open files\s+(\d+)", f.read()).group(1))
+        check(limit >= min(FDS_WANTED, hard), f"tcmd raised its descriptor limit from 1024 to {limit}")
+        n_under = min(3000, own_fds - 512)
+        conns = []
+        for _ in range(n_under):
+            conns.append(connect())
+        pings = [ping_s() for _ in range(5)]
+        check(statistics.median(pings) < PING_BOUND_S and max(pings) < PING_WORST_S,
+              f"ping with {n_under} connections open ({[round(p * 1e3, 1) for p in pings]} ms)")
+        client = subprocess.Popen([HELPER, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, TCM_SOCKET=sock))
+        first = client.stdout.readline().split()
+        check(len(first) >= 2 and first[1].isdigit(), f"a client attaches with {n_under} connections open ({first})")
+        client.stdin.write("alloc 100 1000\n")
+        client.stdin.flush()
+        check(client.stdout.readline().strip() == "ok", "the attached client allocates")
+        # past the cap: an error frame, then closed
+        refused = 0
+        if own_fds > CONTROL_CAP + 400:
+            for _ in range(CONTROL_CAP + 100 - n_under):
                 conns.append(connect())
-            pings = [ping_s() for _ in range(5)]
-            check(max(pings) < PING_BOUND_S, f"ping with {n_under} connections open ({max(pings) * 1e3:.1f} ms)")
-            client = subprocess.Popen([HELPER, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                      env=dict(os.environ, TCM_SOCKET=sock))
-            first = client.stdout.readline().split()
-            check(len(first) >= 2 and first[1].isdigit(), f"a client attaches with {n_under} connections open ({first})")
-            client.stdin.write("alloc 100 1000\n")
-            client.stdin.flush()
-            check(client.stdout.readline().strip() == "ok", "the attached client allocates")
-            # past the cap: an error frame, then closed
-            refused = 0
-            if own_fds > CONTROL_CAP + 400:
-                for _ in range(CONTROL_CAP + 100 - n_under):
-                    conns.append(connect())
-                for s in conns[-50:]:
-                    try:
-                        reply = recv_frame(s)
-                        refused += b"limit" in reply
-                    except (ConnectionError, OSError):
-                        pass
-                check(refused >= 40, f"connections past the cap are told and closed ({refused} of the last 50)")
-            else:
-                print(f"SKIP: connections past the cap (this test may open only {own_fds} descriptors)")
-            for s in conns:
-                s.close()
-            check(wait_tcmd(TCMCTL, sock, 10), "ping once they are closed")
-            client.stdin.write("exit\n")
-            client.stdin.flush()
-            check(client.wait(timeout=10) == 0, "the client exits normally")
+            for s in conns[-50:]:
+                try:
+                    reply = recv_frame(s)
+                    refused += b"limit" in reply
+                except (ConnectionError, OSError):
+                    pass
+            check(refused >= 40, f"connections past the cap are told and closed ({refused} of the last 50)")
+        else:
+            print(f"SKIP: connections past the cap (this test may open only {own_fds} descriptors)")
+        for s in conns:
+            s.close()
+        check(wait_tcmd(TCMCTL, sock, 10), "ping once they are closed")
+        client.stdin.write("exit\n")
+        client.stdin.flush()
+        check(client.wait(timeout=10) == 0, "the client exits normally")
 
-            idle = [socket.create_connection(("127.0.0.1", mport), timeout=10) for _ in range(300)]
-            # (the first ones may be closed by the time the last are accepted, if this is slow)
-            early = sum(eof_within(s, 5) for s in idle[METRICS_CAP + 10:])
-            check(early == len(idle) - METRICS_CAP - 10, f"/metrics connections past {METRICS_CAP} closed at once "
-                  f"({early} of {len(idle) - METRICS_CAP - 10})")
-            check(ping_s() < PING_BOUND_S, "ping with /metrics connections held")
-            late = sum(eof_within(s, 15) for s in idle[:METRICS_CAP])
-            check(late == METRICS_CAP, f"idle /metrics connections closed by tcmd ({late} of {METRICS_CAP})")
-            for s in idle:
-                s.close()
-            page = subprocess.run(["curl", "-sf", f"http://127.0.0.1:{mport}/metrics"], capture_output=True, text=True,
-                                  timeout=10)
-            check(page.returncode == 0 and "tcm_build_info" in page.stdout, "/metrics serves afterwards")
+        idle = [socket.create_connection(("127.0.0.1", mport), timeout=10) for _ in range(300)]
+        # (the first ones may be closed by the time the last are accepted, if this is slow)
+        early = sum(eof_within(s, 5) for s in idle[METRICS_CAP + 10:])
+        check(early == len(idle) - METRICS_CAP - 10, f"/metrics connections past {METRICS_CAP} closed at once "
+              f"({early} of {len(idle) - METRICS_CAP - 10})")
+        check(min(ping_s() for _ in range(3)) < PING_BOUND_S, "ping with /metrics connections held")
+        late = sum(eof_within(s, 15) for s in idle[:METRICS_CAP])
+        check(late == METRICS_CAP, f"idle /metrics connections closed by tcmd ({late} of {METRICS_CAP})")
+        for s in idle:
+            s.close()
+        page = subprocess.run(["curl", "-sf", f"http://127.0.0.1:{mport}/metrics"], capture_output=True, text=True,
+                              timeout=10)
+        check(page.returncode == 0 and "tcm_build_info" in page.stdout, "/metrics serves afterwards")
 
-    if part("logs"):
-        with section("a peer floods malformed frames and resume requests"):
-            before = len(log_text())
-            # the flooder is a process of its own, so that its pid is a source no earlier part used
-            flood = subprocess.Popen([sys.executable, "-c", f"""
+if part("logs"):
+    with case("a peer floods malformed frames and resume requests"):
+        before = len(log_text())
+        # the flooder is a process of its own, so that its pid is a source no earlier part used
+        flood = subprocess.Popen([sys.executable, "-c", f"""
 import os, socket, threading, time
 s = socket.socket(socket.AF_UNIX)
 s.connect({sock!r})
@@ -280,7 +285,10 @@ s.sendall({PING!r})
 print(sent, flush=True)
 """], stdout=subprocess.PIPE, text=True)
         me = int(flood.stdout.readline())
-        time.sleep(1)  # (the flood is on: the other peer speaks in the middle of it)
+        # the other peer speaks in the middle of the flood: once tcmd has logged the flooder's first line
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and f"pid {me}" not in log_text()[before:]:
+            time.sleep(0.02)
         other = subprocess.run([sys.executable, "-c", f"""
 import os, socket, struct
 s = socket.socket(socket.AF_UNIX)
@@ -306,19 +314,7 @@ print(os.getpid())
         # a lower bound: frames tcmd reads after the window ended count in the next one (slow builds)
         check(sup is not None and 0 < int(sup.group(1)) <= sent, f"the suppressed count is logged ({sup and sup.group(0)})")
         check(f"malformed request from pid {other_pid}" in text, f"the other peer's line shows (pid {other_pid})")
-        check(ping_s() < PING_BOUND_S, "ping after the flood")
-
-    check(daemon.poll() is None, "tcmd is still running")
-    check(subprocess.run([TCMCTL, "--socket", sock, "check"], capture_output=True).returncode == 0, "heap consistent")
-finally:
-    if daemon.poll() is None:
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-    if tally.failures:
-        print("tcmd log (tail):\n" + "".join(open(log).readlines()[-30:]), file=sys.stderr)
+        check(min(ping_s() for _ in range(3)) < PING_BOUND_S, "ping after the flood")
 
 print(f"hostile control: {tally.checks - tally.failures} of {tally.checks} checks passed")
 sys.exit(1 if tally.failures else 0)

@@ -6,7 +6,9 @@ read through others (so through every worker); frees in one worker seen by
 tcm; eviction under --maxmemory; expiry, lazy and swept; workers SIGKILLed
 under load, while holding a stripe lock and between two stores of a change;
 tcmd killed and restarted under load; bad input of every kind. Each case
-runs even if an earlier one failed; the summary counts them."""
+runs against a tcmd and a tcm-kv of its own (so none depends on what an
+earlier one did to them), even if an earlier one failed, with a timeout;
+the summary counts them."""
 import atexit
 import glob
 import json
@@ -28,15 +30,22 @@ TCMD = os.path.join(build, "tcmd")
 TCMCTL = os.path.join(build, "tcmctl")
 KV = os.path.join(build, "examples", "tcm-kv")
 tmp = tempfile.mkdtemp(prefix="tcm-kv-test-")
-SOCK = os.path.join(tmp, "tcmd.sock")
-NAME = "kvtest%d" % os.getpid()
+SOCK = NAME = None  # the current case's tcmd: its socket and heap name (fresh_names)
+CASE_TIMEOUT = 120  # seconds, a case
+
+
+def fresh_names(seq):
+    """Socket and heap name for case seq's tcmd: no case adopts another's heap."""
+    global SOCK, NAME
+    SOCK = os.path.join(tmp, "tcmd-%d.sock" % seq)
+    NAME = "kvtest%d-%d" % (os.getpid(), seq)
 
 
 @atexit.register
 def remove_heap():
     """A tcmd stopped while a (killed) worker is still recorded leaves its
-    heap for the next tcmd; the test's heap goes with the test."""
-    for f in glob.glob("/dev/shm/tcm.%s.*" % NAME):
+    heap for the next tcmd; the test's heaps go with the test."""
+    for f in glob.glob("/dev/shm/tcm.kvtest%d-*" % os.getpid()):
         os.unlink(f)
 WORKERS = 3
 
@@ -70,7 +79,7 @@ class Tcmd:
         self.start()
 
     def start(self):
-        self.log = open(os.path.join(tmp, "tcmd.log"), "a")
+        self.log = open(os.path.join(tmp, "tcmd-%s.log" % NAME), "a")
         self.p = subprocess.Popen([TCMD, "--socket", SOCK, "--name", NAME, "--foreground"], stdout=self.log,
                                   stderr=self.log)
         check(wait_tcmd(TCMCTL, SOCK), "tcmd did not start")
@@ -406,6 +415,13 @@ class Load:
                 c = None
                 time.sleep(0.01)
 
+    def wait_ops(self, more, seconds=30, what="the load runs"):
+        """Until more operations have been checked (a deadline, not a sleep)."""
+        want, deadline = self.ops + more, time.time() + seconds
+        while self.ops < want and time.time() < deadline:
+            time.sleep(0.02)
+        check(self.ops >= want, f"{what}: {self.ops - want + more} of {more} operations in {seconds} s")
+
     def finish(self):
         self.stop = True
         for t in self.t:
@@ -449,12 +465,12 @@ def test_worker_kill(srv):
                              stderr=subprocess.DEVNULL)
     load = Load(srv.port)
     try:
-        time.sleep(1)
+        load.wait_ops(100)
         for k in range(3):
             pids = srv.worker_pids()
             os.kill(pids[k % len(pids)], signal.SIGKILL)
             wait_workers(srv, WORKERS, old=[pids[k % len(pids)]])
-            time.sleep(0.7)
+            load.wait_ops(100)  # served on by the new worker and the others
     finally:
         bench.kill()
         bench.wait()
@@ -538,14 +554,11 @@ def test_tcmd_restart(srv, tcmd):
     seed_keys(srv.port, prefix="rs")
     load = Load(srv.port)
     try:
-        time.sleep(0.5)
+        load.wait_ops(50)
         tcmd.kill()
-        time.sleep(0.5)
+        time.sleep(0.5)  # (not a wait for an event: the gap the workers live through)
         tcmd.start()
-        time.sleep(1.5)
-        ops = load.ops
-        time.sleep(1)
-        check(load.ops > ops + 50, f"serving after tcmd restarted ({load.ops - ops} operations in 1 s)")
+        load.wait_ops(50, what="serving after tcmd restarted")
     finally:
         load.finish()
     check(not load.wrong, f"wrong replies across the tcmd restart: {load.wrong[:3]}")
@@ -678,50 +691,71 @@ def test_no_daemon():
     check(r.returncode == 1 and "cannot attach" in r.stderr, f"no tcmd: {r.returncode} {r.stderr!r}")
 
 
-def main():
-    results = []
-    tcmd = Tcmd()
+def run_case(fn, uses):
+    """fn against a fresh tcmd (and a fresh tcm-kv where uses says so),
+    stopped and checked afterwards, with a timeout (SIGALRM)."""
+    def expired(_signum, _frame):
+        raise Failed(f"still running after {CASE_TIMEOUT} s")
+    signal.signal(signal.SIGALRM, expired)
+    signal.alarm(CASE_TIMEOUT)
+    tcmd = Tcmd() if uses else None
     srv = None
-    cases = [
-        ("commands", lambda: test_commands(srv)),
-        ("every worker", lambda: test_every_worker(srv)),
-        ("expiry", lambda: test_expiry(srv)),
-        ("eviction", test_eviction),
-        ("bad input", lambda: test_bad_input(srv)),
-        ("limits", lambda: test_limits(srv)),
-        ("worker killed under load", lambda: test_worker_kill(srv)),
-        ("worker killed holding a lock", lambda: test_kill_holding_lock(srv)),
-        ("worker killed mid-change", test_kill_mid_change),
-        ("tcmd restarted under load", lambda: test_tcmd_restart(srv, tcmd)),
-        ("no tcmd", test_no_daemon),
-    ]
     try:
-        srv = Server()
-        only = os.environ.get("KV_TEST_ONLY")
-        for name, fn in cases:
-            if only and name != only:
-                continue
-            t0 = time.time()
-            try:
-                fn()
-                results.append((name, None))
-                print(f"ok   {name} ({time.time() - t0:.1f} s)")
-            except Exception as e:  # noqa: BLE001 - every case runs; the summary says which failed
-                results.append((name, e))
-                print(f"FAIL {name}: {e}")
-                if not isinstance(e, Failed):
-                    traceback.print_exc()
-            sys.stdout.flush()
-        srv.stop()
-        ctl("check")
+        srv = Server() if "srv" in uses else None
+        fn(srv, tcmd)
+        if srv:
+            srv.stop()
+        if tcmd:
+            ctl("check")
     finally:
+        signal.alarm(0)
         if srv and srv.p.poll() is None:
             os.killpg(srv.p.pid, signal.SIGKILL)
-        tcmd.stop()
+            srv.p.wait()
+        if tcmd:
+            tcmd.stop()
+
+
+def main():
+    results = []
+    # name, function, and what it needs of its own: "tcmd", or "srv" (a
+    # tcm-kv of WORKERS workers on that tcmd)
+    cases = [
+        ("commands", lambda srv, tcmd: test_commands(srv), "srv"),
+        ("every worker", lambda srv, tcmd: test_every_worker(srv), "srv"),
+        ("expiry", lambda srv, tcmd: test_expiry(srv), "srv"),
+        ("eviction", lambda srv, tcmd: test_eviction(), "tcmd"),
+        ("bad input", lambda srv, tcmd: test_bad_input(srv), "srv"),
+        ("limits", lambda srv, tcmd: test_limits(srv), "srv"),
+        ("worker killed under load", lambda srv, tcmd: test_worker_kill(srv), "srv"),
+        ("worker killed holding a lock", lambda srv, tcmd: test_kill_holding_lock(srv), "srv"),
+        ("worker killed mid-change", lambda srv, tcmd: test_kill_mid_change(), "tcmd"),
+        ("tcmd restarted under load", test_tcmd_restart, "srv"),
+        ("no tcmd", lambda srv, tcmd: test_no_daemon(), ""),
+    ]
+    only = os.environ.get("KV_TEST_ONLY")
+    last_log = None
+    for seq, (name, fn, uses) in enumerate(cases):
+        if only and name != only:
+            continue
+        fresh_names(seq)
+        t0 = time.time()
+        try:
+            run_case(fn, uses)
+            results.append((name, None))
+            print(f"ok   {name} ({time.time() - t0:.1f} s)")
+        except Exception as e:  # noqa: BLE001 - every case runs; the summary says which failed
+            results.append((name, e))
+            print(f"FAIL {name}: {e}")
+            if not isinstance(e, Failed):
+                traceback.print_exc()
+            logs = sorted(glob.glob(os.path.join(tmp, "kv-*.log")), key=os.path.getmtime)
+            last_log = logs[-1] if logs else None
+        sys.stdout.flush()
     failed = [n for n, e in results if e]
     print(f"tcm-kv: {len(results) - len(failed)} passed, {len(failed)} failed")
-    if failed:
-        print("server log:\n" + open(srv.log_path).read()[-3000:], file=sys.stderr)
+    if failed and last_log:
+        print(f"server log ({last_log}):\n" + open(last_log).read()[-3000:], file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -1,6 +1,7 @@
 // heap_boost.cpp — Boost.Interprocess managed_shared_memory behind
-// kv_heap_t, for bench/run_kv.sh: the same tcm-kv with its table and values
-// in the mutex-guarded shared-memory allocator that tcm's users replace.
+// kv_peer_heap_t, for bench/run_kv.sh: the same tcm-kv (tcm-kv-peers,
+// KV_HEAP=boost) with its table and values in the mutex-guarded
+// shared-memory allocator that tcm's users replace.
 // The master creates the segment (KV_BOOST_SIZE: bytes, or with K, M or G; default 4G) and
 // unlinks its name at once; the workers it forks inherit the mapping at the
 // same address, so the table's raw pointers hold in all of them.
@@ -12,7 +13,7 @@
 #include <unistd.h>
 
 extern "C" {
-#include "heap.h"
+#include "peers.h"
 }
 
 namespace bi = boost::interprocess;
@@ -48,8 +49,6 @@ int attach(const char *) {
     return 0;
 }
 
-void detach() {}
-
 void *alloc(size_t n) {
     auto *h = static_cast<header *>(segment->allocate(sizeof(header) + n, std::nothrow));
     if (!h)
@@ -83,4 +82,4 @@ int root_set(const char *name, void *p) {
 
 } // namespace
 
-extern "C" const kv_heap_t kv_boost_heap = {"boost", attach, detach, alloc, release, usable, root_get, root_set, true};
+extern "C" const kv_peer_heap_t kv_boost_heap = {"boost", attach, alloc, release, usable, root_get, root_set, true};

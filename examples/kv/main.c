@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +25,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "heaps.h"
 #include "server.h"
 #include "tcm.h"
 
@@ -75,15 +73,14 @@ static int parse_options(int argc, char **argv, kv_options_t *o)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (kv_options_t){.bind = "127.0.0.1", .port = 6390, .workers = cpus > 0 ? (int)cpus : 1,
-                        .output_limit = 64ull << 20, .query_limit = 64ull << 20, .maxclients = 10000,
-                        .alloc = "tcm"};
+                        .output_limit = 64ull << 20, .query_limit = 64ull << 20, .maxclients = 10000};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             exit(0);
-        } else if (!strcmp(a, "--threads")) { /* benchmark builds: workers as threads of one process */
+        } else if (!strcmp(a, "--threads")) { /* bench/: workers as threads of one process (threads.c) */
             o->threads = 1;
             continue;
         } else if (!strcmp(a, "--enable-debug-command")) { /* the tests' DEBUG HOLD and DEBUG CRASH */
@@ -93,8 +90,6 @@ static int parse_options(int argc, char **argv, kv_options_t *o)
             o->socket = v;
         } else if (!strcmp(a, "--bind") && v) {
             o->bind = v;
-        } else if (!strcmp(a, "--alloc") && v) {
-            o->alloc = v;
         } else if (!strcmp(a, "--port") && v) {
             char *end;
             long p = strtol(v, &end, 10);
@@ -151,9 +146,9 @@ static int listen_on(const kv_options_t *o)
 }
 
 /* The shared root: found (a table a previous tcm-kv left), or created. */
-static kv_shared_t *find_or_create(const kv_heap_t *h)
+static kv_shared_t *find_or_create(void)
 {
-    kv_shared_t *sh = h->root_get(ROOT);
+    kv_shared_t *sh = tcm_root_get(ROOT);
     if (sh && sh->magic == KV_MAGIC && sh->table && sh->table->magic == KV_MAGIC &&
         sh->table->nstripes == KV_STRIPES) {
         fprintf(stderr, "tcm-kv: serving the table a previous tcm-kv left (%" PRIu64 " keys)\n",
@@ -165,17 +160,17 @@ static kv_shared_t *find_or_create(const kv_heap_t *h)
     }
     if (sh)
         fprintf(stderr, "tcm-kv: root \"%s\" is not a tcm-kv table of this version: making a new one\n", ROOT);
-    sh = h->alloc(sizeof *sh);
+    sh = tcm_malloc(sizeof *sh);
     if (!sh)
         return NULL;
     memset(sh, 0, sizeof *sh);
     if (!(sh->table = kv_table_create())) {
-        h->release(sh);
+        tcm_free(sh);
         return NULL;
     }
     sh->started_ms = kv_now_ms();
     sh->magic = KV_MAGIC;
-    if (h->root_set(ROOT, sh) != 0) {
+    if (tcm_root_set(ROOT, sh) != 0) {
         fprintf(stderr, "tcm-kv: cannot publish the table as root \"%s\"\n", ROOT);
         return NULL;
     }
@@ -206,7 +201,7 @@ static void on_child(int sig)
 
 static pid_t master;
 
-static pid_t start_worker(const kv_options_t *o, const kv_heap_t *h, kv_shared_t *sh, int index, int fd)
+static pid_t start_worker(const kv_options_t *o, kv_shared_t *sh, int index, int fd)
 {
     pid_t pid = fork();
     if (pid != 0)
@@ -218,43 +213,11 @@ static pid_t start_worker(const kv_options_t *o, const kv_heap_t *h, kv_shared_t
     signal(SIGINT, SIG_DFL);
     signal(SIGCHLD, SIG_DFL);
     signal(SIGPIPE, SIG_IGN);
-    if (h->attach(o->socket) != 0) /* a client of its own */
+    if (tcm_init(o->socket) != 0) /* a client of its own */
         _exit(3);
     int rc = kv_worker_run(o, sh, index, fd, NULL);
-    h->detach();
+    tcm_shutdown();
     _exit(rc);
-}
-
-typedef struct thread_arg {
-    const kv_options_t *o;
-    kv_shared_t *sh;
-    int index, fd;
-    _Atomic int *stop;
-} thread_arg_t;
-
-static void *worker_thread(void *p)
-{
-    thread_arg_t *a = p;
-    kv_worker_run(a->o, a->sh, a->index, a->fd, a->stop);
-    return NULL;
-}
-
-/* Benchmark builds: the same workers as threads of this process. */
-static int run_threads(const kv_options_t *o, kv_shared_t *sh, int fd)
-{
-    static _Atomic int stop;
-    pthread_t tids[KV_MAX_WORKERS];
-    thread_arg_t args[KV_MAX_WORKERS];
-    for (int i = 0; i < o->workers; i++) {
-        args[i] = (thread_arg_t){o, sh, i, dup(fd), &stop}; /* each loop closes its own */
-        pthread_create(&tids[i], NULL, worker_thread, &args[i]);
-    }
-    while (!stopping)
-        pause();
-    atomic_store(&stop, 1);
-    for (int i = 0; i < o->workers; i++)
-        pthread_join(tids[i], NULL);
-    return 0;
 }
 
 int main(int argc, char **argv)
@@ -262,26 +225,16 @@ int main(int argc, char **argv)
     kv_options_t o;
     if (parse_options(argc, argv, &o) != 0)
         return 2;
-    const kv_heap_t *h = kv_heap_named(o.alloc);
-    if (!h) {
-        fprintf(stderr, "tcm-kv: no heap named %s in this build\n", o.alloc);
-        return 2;
-    }
-    if (!h->shared && !o.threads) {
-        fprintf(stderr, "tcm-kv: the %s heap is not shared between processes: use --threads\n", h->name);
-        return 2;
-    }
-    kv_use_heap(h);
     raise_fd_limit();
     signal(SIGPIPE, SIG_IGN);
-    int err = h->attach(o.socket);
+    int err = tcm_init(o.socket);
     if (err) {
-        fprintf(stderr, "tcm-kv: cannot attach to %s: %s\n", h->name, strerror(-err));
+        fprintf(stderr, "tcm-kv: cannot attach to tcmd: %s\n", strerror(-err));
         return 1;
     }
-    kv_shared_t *sh = find_or_create(h);
+    kv_shared_t *sh = find_or_create();
     if (!sh) {
-        fprintf(stderr, "tcm-kv: no memory for the table in the %s heap\n", h->name);
+        fprintf(stderr, "tcm-kv: no memory for the table in the tcm heap\n");
         return 1;
     }
     int fd = listen_on(&o);
@@ -291,10 +244,10 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    fprintf(stderr, "tcm-kv: %d %s on %s:%d, heap %s%s\n", o.workers, o.threads ? "threads" : "workers", o.bind,
-            o.port, h->name, o.maxmemory ? ", maxmemory set" : "");
+    fprintf(stderr, "tcm-kv: %d %s on %s:%d%s\n", o.workers, o.threads ? "threads" : "workers", o.bind, o.port,
+            o.maxmemory ? ", maxmemory set" : "");
     if (o.threads)
-        return run_threads(&o, sh, fd);
+        return kv_run_threads(&o, sh, fd, &stopping);
     /* the master stays attached (it keeps the table's header current) but
      * allocates nothing more; each worker attaches as a client of its own */
     sa.sa_handler = on_child;
@@ -303,7 +256,7 @@ int main(int argc, char **argv)
     int64_t started[KV_MAX_WORKERS];
     master = getpid();
     for (int i = 0; i < o.workers; i++) {
-        pids[i] = start_worker(&o, h, sh, i, fd);
+        pids[i] = start_worker(&o, sh, i, fd);
         started[i] = kv_now_ms();
     }
     while (!stopping) {
@@ -327,7 +280,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "tcm-kv: worker %d (pid %d) %s %d; starting a new one\n", i, (int)pid,
                     WIFSIGNALED(st) ? "killed by signal" : "exited with", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
             atomic_fetch_add(&sh->worker_restarts, 1);
-            pids[i] = start_worker(&o, h, sh, i, fd);
+            pids[i] = start_worker(&o, sh, i, fd);
             started[i] = kv_now_ms();
         }
     }

@@ -9,24 +9,12 @@
 #include <string.h>
 #include <time.h>
 
-static const kv_heap_t *heap;
-const char *_Atomic kv_crash_at;
-
-#define CRASH_POINT(name)                                                                          \
-    do {                                                                                           \
-        const char *at_ = atomic_load_explicit(&kv_crash_at, memory_order_relaxed);                \
-        if (at_ && !strcmp(at_, name))                                                             \
-            raise(SIGKILL);                                                                        \
-    } while (0)
+#include "debug.h"
+#include "tcm.h"
 
 #define RELAXED memory_order_relaxed
 #define MIGRATE_PER_OP 2 /* old buckets moved per operation on a rehashing stripe */
 #define EVICT_SAMPLES 5
-
-void kv_use_heap(const kv_heap_t *h)
-{
-    heap = h;
-}
 
 static void add(_Atomic uint64_t *v, int64_t d)
 {
@@ -79,7 +67,7 @@ static uint32_t bucket_of(const kv_buckets_t *b, uint64_t hash)
 
 static kv_buckets_t *buckets_new(uint32_t n)
 {
-    kv_buckets_t *b = heap->alloc(sizeof *b + (size_t)n * sizeof b->b[0]);
+    kv_buckets_t *b = tcm_malloc(sizeof *b + (size_t)n * sizeof b->b[0]);
     if (b) {
         b->n = n;
         memset(b->b, 0, (size_t)n * sizeof b->b[0]);
@@ -89,7 +77,7 @@ static kv_buckets_t *buckets_new(uint32_t n)
 
 kv_table_t *kv_table_create(void)
 {
-    kv_table_t *t = heap->alloc(sizeof *t);
+    kv_table_t *t = tcm_malloc(sizeof *t);
     if (!t)
         return NULL;
     memset(t, 0, sizeof *t);
@@ -102,11 +90,11 @@ kv_table_t *kv_table_create(void)
         pthread_mutex_init(&s->lock, &a);
         if (!(s->cur = buckets_new(4))) {
             while (i--)
-                heap->release(t->stripes[i].cur);
-            heap->release(t);
+                tcm_free(t->stripes[i].cur);
+            tcm_free(t);
             return NULL;
         }
-        atomic_store(&s->bytes, heap->usable(s->cur));
+        atomic_store(&s->bytes, tcm_usable_size(s->cur));
     }
     pthread_mutexattr_destroy(&a);
     t->nstripes = KV_STRIPES;
@@ -116,7 +104,7 @@ kv_table_t *kv_table_create(void)
 
 uint64_t kv_table_bytes(const kv_table_t *t)
 {
-    uint64_t sum = heap->usable(t);
+    uint64_t sum = tcm_usable_size(t);
     for (unsigned i = 0; i < KV_STRIPES; i++)
         sum += atomic_load_explicit(&t->stripes[i].bytes, RELAXED);
     return sum;
@@ -150,13 +138,13 @@ static void repair(kv_stripe_t *s)
         }
         s->moving = NULL;
     }
-    uint64_t keys = 0, vol = 0, bytes = heap->usable(s->cur) + (s->old ? heap->usable(s->old) : 0);
+    uint64_t keys = 0, vol = 0, bytes = tcm_usable_size(s->cur) + (s->old ? tcm_usable_size(s->old) : 0);
     for (kv_buckets_t *b = s->cur; b; b = b == s->cur ? s->old : NULL)
         for (uint32_t i = 0; i < b->n; i++)
             for (kv_entry_t *e = b->b[i]; e; e = e->next) {
                 keys++;
                 vol += e->expire_ms != 0;
-                bytes += heap->usable(e);
+                bytes += tcm_usable_size(e);
             }
     atomic_store_explicit(&s->keys, keys, RELAXED);
     atomic_store_explicit(&s->volatile_keys, vol, RELAXED);
@@ -226,7 +214,7 @@ static void migrate(kv_stripe_t *s)
             s->moving_to = j;
             s->moving = e; /* announced before it leaves old */
             *head = e->next;
-            CRASH_POINT("migrate");
+            KV_CRASH_POINT("migrate");
             e->next = s->cur->b[j];
             s->cur->b[j] = e;
             s->moving = NULL;
@@ -235,8 +223,8 @@ static void migrate(kv_stripe_t *s)
     }
     if (s->migrated == old->n) {
         s->old = NULL;
-        add(&s->bytes, -(int64_t)heap->usable(old));
-        heap->release(old);
+        add(&s->bytes, -(int64_t)tcm_usable_size(old));
+        tcm_free(old);
     }
 }
 
@@ -247,10 +235,10 @@ static void maybe_grow(kv_stripe_t *s)
     kv_buckets_t *grown = buckets_new(s->cur->n * 2);
     if (!grown) /* no memory: stay at this size (longer chains) */
         return;
-    add(&s->bytes, (int64_t)heap->usable(grown));
+    add(&s->bytes, (int64_t)tcm_usable_size(grown));
     s->migrated = 0;
     s->old = s->cur;
-    CRASH_POINT("rehash");
+    KV_CRASH_POINT("rehash");
     s->cur = grown;
 }
 
@@ -275,8 +263,8 @@ static void unlink_free(kv_stripe_t *s, kv_entry_t **link)
     add(&s->keys, -1);
     if (e->expire_ms)
         add(&s->volatile_keys, -1);
-    add(&s->bytes, -(int64_t)heap->usable(e));
-    heap->release(e);
+    add(&s->bytes, -(int64_t)tcm_usable_size(e));
+    tcm_free(e);
 }
 
 kv_entry_t *kv_find(kv_table_t *t, kv_stripe_t *s, uint64_t hash, const char *key, size_t klen)
@@ -298,7 +286,7 @@ kv_entry_t *kv_entry_new(uint64_t hash, const char *key, size_t klen, const char
 {
     if (klen > UINT32_MAX || vlen > UINT32_MAX)
         return NULL;
-    kv_entry_t *e = heap->alloc(sizeof *e + klen + vlen);
+    kv_entry_t *e = tcm_malloc(sizeof *e + klen + vlen);
     if (!e)
         return NULL;
     e->next = NULL;
@@ -315,13 +303,13 @@ kv_entry_t *kv_entry_new(uint64_t hash, const char *key, size_t klen, const char
 
 void kv_entry_free(kv_entry_t *e)
 {
-    heap->release(e);
+    tcm_free(e);
 }
 
 void kv_put(kv_stripe_t *s, kv_entry_t *e)
 {
     kv_entry_t **l = find_link(s, e->hash, e->data, e->klen);
-    add(&s->bytes, (int64_t)heap->usable(e));
+    add(&s->bytes, (int64_t)tcm_usable_size(e));
     if (e->expire_ms)
         add(&s->volatile_keys, 1);
     if (l) { /* in place of the old one: one store */
@@ -330,14 +318,14 @@ void kv_put(kv_stripe_t *s, kv_entry_t *e)
         *l = e;
         if (was->expire_ms)
             add(&s->volatile_keys, -1);
-        add(&s->bytes, -(int64_t)heap->usable(was));
-        heap->release(was);
+        add(&s->bytes, -(int64_t)tcm_usable_size(was));
+        tcm_free(was);
         return;
     }
     uint32_t j = bucket_of(s->cur, e->hash);
     e->next = s->cur->b[j];
     s->cur->b[j] = e; /* published whole: one store */
-    CRASH_POINT("put");
+    KV_CRASH_POINT("put");
     add(&s->keys, 1);
     maybe_grow(s);
 }
@@ -397,14 +385,14 @@ uint64_t kv_flush(kv_table_t *t)
         kv_buckets_t *empty = s->old, *small = s->cur->n > 4 ? buckets_new(4) : NULL;
         if (empty) { /* the arrays go back to their first size: one store each, a leak at worst */
             s->old = NULL;
-            add(&s->bytes, -(int64_t)heap->usable(empty));
-            heap->release(empty);
+            add(&s->bytes, -(int64_t)tcm_usable_size(empty));
+            tcm_free(empty);
         }
         if (small) {
             empty = s->cur;
             s->cur = small;
-            add(&s->bytes, (int64_t)heap->usable(small) - (int64_t)heap->usable(empty));
-            heap->release(empty);
+            add(&s->bytes, (int64_t)tcm_usable_size(small) - (int64_t)tcm_usable_size(empty));
+            tcm_free(empty);
         }
         kv_unlock(s);
     }

@@ -1,9 +1,9 @@
 /* table.h — tcm-kv's one hash table, shared by every worker process.
  *
  * The table, its bucket arrays and every entry (key and value in one
- * object) live in the heap the workers share (tcm's, or the heap behind
- * kv_heap_t), so a SET in one worker allocates and an overwrite, DEL,
- * expiry or eviction in any other frees. The keys are split by hash into
+ * object) live in the tcm heap the workers share (tcm_malloc), so a SET in
+ * one worker allocates and an overwrite, DEL, expiry or eviction in any
+ * other frees. The keys are split by hash into
  * KV_STRIPES stripes, each a small hash table of its own under a
  * process-shared robust mutex, rehashed incrementally (a few buckets per
  * operation) when it grows.
@@ -24,11 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "heap.h"
-
 #define KV_STRIPES 1024
 #define KV_MAGIC 0x74636d2d6b763032ull /* "tcm-kv02": the layout of kv_table_t and kv_shared_t */
-
 
 typedef struct kv_entry {
     struct kv_entry *next;
@@ -64,8 +61,6 @@ typedef struct kv_table {
     kv_stripe_t stripes[KV_STRIPES];
 } kv_table_t;
 
-/* The heap this process's table calls use (set once, before any). */
-void kv_use_heap(const kv_heap_t *h);
 /* Create a table (NULL: out of memory). */
 kv_table_t *kv_table_create(void);
 /* The table's memory: every entry and bucket array. */
@@ -107,10 +102,6 @@ uint64_t kv_sweep(kv_table_t *t, unsigned stripes);
 /* One entry evicted, the least recently used of a few sampled; false if
  * none was found. */
 bool kv_evict_one(kv_table_t *t, uint64_t *seed);
-
-/* Tests: SIGKILL this process at a named point between two stores of a
- * change ("put", "migrate", "rehash") the next time it passes it. */
-extern const char *_Atomic kv_crash_at;
 
 static inline const char *kv_key(const kv_entry_t *e)
 {

@@ -13,9 +13,17 @@
 typedef struct tt_case {
     const char *name;
     void (*fn)(void);
+    /* instead of fn, for the rows of a table (one crash point each) */
+    void (*fn_arg)(const void *arg);
+    const void *arg;
 } tt_case_t;
 
 int tt_run_cases(const char *suite, const tt_case_t *cases, size_t n, int timeout_ms);
+/* The same for the cases named in names[0..nnames) only (all of them when
+ * nnames is 0): a suite's command line picks the cases to run. A name no
+ * case has fails. */
+int tt_run_named_cases(const char *suite, const tt_case_t *cases, size_t n, int timeout_ms, char *const *names,
+                       int nnames);
 #ifndef _WIN32
 /* A child's raw status, or, SIGKILLed once timeout_ms passed, its status
  * then with *timed_out set. */

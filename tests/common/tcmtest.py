@@ -1,10 +1,14 @@
 """What the Python tests and benchmark drivers share: a free TCP port,
-waiting for a tcmd to answer, and checks that count their failures."""
+waiting for a tcmd to answer, a private tcmd per test case, and checks that
+count their failures."""
 import contextlib
 import os
+import shutil
+import signal
 import sys
 import socket
 import subprocess
+import tempfile
 import time
 
 
@@ -28,6 +32,63 @@ def wait_tcmd(tcmctl, sock, seconds=10):
     return False
 
 
+class Tcmd:
+    """A private tcmd for one test case: its own directory, socket, heap name
+    and log, so that no case sees what an earlier one configured. stop()
+    runs the whole-heap validator, then SIGTERM; it returns whether both were
+    clean (and the heap's segments gone)."""
+
+    seq = 0
+
+    def __init__(self, build, prefix, args=(), config=None, **popen):
+        Tcmd.seq += 1
+        self.tcmctl = os.path.join(build, "tcmctl")
+        self.dir = tempfile.mkdtemp(prefix=f"tcm-{prefix}-")
+        self.sock = os.path.join(self.dir, "tcmd.sock")
+        self.log = os.path.join(self.dir, "tcmd.log")
+        self.name = f"{prefix}{os.getpid()}-{Tcmd.seq}"
+        self.conf = None
+        if config is not None:
+            self.conf = os.path.join(self.dir, "tcmd.conf")
+            with open(self.conf, "w") as f:
+                f.write(config)
+            args = ("--config", self.conf, *args)
+        self.p = subprocess.Popen([os.path.join(build, "tcmd"), "--foreground", "--socket", self.sock, "--name",
+                                   self.name, "--log", self.log, *args], **popen)
+        self.pid = self.p.pid
+        if not wait_tcmd(self.tcmctl, self.sock):
+            self.kill()
+            raise RuntimeError(f"tcmd did not start; its log: {self.log_tail()}")
+
+    def log_tail(self, lines=30):
+        try:
+            with open(self.log) as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait()
+
+    def stop(self):
+        if self.p.poll() is not None:
+            return False
+        checked = subprocess.run([self.tcmctl, "--socket", self.sock, "check"], capture_output=True,
+                                 timeout=60).returncode == 0
+        self.p.terminate()
+        try:
+            rc = self.p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return False
+        clean = checked and rc == 0 and not os.path.exists(f"/dev/shm/tcm.{self.name}.heap")
+        if clean:  # (a failed case keeps its directory: the log is in it)
+            shutil.rmtree(self.dir, ignore_errors=True)
+        return clean
+
+
 class Tally:
     """Checks that report and count a failure and let the run go on."""
 
@@ -44,10 +105,16 @@ class Tally:
         return cond
 
     @contextlib.contextmanager
-    def section(self, name, timed=False):
+    def section(self, name, timed=False, timeout=None):
         """A part of the run: an exception in it fails that part, and the
-        next part still runs."""
+        next part still runs; so does a part that outlasts timeout seconds
+        (SIGALRM: a read that hangs raises)."""
         t0 = time.time()
+        if timeout:
+            def expired(_signum, _frame):
+                raise TimeoutError(f"still running after {timeout} s")
+            signal.signal(signal.SIGALRM, expired)
+            signal.alarm(timeout)
         try:
             yield
             if timed:
@@ -56,3 +123,21 @@ class Tally:
             self.checks += 1
             self.failures += 1
             print(f"FAILED: {name}: {type(e).__name__}: {e}", file=sys.stderr)
+        finally:
+            if timeout:
+                signal.alarm(0)
+
+    @contextlib.contextmanager
+    def case(self, build, name, timeout=120, timed=False, **tcmd):
+        """A test case against a tcmd of its own (Tcmd's arguments in tcmd),
+        in a section with a timeout; the tcmd is stopped and checked at its
+        end, and its log shown if the case failed."""
+        failures = self.failures
+        with self.section(name, timed=timed, timeout=timeout):
+            d = Tcmd(build, **tcmd)
+            try:
+                yield d
+            finally:
+                self.check(d.stop(), f"{name}: tcmd's heap consistent and its exit clean")
+                if self.failures > failures:
+                    print(f"tcmd's log ({d.log}), its last lines:\n{d.log_tail()}", file=sys.stderr)

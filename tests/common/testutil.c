@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "testutil.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -300,6 +302,82 @@ void tt_wait_ok(pid_t pid, int timeout_ms)
                 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
         abort();
     }
+}
+
+/* The state letter of /proc/PID/task/TID/stat (after the command's ')'),
+ * or 0 when the thread is gone. */
+static char thread_state(pid_t pid, const char *tid)
+{
+    char path[96], line[512];
+    snprintf(path, sizeof path, "/proc/%d/task/%s/stat", (int)pid, tid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    bool got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    const char *end = got ? strrchr(line, ')') : NULL;
+    return end && end[1] == ' ' ? end[2] : 0;
+}
+
+static bool threads_asleep(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *dir = opendir(path);
+    if (!dir)
+        return false;
+    bool asleep = true;
+    struct dirent *e;
+    while (asleep && (e = readdir(dir)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char st = thread_state(pid, e->d_name);
+        asleep = st == 'S' || st == 'D';
+    }
+    closedir(dir);
+    return asleep;
+}
+
+bool tt_wait_threads_asleep(pid_t pid, int timeout_ms)
+{
+    for (int t = 0; t <= timeout_ms; t += 2) {
+        if (threads_asleep(pid))
+            return true;
+        sleep_ms(2);
+    }
+    return false;
+}
+
+/* The syscall thread tid of this process is blocked in, from
+ * /proc/self/task/TID/syscall ("running" or the number first); -1 if none,
+ * THREAD_GONE once it has exited. */
+enum { THREAD_GONE = -2 };
+
+static long blocked_syscall(pid_t tid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return errno == ENOENT ? THREAD_GONE : -1;
+    bool got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    char *end;
+    long nr = got ? strtol(line, &end, 10) : -1;
+    return got && end != line ? nr : -1;
+}
+
+bool tt_wait_thread_in_futex_or_gone(pid_t tid, int timeout_ms)
+{
+    char name[16];
+    snprintf(name, sizeof name, "%d", (int)tid);
+    for (int t = 0; t <= timeout_ms; t += 2) {
+        long nr = blocked_syscall(tid);
+        if (nr == THREAD_GONE || (nr == SYS_futex && thread_state(getpid(), name) == 'S'))
+            return true;
+        sleep_ms(2);
+    }
+    return false;
 }
 
 const char *tt_path(const char *name, char *buf, size_t len)

@@ -59,6 +59,15 @@ int tt_wait(pid_t pid, int timeout_ms);
 /* Expect a normal exit with status 0. */
 void tt_wait_ok(pid_t pid, int timeout_ms);
 
+/* Events read from /proc instead of a sleep, polled for at most timeout_ms;
+ * each returns whether it happened. Every thread of process pid sleeps in
+ * the kernel (waits: for tcmd, for a lock, for a child). */
+bool tt_wait_threads_asleep(pid_t pid, int timeout_ms);
+/* Thread tid of this process sleeps in a futex wait (a call waiting for
+ * tcmd's answer: the client's slots have no other way to wait), or has
+ * exited. */
+bool tt_wait_thread_in_futex_or_gone(pid_t tid, int timeout_ms);
+
 #include "cases.h"
 
 /* Path of a test helper binary built next to the tests. */

@@ -5,7 +5,7 @@
  * worker processes run the shared workload: the next tcmd recovers, its
  * validator is clean, the workers carry on without a failed allocation, and
  * everything comes back once they are done. Each point runs in its own child
- * with its own daemon. */
+ * (tt_run_cases: a point that hangs fails alone) with its own daemon. */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
@@ -91,10 +91,9 @@ static const point_t points[] = {
     {"client_create", 3, trigger_attach},
 };
 
-static int run_point(void *arg)
+static void run_point(const void *arg)
 {
     const point_t *pt = arg;
-    setpgid(0, 0); /* main kills the group: nothing of a failed point outlives it */
     wl = wl_shared();
     char spec[96];
     snprintf(spec, sizeof spec, "TCM_TEST_CRASH_AT=%s:%d", pt->name, pt->hit);
@@ -110,7 +109,7 @@ static int run_point(void *arg)
     int st = tt_daemon_wait_exit(&d, 150000); /* sanitizer builds under load are slow */
     if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL) {
         fprintf(stderr, "crash point %s: tcmd ended with status 0x%x, not SIGKILL\n", pt->name, st);
-        return 1;
+        abort();
     }
     tt_daemon_restart(&d, NULL, NULL);
     wl_wait_ready(wl, WORKERS);
@@ -135,27 +134,13 @@ static int run_point(void *arg)
     fprintf(stderr, "crash point %-14s hit %2d: recovered (%llu redone, %llu served again)\n", pt->name, pt->hit,
            (unsigned long long)tt_stat(&d, "recovery_redone"), (unsigned long long)tt_stat(&d, "recovery_rolled_back"));
     tt_daemon_stop(&d);
-    return 0;
 }
 
 int main(int argc, char **argv)
 {
-    int npoints = (int)(sizeof points / sizeof points[0]), passed = 0, ran = 0;
-    for (int i = 0; i < npoints; i++) {
-        bool wanted = argc == 1;
-        for (int a = 1; a < argc; a++)
-            wanted |= strcmp(argv[a], points[i].name) == 0;
-        if (!wanted)
-            continue;
-        ran++;
-        pid_t pid = tt_fork(run_point, (void *)&points[i]);
-        int st = tt_wait(pid, 300000);
-        kill(-pid, SIGKILL);
-        bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-        passed += ok;
-        if (!ok)
-            fprintf(stderr, "crash point %s FAILED (status 0x%x)\n", points[i].name, st);
-    }
-    printf("crashpoints: %d passed, %d failed\n", passed, ran - passed);
-    return passed == ran ? 0 : 1;
+    enum { NPOINTS = sizeof points / sizeof points[0] };
+    static tt_case_t cases[NPOINTS];
+    for (int i = 0; i < NPOINTS; i++)
+        cases[i] = (tt_case_t){.name = points[i].name, .fn_arg = run_point, .arg = &points[i]};
+    return tt_run_named_cases("crashpoints", cases, NPOINTS, 300000, argv + 1, argc - 1) != 0;
 }

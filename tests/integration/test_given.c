@@ -10,8 +10,9 @@
  * is damaged through a read-write mapping of the metadata segment (the
  * test runs as tcmd's user; clients map it read-only), and answers are
  * forged into the client's own slot while tcmd is stopped (SIGSTOP), as a
- * tcmd with a bug would write them. Each case runs in a child of its own,
- * against a tcmd of its own that is killed after it. */
+ * tcmd with a bug would write them. Each case runs in a child of its own
+ * (tt_run_cases: one that fails or hangs does not stop the others), against
+ * a tcmd of its own that is killed after it. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <glob.h>
@@ -200,10 +201,19 @@ static int with_stderr_to_file(void *arg)
     return child_fn(arg);
 }
 
-/* run fn in a child against a tcmd of its own: it must abort, and its
- * stderr must say want and want2 */
-static void expect_fatal(const char *name, int (*fn)(void *), const char *want, const char *want2)
+/* One case: fn, run in a child against a tcmd of its own, must abort, and
+ * its stderr must say want and want2. */
+typedef struct fatal_case {
+    const char *name;
+    int (*fn)(void *);
+    const char *want, *want2;
+} fatal_case_t;
+
+static void expect_fatal(const void *arg)
 {
+    const fatal_case_t *fc = arg;
+    const char *name = fc->name, *want = fc->want, *want2 = fc->want2;
+    int (*fn)(void *) = fc->fn;
     tt_daemon_start(&daemon_, NULL);
     snprintf(errfile, sizeof errfile, "/tmp/tcmtest-given-%d.err", (int)getpid());
     child_fn = fn;
@@ -232,22 +242,23 @@ static void expect_fatal(const char *name, int (*fn)(void *), const char *want, 
     }
 }
 
+static const fatal_case_t fatal_cases[] = {
+    {"tcm_usable_size, class byte 200", usable_size_child, "tcm_usable_size(): the page map gives 0x",
+     "the class byte 200, which is neither a size class (1-96) nor a page run (255)"},
+    {"tcm_free, class byte 97", free_child, "tcm_free(): the page map gives 0x", "the class byte 97, which is neither"},
+    {"REFILL answered with an object of another class", refill_child, "tcmd handed out offset 0x",
+     "for class 4: not an object of that class (its page has class "},
+    {"ALLOC_PAGES answered with the page of a small object", pages_child, "tcmd handed out offset 0x",
+     "for a run of 128 pages: not a page run (its page has class "},
+};
+
 int main(int argc, char **argv)
 {
-    /* argv[1]: run only that case (0-3) */
-    int only = argc > 1 ? atoi(argv[1]) : -1;
     setvbuf(stdout, NULL, _IONBF, 0);
-    if (only < 0 || only == 0)
-        expect_fatal("tcm_usable_size, class byte 200", usable_size_child, "tcm_usable_size(): the page map gives 0x",
-                     "the class byte 200, which is neither a size class (1-96) nor a page run (255)");
-    if (only < 0 || only == 1)
-        expect_fatal("tcm_free, class byte 97", free_child, "tcm_free(): the page map gives 0x",
-                     "the class byte 97, which is neither");
-    if (only < 0 || only == 2)
-        expect_fatal("REFILL answered with an object of another class", refill_child, "tcmd handed out offset 0x",
-                     "for class 4: not an object of that class (its page has class ");
-    if (only < 0 || only == 3)
-        expect_fatal("ALLOC_PAGES answered with the page of a small object", pages_child, "tcmd handed out offset 0x",
-                     "for a run of 128 pages: not a page run (its page has class ");
-    return 0;
+    enum { NCASES = sizeof fatal_cases / sizeof fatal_cases[0] };
+    tt_case_t cases[NCASES];
+    for (int i = 0; i < NCASES; i++)
+        cases[i] = (tt_case_t){.name = fatal_cases[i].name, .fn_arg = expect_fatal, .arg = &fatal_cases[i]};
+    /* argv: the names of the cases to run (all without) */
+    return tt_run_named_cases("given", cases, NCASES, 120000, argv + 1, argc - 1) != 0;
 }

@@ -2,7 +2,8 @@
  * again under load, stopped with SIGTERM while clients are attached (the
  * upgrade path), a client that dies while no tcmd runs, a tcmd that never
  * comes back, and segments that must not be adopted. Real processes, a real
- * daemon; each case runs in its own forked child. */
+ * daemon; each case runs in its own child (tt_run_cases), so a case that
+ * hangs fails alone. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -47,10 +48,8 @@ static uint64_t now_ms(void)
 
 /* SIGKILL at work, five times: the clients wait, resume, and carry on
  * without one failed allocation; a root set before survives. */
-static int test_kill_under_load(void *arg)
+static void test_kill_under_load(void)
 {
-    (void)arg;
-    setpgid(0, 0);
     tcm_test_daemon_t d;
     tt_daemon_start(&d, NULL);
     char helper[256];
@@ -78,7 +77,6 @@ static int test_kill_under_load(void *arg)
     CHECK_EQ(tt_stat(&d, "clients_died"), 0); /* they said Bye to the tcmd of the day */
     tt_check_heap(&d);
     tt_daemon_stop(&d);
-    return 0;
 }
 
 /* One process, several threads, all needing tcmd when it goes: one of them
@@ -124,10 +122,8 @@ static void wait_thread_ops(uint64_t more)
     }
 }
 
-static int test_threads(void *arg)
+static void test_threads(void)
 {
-    (void)arg;
-    setpgid(0, 0);
     tcm_test_daemon_t d;
     tt_daemon_start(&d, NULL);
     char out[256];
@@ -144,7 +140,7 @@ static int test_threads(void *arg)
     wait_thread_ops(200);
     for (int k = 0; k < 3; k++) {
         tt_daemon_kill(&d);
-        sleep_ms(50); /* every thread is waiting by now */
+        CHECK(tt_wait_threads_asleep(pid, 10000)); /* every thread waits for tcmd (or for the one reconnecting) */
         tt_daemon_restart(&d, NULL, NULL);
         wait_thread_ops(200);
     }
@@ -155,16 +151,13 @@ static int test_threads(void *arg)
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
     CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
     tt_daemon_stop(&d);
-    return 0;
 }
 
 /* SIGTERM with clients attached leaves the heap and the socket; the next
  * tcmd adopts them (the upgrade path): no failed allocation. Once the clients
  * are gone, SIGTERM removes everything as before. */
-static int test_upgrade(void *arg)
+static void test_upgrade(void)
 {
-    (void)arg;
-    setpgid(0, 0);
     tcm_test_daemon_t d;
     tt_daemon_start(&d, NULL);
     pid_t pids[2];
@@ -183,7 +176,6 @@ static int test_upgrade(void *arg)
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
     CHECK_EQ(tt_stat(&d, "restarts"), 3);
     tt_daemon_stop(&d); /* checks the segments and the socket are gone */
-    return 0;
 }
 
 /* A client that dies while no tcmd runs is found by the next one (its
@@ -203,10 +195,8 @@ static int cacher(void *arg)
         pause();
 }
 
-static int test_death_in_gap(void *arg)
+static void test_death_in_gap(void)
 {
-    (void)arg;
-    setpgid(0, 0);
     tcm_test_daemon_t d;
     tt_daemon_start(&d, NULL);
     memset(sh, 0, sizeof *sh);
@@ -240,7 +230,6 @@ static int test_death_in_gap(void *arg)
     CHECK_EQ(tt_stat(&d, "clients_died"), 2);
     tt_check_heap(&d);
     tt_daemon_stop(&d);
-    return 0;
 }
 
 /* No tcmd comes back: the call waits TCM_RECONNECT_TIMEOUT, then NULL and
@@ -271,10 +260,8 @@ static int abandoned(void *arg)
     return 0;
 }
 
-static int test_no_comeback(void *arg)
+static void test_no_comeback(void)
 {
-    (void)arg;
-    setpgid(0, 0);
     tcm_test_daemon_t d;
     tt_daemon_start(&d, NULL);
     memset(sh, 0, sizeof *sh);
@@ -301,7 +288,6 @@ static int test_no_comeback(void *arg)
     tt_daemon_restart(&d, NULL, NULL);
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
     tt_daemon_stop(&d);
-    return 0;
 }
 
 static void patch_u32(const tcm_test_daemon_t *d, const char *suffix, off_t off, uint32_t v)
@@ -329,10 +315,8 @@ static void expect_refused(tcm_test_daemon_t *d, const char *const *args, const 
 /* Segments of another size, base, thread count, layout version or owner are
  * refused with a message that says what differs; --discard-heap replaces
  * them. */
-static int test_refusals(void *arg)
+static void test_refusals(void)
 {
-    (void)arg;
-    setpgid(0, 0);
     tcm_test_daemon_t d;
     const char *small[] = {"--heap-size", "64M", NULL};
     tt_daemon_start(&d, small);
@@ -376,7 +360,6 @@ static int test_refusals(void *arg)
     CHECK(tcm_root_get("kept") == NULL); /* a fresh heap */
     tcm_shutdown();
     tt_daemon_stop(&d);
-    return 0;
 }
 
 int main(int argc, char **argv)
@@ -384,25 +367,10 @@ int main(int argc, char **argv)
     sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(sh != MAP_FAILED);
     wl = wl_shared();
-    struct { const char *name; int (*fn)(void *); } tests[] = {
+    static const tt_case_t cases[] = {
         {"kill_under_load", test_kill_under_load}, {"threads", test_threads}, {"upgrade", test_upgrade},
         {"death_in_gap", test_death_in_gap},       {"no_comeback", test_no_comeback},
         {"refusals", test_refusals},
     };
-    int n = (int)(sizeof tests / sizeof tests[0]), passed = 0;
-    for (int i = 0; i < n; i++) {
-        if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
-            continue;
-        pid_t pid = tt_fork(tests[i].fn, NULL);
-        int st = tt_wait(pid, 240000);
-        kill(-pid, SIGKILL); /* whatever a failed case left running */
-        bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-        printf("%s %s\n", ok ? "ok  " : "FAIL", tests[i].name);
-        passed += ok;
-        if (!ok)
-            fprintf(stderr, "restart.%s failed (status 0x%x)\n", tests[i].name, st);
-    }
-    int ran = argc > 1 ? 1 : n;
-    printf("restart: %d passed, %d failed\n", passed, ran - passed);
-    return passed == ran ? 0 : 1;
+    return tt_run_named_cases("restart", cases, sizeof cases / sizeof cases[0], 240000, argv + 1, argc - 1) != 0;
 }

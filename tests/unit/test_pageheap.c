@@ -29,17 +29,31 @@ static void validate(void)
     }
 }
 
-/* What a RETURN does with one object: check, then free. */
+/* A RETURN of one object, as the heap thread serves it: the batch free,
+ * then the spans it left empty released (or kept). */
 static int give_back(unsigned cls, uint64_t off, uint16_t *owner)
 {
-    tcm_obj_loc_t loc;
-    int st = tcm__central_check_ht(&h, cls, off, &loc);
-    if (st == TCM_ST_OK) {
-        uint32_t emptied;
-        *owner = tcm__central_free_ht(&h, loc, &emptied);
-        if (emptied)
-            tcm__central_release_span_ht(&h, emptied, true);
+    uint8_t st = TCM_ST_PENDING;
+    tcm_owner_run_t run;
+    uint32_t nruns, emptied[1], nemptied = 0;
+    tcm__central_return_ht(&h, cls, &off, 1, &st, &run, &nruns, emptied, &nemptied);
+    CHECK_EQ(nruns, st == TCM_ST_OK);
+    if (nruns) {
+        CHECK_EQ(run.objects, 1);
+        *owner = run.owner;
     }
+    for (uint32_t i = 0; i < nemptied; i++)
+        tcm__central_release_span_ht(&h, emptied[i], true);
+    return st;
+}
+
+/* ALLOC_PAGES's run: its offset, logged before the run is mapped. */
+static int large_alloc(uint64_t npages, uint64_t align, uint32_t owner, uint64_t *off)
+{
+    uint32_t first = 0;
+    int st = tcm__large_alloc_ht(&h, npages, align, owner, &first);
+    CHECK_EQ(first != 0, st == TCM_ST_OK);
+    *off = tcm__page_off(first);
     return st;
 }
 
@@ -99,7 +113,7 @@ static void test_runs(void)
             uint64_t npages = 1 + (uint64_t)(rand() % 4 ? rand() % 8 : rand() % 200);
             uint64_t align = rand() % 8 == 0 ? 1u << (rand() % 6) : 1;
             uint64_t off;
-            int st = tcm__large_alloc_ht(&h, npages, align, (uint32_t)i, &off);
+            int st = large_alloc(npages, align, (uint32_t)i, &off);
             if (st == TCM_ST_NOMEM)
                 continue;
             CHECK_EQ(st, TCM_ST_OK);
@@ -183,7 +197,7 @@ static void test_objects(void)
 static void test_release(void)
 {
     uint64_t off;
-    CHECK_EQ(tcm__large_alloc_ht(&h, 2048, 1, 1, &off), TCM_ST_OK); /* 16 MiB, committed */
+    CHECK_EQ(large_alloc(2048, 1, 1, &off), TCM_ST_OK); /* 16 MiB, committed */
     int64_t before = tcm__backed_bytes(heap_fd);
     CHECK_GE(before, 16 << 20);
     uint64_t bytes;
@@ -215,8 +229,8 @@ static void test_limit(void)
 {
     atomic_store(&h.meta->config.heap_limit, 8ull << 20);
     uint64_t off, offs[64];
-    CHECK_EQ(tcm__large_alloc_ht(&h, 2048, 1, 1, &off), TCM_ST_NOMEM);
-    CHECK_EQ(tcm__large_alloc_ht(&h, 512, 1, 1, &off), TCM_ST_OK);
+    CHECK_EQ(large_alloc(2048, 1, 1, &off), TCM_ST_NOMEM);
+    CHECK_EQ(large_alloc(512, 1, 1, &off), TCM_ST_OK);
     int st;
     uint32_t got = 0;
     for (int i = 0; i < 1000; i++) {
@@ -349,6 +363,130 @@ static void test_batch(void)
     rebuild_and_compare();
 }
 
+/* Random batches against a model: runs in address order (the RETURN's
+ * path without a lookup), shuffled entries, objects twice, offsets inside
+ * objects, past a span's last object, in other spans and classes; each
+ * entry's status is what a check of it alone says before the batch, except
+ * an object's second time (a double free); the heap stays consistent. */
+static void test_random(void)
+{
+    static uint64_t offs[8 * TCM_MAX_BATCH], batch[TCM_MAX_BATCH];
+    static uint8_t expect[TCM_MAX_BATCH], sts[TCM_MAX_BATCH];
+    static tcm_owner_run_t runs[TCM_MAX_BATCH];
+    static uint32_t emptied[TCM_MAX_BATCH];
+    srand(7);
+    const unsigned sizes[] = {16, 48, 1024, 4096, 32768};
+    for (unsigned c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
+        unsigned cls = tcm__size_class(sizes[c]);
+        int st;
+        uint32_t n = 0, per = h.classes[cls].batch, got;
+        while (n + per <= 4 * TCM_MAX_BATCH && (got = refill(cls, per, offs + n, (uint16_t)(1 + n % 3), &st)))
+            n += got; /* owners 1..3: owner runs, tag blocks */
+        CHECK_GT(n, 0);
+        for (int round = 0; round < 200; round++) {
+            uint32_t k = (uint32_t)(1 + rand() % TCM_MAX_BATCH);
+            uint32_t at = (uint32_t)(rand() % n);
+            for (uint32_t i = 0; i < k; i++) {
+                int kind = rand() % 16;
+                uint64_t off = offs[(at + i) % n]; /* mostly a run in address order */
+                if (kind == 0)
+                    off = offs[rand() % n];
+                else if (kind == 1 && i)
+                    off = batch[rand() % i]; /* twice */
+                else if (kind == 2)
+                    off += 16 * (1 + rand() % 3);
+                else if (kind == 3)
+                    off += h.classes[cls].size; /* the next object, maybe past the span */
+                else if (kind == 4)
+                    off = (uint64_t)(rand() % (h.top + 4)) << TCM_PAGE_SHIFT;
+                batch[i] = off;
+            }
+            if (round % 2) /* a bin's top given back going down */
+                for (uint32_t i = 0; i < k / 2; i++) {
+                    uint64_t t = batch[i];
+                    batch[i] = batch[k - 1 - i];
+                    batch[k - 1 - i] = t;
+                }
+            for (uint32_t i = 0; i < k; i++) {
+                expect[i] = (uint8_t)tcm__central_check_ht(&h, cls, batch[i], NULL);
+                for (uint32_t j = 0; j < i && expect[i] == TCM_ST_OK; j++)
+                    if (batch[j] == batch[i])
+                        expect[i] = TCM_ST_DOUBLE_FREE;
+            }
+            uint32_t nruns, nemptied = 0, refused = 0;
+            memset(sts, TCM_ST_PENDING, k);
+            uint32_t nrefused = tcm__central_return_ht(&h, cls, batch, k, sts, runs, &nruns, emptied, &nemptied);
+            uint64_t credited = 0;
+            for (uint32_t i = 0; i < k; i++) {
+                CHECK_EQ(sts[i], expect[i]);
+                refused += sts[i] != TCM_ST_OK;
+                if (sts[i] == TCM_ST_OK)
+                    CHECK_EQ(tcm__central_check_ht(&h, cls, batch[i], NULL), TCM_ST_DOUBLE_FREE);
+            }
+            for (uint32_t r = 0; r < nruns; r++)
+                credited += runs[r].objects;
+            CHECK_EQ(nrefused, refused);
+            CHECK_EQ(credited, k - refused);
+            for (uint32_t e = 0; e < nemptied; e++)
+                tcm__central_release_span_ht(&h, emptied[e], true);
+            validate();
+            /* what went back is handed out again, to keep the runs dense */
+            for (uint32_t i = 0; i < n; i++)
+                if (tcm__central_check_ht(&h, cls, offs[i], NULL) != TCM_ST_OK) {
+                    uint64_t one;
+                    if (refill(cls, 1, &one, 3, &st) == 1)
+                        offs[i] = one;
+                }
+        }
+        rebuild_and_compare();
+    }
+}
+
+/* Spans a RETURN empties stay with their class up to one batch of it (at
+ * most TCM_KEEP_EMPTY_BYTES): the next refill of a batch cuts none; the
+ * rest go back to the page heap; drop_empty gives the kept ones back. */
+static void test_kept(void)
+{
+    static uint64_t offs[4 * TCM_MAX_BATCH];
+    int st;
+    unsigned cls = tcm__size_class(32768);
+    const tcm_class_info_t *ci = &h.classes[cls];
+    uint32_t batch = ci->batch, n = 0;
+    for (int b = 0; b < 3; b++)
+        n += refill(cls, batch, offs + n, 5, &st);
+    CHECK_EQ(n, 3 * batch);
+    uint64_t span_bytes = tcm__page_off(ci->span_pages), batch_bytes = (uint64_t)batch * ci->size;
+    if (batch_bytes > TCM_KEEP_EMPTY_BYTES)
+        batch_bytes = TCM_KEEP_EMPTY_BYTES;
+    uint32_t kept = (uint32_t)((batch_bytes + span_bytes - 1) / span_bytes);
+    uint8_t sts[TCM_MAX_BATCH];
+    tcm_owner_run_t runs[TCM_MAX_BATCH];
+    uint32_t nruns, emptied[TCM_MAX_BATCH];
+    for (uint32_t i = 0; i < n; i += batch) {
+        uint32_t nemptied = 0;
+        memset(sts, TCM_ST_PENDING, batch);
+        CHECK_EQ(tcm__central_return_ht(&h, cls, offs + i, batch, sts, runs, &nruns, emptied, &nemptied), 0);
+        CHECK_EQ(nemptied, batch / ci->span_objs);
+        for (uint32_t e = 0; e < nemptied; e++)
+            tcm__central_release_span_ht(&h, emptied[e], true);
+        validate();
+    }
+    CHECK_EQ(atomic_load(&h.cstats[cls].spans), kept);
+    CHECK_EQ(h.empty_spans[cls], kept);
+    uint64_t free_pages = h.free_pages;
+    CHECK_EQ(refill(cls, batch, offs, 5, &st), batch);
+    CHECK_EQ(h.free_pages, free_pages); /* no span cut */
+    CHECK_EQ(h.empty_spans[cls], kept - (batch + ci->span_objs - 1) / ci->span_objs);
+    rebuild_and_compare();
+    uint32_t nemptied = 0;
+    memset(sts, TCM_ST_PENDING, batch);
+    CHECK_EQ(tcm__central_return_ht(&h, cls, offs, batch, sts, runs, &nruns, emptied, &nemptied), 0);
+    CHECK_EQ(tcm__central_drop_empty_ht(&h), (uint64_t)kept * span_bytes);
+    CHECK_EQ(h.empty_spans[cls], 0);
+    validate();
+    CHECK_EQ(h.free_pages, h.top - 1);
+}
+
 #define ON_A_NEW_HEAP(name) \
     static void case_##name(void) \
     { \
@@ -358,6 +496,8 @@ static void test_batch(void)
 ON_A_NEW_HEAP(runs)
 ON_A_NEW_HEAP(objects)
 ON_A_NEW_HEAP(batch)
+ON_A_NEW_HEAP(kept)
+ON_A_NEW_HEAP(random)
 ON_A_NEW_HEAP(release)
 ON_A_NEW_HEAP(limit)
 ON_A_NEW_HEAP(roots)
@@ -365,7 +505,7 @@ ON_A_NEW_HEAP(roots)
 int main(void)
 {
     static const tt_case_t cases[] = {
-        {"runs", case_runs}, {"objects", case_objects}, {"batch", case_batch}, {"release", case_release},
+        {"runs", case_runs}, {"objects", case_objects}, {"batch", case_batch}, {"kept", case_kept}, {"random", case_random}, {"release", case_release},
         {"limit", case_limit}, {"roots", case_roots},
     };
     return tt_run_cases("pageheap", cases, sizeof cases / sizeof cases[0], 60000) != 0;

@@ -1,0 +1,37 @@
+/* debug.c — the DEBUG command, for the tests only (see debug.h). */
+#define _GNU_SOURCE
+#include "debug.h"
+
+#include <time.h>
+
+#include "worker.h"
+
+const char *_Atomic kv_crash_at;
+
+/* DEBUG HOLD key ms: hold the key's stripe locked for ms (a worker to kill
+ * while it holds a lock); DEBUG CRASH point: die at that point of the next
+ * change (see kv_crash_at). Only with --enable-debug-command. */
+void cmd_debug(cmd_ctx_t *x)
+{
+    if (!x->w->o->debug) {
+        out_err(x->c, "ERR DEBUG command not allowed: start tcm-kv with --enable-debug-command");
+        return;
+    }
+    static char point[32];
+    long long ms;
+    if (arg_is(&x->a[1], "HOLD") && x->n == 4 && to_ll(x->a[3].p, x->a[3].n, &ms) && ms >= 0 && ms <= 60000) {
+        uint64_t h = kv_hash(x->a[2].p, x->a[2].n);
+        kv_stripe_t *s = kv_lock(x->w->t, h);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+        nanosleep(&ts, NULL);
+        kv_unlock(s);
+        out_ok(x->c);
+    } else if (arg_is(&x->a[1], "CRASH") && x->n == 3 && x->a[2].n < sizeof point) {
+        memcpy(point, x->a[2].p, x->a[2].n);
+        point[x->a[2].n] = 0;
+        atomic_store(&kv_crash_at, point);
+        out_ok(x->c);
+    } else {
+        out_err(x->c, "%s", ERR_SYNTAX);
+    }
+}

@@ -1,0 +1,24 @@
+/* debug.h — tcm-kv's test hooks, apart from the reference code: DEBUG HOLD
+ * and DEBUG CRASH (debug.c, answered only with --enable-debug-command) and
+ * the crash points between two stores of a table change that DEBUG CRASH
+ * arms. integration.kv uses them to kill a worker where a change is half
+ * done and check that the next one repairs it. */
+#ifndef KV_DEBUG_H
+#define KV_DEBUG_H
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+
+/* SIGKILL this process at a named point between two stores of a change
+ * ("put", "migrate", "rehash") the next time it passes it; NULL: never. */
+extern const char *_Atomic kv_crash_at;
+
+#define KV_CRASH_POINT(name)                                                                       \
+    do {                                                                                           \
+        const char *at_ = atomic_load_explicit(&kv_crash_at, memory_order_relaxed);                \
+        if (at_ && !strcmp(at_, name))                                                             \
+            raise(SIGKILL);                                                                        \
+    } while (0)
+
+#endif
