@@ -647,9 +647,13 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
     return refused;
 }
 
-/* How many empty spans class cls keeps (see tcm__central_release_span_ht). */
+/* How many empty spans class cls keeps (see tcm__central_release_span_ht).
+ * None of a span of one object: kept, it is one cached object of its class,
+ * where in the page heap its pages serve any class (and decay when unused). */
 static uint32_t spans_kept(const tcm_class_info_t *ci)
 {
+    if (ci->span_objs == 1)
+        return 0;
     uint64_t batch_bytes = (uint64_t)ci->batch * ci->size, span_bytes = tcm__page_off(ci->span_pages);
     if (batch_bytes > TCM_KEEP_EMPTY_BYTES)
         batch_bytes = TCM_KEEP_EMPTY_BYTES;

@@ -312,17 +312,22 @@ static void test_busy_decay(void)
 
 /* A thread keeps what it freed in its bins; once it works on in other
  * classes (slow paths), its scavenges give back what sat unused: three
- * quarters of a class's low-water mark every decay_ms / TCM_DECAY_STEPS. */
+ * quarters of a class's low-water mark every decay_ms / TCM_DECAY_STEPS.
+ * The working set cycles through the bin a few times first: a bin grows on
+ * an overflow only after a miss (frees alone do not fill it), by a refill
+ * each cycle. */
 static int scavenger(void *arg)
 {
     (void)arg;
     CHECK_EQ(tcm_init(socket_path), 0);
-    enum { N = 8000, CHURN = 5000 };
+    enum { N = 8000, CYCLES = 8, CHURN = 5000 };
     static void *p[N];
-    for (int i = 0; i < N; i++)
-        CHECK((p[i] = tcm_malloc(1000)) != NULL);
-    for (int i = 0; i < N; i++)
-        tcm_free(p[i]);
+    for (int c = 0; c < CYCLES; c++) {
+        for (int i = 0; i < N; i++)
+            CHECK((p[i] = tcm_malloc(1000)) != NULL);
+        for (int i = 0; i < N; i++)
+            tcm_free(p[i]);
+    }
     atomic_store(phase, 1); /* idle: nothing scavenges without a slow path */
     while (atomic_load(phase) != 2)
         usleep(1000);
