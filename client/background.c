@@ -9,8 +9,10 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 
+#include "background.h"
 #include "client.h"
 #include "prim.h"
+#include "xfer.h"
 
 #define TICK_NS 1000000000ull /* at least once a second */
 

@@ -5,9 +5,14 @@
 #define _GNU_SOURCE
 #include <errno.h>
 
+#include "channel.h"
 #include "client.h"
+#include "ctlsock.h"
+#include "diag.h"
+#include "lifecycle.h"
 #include "prim.h"
 #include "ring.h"
+#include "tcache.h"
 
 /* Objects freed by one thread can come back to another through the daemon,
  * a synchronisation ThreadSanitizer cannot see (it is in another process):

@@ -38,9 +38,6 @@ extern TCM_HIDDEN TCM_TLS tcm_tcache_t *tcm__tls_tc;
  * drop-in's slow paths): libtcm-malloc.so serves those from the system
  * malloc, so the library never re-enters itself. */
 extern TCM_HIDDEN TCM_TLS unsigned tcm__in_library;
-/* Added to the one line tcm_init prints when it cannot attach (the
- * drop-in: what the process does instead). */
-extern TCM_HIDDEN const char *tcm__attach_failed_note;
 extern TCM_HIDDEN tcm_tcache_t tcm__empty_tcache;
 
 typedef struct tcm_thread {
@@ -145,110 +142,11 @@ typedef struct tcm_proc {
 
 extern TCM_HIDDEN tcm_proc_t tcm__proc;
 
-/* lifecycle.c */
-TCM_HIDDEN int tcm__ensure_attached(void);
-/* tcmd went away (its socket closed): reconnect to the one now on the same
- * socket as the same client. 0 when connected (again), -EAGAIN while still
- * waiting, another -errno when this process must give up. */
-TCM_HIDDEN int tcm__await_daemon(void);
-TCM_HIDDEN bool tcm__daemon_gone(void); /* our control socket was hung up, or is not ours any more */
-TCM_HIDDEN void tcm__fatal(const char *fmt, ...) __attribute__((noreturn)) TCM_PRINTF(1, 2);
-TCM_HIDDEN void tcm__warn_once(const char *what);
-/* A line on stderr only when TCM_VERBOSE is set: routine events (a tcmd
- * restart ridden through) stay out of the application's output. */
-TCM_HIDDEN void tcm__note(const char *fmt, ...) TCM_PRINTF(1, 2);
-
-/* channel.c: one request on a slot; returns the slot's status or
- * TCM_ST_NOMEM when the daemon is gone. */
-TCM_HIDDEN int tcm__call(tcm_slot_t *slot, uint32_t slot_index);
-TCM_HIDDEN bool tcm__post(tcm_slot_t *slot, uint32_t slot_index);
-/* ThreadSanitizer builds: an offset from another process orders after
- * what this process gave tcmd (channel.c); nothing otherwise. */
-#if defined(__SANITIZE_THREAD__)
-TCM_HIDDEN void tcm__tsan_from_elsewhere(void);
-#else
-static inline void tcm__tsan_from_elsewhere(void) {}
-#endif
-TCM_HIDDEN int tcm__await(tcm_slot_t *slot);
-TCM_HIDDEN tcm_slot_t *tcm__slot_acquire(uint32_t *index);
-TCM_HIDDEN void tcm__slot_release(tcm_slot_t *slot);
-/* Give the top n of objs[0..*count) back to tcmd a batch at a time, *count
- * dropping as each is answered (count NULL: an array of one's own). */
-TCM_HIDDEN int tcm__return_objects(unsigned cls, void **objs, uint32_t n, uint32_t *count);
-/* One RETURN of objs[0..k) (k at most TCM_MAX_BATCH), posted and answered;
- * the slot stays held, still listing them, until tcm__return_done: the
- * caller drops them from its own array in between, so that a death at any
- * point leaves every object listed at least once. */
-TCM_HIDDEN tcm_slot_t *tcm__return_post(unsigned cls, void *const *objs, uint32_t k, int *status);
-TCM_HIDDEN void tcm__return_done(tcm_slot_t *slot, int status, unsigned cls);
-/* Back `want` slots of an array in the channel before they are written;
- * returns how many are backed (fewer only when /dev/shm is full). */
-TCM_HIDDEN uint32_t tcm__back_slots(void **slots, uint32_t *backed, uint32_t want);
-TCM_HIDDEN void tcm__fatal_refused(int st, unsigned cls) __attribute__((noreturn));
-/* What tcmd hands out is checked before it is used (slow paths only):
- * each of the n offsets of a REFILL answer for class cls is inside the
- * heap, past page 0, 16-byte aligned and on a page the page map gives to
- * cls; a page run's offset is the first page of a run of at least npages.
- * Anything else is fatal, naming the offset. */
-TCM_HIDDEN void tcm__check_given(unsigned cls, const uint64_t *offs, uint32_t n);
-TCM_HIDDEN void tcm__check_given_run(uint64_t off, uint64_t npages);
-/* Map into this process, in one call per span, the pages of what tcmd
- * just handed out (checked): the spans of n objects, or a page run. The
- * pages are committed already (tcmd commits a span whole before it hands
- * out any of it, and it stays so while an object of it is out), so this
- * maps them and commits nothing: it saves a fault per page (a few
- * microseconds each, far more in a VM) for the price of a walk of the
- * page table. */
-TCM_HIDDEN void tcm__map_given(const uint64_t *offs, uint32_t n);
-TCM_HIDDEN void tcm__map_given_run(uint64_t off, uint64_t npages);
-/* A page-map byte that is neither free, a size class nor the page-run
- * marker (tcmd writes no other): fatal, naming the pointer and the byte,
- * before it indexes the class table. */
-TCM_HIDDEN void tcm__fatal_page_class(const char *caller, const void *p, unsigned cls) __attribute__((noreturn));
-
-/* xfer.c: the process's transfer tier */
-TCM_HIDDEN uint32_t tcm__xfer_put(unsigned cls, tcm_bin_t *b, uint32_t n); /* from b's top; how many went */
-/* Objects of a class that xfer_budget leaves room for now (no lock: a hint
- * outside it). */
-TCM_HIDDEN uint64_t tcm__xfer_budget_room(unsigned cls);
-/* The answered REFILL's offs[from, from + n) into the tier: the slot is
- * IDLE if all went in, else the rest are at the front of its offs (the
- * caller gives them back); returns how many are left. */
-TCM_HIDDEN uint32_t tcm__xfer_put_fetched(unsigned cls, tcm_slot_t *slot, uint32_t from, uint32_t n);
-TCM_HIDDEN uint32_t tcm__xfer_take(unsigned cls, void **dst, uint32_t want);
-TCM_HIDDEN bool tcm__xfer_empty(unsigned cls);
-/* Back to tcmd, the page-run cache first, then the largest classes: all of
- * it, or what exceeds run_cache and xfer_budget. */
-TCM_HIDDEN void tcm__xfer_trim(bool all);
-TCM_HIDDEN void *tcm__xfer_alloc(unsigned cls);        /* threads without a cache */
-TCM_HIDDEN void tcm__xfer_free(unsigned cls, void *p);
-
 /* realloc keeps a block of old usable bytes while size fits and does not
  * leave it mostly empty (tcm_realloc and the drop-in's realloc). */
 static inline bool tcm__realloc_keeps(size_t old, size_t size)
 {
     return size <= old && (size > old / 2 || old <= 16);
 }
-
-/* tcache.c: slow paths */
-extern TCM_HIDDEN TCM_TLS tcm_thread_t *tcm__tls_thread;
-
-TCM_HIDDEN void *tcm__malloc_slow(size_t size);
-TCM_HIDDEN void tcm__free_slow(void *p);
-TCM_HIDDEN void *tcm__large_alloc(size_t size, size_t align);
-TCM_HIDDEN void tcm__flush_all(void);
-TCM_HIDDEN void tcm__thread_reset_after_fork(void);
-
-/* large.c: the process's cache of page runs */
-TCM_HIDDEN uint64_t tcm__large_take(uint32_t npages); /* offset of a cached run, 0 if none */
-TCM_HIDDEN bool tcm__large_keep(uint64_t off, uint32_t npages); /* false: give it to tcmd */
-TCM_HIDDEN void tcm__large_trim(uint64_t keep_bytes); /* cached runs back to tcmd, down to keep_bytes */
-TCM_HIDDEN void tcm__free_pages(uint64_t off);
-/* What tcmd answered to a FREE_PAGES of off: fatal on a refusal. */
-TCM_HIDDEN void tcm__free_pages_answered(uint64_t off, int st);
-
-/* background.c: one thread per attached process */
-TCM_HIDDEN void tcm__bg_start(void);
-TCM_HIDDEN void tcm__bg_stop(void);
 
 #endif

@@ -8,7 +8,10 @@
 #define _GNU_SOURCE
 #include <errno.h>
 
+#include "channel.h"
 #include "client.h"
+#include "diag.h"
+#include "large.h"
 
 static uint64_t run_bytes(uint32_t npages)
 {

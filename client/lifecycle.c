@@ -1,100 +1,22 @@
 /* lifecycle.c — attaching to tcmd (handshake, mapping the segments at the
- * address the daemon chose), detaching, and fork: a child discards the
- * caches it inherited (they are the parent's) and attaches as a new client
- * on first use. */
+ * address the daemon chose), reconnecting to a tcmd that restarted, and
+ * detaching, at tcm_shutdown or at exit. The control socket itself is
+ * ctlsock.c's, fork handling fork.c's, the hot globals state.c's. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "background.h"
 #include "client.h"
+#include "ctlsock.h"
+#include "diag.h"
+#include "fork.h"
 #include "frame.h"
+#include "lifecycle.h"
 #include "tcm.h"
 #include "prim.h"
-
-_Atomic uintptr_t tcm__heap_base;
-_Atomic uint64_t tcm__heap_bytes;
-_Atomic uint64_t tcm__heap_granules;
-const uint8_t *_Atomic tcm__page_class;
-tcm_proc_t tcm__proc = {
-    .attach_lock = PTHREAD_MUTEX_INITIALIZER,
-    .conn_lock = PTHREAD_MUTEX_INITIALIZER,
-    .large_lock = PTHREAD_MUTEX_INITIALIZER,
-    .tcache_lock = PTHREAD_MUTEX_INITIALIZER,
-    .spare_lock = PTHREAD_MUTEX_INITIALIZER,
-    .sock = -1,
-};
-
-TCM_HIDDEN void tcm__thread_key_init(void);
-
-static void say(const char *fmt, va_list ap)
-{
-    char msg[512];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    fprintf(stderr, "tcm: %s\n", msg);
-}
-
-TCM_COLD void tcm__fatal(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    say(fmt, ap);
-    va_end(ap);
-    abort();
-}
-
-TCM_COLD void tcm__warn_once(const char *what)
-{
-    fprintf(stderr, "tcm: %s\n", what);
-}
-
-TCM_COLD void tcm__note(const char *fmt, ...)
-{
-    const char *v = getenv("TCM_VERBOSE");
-    if (!v || !*v || *v == '0')
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    say(fmt, ap);
-    va_end(ap);
-}
-
-/* Our control socket, if the descriptor still is: one the application
- * closed (and perhaps reused the number of) is forgotten, never read,
- * written or closed. */
-static int own_sock(void)
-{
-    tcm_proc_t *pr = &tcm__proc;
-    int fd = pr->sock;
-    if (fd < 0 || tcm__file_is(fd, &pr->sock_id))
-        return fd;
-    tcm__note("the control socket (descriptor %d) was closed by the application: reconnecting", fd);
-    pr->sock = -1;
-    return -1;
-}
-
-static void close_own_sock(void)
-{
-    int fd = own_sock();
-    tcm__proc.sock = -1;
-    tcm__close(fd);
-}
-
-/* Tell the daemon this is a deliberate detach, then close. */
-static void say_bye(void)
-{
-    tcm_proc_t *pr = &tcm__proc;
-    if (own_sock() < 0 || pr->pid != tcm__pid())
-        return;
-    Tcm__Request req = TCM__REQUEST__INIT;
-    Tcm__Bye bye = TCM__BYE__INIT;
-    req.version = TCM_PROTO_VERSION;
-    req.body_case = TCM__REQUEST__BODY_BYE;
-    req.bye = &bye;
-    tcm__frame_send(pr->sock, &req);
-}
 
 TCM_COLD static void at_exit(void)
 {
@@ -107,75 +29,16 @@ TCM_COLD static void at_exit(void)
         tcm__proc.outage_deadline_ns = tcm__now_ns(); /* one try, no waiting */
         tcm__await_daemon();
     }
-    say_bye();
-}
-
-/* The background thread is stopped across fork: the child inherits none of
- * its locks or half-done work, and a process with no threads of its own
- * forks single-threaded (which ThreadSanitizer, for one, requires). */
-static bool bg_was_running;
-
-TCM_COLD static void fork_prepare(void)
-{
-    bg_was_running = tcm__proc.bg_running;
-    tcm__bg_stop();
-    pthread_mutex_lock(&tcm__proc.attach_lock);
-    pthread_mutex_lock(&tcm__proc.conn_lock);
-}
-
-TCM_COLD static void fork_parent(void)
-{
-    pthread_mutex_unlock(&tcm__proc.conn_lock);
-    pthread_mutex_unlock(&tcm__proc.attach_lock);
-    if (bg_was_running)
-        tcm__bg_start();
-}
-
-TCM_COLD static void fork_child(void)
-{
-    tcm_proc_t *pr = &tcm__proc;
-    /* the forking thread took these in fork_prepare and is the child's
-     * only thread: it lets them go (ThreadSanitizer would otherwise still
-     * count them held); the others may have been held by threads the
-     * child does not have */
-    pthread_mutex_unlock(&pr->conn_lock);
-    pthread_mutex_unlock(&pr->attach_lock);
-    pthread_mutex_init(&pr->large_lock, NULL);
-    pthread_mutex_init(&pr->tcache_lock, NULL);
-    pthread_mutex_init(&pr->spare_lock, NULL);
-    for (unsigned c = 0; c < TCM_NCLASSES; c++)
-        pthread_mutex_init(&pr->xfer_lock[c], NULL);
-    pr->epoch++;
-    pr->bg_running = false; /* it starts when the child attaches */
-    tcm__thread_reset_after_fork();
-    if (!atomic_load(&pr->attached))
-        return;
-    /* the channel is the parent's: never touch it, and keep the heap and
-     * metadata mapped, they are the same in the new attachment */
-    tcm__unmap(pr->chan, pr->lay.size);
-    pr->chan = NULL;
-    close_own_sock(); /* the parent's connection stays the parent's */
-    pr->outage_deadline_ns = 0;
-    /* pr->caches is the parent's, freed at the child's attach: see
-     * tcm__thread_reset_after_fork for why not here */
-    atomic_store(&pr->nthreads, 0);
-    atomic_store(&pr->xfer_bytes, 0);
-    atomic_store(&pr->large_bytes, 0);
-    memset(pr->xfer_backed, 0, sizeof pr->xfer_backed);
-    pr->daemon_lost = false;
-    atomic_store(&pr->attached, false);
+    tcm__ctlsock_say_bye();
 }
 
 static void once_init(void)
 {
-    tcm__thread_key_init();
     for (unsigned c = 0; c < TCM_NCLASSES; c++)
         pthread_mutex_init(&tcm__proc.xfer_lock[c], NULL);
-    tcm__at_fork(fork_prepare, fork_parent, fork_child);
+    tcm__fork_handlers_install();
     atexit(at_exit);
 }
-
-enum { FD_HEAP, FD_META, FD_CHANNEL, NFDS };
 
 /* Map the segments of a Welcome from the descriptors that came with it
  * (the heap read-write at the daemon's base, the metadata read-only, the
@@ -265,45 +128,6 @@ static uint64_t reconnect_timeout_ns(void)
     return TCM_RECONNECT_DEFAULT_S * 1000000000ull;
 }
 
-static void close_fds(tcm_handle_t *fds, int n)
-{
-    for (int i = 0; i < n; i++)
-        tcm__close(fds[i]);
-}
-
-/* One Hello on a new connection; the answer in *out (a Welcome or an
- * Error), and the descriptors that came with it in fds (-1 where none). */
-static int handshake(const char *socket_path, uint32_t resume_id, uint64_t token, tcm_handle_t *fd_out,
-                     Tcm__Response **out, tcm_handle_t fds[NFDS])
-{
-    int nfds = 0;
-    for (int i = 0; i < NFDS; i++)
-        fds[i] = -1;
-    tcm_handle_t fd = tcm__connect_server(socket_path); /* a server not ours: -EPERM */
-    if (fd < 0)
-        return fd;
-    Tcm__Request req = TCM__REQUEST__INIT;
-    Tcm__Hello hello = TCM__HELLO__INIT;
-    hello.version = TCM_PROTO_VERSION;
-    hello.pid = tcm__pid();
-    hello.resume_client_id = resume_id;
-    hello.resume_token = token;
-    req.version = TCM_PROTO_VERSION;
-    req.body_case = TCM__REQUEST__BODY_HELLO;
-    req.hello = &hello;
-    int rc = tcm__frame_send(fd, &req);
-    Tcm__Response *resp = rc ? NULL : tcm__frame_recv_fds(fd, 10000, fds, NFDS, &nfds);
-    if (!resp) {
-        rc = rc ? rc : -errno;
-        tcm__close(fd);
-        close_fds(fds, nfds);
-        return rc;
-    }
-    *fd_out = fd;
-    *out = resp;
-    return 0;
-}
-
 /* A tcmd whose socket file is there but that does not answer, or that
  * hangs up during the handshake, is restarting. */
 static bool restarting(int err, const char *socket_path)
@@ -323,7 +147,7 @@ TCM_COLD static int attach_locked(const char *socket_path)
     tcm_handle_t fd, fds[NFDS];
     Tcm__Response *resp;
     uint64_t deadline = 0;
-    while ((rc = handshake(socket_path, 0, 0, &fd, &resp, fds)) != 0) {
+    while ((rc = tcm__ctlsock_handshake(socket_path, 0, 0, &fd, &resp, fds)) != 0) {
         uint64_t now = tcm__now_ns();
         /* once a restart is under way, the socket file may be missing for a moment */
         if (!restarting(rc, socket_path) && !(deadline && rc == -ENOENT)) {
@@ -394,21 +218,15 @@ TCM_COLD static int attach_locked(const char *socket_path)
     atomic_store(&tcm__heap_granules, pr->heap_size >> TCM_GRANULE_SHIFT);
     atomic_store(&pr->attached, true);
     tcm__response__free_unpacked(resp, NULL);
-    close_fds(fds, NFDS); /* the mappings keep the segments */
+    tcm__ctlsock_close_fds(fds, NFDS); /* the mappings keep the segments */
     tcm__bg_start();
     return 0;
 
 out_resp:
     tcm__response__free_unpacked(resp, NULL);
     tcm__close(fd);
-    close_fds(fds, NFDS);
+    tcm__ctlsock_close_fds(fds, NFDS);
     return rc;
-}
-
-bool tcm__daemon_gone(void)
-{
-    int fd = own_sock();
-    return fd < 0 || tcm__socket_hung_up(fd);
 }
 
 TCM_COLD int tcm__await_daemon(void)
@@ -432,12 +250,12 @@ TCM_COLD int tcm__await_daemon(void)
     }
     tcm_handle_t fd, fds[NFDS];
     Tcm__Response *resp;
-    rc = handshake(pr->socket_path, pr->client_id, pr->token, &fd, &resp, fds);
-    close_fds(fds, NFDS); /* a resume keeps its mappings */
+    rc = tcm__ctlsock_handshake(pr->socket_path, pr->client_id, pr->token, &fd, &resp, fds);
+    tcm__ctlsock_close_fds(fds, NFDS); /* a resume keeps its mappings */
     if (rc == 0) {
         if (resp->body_case == TCM__RESPONSE__BODY_WELCOME && resp->welcome->resumed &&
             resp->welcome->client_id == pr->client_id) {
-            close_own_sock();
+            tcm__ctlsock_close();
             pr->sock = fd;
             tcm__file_id(fd, &pr->sock_id);
             atomic_fetch_add(&pr->conn_gen, 1);
@@ -487,30 +305,22 @@ TCM_COLD int tcm_init(const char *socket_path)
     return rc;
 }
 
-TCM_COLD void tcm_shutdown(void)
+void tcm__detach_locked(void)
 {
     tcm_proc_t *pr = &tcm__proc;
-    pthread_mutex_lock(&pr->attach_lock);
-    if (!atomic_load(&pr->attached)) {
-        pthread_mutex_unlock(&pr->attach_lock);
-        return;
-    }
-    tcm__bg_stop(); /* before the flush: it uses the transfer tier too */
-    tcm__flush_all();
     if (tcm__daemon_gone()) { /* the application closed our socket: one try to say Bye on a new one */
         pr->outage_deadline_ns = tcm__now_ns();
         tcm__await_daemon();
     }
-    say_bye();
+    tcm__ctlsock_say_bye();
     pr->epoch++;
     /* closing the socket after Bye is the detach: the daemon reclaims what
      * is left. The channel stays mapped (the daemon unlinks it) so that a
      * thread that still holds a stale cache pointer lands in the slow path,
      * not a fault. */
-    close_own_sock();
+    tcm__ctlsock_close();
     free(pr->caches);
     pr->caches = NULL;
     atomic_store(&pr->nthreads, 0);
     atomic_store(&pr->attached, false);
-    pthread_mutex_unlock(&pr->attach_lock);
 }

@@ -14,7 +14,10 @@
 #include <string.h>
 
 #include "client.h"
+#include "lifecycle.h"
+#include "preload.h"
 #include "prim.h"
+#include "tcache.h"
 
 static void *malloc_missed(size_t size);
 static void free_missed(void *p);
@@ -382,7 +385,6 @@ TCM_EXPORT size_t malloc_usable_size(void *p)
 }
 
 /* C++'s operators call these (preload_new.cpp). */
-TCM_HIDDEN void *tcm__preload_aligned(size_t align, size_t size);
 void *tcm__preload_aligned(size_t align, size_t size)
 {
     return aligned(align, size);

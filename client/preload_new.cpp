@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <new>
 
-extern "C" void *tcm__preload_aligned(std::size_t align, std::size_t size);
+#include "preload.h"
 
 #define TCM_EXPORT __attribute__((visibility("default")))
 

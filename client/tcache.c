@@ -9,22 +9,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "channel.h"
 #include "client.h"
+#include "diag.h"
+#include "given.h"
+#include "large.h"
+#include "lifecycle.h"
 #include "prim.h"
+#include "tcache.h"
+#include "xfer.h"
 
 /* A class's first refill asks for this many; each refill doubles it (slow
  * start), so a bin still at it has never been refilled. */
 enum { REFILL_FIRST = 2 };
 
-TCM_TLS tcm_tcache_t *tcm__tls_tc = &tcm__empty_tcache;
-TCM_TLS unsigned tcm__in_library;
 TCM_TLS tcm_thread_t *tcm__tls_thread;
-tcm_tcache_t tcm__empty_tcache;
 
 #define NOMEM_WAIT_NS 64000000ull /* a full heap: wait up to ~128 ms for other processes' caches */
 #define MIN_THREAD_BUDGET (256u << 10)
-#define TCM_MAP_SPAN_PAGES ((4u << 20) >> TCM_PAGE_SHIFT) /* class spans are smaller; a span record past that is not one */
-#define TCM_MAP_RUN_PAGES ((8u << 20) >> TCM_PAGE_SHIFT)
 #define MAX_THREAD_BUDGET (16u << 20)
 
 static tcm_tcache_t *thread_tcache(uint32_t idx)
@@ -109,107 +111,6 @@ TCM_NOINLINE static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t ke
     else if (n)
         tcm__return_objects(cls, b->slots, n, &b->count);
     b->count = keep;
-}
-
-TCM_COLD void tcm__fatal_page_class(const char *caller, const void *p, unsigned cls)
-{
-    tcm__fatal("%s: the page map gives %p the class byte %u, which is neither a size class (1-%u) nor a page run "
-               "(%u): the heap's metadata is damaged",
-               caller, p, cls, TCM_NCLASSES - 1, TCM_PAGE_CLASS_LARGE);
-}
-
-/* An offset tcmd handed out for class cls that is not one of its objects:
- * the process stops here rather than hand memory that may be another's,
- * or tcmd's doorbell page, to the application. */
-TCM_COLD static void __attribute__((noreturn)) bad_given(unsigned cls, uint64_t off)
-{
-    const uint8_t *pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed);
-#define BAD_GIVEN "tcmd handed out offset 0x%llx for class %u: not an object of that class "
-    unsigned long long o = off;
-    if (off >= tcm__proc.heap_size)
-        tcm__fatal(BAD_GIVEN "(past the end of the %llu-byte heap)", o, cls, (unsigned long long)tcm__proc.heap_size);
-    if (off < TCM_PAGE_SIZE)
-        tcm__fatal(BAD_GIVEN "(in page 0, the doorbell page)", o, cls);
-    if (off % TCM_ALIGN)
-        tcm__fatal(BAD_GIVEN "(not %u-byte aligned)", o, cls, TCM_ALIGN);
-    tcm__fatal(BAD_GIVEN "(its page has class %u)", o, cls, pc[off >> TCM_PAGE_SHIFT]);
-#undef BAD_GIVEN
-}
-
-void tcm__check_given(unsigned cls, const uint64_t *offs, uint32_t n)
-{
-    const uint8_t *pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed);
-    uint64_t size = tcm__proc.heap_size;
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t off = offs[i];
-        /* off < size first: the page-map load is then inside the map */
-        if (tcm_unlikely(off >= size || off < TCM_PAGE_SIZE || (off & (TCM_ALIGN - 1)) ||
-                         pc[off >> TCM_PAGE_SHIFT] != cls))
-            bad_given(cls, off);
-    }
-}
-
-void tcm__check_given_run(uint64_t off, uint64_t npages)
-{
-    const tcm_proc_t *pr = &tcm__proc;
-    const uint8_t *pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed);
-    uint64_t page = off >> TCM_PAGE_SHIFT;
-    unsigned long long o = off, n = npages;
-#define BAD_RUN "tcmd handed out offset 0x%llx for a run of %llu pages: not a page run "
-    if (off >= pr->heap_size || npages > (pr->heap_size - off) >> TCM_PAGE_SHIFT)
-        tcm__fatal(BAD_RUN "(past the end of the %llu-byte heap)", o, n, (unsigned long long)pr->heap_size);
-    if (off < TCM_PAGE_SIZE)
-        tcm__fatal(BAD_RUN "(in page 0, the doorbell page)", o, n);
-    if (off & (TCM_PAGE_SIZE - 1))
-        tcm__fatal(BAD_RUN "(not on a page boundary)", o, n);
-    if (pc[page] != TCM_PAGE_CLASS_LARGE)
-        tcm__fatal(BAD_RUN "(its page has class %u, not the page-run marker %u)", o, n, pc[page],
-                   TCM_PAGE_CLASS_LARGE);
-    uint32_t s = pr->page_span[page];
-    if (s == 0 || s > pr->meta->npages || pr->spans[s].first != page || pr->spans[s].npages < npages)
-        tcm__fatal(BAD_RUN "(not the first page of such a run)", o, n);
-#undef BAD_RUN
-}
-
-static bool page_mapped(uint64_t page)
-{
-    const _Atomic uint64_t *m = tcm__proc.mapped;
-    return !m || (atomic_load_explicit(&m[page / 64], memory_order_relaxed) >> (page % 64) & 1);
-}
-
-static void map_pages(uint64_t first, uint64_t npages)
-{
-    _Atomic uint64_t *m = tcm__proc.mapped;
-    if (tcm__populate(tcm__proc.heap + (first << TCM_PAGE_SHIFT), npages << TCM_PAGE_SHIFT) != 0)
-        return; /* it faults in instead */
-    for (uint64_t p = first; p < first + npages; p++)
-        atomic_fetch_or_explicit(&m[p / 64], 1ull << (p % 64), memory_order_relaxed);
-}
-
-void tcm__map_given(const uint64_t *offs, uint32_t n)
-{
-    const tcm_proc_t *pr = &tcm__proc;
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t page = offs[i] >> TCM_PAGE_SHIFT;
-        if (page_mapped(page))
-            continue;
-        /* the object's span is the class's while the object is out: its
-         * record does not change under us */
-        const tcm_span_t *sp = &pr->spans[pr->page_span[page]];
-        uint64_t first = sp->first, np = sp->npages;
-        if (first > page || page - first >= np || np > TCM_MAP_SPAN_PAGES)
-            first = page, np = 1;
-        map_pages(first, np);
-    }
-}
-
-void tcm__map_given_run(uint64_t off, uint64_t npages)
-{
-    uint64_t first = off >> TCM_PAGE_SHIFT;
-    /* one larger than this may be touched here and there only: mapping
-     * all of it could cost more than the faults it saves */
-    if (npages <= TCM_MAP_RUN_PAGES && !page_mapped(first))
-        map_pages(first, npages);
 }
 
 /* The first n offsets of an answered REFILL, for which there was no room,
@@ -648,6 +549,14 @@ TCM_COLD static void thread_exit(void *arg)
  * registration, not in the fork handler (tcm__thread_reset_after_fork). */
 static _Atomic(tcm_thread_t *) forked_thread;
 
+/* The key whose destructor flushes an exiting thread's cache, made when
+ * the first thread registers. */
+static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
+static void thread_key_create(void)
+{
+    pthread_key_create(&tcm__proc.thread_key, thread_exit);
+}
+
 TCM_COLD static tcm_thread_t *thread_register(void)
 {
     static _Atomic bool warned;
@@ -707,6 +616,7 @@ TCM_COLD static tcm_thread_t *thread_register(void)
         thr->refill[cls] = REFILL_FIRST;
         thr->low[cls] = UINT32_MAX;
     }
+    pthread_once(&thread_key_once, thread_key_create);
     pthread_setspecific(pr->thread_key, thr);
     tcm__tls_thread = thr;
     tcm__tls_tc = tc;
@@ -1047,10 +957,4 @@ TCM_COLD void tcm__thread_reset_after_fork(void)
         forked_thread = thr;
     }
     thread_forget();
-}
-
-TCM_HIDDEN void tcm__thread_key_init(void);
-void tcm__thread_key_init(void)
-{
-    pthread_key_create(&tcm__proc.thread_key, thread_exit);
 }

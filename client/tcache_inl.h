@@ -11,6 +11,7 @@
 #define TCM_TCACHE_INL_H
 
 #include "client.h"
+#include "tcache.h"
 
 /* What a miss calls; libtcm-malloc.so puts its own wrappers here. */
 #ifndef TCM_MALLOC_SLOW

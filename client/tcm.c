@@ -3,7 +3,13 @@
 #include <errno.h>
 #include <string.h>
 
+#include "background.h"
+#include "channel.h"
 #include "client.h"
+#include "diag.h"
+#include "given.h"
+#include "lifecycle.h"
+#include "tcache.h"
 #include "tcache_inl.h"
 #include "tcm.h"
 
@@ -180,4 +186,16 @@ int tcm_stat(const char *name, uint64_t *value)
     TCM_HEAP_STATS(TCM_STAT_LOOKUP)
 #undef TCM_STAT_LOOKUP
     return -ENOENT;
+}
+
+TCM_COLD void tcm_shutdown(void)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    pthread_mutex_lock(&pr->attach_lock);
+    if (atomic_load(&pr->attached)) {
+        tcm__bg_stop(); /* before the flush: it uses the transfer tier too */
+        tcm__flush_all();
+        tcm__detach_locked();
+    }
+    pthread_mutex_unlock(&pr->attach_lock);
 }

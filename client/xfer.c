@@ -7,7 +7,11 @@
 #define _GNU_SOURCE
 #include <string.h>
 
+#include "channel.h"
 #include "client.h"
+#include "given.h"
+#include "large.h"
+#include "xfer.h"
 
 static void **xfer_slots(unsigned cls)
 {

@@ -48,7 +48,8 @@ if(TCM_WIN_CONTROL)
   target_include_directories(tcm_proto PUBLIC proto ${PROTO_OUT})
   target_link_libraries(tcm_proto PUBLIC tcm_platform protobuf_c)
 
-  add_library(tcmd_core STATIC daemon/config.c daemon/control.c daemon/handlers.c daemon/heapthread.c
+  add_library(tcmd_core STATIC daemon/config.c daemon/control.c daemon/transport.c daemon/access.c
+    daemon/clientwatch.c daemon/handlers.c daemon/heapthread.c
     daemon/mailbox.c daemon/metrics.c daemon/reclaim.c daemon/recovery.c daemon/requests.c daemon/rows.c
     daemon/segments.c daemon/stats.c daemon/validate.c)
   target_link_libraries(tcmd_core PUBLIC tcm_heap tcm_proto uv_a)
@@ -58,7 +59,7 @@ if(TCM_WIN_CONTROL)
   target_link_libraries(tcmctl PRIVATE tcm_proto)
 
   add_library(tcm STATIC client/tcm.c client/tcache.c client/channel.c client/background.c client/large.c
-    client/xfer.c client/lifecycle.c)
+    client/xfer.c client/lifecycle.c client/state.c client/diag.c client/ctlsock.c client/fork.c client/given.c)
   target_include_directories(tcm PUBLIC client/include PRIVATE client)
   target_link_libraries(tcm PUBLIC tcm_proto)
   add_executable(test_no_daemon tests/windows/test_no_daemon.c)
@@ -78,9 +79,9 @@ if(TCM_WIN_CONTROL)
   add_test(NAME win.tcmctl_no_daemon COMMAND tcmctl --socket /tcm-test-nobody-serves-this ping)
   set_tests_properties(win.tcmctl_no_daemon PROPERTIES PASS_REGULAR_EXPRESSION "cannot connect to tcmd")
 else()
-  # libtcm's caches without the handshake (client/lifecycle.c needs protobuf-c)
+  # libtcm's caches without the handshake (client/lifecycle.c and ctlsock.c need protobuf-c)
   add_library(tcm STATIC client/tcm.c client/tcache.c client/channel.c client/background.c client/large.c
-    client/xfer.c)
+    client/xfer.c client/state.c client/diag.c client/given.c)
   target_include_directories(tcm PUBLIC client/include PRIVATE client)
   target_link_libraries(tcm PUBLIC tcm_platform)
 endif()

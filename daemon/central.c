@@ -8,9 +8,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "central.h"
 #include "crash.h"
 #include "heap.h"
 #include "log.h"
+#include "pageheap.h"
 #include "prim.h"
 #include "tcm_assert.h"
 

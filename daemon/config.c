@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "mailbox.h"
 #include "prim.h"
 #include "util.h"
 

@@ -8,13 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "access.h"
+#include "clientwatch.h"
 #include "config.h"
-#include "control.h"
 #include "frame.h"
+#include "handlers.h"
 #include "log.h"
+#include "mailbox.h"
 #include "prim.h"
 #include "rows.h"
+#include "segments.h"
 #include "stats.h"
+#include "transport.h"
+#include "validate.h"
 
 static int send_welcome(tcm_conn_t *conn, tcm_client_t *c, bool resumed)
 {

@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "heap.h"
+#include "pageheap.h"
 #include "prim.h"
 
 int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, tcm_handle_t heap_fd, tcm_handle_t meta_fd,

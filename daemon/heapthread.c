@@ -8,11 +8,18 @@
 #include <string.h>
 #include <time.h>
 
+#include "central.h"
+#include "heapthread.h"
 #include "log.h"
+#include "mailbox.h"
+#include "pageheap.h"
 #include "prim.h"
+#include "reclaim.h"
+#include "requests.h"
 #include "ring.h"
 #include "server.h"
 #include "tcm_assert.h"
+#include "validate.h"
 
 #define EXPENSIVE_CHECK_EVERY 4096u /* requests between whole-heap validations (assert level 3) */
 #define DECAY_AMOUNT_MIN (1u << 20)   /* free backed pages below this wait for the decay window */

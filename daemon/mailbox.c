@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "mailbox.h"
 #include "prim.h"
 #include "server.h"
 
@@ -47,7 +48,7 @@ static void post_head(tcm_server_t *srv)
     atomic_store_explicit(&srv->mbox_cmd, j->cmd, memory_order_release);
     pthread_mutex_unlock(&srv->mbox_lock);
     j->posted = true;
-    tcm__heap_kick(srv);
+    srv->mbox_wake(srv);
 }
 
 static void answer(tcm_server_t *srv, tcm_mbox_job_t *j, int rc, uint64_t result, const char *text)
@@ -151,8 +152,9 @@ void tcm__mailbox_post(tcm_server_t *srv, int cmd, uint64_t arg, int timeout_ms,
     tcm__mailbox_post_when(srv, cmd, arg, timeout_ms, NULL, 0, done, ctx);
 }
 
-void tcm__mailbox_start(tcm_server_t *srv)
+void tcm__mailbox_start(tcm_server_t *srv, void (*wake)(tcm_server_t *srv))
 {
+    srv->mbox_wake = wake;
     uv_async_init(srv->loop, &srv->mbox_async, on_answer);
     srv->mbox_async.data = srv;
     uv_timer_init(srv->loop, &srv->mbox_timer);

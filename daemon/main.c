@@ -8,12 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "control.h"
 #include "frame.h"
 #include "config.h"
 #include "crash.h"
+#include "heapthread.h"
 #include "log.h"
 #include "metrics.h"
 #include "prim.h"
+#include "recovery.h"
+#include "segments.h"
 #include "server.h"
 #include "util.h"
 
@@ -252,18 +256,14 @@ out:
     return rc;
 }
 
-int main(int argc, char **argv)
-{
-    tcm_server_t *srv = &srv_storage;
-    tcm__config_defaults(srv);
-    snprintf(srv->metrics_addr, sizeof srv->metrics_addr, "127.0.0.1");
-    srv->lock_fd = srv->heap_fd = srv->meta_fd = srv->state_fd = -1;
-    const char *config = NULL;
-    char err[256];
+enum { O_SOCKET = 256, O_NAME, O_CONFIG, O_LOG, O_FG, O_MPORT, O_MADDR, O_DISCARD, O_LIST, O_SETTING = 512 };
+#define TCMD_MAX_OPTIONS 64
 
-    enum { O_SOCKET = 256, O_NAME, O_CONFIG, O_LOG, O_FG, O_MPORT, O_MADDR, O_DISCARD, O_LIST, O_SETTING = 512 };
-    /* the fixed options, then one per setting (--heap-size for heap_size) */
-    struct option opts[64] = {
+/* tcmd's options: the fixed ones, then one per setting (--heap-size for
+ * heap_size). False when there are more settings than room. */
+static bool options_build(struct option opts[TCMD_MAX_OPTIONS])
+{
+    static const struct option fixed[] = {
         {"socket", required_argument, 0, O_SOCKET},   {"name", required_argument, 0, O_NAME},
         {"config", required_argument, 0, O_CONFIG},   {"log", required_argument, 0, O_LOG},
         {"foreground", no_argument, 0, O_FG},         {"help", no_argument, 0, 'h'},
@@ -271,83 +271,110 @@ int main(int argc, char **argv)
         {"discard-heap", no_argument, 0, O_DISCARD},  {"list-settings", no_argument, 0, O_LIST},
     };
     static char option_names[48][64];
-    size_t nopts = 10;
+    size_t nopts = sizeof fixed / sizeof fixed[0];
+    memcpy(opts, fixed, sizeof fixed);
     for (size_t i = 0; tcm__config_setting(i); i++, nopts++) {
-        if (i == sizeof option_names / sizeof option_names[0] || nopts + 1 == sizeof opts / sizeof opts[0]) {
+        if (i == sizeof option_names / sizeof option_names[0] || nopts + 1 == TCMD_MAX_OPTIONS) {
             fprintf(stderr, "tcmd: more settings than options (%zu): grow option_names and opts\n", i);
-            return 2;
+            return false;
         }
         snprintf(option_names[i], sizeof option_names[i], "%s", tcm__config_setting(i)->name);
         for (char *p = option_names[i]; *p; p++)
             *p = *p == '_' ? '-' : *p;
         opts[nopts] = (struct option){option_names[i], required_argument, 0, O_SETTING + (int)i};
     }
-    /* the config file first, so command-line options override it */
+    opts[nopts] = (struct option){0};
+    return true;
+}
+
+/* The config file first, so command-line options override it; false when
+ * it cannot be read. */
+static bool config_load_first(tcm_server_t *srv, int argc, char **argv)
+{
+    const char *config = NULL;
     for (int i = 1; i < argc - 1; i++)
         if (strcmp(argv[i], "--config") == 0)
             config = argv[i + 1];
-    if (config) {
-        int bad = tcm__absolute_path(config, srv->config_path, sizeof srv->config_path);
-        if (bad) {
-            fprintf(stderr, "tcmd: cannot open config %s: %s\n", config, strerror(-bad));
+    if (!config)
+        return true;
+    int bad = tcm__absolute_path(config, srv->config_path, sizeof srv->config_path);
+    if (bad) {
+        fprintf(stderr, "tcmd: cannot open config %s: %s\n", config, strerror(-bad));
+        return false;
+    }
+    return tcm__config_load(srv, srv->config_path, false) == 0;
+}
+
+/* One option of the command line: -1 to go on, else main's exit status. */
+static int option_apply(tcm_server_t *srv, int opt, const char *arg)
+{
+    char err[256];
+    const char *key = NULL;
+    switch (opt) {
+    case O_SOCKET:
+        if (strlen(arg) >= sizeof srv->socket_path) {
+            fprintf(stderr, "tcmd: socket path too long\n");
             return 2;
         }
-        if (tcm__config_load(srv, srv->config_path, false) != 0)
+        snprintf(srv->socket_path, sizeof srv->socket_path, "%s", arg);
+        break;
+    case O_NAME:
+        if (!*arg || strlen(arg) >= 48 || strchr(arg, '/')) {
+            fprintf(stderr, "tcmd: --name must be 1-47 characters without '/'\n");
             return 2;
+        }
+        snprintf(srv->name, sizeof srv->name, "%s", arg);
+        break;
+    case O_CONFIG: break;
+    case O_LOG: snprintf(srv->log_path, sizeof srv->log_path, "%.255s", arg); break;
+    case O_FG: srv->foreground = true; break;
+    case O_DISCARD: srv->discard_heap = true; break;
+    case O_MPORT: {
+        char *end;
+        long port = strtol(arg, &end, 10);
+        if (*end || port < 1 || port > 65535) {
+            fprintf(stderr, "tcmd: --metrics-port needs a port number 1-65535\n");
+            return 2;
+        }
+        srv->metrics_port = (int)port;
+        break;
     }
+    case O_MADDR: snprintf(srv->metrics_addr, sizeof srv->metrics_addr, "%.63s", arg); break;
+    case 'h': usage(stdout); return 0;
+    case O_LIST: tcm__config_list(stdout); return 0;
+    default:
+        if (opt < O_SETTING || !tcm__config_setting((size_t)(opt - O_SETTING))) {
+            usage(stderr);
+            return 2;
+        }
+        key = tcm__config_setting((size_t)(opt - O_SETTING))->name;
+    }
+    if (key && tcm__config_set(srv, key, arg, false, err, sizeof err, NULL, NULL) != 0) {
+        fprintf(stderr, "tcmd: %s\n", err);
+        return 2;
+    }
+    return -1;
+}
 
+/* The command line over the config file, checked, and the defaults that
+ * depend on it: -1 to go on, else main's exit status. */
+static int options_parse(tcm_server_t *srv, int argc, char **argv)
+{
+    struct option opts[TCMD_MAX_OPTIONS];
+    if (!options_build(opts) || !config_load_first(srv, argc, argv))
+        return 2;
     int opt;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        const char *key = NULL;
-        switch (opt) {
-        case O_SOCKET:
-            if (strlen(optarg) >= sizeof srv->socket_path) {
-                fprintf(stderr, "tcmd: socket path too long\n");
-                return 2;
-            }
-            snprintf(srv->socket_path, sizeof srv->socket_path, "%s", optarg);
-            break;
-        case O_NAME:
-            if (!*optarg || strlen(optarg) >= 48 || strchr(optarg, '/')) {
-                fprintf(stderr, "tcmd: --name must be 1-47 characters without '/'\n");
-                return 2;
-            }
-            snprintf(srv->name, sizeof srv->name, "%s", optarg);
-            break;
-        case O_CONFIG: break;
-        case O_LOG: snprintf(srv->log_path, sizeof srv->log_path, "%.255s", optarg); break;
-        case O_FG: srv->foreground = true; break;
-        case O_DISCARD: srv->discard_heap = true; break;
-        case O_MPORT: {
-            char *end;
-            long port = strtol(optarg, &end, 10);
-            if (*end || port < 1 || port > 65535) {
-                fprintf(stderr, "tcmd: --metrics-port needs a port number 1-65535\n");
-                return 2;
-            }
-            srv->metrics_port = (int)port;
-            break;
-        }
-        case O_MADDR: snprintf(srv->metrics_addr, sizeof srv->metrics_addr, "%.63s", optarg); break;
-        case 'h': usage(stdout); return 0;
-        case O_LIST: tcm__config_list(stdout); return 0;
-        default:
-            if (opt < O_SETTING || !tcm__config_setting((size_t)(opt - O_SETTING))) {
-                usage(stderr);
-                return 2;
-            }
-            key = tcm__config_setting((size_t)(opt - O_SETTING))->name;
-        }
-        if (key && tcm__config_set(srv, key, optarg, false, err, sizeof err, NULL, NULL) != 0) {
-            fprintf(stderr, "tcmd: %s\n", err);
-            return 2;
-        }
+        int status = option_apply(srv, opt, optarg);
+        if (status >= 0)
+            return status;
     }
     if (optind < argc) {
         fprintf(stderr, "tcmd: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
         return 2;
     }
+    char err[256];
     if (tcm__config_check(srv, err, sizeof err) != 0) {
         fprintf(stderr, "tcmd: %s\n", err);
         return 2;
@@ -356,7 +383,13 @@ int main(int argc, char **argv)
         tcm__default_socket(srv->socket_path, sizeof srv->socket_path);
     if (!srv->name[0])
         snprintf(srv->name, sizeof srv->name, "u%u-%08x", tcm__login_uid(), fnv1a(srv->socket_path));
+    return -1;
+}
 
+/* Refuse a second daemon on the socket, open the log, then run here
+ * (--foreground) or in a detached child. */
+static int start(tcm_server_t *srv)
+{
     if (prepare_socket_dir(srv) != 0)
         return 1;
     tcm_handle_t fd = tcm__connect(srv->socket_path);
@@ -395,4 +428,14 @@ int main(int argc, char **argv)
     else
         fprintf(stderr, "tcmd: cannot go to the background: %s\n", strerror((int)-pid));
     return 1;
+}
+
+int main(int argc, char **argv)
+{
+    tcm_server_t *srv = &srv_storage;
+    tcm__config_defaults(srv);
+    snprintf(srv->metrics_addr, sizeof srv->metrics_addr, "127.0.0.1");
+    srv->lock_fd = srv->heap_fd = srv->meta_fd = srv->state_fd = -1;
+    int status = options_parse(srv, argc, argv);
+    return status >= 0 ? status : start(srv);
 }

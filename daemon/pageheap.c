@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "central.h"
 #include "crash.h"
 #include "heap.h"
+#include "pageheap.h"
 #include "tcm_assert.h"
 #include "log.h"
 #include "prim.h"

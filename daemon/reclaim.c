@@ -8,8 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "central.h"
 #include "crash.h"
 #include "log.h"
+#include "reclaim.h"
+#include "requests.h"
 #include "server.h"
 
 

@@ -8,11 +8,19 @@
 #include <string.h>
 #include <time.h>
 
+#include "central.h"
 #include "log.h"
+#include "pageheap.h"
 #include "prim.h"
+#include "reclaim.h"
+#include "recovery.h"
+#include "requests.h"
 #include "ring.h"
+#include "segments.h"
 #include "server.h"
 #include "util.h"
+#include "validate.h"
+#include "validate_heap.h"
 
 
 

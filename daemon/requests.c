@@ -5,10 +5,14 @@
 #define _GNU_SOURCE
 #include <string.h>
 
+#include "central.h"
 #include "crash.h"
 #include "log.h"
+#include "pageheap.h"
 #include "prim.h"
+#include "requests.h"
 #include "ring.h"
+#include "segments.h"
 #include "server.h"
 #include "stats.h"
 #include "tcm_assert.h"

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "prim.h"
 #include "ring.h"
+#include "segments.h"
 #include "server.h"
 #include "util.h"
 
@@ -93,9 +94,9 @@ static int map_or_log(tcm_server_t *srv, tcm_handle_t fd, uint64_t size, void *a
     return 0;
 }
 
-int tcm__segments_open(tcm_server_t *srv)
+/* Take the heap's name: one tcmd per name. 0 or -errno, logged. */
+static int name_lock(tcm_server_t *srv)
 {
-    char why[320];
     snprintf(srv->lock_name, sizeof srv->lock_name, "/tcm.%s.lock", srv->name);
     snprintf(srv->heap_name, sizeof srv->heap_name, "/tcm.%s.heap", srv->name);
     snprintf(srv->meta_name, sizeof srv->meta_name, "/tcm.%s.meta", srv->name);
@@ -110,6 +111,121 @@ int tcm__segments_open(tcm_server_t *srv)
             tcm__log(TCM_LOG_ERROR, "shm_open(%s) failed: %s", srv->lock_name, strerror(-srv->lock_fd));
         return srv->lock_fd;
     }
+    return 0;
+}
+
+/* Segments a previous tcmd left under the name (some of heap_fd, meta_fd,
+ * state_fd open): checked for adoption. 0 with *fresh set when they were
+ * never completely created (replaced: nothing attached to them), 0 to
+ * adopt them, -1 (logged) when they belong to another configuration. */
+static int check_left_segments(tcm_server_t *srv, const tcm_meta_layout_t *ml, const tcm_state_layout_t *sl,
+                               bool *fresh)
+{
+    char why[320];
+    const tcm_state_hdr_t *st = NULL;
+    const tcm_meta_hdr_t *m = NULL;
+    if (srv->meta_fd >= 0)
+        m = tcm__map(srv->meta_fd, sizeof *m, NULL, false, why, sizeof why);
+    if (srv->state_fd >= 0)
+        st = tcm__map(srv->state_fd, sizeof *st, NULL, false, why, sizeof why);
+    bool incomplete = !st || st->magic != TCM_STATE_MAGIC || srv->heap_fd < 0 || srv->meta_fd < 0;
+    bool other_version = m && m->magic == TCM_META_MAGIC && m->version != TCM_LAYOUT_VERSION;
+    const char *problem = NULL;
+    if (other_version) {
+        snprintf(why, sizeof why, "%s has layout version %u, this tcmd uses %u", srv->meta_name, m->version,
+                 TCM_LAYOUT_VERSION);
+        problem = why;
+    } else if (!incomplete) {
+        if (!(problem = adoption_problem(srv, srv->heap_name, srv->heap_fd, srv->heap_size, why, sizeof why)) &&
+            !(problem = adoption_problem(srv, srv->meta_name, srv->meta_fd, ml->size, why, sizeof why)) &&
+            !(problem = adoption_problem(srv, srv->state_name, srv->state_fd, sl->size, why, sizeof why)) &&
+            !can_adopt(srv, m, st, why, sizeof why))
+            problem = why;
+    }
+    if (m)
+        tcm__unmap((void *)m, sizeof *m);
+    if (st)
+        tcm__unmap((void *)st, sizeof *st);
+    if (problem) {
+        tcm__log(TCM_LOG_ERROR, "cannot adopt the heap left under the name '%s': %s", srv->name, problem);
+        tcm__log(TCM_LOG_ERROR, "start tcmd with the options that heap was created with, or with "
+                 "--discard-heap to replace it (its contents are lost)");
+        return -1;
+    }
+    if (incomplete) {
+        /* no client can attach before creation completes */
+        tcm__log(TCM_LOG_WARN, "the heap under the name '%s' was never completely created: replacing it",
+                 srv->name);
+        tcm__close(srv->heap_fd);
+        tcm__close(srv->meta_fd);
+        tcm__close(srv->state_fd);
+        srv->heap_fd = srv->meta_fd = srv->state_fd = -1;
+        unlink_all(srv);
+        *fresh = true;
+    }
+    return 0;
+}
+
+/* A new heap's three segments, after the channels of a heap that is gone.
+ * 0 or -1, logged. */
+static int create_segments(tcm_server_t *srv, const tcm_meta_layout_t *ml, const tcm_state_layout_t *sl)
+{
+    char prefix[100];
+    snprintf(prefix, sizeof prefix, "/tcm.%s.ch.", srv->name);
+    tcm__shm_unlink_prefix(prefix); /* channels of a heap that is gone */
+    struct { const char *name; uint64_t size; int *fd; } segs[] = {
+        {srv->heap_name, srv->heap_size, &srv->heap_fd},
+        {srv->meta_name, ml->size, &srv->meta_fd},
+        {srv->state_name, sl->size, &srv->state_fd}};
+    for (unsigned i = 0; i < 3; i++) {
+        *segs[i].fd = tcm__shm_create(segs[i].name, segs[i].size, 0600);
+        if (*segs[i].fd < 0) {
+            tcm__log(TCM_LOG_ERROR, "shm_open(%s) failed: %s", segs[i].name, strerror(-*segs[i].fd));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Map the three segments (the heap at --base, its doorbell page committed)
+ * and point the heap at them; a fresh heap's fixed parts are committed
+ * first. 0 or -1, logged. */
+static int map_segments(tcm_server_t *srv, const tcm_meta_layout_t *ml, const tcm_state_layout_t *sl, bool fresh)
+{
+    if (map_or_log(srv, srv->heap_fd, srv->heap_size, (void *)(uintptr_t)srv->base, (void **)&srv->heap, "the heap"))
+        return -1;
+    int err = tcm__commit(srv->heap_fd, 0, TCM_PAGE_SIZE);
+    if (err) {
+        tcm__log(TCM_LOG_ERROR, "fallocate(%s, doorbell page) failed: %s", srv->heap_name, strerror(-err));
+        return -1;
+    }
+    srv->bell = (tcm_bell_t *)srv->heap;
+    if (map_or_log(srv, srv->meta_fd, ml->size, NULL, (void **)&srv->meta, "the metadata") ||
+        map_or_log(srv, srv->state_fd, sl->size, NULL, (void **)&srv->state, "the state segment"))
+        return -1;
+    if (fresh) {
+        /* the headers, class table, roots and client records now; the
+         * per-page parts grow with the heap */
+        if ((err = tcm__commit(srv->meta_fd, 0, ml->off_page_class)) != 0 ||
+            (err = tcm__commit(srv->state_fd, 0, sl->off_arenas)) != 0) {
+            tcm__log(TCM_LOG_ERROR, "fallocate(metadata) failed: %s", strerror(-err));
+            return -1;
+        }
+    }
+    if (tcm__heap_attach(&srv->h, srv->meta, srv->state, srv->heap_fd, srv->meta_fd, srv->state_fd,
+                         srv->heap_size, srv->base, srv->max_threads, fresh) != 0) {
+        tcm__log(TCM_LOG_ERROR, "cannot reserve memory for a heap of %llu pages",
+                 (unsigned long long)(srv->heap_size >> TCM_PAGE_SHIFT));
+        return -1;
+    }
+    return 0;
+}
+
+int tcm__segments_open(tcm_server_t *srv)
+{
+    int err = name_lock(srv);
+    if (err)
+        return err;
     uint32_t npages = (uint32_t)(srv->heap_size >> TCM_PAGE_SHIFT);
     tcm_meta_layout_t ml;
     tcm_state_layout_t sl;
@@ -127,92 +243,12 @@ int tcm__segments_open(tcm_server_t *srv)
     srv->meta_fd = tcm__shm_open(srv->meta_name, true);
     srv->state_fd = tcm__shm_open(srv->state_name, true);
     bool fresh = srv->heap_fd < 0 && srv->meta_fd < 0 && srv->state_fd < 0;
-    if (!fresh) {
-        const tcm_state_hdr_t *st = NULL;
-        const tcm_meta_hdr_t *m = NULL;
-        if (srv->meta_fd >= 0)
-            m = tcm__map(srv->meta_fd, sizeof *m, NULL, false, why, sizeof why);
-        if (srv->state_fd >= 0)
-            st = tcm__map(srv->state_fd, sizeof *st, NULL, false, why, sizeof why);
-        bool incomplete = !st || st->magic != TCM_STATE_MAGIC || srv->heap_fd < 0 || srv->meta_fd < 0;
-        bool other_version = m && m->magic == TCM_META_MAGIC && m->version != TCM_LAYOUT_VERSION;
-        const char *problem = NULL;
-        if (other_version) {
-            snprintf(why, sizeof why, "%s has layout version %u, this tcmd uses %u", srv->meta_name, m->version,
-                     TCM_LAYOUT_VERSION);
-            problem = why;
-        } else if (!incomplete) {
-            if (!(problem = adoption_problem(srv, srv->heap_name, srv->heap_fd, srv->heap_size, why, sizeof why)) &&
-                !(problem = adoption_problem(srv, srv->meta_name, srv->meta_fd, ml.size, why, sizeof why)) &&
-                !(problem = adoption_problem(srv, srv->state_name, srv->state_fd, sl.size, why, sizeof why)) &&
-                !can_adopt(srv, m, st, why, sizeof why))
-                problem = why;
-        }
-        if (m)
-            tcm__unmap((void *)m, sizeof *m);
-        if (st)
-            tcm__unmap((void *)st, sizeof *st);
-        if (problem) {
-            tcm__log(TCM_LOG_ERROR, "cannot adopt the heap left under the name '%s': %s", srv->name, problem);
-            tcm__log(TCM_LOG_ERROR, "start tcmd with the options that heap was created with, or with "
-                     "--discard-heap to replace it (its contents are lost)");
-            goto fail;
-        }
-        if (incomplete) {
-            /* no client can attach before creation completes */
-            tcm__log(TCM_LOG_WARN, "the heap under the name '%s' was never completely created: replacing it",
-                     srv->name);
-            tcm__close(srv->heap_fd);
-            tcm__close(srv->meta_fd);
-            tcm__close(srv->state_fd);
-            srv->heap_fd = srv->meta_fd = srv->state_fd = -1;
-            unlink_all(srv);
-            fresh = true;
-        }
-    }
-    if (fresh) {
-        char prefix[100];
-        snprintf(prefix, sizeof prefix, "/tcm.%s.ch.", srv->name);
-        tcm__shm_unlink_prefix(prefix); /* channels of a heap that is gone */
-        struct { const char *name; uint64_t size; int *fd; } segs[] = {
-            {srv->heap_name, srv->heap_size, &srv->heap_fd},
-            {srv->meta_name, ml.size, &srv->meta_fd},
-            {srv->state_name, sl.size, &srv->state_fd}};
-        for (unsigned i = 0; i < 3; i++) {
-            *segs[i].fd = tcm__shm_create(segs[i].name, segs[i].size, 0600);
-            if (*segs[i].fd < 0) {
-                tcm__log(TCM_LOG_ERROR, "shm_open(%s) failed: %s", segs[i].name, strerror(-*segs[i].fd));
-                goto fail;
-            }
-        }
-    }
-
-    if (map_or_log(srv, srv->heap_fd, srv->heap_size, (void *)(uintptr_t)srv->base, (void **)&srv->heap, "the heap"))
+    if (!fresh && check_left_segments(srv, &ml, &sl, &fresh) != 0)
         goto fail;
-    int err = tcm__commit(srv->heap_fd, 0, TCM_PAGE_SIZE);
-    if (err) {
-        tcm__log(TCM_LOG_ERROR, "fallocate(%s, doorbell page) failed: %s", srv->heap_name, strerror(-err));
+    if (fresh && create_segments(srv, &ml, &sl) != 0)
         goto fail;
-    }
-    srv->bell = (tcm_bell_t *)srv->heap;
-    if (map_or_log(srv, srv->meta_fd, ml.size, NULL, (void **)&srv->meta, "the metadata") ||
-        map_or_log(srv, srv->state_fd, sl.size, NULL, (void **)&srv->state, "the state segment"))
+    if (map_segments(srv, &ml, &sl, fresh) != 0)
         goto fail;
-    if (fresh) {
-        /* the headers, class table, roots and client records now; the
-         * per-page parts grow with the heap */
-        if ((err = tcm__commit(srv->meta_fd, 0, ml.off_page_class)) != 0 ||
-            (err = tcm__commit(srv->state_fd, 0, sl.off_arenas)) != 0) {
-            tcm__log(TCM_LOG_ERROR, "fallocate(metadata) failed: %s", strerror(-err));
-            goto fail;
-        }
-    }
-    if (tcm__heap_attach(&srv->h, srv->meta, srv->state, srv->heap_fd, srv->meta_fd, srv->state_fd,
-                         srv->heap_size, srv->base, srv->max_threads, fresh) != 0) {
-        tcm__log(TCM_LOG_ERROR, "cannot reserve memory for a heap of %llu pages",
-                 (unsigned long long)(srv->heap_size >> TCM_PAGE_SHIFT));
-        goto fail;
-    }
     srv->dstats = &srv->state->dstats;
     tcm__chan_layout(&srv->chan_layout, srv->h.classes, srv->max_threads);
     srv->adopted = !fresh;

@@ -59,23 +59,11 @@ typedef struct tcm_client {
     uint64_t slots_backed[(TCM_MAX_THREADS * (1 + TCM_ASYNC_SLOTS) + 1 + 63) / 64];
 } tcm_client_t;
 
-/* The slot, or NULL when it cannot be backed (index out of range, /dev/shm
- * full). Heap thread (and recovery). */
-tcm_slot_t *tcm__client_slot(tcm_client_t *c, uint32_t index);
-/* Ask the client's process to give back what it caches (its background
- * thread empties the transfer tier and page-run cache, then stores the
- * returned generation in flush_ack; its threads empty their bins at their
- * next slow path). Any thread of tcmd. */
-uint32_t tcm__client_ask_flush(tcm_client_t *c);
 /* Is the slot backed? (for loops that only read slots tcmd ever used) */
 static inline bool tcm__slot_backed(const tcm_client_t *c, uint32_t index)
 {
     return index < c->lay.nslots && (c->slots_backed[index / 64] >> (index % 64) & 1);
 }
-
-enum tcm_mbox_cmd {
-    TCM_MBOX_NONE = 0, TCM_MBOX_RELEASE = 1, TCM_MBOX_RESIZE = 2, TCM_MBOX_NOP = 3, TCM_MBOX_CHECK = 4,
-};
 
 #define TCM_OP_NAMES(X)                                                                       \
     X(NOP, "nop") X(REFILL, "refill") X(RETURN, "return") X(ALLOC_PAGES, "alloc_pages")        \
@@ -162,10 +150,12 @@ struct tcm_server {
     uv_async_t mbox_async;
     uv_timer_t mbox_timer;    /* deadlines of queued jobs */
     bool mbox_closed;         /* shutting down: commands are refused */
+    void (*mbox_wake)(tcm_server_t *srv); /* tells the heap thread a command is posted (tcm__mailbox_start) */
 
     /* libuv */
     uv_loop_t *loop;
     uv_pipe_t listener;
+    const struct tcm_transport_cbs *control_cbs; /* what answers the control connections (transport.c) */
     uv_signal_t sigterm, sigint, sighup;
     uv_timer_t liveness;      /* adopted clients not yet resumed: are they alive? */
     uv_timer_t conn_sweep;    /* control peers stuck on unread replies; log windows */
@@ -182,97 +172,5 @@ struct tcm_server {
     int metrics_port; /* 0: no /metrics endpoint */
     uint64_t start_ns;
 };
-
-/* segments.c */
-int tcm__segments_open(tcm_server_t *srv);     /* create, or adopt what a previous tcmd left */
-void tcm__segments_close(tcm_server_t *srv);   /* unlinks them unless keep_segments */
-/* A new client for process pid (the kernel's, from SO_PEERCRED): -ESRCH
- * when that process has already gone, -EMFILE when the table is full. */
-int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_client_t **out);
-int tcm__client_map(tcm_server_t *srv, uint32_t index, tcm_client_t **out); /* an adopted record */
-void tcm__client_destroy(tcm_server_t *srv, tcm_client_t *c);              /* unlinks, frees the record */
-void tcm__client_unmap(tcm_server_t *srv, tcm_client_t *c);                /* keeps both */
-bool tcm__client_alive(tcm_client_t *c); /* its process is still running (any thread) */
-
-/* recovery.c: make an adopted heap consistent before any thread runs */
-int tcm__recover(tcm_server_t *srv);
-
-/* requests.c: one ring request, served or redone. A turn serves at most
- * TCM_PER_CLIENT_BURST requests of one ring before the next ring. */
-#define TCM_PER_CLIENT_BURST 64u
-bool tcm__serve_client_ht(tcm_server_t *srv, tcm_client_t *c, bool frees_only);
-void tcm__resolve_intent_ht(tcm_server_t *srv, uint64_t *redone, uint64_t *rolled_back);
-void tcm__credit_ht(tcm_server_t *srv, uint16_t tag, uint64_t bytes);
-/* Free objects a dead client cached (quietly: refusals are expected);
- * returns how many were freed. */
-uint32_t tcm__free_objects_ht(tcm_server_t *srv, tcm_client_t *c, unsigned cls, const uint64_t *offs, uint32_t n);
-
-/* reclaim.c: the caches of a client that went away */
-void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c);
-
-/* One cache a client's channel lists: reclaim, the validator and the stats
- * all walk a channel with tcm__each_cache. The channel is client memory,
- * read here without touching tcmd's mapping of it (tcm__read_at): a client
- * that claims a thousand threads or full bins costs tcmd reads of holes,
- * which allocate nothing and never fault. Counts are clamped to their
- * arrays' capacity; entries are unchecked. tc, objs and runs point to
- * private copies, valid during the visit; count_off and objs_off say where
- * the client keeps them (the validator reads a suspect entry again). */
-typedef struct tcm_cache_view {
-    enum { TCM_CACHE_THREAD, TCM_CACHE_BIN, TCM_CACHE_XFER, TCM_CACHE_RUNS } kind;
-    uint32_t thread;               /* THREAD and BIN: the thread cache's index */
-    const tcm_tcache_t *tc;        /* THREAD and BIN: the thread's cache header and bins */
-    unsigned cls;                  /* BIN and XFER */
-    void *const *objs;             /* BIN and XFER: n objects */
-    const tcm_large_entry_t *runs; /* RUNS: n page runs */
-    uint64_t count_off, objs_off;  /* channel offsets of n and of the array */
-    uint32_t n;
-} tcm_cache_view_t;
-
-/* Calls visit for each thread (THREAD), then its non-empty bins, then the
- * non-empty arrays of the transfer tier, then the page-run cache; stops and
- * returns false when visit does (or it cannot allocate its buffers). */
-bool tcm__each_cache(const tcm_server_t *srv, const tcm_client_t *c,
-                     bool (*visit)(void *arg, const tcm_cache_view_t *v), void *arg);
-/* Read client memory of the channel at off, without faulting (holes and a
- * shrunk channel read as zeros). */
-void tcm__chan_read(const tcm_client_t *c, uint64_t off, void *buf, uint64_t len);
-uint32_t tcm__chan_u32(const tcm_client_t *c, uint64_t off);
-
-/* validate.c: the whole-heap validator. TCM_VALID, or the first
- * inconsistency in why: of tcmd's own structures (TCM_INVALID_HEAP, a bug
- * or a corrupt segment), or of a client's caches listing something it may
- * not hold (TCM_INVALID_CLIENT: a tcmd bug, or a client that wrote garbage
- * there, which costs only that client). Bounded in time whatever clients
- * write (validate.c). */
-enum { TCM_VALID = 0, TCM_INVALID_HEAP = 1, TCM_INVALID_CLIENT = 2 };
-int tcm__validate_ht(tcm_server_t *srv, char *why, size_t whylen);
-
-/* heapthread.c: the heap thread */
-int tcm__heap_thread_start(tcm_server_t *srv);
-void tcm__heap_thread_stop(tcm_server_t *srv);
-void tcm__heap_kick(tcm_server_t *srv);
-void tcm__heap_run_command_ht(tcm_server_t *srv); /* the posted mailbox command, if any */
-
-/* mailbox.c: commands for the heap thread, from the main loop. done runs on
- * the main loop once the heap thread has run cmd (rc 0, its result and, for
- * CHECK, its text), or when timeout_ms (< 0: none) passed first
- * (-ETIMEDOUT), or at shutdown (-ECANCELED); exactly once. */
-typedef void (*tcm_mbox_done_t)(tcm_server_t *srv, void *arg, int rc, uint64_t result, const char *text);
-void tcm__mailbox_post(tcm_server_t *srv, int cmd, uint64_t arg, int timeout_ms, tcm_mbox_done_t done, void *ctx);
-/* The same, posted once ready(srv, ctx) holds or after wait_ms (release
- * waits for the processes' flushes this way). */
-void tcm__mailbox_post_when(tcm_server_t *srv, int cmd, uint64_t arg, int timeout_ms,
-                            bool (*ready)(tcm_server_t *srv, void *ctx), int wait_ms, tcm_mbox_done_t done, void *ctx);
-void tcm__mailbox_start(tcm_server_t *srv);
-void tcm__mailbox_cancel(tcm_server_t *srv); /* after the heap thread stopped */
-
-/* control.c: the libuv side */
-int tcm__control_start(tcm_server_t *srv);
-/* Main thread: watch the process of a new or adopted client (its end marks
- * it DEAD); mark a client whose process ended or that detached DEAD. */
-void tcm__client_watch(tcm_server_t *srv, tcm_client_t *c);
-void tcm__client_gone(tcm_server_t *srv, tcm_client_t *c);
-void tcm__control_close(tcm_server_t *srv);
 
 #endif

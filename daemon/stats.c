@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "prim.h"
+#include "reclaim.h"
 
 const char *const tcm__op_names[TCM_NOPS] = {
 #define TCM_OP_NAME(op, name) name,

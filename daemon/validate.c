@@ -11,8 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "central.h"
 #include "prim.h"
+#include "reclaim.h"
 #include "server.h"
+#include "validate.h"
+#include "validate_heap.h"
 
 #define FAIL(...)                                                                                  \
     do {                                                                                           \

@@ -5,9 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "central.h"
 #include "heap.h"
-
-bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen); /* pageheap.c */
+#include "pageheap.h"
+#include "validate_heap.h"
 
 #define FAIL(...)                                                                                  \
     do {                                                                                           \

@@ -15,9 +15,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "central.h"
+#include "pageheap.h"
 #include "prim.h"
+#include "reclaim.h"
+#include "requests.h"
 #include "ring.h"
 #include "server.h"
+#include "validate.h"
 
 #define HEAP (16ull << 20)
 #define BASE 0x7e8000000000ull

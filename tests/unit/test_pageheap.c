@@ -6,10 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "central.h"
 #include "check.h"
 #include "cases.h"
 #include "heap.h"
+#include "pageheap.h"
 #include "prim.h"
+#include "validate_heap.h"
 
 #define HEAP (64ull << 20)
 

@@ -1,0 +1,40 @@
+/* channel.h — requests to tcmd on the channel's slots, and giving objects
+ * back (channel.c). */
+#ifndef TCM_CLIENT_CHANNEL_H
+#define TCM_CLIENT_CHANNEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "client.h"
+
+/* one request on a slot; returns the slot's status or
+ * TCM_ST_NOMEM when the daemon is gone. */
+TCM_HIDDEN int tcm__call(tcm_slot_t *slot, uint32_t slot_index);
+TCM_HIDDEN bool tcm__post(tcm_slot_t *slot, uint32_t slot_index);
+/* ThreadSanitizer builds: an offset from another process orders after
+ * what this process gave tcmd (channel.c); nothing otherwise. */
+#if defined(__SANITIZE_THREAD__)
+TCM_HIDDEN void tcm__tsan_from_elsewhere(void);
+#else
+static inline void tcm__tsan_from_elsewhere(void) {}
+#endif
+TCM_HIDDEN int tcm__await(tcm_slot_t *slot);
+TCM_HIDDEN tcm_slot_t *tcm__slot_acquire(uint32_t *index);
+TCM_HIDDEN void tcm__slot_release(tcm_slot_t *slot);
+/* Give the top n of objs[0..*count) back to tcmd a batch at a time, *count
+ * dropping as each is answered (count NULL: an array of one's own). */
+TCM_HIDDEN int tcm__return_objects(unsigned cls, void **objs, uint32_t n, uint32_t *count);
+/* One RETURN of objs[0..k) (k at most TCM_MAX_BATCH), posted and answered;
+ * the slot stays held, still listing them, until tcm__return_done: the
+ * caller drops them from its own array in between, so that a death at any
+ * point leaves every object listed at least once. */
+TCM_HIDDEN tcm_slot_t *tcm__return_post(unsigned cls, void *const *objs, uint32_t k, int *status);
+TCM_HIDDEN void tcm__return_done(tcm_slot_t *slot, int status, unsigned cls);
+/* Back `want` slots of an array in the channel before they are written;
+ * returns how many are backed (fewer only when /dev/shm is full). */
+TCM_HIDDEN uint32_t tcm__back_slots(void **slots, uint32_t *backed, uint32_t want);
+TCM_HIDDEN void tcm__fatal_refused(int st, unsigned cls) __attribute__((noreturn));
+
+#endif

@@ -1,0 +1,29 @@
+/* ctlsock.h — the control connection to tcmd (ctlsock.c). */
+#ifndef TCM_CTLSOCK_H
+#define TCM_CTLSOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "client.h"
+
+struct Tcm__Response; /* tcm.pb-c.h: callers that handshake include it (frame.h) */
+
+/* The descriptors a Welcome carries, in this order. */
+enum { FD_HEAP, FD_META, FD_CHANNEL, NFDS };
+
+/* One Hello (a resume when resume_id is not 0) on a new connection to
+ * socket_path: 0 with the connection in *fd_out, the answer in *out (a
+ * Welcome or an Error) and the descriptors that came with it in fds (-1
+ * where none), else -errno. */
+TCM_HIDDEN int tcm__ctlsock_handshake(const char *socket_path, uint32_t resume_id, uint64_t token,
+                                      tcm_handle_t *fd_out, struct Tcm__Response **out, tcm_handle_t fds[NFDS]);
+TCM_HIDDEN void tcm__ctlsock_close_fds(tcm_handle_t *fds, int n);
+/* Tell the daemon this is a deliberate detach (the next close is one). */
+TCM_HIDDEN void tcm__ctlsock_say_bye(void);
+/* Close our control socket, if the descriptor still is ours. */
+TCM_HIDDEN void tcm__ctlsock_close(void);
+/* Our control socket was hung up, or is not ours any more. */
+TCM_HIDDEN bool tcm__daemon_gone(void);
+
+#endif

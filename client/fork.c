@@ -1,0 +1,72 @@
+/* fork.c — fork handling: the parent's locks and background thread across
+ * fork, and a child that discards the caches and connection it inherited
+ * (they are the parent's) and attaches as a new client on first use. */
+#include <string.h>
+
+#include "background.h"
+#include "client.h"
+#include "ctlsock.h"
+#include "fork.h"
+#include "prim.h"
+#include "tcache.h"
+
+/* The background thread is stopped across fork: the child inherits none of
+ * its locks or half-done work, and a process with no threads of its own
+ * forks single-threaded (which ThreadSanitizer, for one, requires). */
+static bool bg_was_running;
+
+TCM_COLD static void fork_prepare(void)
+{
+    bg_was_running = tcm__proc.bg_running;
+    tcm__bg_stop();
+    pthread_mutex_lock(&tcm__proc.attach_lock);
+    pthread_mutex_lock(&tcm__proc.conn_lock);
+}
+
+TCM_COLD static void fork_parent(void)
+{
+    pthread_mutex_unlock(&tcm__proc.conn_lock);
+    pthread_mutex_unlock(&tcm__proc.attach_lock);
+    if (bg_was_running)
+        tcm__bg_start();
+}
+
+TCM_COLD static void fork_child(void)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    /* the forking thread took these in fork_prepare and is the child's
+     * only thread: it lets them go (ThreadSanitizer would otherwise still
+     * count them held); the others may have been held by threads the
+     * child does not have */
+    pthread_mutex_unlock(&pr->conn_lock);
+    pthread_mutex_unlock(&pr->attach_lock);
+    pthread_mutex_init(&pr->large_lock, NULL);
+    pthread_mutex_init(&pr->tcache_lock, NULL);
+    pthread_mutex_init(&pr->spare_lock, NULL);
+    for (unsigned c = 0; c < TCM_NCLASSES; c++)
+        pthread_mutex_init(&pr->xfer_lock[c], NULL);
+    pr->epoch++;
+    pr->bg_running = false; /* it starts when the child attaches */
+    tcm__thread_reset_after_fork();
+    if (!atomic_load(&pr->attached))
+        return;
+    /* the channel is the parent's: never touch it, and keep the heap and
+     * metadata mapped, they are the same in the new attachment */
+    tcm__unmap(pr->chan, pr->lay.size);
+    pr->chan = NULL;
+    tcm__ctlsock_close(); /* the parent's connection stays the parent's */
+    pr->outage_deadline_ns = 0;
+    /* pr->caches is the parent's, freed at the child's attach: see
+     * tcm__thread_reset_after_fork for why not here */
+    atomic_store(&pr->nthreads, 0);
+    atomic_store(&pr->xfer_bytes, 0);
+    atomic_store(&pr->large_bytes, 0);
+    memset(pr->xfer_backed, 0, sizeof pr->xfer_backed);
+    pr->daemon_lost = false;
+    atomic_store(&pr->attached, false);
+}
+
+void tcm__fork_handlers_install(void)
+{
+    tcm__at_fork(fork_prepare, fork_parent, fork_child);
+}

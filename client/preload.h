@@ -1,0 +1,19 @@
+/* preload.h — what libtcm-malloc.so's C++ operators (preload_new.cpp) take
+ * from its C side (preload.c). */
+#ifndef TCM_PRELOAD_H
+#define TCM_PRELOAD_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* aligned_alloc's path for an alignment above 16, as the drop-in serves it */
+__attribute__((visibility("hidden"))) void *tcm__preload_aligned(size_t align, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,42 @@
+/* pageheap.h — span records and the page heap (pageheap.c). Heap thread. */
+#ifndef TCM_PAGEHEAP_H
+#define TCM_PAGEHEAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "heap.h"
+
+/* Span records. */
+uint32_t tcm__span_new_ht(tcm_heap_t *h);
+void tcm__span_delete_ht(tcm_heap_t *h, uint32_t s);
+void tcm__span_list_push(tcm_heap_t *h, uint32_t *head, uint32_t s);
+void tcm__span_list_remove(tcm_heap_t *h, uint32_t *head, uint32_t s);
+/* The authoritative stores of making and unmaking an allocated span:
+ * record, page span and page class of every page. Idempotent, so a
+ * recovery can redo them. */
+void tcm__span_map_ht(tcm_heap_t *h, uint32_t s, uint32_t first, uint32_t npages, uint8_t state,
+                      uint8_t cls, uint32_t owner);
+void tcm__span_unmap_ht(tcm_heap_t *h, uint32_t first, uint32_t npages);
+
+
+/* The page heap. */
+void tcm__ph_init(tcm_heap_t *h);
+/* A free run of npages (aligned), committed; its record is in transit
+ * (state UNUSED) until the caller maps it. */
+int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *out);
+/* Span s (already unmapped) back on the free lists, merged with its free
+ * neighbours; punches free runs beyond the page cache cap. */
+void tcm__ph_insert_free_ht(tcm_heap_t *h, uint32_t s);
+uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes);
+uint64_t tcm__ph_in_use_end_ht(tcm_heap_t *h); /* heap offset after the last page in use */
+/* Recovery: rebuild the free runs, their lists and the record allocator
+ * from the page map of the allocated spans. Returns repairs made. */
+uint64_t tcm__ph_rebuild_ht(tcm_heap_t *h);
+
+/* Its free lists and runs against the page map; false and the first
+ * inconsistency in why (validate_heap.c). */
+bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen);
+
+#endif
