@@ -55,8 +55,6 @@ typedef struct tcm_thread {
     uint32_t slow_calls;         /* slow-path entries since the clock was last read */
     uint64_t scavenge_ns;        /* when the next scavenge is due (0: not yet set) */
     uint64_t event_ns[TCM_NCLASSES]; /* when each bin last missed or overflowed */
-    uint8_t short_gap[TCM_NCLASSES]; /* whether that miss or overflow followed the one before soon */
-    uint8_t missed[TCM_NCLASSES];    /* whether the bin missed since it last overflowed */
     uint32_t low[TCM_NCLASSES];  /* fewest objects each bin is known to have held since the last
                                     scavenge (0 once it missed; UINT32_MAX: never missed) */
 } tcm_thread_t;

@@ -322,32 +322,6 @@ static void grow(tcm_thread_t *thr, unsigned cls, uint32_t more)
     thr->capacity += (uint64_t)more * ci->size;
 }
 
-/* The bytes a class's bin may hold while the class is quiet (its last miss
- * or overflow a while ago): a quiet class's objects would mostly wait in
- * the bin, and the random walk of its mallocs and frees keeps it half full
- * on average. A class whose objects are larger than this keeps none while
- * quiet: each of its frees goes straight back to tcmd, where the emptied
- * span's pages can serve any class (larson between processes: 30 classes
- * of 64-256 KiB, a few a second each, held ~5 MB in bins). */
-#define QUIET_BYTES 65536u
-
-static uint32_t quiet_max(unsigned cls)
-{
-    return QUIET_BYTES / tcm__proc.classes[cls].size;
-}
-
-/* A quiet class's bin no larger than quiet_max (what it holds above that
- * goes when it next overflows). */
-static void trim_quiet(tcm_thread_t *thr, unsigned cls)
-{
-    tcm_bin_t *b = &thr->tc->bins[cls];
-    uint32_t cap = quiet_max(cls);
-    if (b->max > cap) {
-        thr->capacity -= (uint64_t)(b->max - cap) * tcm__proc.classes[cls].size;
-        b->max = cap;
-    }
-}
-
 /* Halve bins until the thread fits its (new) budget. */
 TCM_COLD static void shrink_to_budget(tcm_thread_t *thr)
 {
@@ -429,7 +403,7 @@ TCM_COLD static void scavenge(tcm_thread_t *thr)
             release_idle(cls, b, drop);
             if (max < b->count)
                 max = b->count;
-            if (max < 1 && quiet_max(cls))
+            if (max < 1)
                 max = 1; /* as grow() leaves it: a bin that has been used is never back at max 0 */
             if (max < b->max)
                 thr->capacity -= (uint64_t)(b->max - max) * classes[cls].size;
@@ -641,21 +615,18 @@ static tcm_thread_t *current_thread(void)
     return thr;
 }
 
-/* Whether a class's bin is busy, asked once per miss or overflow: this
- * one and the one before each came a short while after the last, for
- * objects above 4 KiB in proportion to their size (one 256 KiB object
- * every 15 ms is not busy, a 64 B one is). Two gaps, not one: a class used
- * a hundred times a second at random has one short gap in seven at 40 KiB
- * (larson), and each grew its bin by a refill that then sat there; two in a
- * row are one in fifty. Measured from the end of the last one (note_event),
- * so that a slow round trip to tcmd does not make a tight loop look quiet. */
-static bool busy_class(tcm_thread_t *thr, unsigned cls)
+/* The bytes below which a class's cache does not grow unless it is busy. */
+#define QUIET_BYTES 65536u
+
+/* Whether a class's bin is busy: its last miss or overflow was dealt with
+ * a short while ago, for objects above 4 KiB in proportion to their size
+ * (one 256 KiB object every 15 ms is not busy, a 64 B one is). Measured
+ * from the end of the last one (note_event), so that a slow round trip to
+ * tcmd does not make a tight loop look quiet. */
+static bool busy_class(const tcm_thread_t *thr, unsigned cls)
 {
     uint64_t since = tcm__now_ns() - thr->event_ns[cls], size = tcm__proc.classes[cls].size;
-    bool is_short = (since >> 12) * (size > 4096 ? size : 4096) < scavenge_interval_ns() / 16;
-    bool busy = is_short && thr->short_gap[cls];
-    thr->short_gap[cls] = is_short;
-    return busy;
+    return (since >> 12) * (size > 4096 ? size : 4096) < scavenge_interval_ns() / 16;
 }
 
 static void note_event(tcm_thread_t *thr, unsigned cls)
@@ -667,7 +638,6 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
 {
     tcm_bin_t *b = &thr->tc->bins[cls];
     thr->low[cls] = 0; /* it missed: nothing it held was idle */
-    thr->missed[cls] = 1;
     /* What a refill brings waits in the bin until it is used: a class whose
      * last refill lasted a whole scavenge interval asks for half as many,
      * and only one that used its last up quickly doubles (and fetches its
@@ -675,12 +645,11 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
     bool quick = busy_class(thr, cls);
     uint32_t want = thr->refill[cls];
     if (!quick) {
-        uint32_t quiet = quiet_max(cls) ? quiet_max(cls) : 1;
+        uint32_t size = tcm__proc.classes[cls].size, quiet = QUIET_BYTES / size ? QUIET_BYTES / size : 1;
         thr->refill[cls] = want / 2 > REFILL_FIRST ? want / 2 : REFILL_FIRST;
         want = thr->refill[cls] < quiet ? thr->refill[cls] : quiet;
-        trim_quiet(thr, cls);
     }
-    grow(thr, cls, want > b->max ? want - b->max : 0);
+    grow(thr, cls, quick ? want : want > b->max ? want - b->max : 0);
     if (want > b->max)
         want = b->max;
     /* a batch of this class asked for ahead */
@@ -713,8 +682,6 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
         }
     }
     b->count = got;
-    if (!quick)
-        trim_quiet(thr, cls); /* the one object for this malloc lay in a bin of max 1; none stays */
     if (quick)
         slow_start(thr, cls);
     if (!from_daemon)
@@ -865,36 +832,12 @@ TCM_NOINLINE void tcm__free_slow(void *p)
         free_first(thr, cls, p))
         return;
     if (b->count >= b->max) {
-        /* A bin grows with use, not with time: only one that overflows
-         * again soon, and missed in between -- a working set that cycles
-         * through it (the seed's alloc-64-free-64). Frees alone (a process
-         * dropping half of what it holds, a consumer freeing another
-         * thread's objects) grow it to one batch of at most QUIET_BYTES
-         * (two objects above that), so that they go on in batches, and no
-         * further: more would fill it with objects no
-         * malloc is waiting for, whose spans the next mallocs then keep
-         * alive instead of their going back. */
-        bool busy = busy_class(thr, cls);
-        uint32_t batch = pr->classes[cls].batch, quiet = quiet_max(cls) > 2 ? quiet_max(cls) : 2;
-        uint32_t frees_only = batch < quiet ? batch : quiet;
-        if (busy && thr->missed[cls])
+        /* a bin grows with use, not with time: only one that overflows again soon */
+        if (busy_class(thr, cls))
             grow(thr, cls, thr->refill[cls]);
-        else if (busy && b->max < frees_only) /* frees alone: room for a batch, so they go on in batches */
-            grow(thr, cls, frees_only - b->max);
-        else if (!busy)
-            trim_quiet(thr, cls);
-        thr->missed[cls] = 0;
-        if (b->count >= b->max && !busy && quiet_max(cls) == 0) {
-            /* a quiet class above QUIET_BYTES keeps nothing: this object
-             * (and any left from a busy spell) back to tcmd, not waiting */
-            b->slots[b->count++] = p;
-            release_objects(cls, b, 0, true, thr);
-            note_event(thr, cls);
-            return;
-        }
         if (b->count >= b->max) {
             /* full and may not grow: hand a whole batch on */
-            uint32_t k = batch < b->count ? batch : b->count;
+            uint32_t k = pr->classes[cls].batch < b->count ? pr->classes[cls].batch : b->count;
             release_objects(cls, b, b->count - k, false, thr);
             /* A working set the size of the bin's limit (the seed's 64
              * objects of 256 KiB in a 16 MiB budget) would otherwise cycle

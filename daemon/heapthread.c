@@ -23,7 +23,7 @@
 
 #define EXPENSIVE_CHECK_EVERY 4096u /* requests between whole-heap validations (assert level 3) */
 #define DECAY_AMOUNT_MIN (1u << 20)   /* free backed pages below this wait for the decay window */
-#define DECAY_AMOUNT_SHARE 32u        /* ... and so do free backed pages up to this share of the spans */
+#define DECAY_AMOUNT_SHARE 8u         /* ... and so do free backed pages up to this share of the spans */
 
 /* Punch free runs until at most keep_bytes of free committed pages are
  * left (0: every free page); returns what the segment's blocks dropped by,
@@ -66,13 +66,10 @@ static void decay(tcm_server_t *srv, uint64_t now)
 
 /* Decay by amount, not only by time: at the end of each step (decay_ms /
  * TCM_DECAY_STEPS), when the free pages the heap segment still backs are
- * more than a 32nd of the bytes in spans, they all go back. A heap that
+ * more than an eighth of the bytes in spans, they all go back. A heap that
  * shrank (a process freed half of what it held, or its caches gave back
  * spans' worth) does not keep that committed for decay_ms; one that keeps
- * little beside what it uses is left to the window. A 32nd, not an eighth:
- * quiet classes above 64 KiB cache nothing (tcache.c), so their spans come
- * and go through the page heap, and an eighth let 4-9 MB of larson's
- * ~60 MB pile up between steps, as much as their caches had held. Measured from the
+ * little beside what it uses is left to the window. Measured from the
  * segment's blocks, not from the runs' committed flags: a run merged from
  * committed and released parts counts as not committed, yet may be
  * backed almost whole. */
@@ -90,7 +87,7 @@ static void decay_step(tcm_server_t *srv, uint64_t now, uint64_t decay_ns)
     uint64_t released = release_measured(srv, 0);
     if (released) {
         TCM_STAT_ADD(srv->meta, decays, 1);
-        tcm__log(TCM_LOG_DEBUG, "decay: %llu bytes of free pages given back (more than a 32nd of the %llu "
+        tcm__log(TCM_LOG_DEBUG, "decay: %llu bytes of free pages given back (more than an eighth of the %llu "
                  "bytes in spans)", (unsigned long long)released, (unsigned long long)spans);
     }
 }

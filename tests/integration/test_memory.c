@@ -313,9 +313,8 @@ static void test_busy_decay(void)
 /* A thread keeps what it freed in its bins; once it works on in other
  * classes (slow paths), its scavenges give back what sat unused: three
  * quarters of a class's low-water mark every decay_ms / TCM_DECAY_STEPS.
- * The working set cycles through the bin a few times first: a bin grows on
- * an overflow only after a miss (frees alone do not fill it), by a refill
- * each cycle. */
+ * The working set cycles through the bin a few times first, as a working
+ * set does. */
 static int scavenger(void *arg)
 {
     (void)arg;
