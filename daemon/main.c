@@ -187,6 +187,7 @@ static void decide_what_stays(tcm_server_t *srv)
 static int run(tcm_server_t *srv, tcm_handle_t ready_fd)
 {
     int rc = 1;
+    tcm__stop_signals_hold(true); /* until the loop's handlers are in place; its threads never take them */
     srv->loop = uv_default_loop();
     srv->start_ns = tcm__now_ns();
     tcm__crash_init();
@@ -219,6 +220,7 @@ static int run(tcm_server_t *srv, tcm_handle_t ready_fd)
     uv_signal_init(srv->loop, &srv->sighup);
     srv->sighup.data = srv;
     uv_signal_start(&srv->sighup, on_sighup, SIGHUP);
+    tcm__stop_signals_hold(false);
     tcm__ignore_sigpipe();
     tcm__log(TCM_LOG_INFO, "tcmd %s ready: socket %s, heap %s %llu bytes at 0x%llx%s", TCM_VERSION_STRING,
              srv->socket_path, srv->heap_name, (unsigned long long)srv->heap_size, (unsigned long long)srv->base,

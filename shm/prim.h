@@ -191,6 +191,12 @@ int tcm__unlink(const char *path); /* 0 or -errno; a path that is not there is 0
 int tcm__make_dirs(const char *dir, unsigned mode);
 unsigned tcm__umask(unsigned mask); /* the previous mask */
 void tcm__ignore_sigpipe(void);     /* a write to a closed socket is an error, not a signal */
+/* Hold (true) or let through (false) SIGTERM, SIGINT and SIGHUP in the
+ * calling thread. Threads it starts while holding them inherit the hold, so
+ * the signals reach only the thread that lets them through, once it has its
+ * handlers: none is lost before they are installed, and none waits on a
+ * thread asleep in a raw futex (as the sanitizers' deferred delivery would). */
+void tcm__stop_signals_hold(bool hold);
 /* Raise the soft limit on open descriptors to want, or as far as the hard
  * limit allows; *now is the soft limit after (UINT64_MAX: none). 0 or
  * -errno (the limit could not be read or set). */

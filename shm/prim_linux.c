@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -869,6 +870,16 @@ unsigned tcm__umask(unsigned mask)
 void tcm__ignore_sigpipe(void)
 {
     signal(SIGPIPE, SIG_IGN);
+}
+
+void tcm__stop_signals_hold(bool hold)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(hold ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
 }
 
 int tcm__at_fork(void (*prepare)(void), void (*parent)(void), void (*child)(void))

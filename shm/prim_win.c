@@ -1118,6 +1118,11 @@ void tcm__ignore_sigpipe(void)
     /* a write to a closed pipe is an error on Windows, never a signal */
 }
 
+void tcm__stop_signals_hold(bool hold)
+{
+    (void)hold; /* console control events go to a thread of their own */
+}
+
 int tcm__at_fork(void (*prepare)(void), void (*parent)(void), void (*child)(void))
 {
     (void)prepare, (void)parent, (void)child;
