@@ -164,16 +164,22 @@ void tcm__fatal_refused(int st, unsigned cls)
                cls, tcm__status_msg(st));
 }
 
-tcm_slot_t *tcm__return_post(unsigned cls, void *const *objs, uint32_t k, int *status)
+tcm_slot_t *tcm__return_fill(unsigned cls, void *const *objs, uint32_t k, uint32_t *index)
 {
     uintptr_t base = (uintptr_t)tcm__proc.heap;
-    uint32_t idx;
-    tcm_slot_t *slot = tcm__slot_acquire(&idx);
+    tcm_slot_t *slot = tcm__slot_acquire(index);
     slot->op = TCM_OP_RETURN;
     slot->cls = cls;
     slot->count = k;
     for (uint32_t i = 0; i < k; i++)
         slot->offs[i] = (uintptr_t)objs[i] - base;
+    return slot;
+}
+
+tcm_slot_t *tcm__return_post(unsigned cls, void *const *objs, uint32_t k, int *status)
+{
+    uint32_t idx;
+    tcm_slot_t *slot = tcm__return_fill(cls, objs, k, &idx);
     *status = tcm__call(slot, idx);
     return slot;
 }

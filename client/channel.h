@@ -26,6 +26,9 @@ TCM_HIDDEN void tcm__slot_release(tcm_slot_t *slot);
 /* Give the top n of objs[0..*count) back to tcmd a batch at a time, *count
  * dropping as each is answered (count NULL: an array of one's own). */
 TCM_HIDDEN int tcm__return_objects(unsigned cls, void **objs, uint32_t n, uint32_t *count);
+/* A slot acquired and filled with a RETURN of objs[0..k) (k at most
+ * TCM_MAX_BATCH), not posted yet; its index in *index. */
+TCM_HIDDEN tcm_slot_t *tcm__return_fill(unsigned cls, void *const *objs, uint32_t k, uint32_t *index);
 /* One RETURN of objs[0..k) (k at most TCM_MAX_BATCH), posted and answered;
  * the slot stays held, still listing them, until tcm__return_done: the
  * caller drops them from its own array in between, so that a death at any

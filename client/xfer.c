@@ -117,7 +117,6 @@ bool tcm__xfer_empty(unsigned cls)
 static bool return_top_batch(unsigned cls)
 {
     tcm_proc_t *pr = &tcm__proc;
-    uintptr_t base = (uintptr_t)pr->heap;
     pthread_mutex_lock(&pr->xfer_lock[cls]);
     tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
     uint32_t k = x->count < TCM_MAX_BATCH ? x->count : TCM_MAX_BATCH, idx;
@@ -125,12 +124,7 @@ static bool return_top_batch(unsigned cls)
         pthread_mutex_unlock(&pr->xfer_lock[cls]);
         return false;
     }
-    tcm_slot_t *slot = tcm__slot_acquire(&idx);
-    slot->op = TCM_OP_RETURN;
-    slot->cls = cls;
-    slot->count = k;
-    for (uint32_t i = 0; i < k; i++)
-        slot->offs[i] = (uintptr_t)xfer_slots(cls)[x->count - k + i] - base;
+    tcm_slot_t *slot = tcm__return_fill(cls, xfer_slots(cls) + x->count - k, k, &idx);
     bool posted = tcm__post(slot, idx);
     if (posted) {
         x->count -= k;
