@@ -12,7 +12,6 @@
 #include "lifecycle.h"
 #include "prim.h"
 #include "ring.h"
-#include "tcache.h"
 
 /* Objects freed by one thread can come back to another through the daemon,
  * a synchronisation ThreadSanitizer cannot see (it is in another process):
