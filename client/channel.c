@@ -9,8 +9,8 @@
 #include "client.h"
 #include "ctlsock.h"
 #include "diag.h"
-#include "lifecycle.h"
 #include "prim.h"
+#include "reconnect.h"
 #include "ring.h"
 
 /* Objects freed by one thread can come back to another through the daemon,
