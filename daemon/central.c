@@ -647,21 +647,7 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
     return refused;
 }
 
-/* How many empty spans class cls keeps (see tcm__central_release_span_ht).
- * None of a span of one object: kept, it is one cached object of its class,
- * where in the page heap its pages serve any class (and decay when unused). */
-static uint32_t spans_kept(const tcm_class_info_t *ci)
-{
-    if (ci->span_objs == 1)
-        return 0;
-    uint64_t batch_bytes = (uint64_t)ci->batch * ci->size, span_bytes = tcm__page_off(ci->span_pages);
-    if (batch_bytes > TCM_KEEP_EMPTY_BYTES)
-        batch_bytes = TCM_KEEP_EMPTY_BYTES;
-    uint64_t spans = (batch_bytes + span_bytes - 1) / span_bytes;
-    return spans ? (uint32_t)spans : 1;
-}
-
-bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep)
+bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s)
 {
     tcm_span_t *sp = &h->spans[s];
     if (sp->state != TCM_SPAN_SMALL)
@@ -669,8 +655,6 @@ bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep)
     unsigned cls = sp->cls;
     const tcm_class_info_t *ci = &h->classes[cls];
     if (sp->nfree != ci->span_objs)
-        return false;
-    if (keep && h->empty_spans[cls] <= spans_kept(ci))
         return false;
     TCM_ASSERT_INTERNAL(h->empty_spans[cls] > 0);
     h->empty_spans[cls]--;
@@ -690,7 +674,7 @@ uint64_t tcm__central_drop_empty_ht(tcm_heap_t *h)
         uint32_t s = h->meta->central_head[cls];
         while (s) {
             uint32_t next = h->spans[s].next, npages = h->spans[s].npages;
-            if (tcm__central_release_span_ht(h, s, false))
+            if (tcm__central_release_span_ht(h, s))
                 bytes += tcm__page_off(npages);
             s = next;
         }
@@ -750,7 +734,7 @@ int tcm__large_free_ht(tcm_heap_t *h, uint64_t off, uint64_t *bytes, uint32_t *o
 
 /* Recovery: a small span's free count is what its object map says; spans
  * with free objects go on their class's list (empty ones too, as if each
- * were its class's kept span; the first RETURN or release trims them). */
+ * were a span a RETURN just emptied; the decay, release or heap limit gives them back). */
 uint64_t tcm__central_rebuild_ht(tcm_heap_t *h)
 {
     uint64_t repairs = 0, central_free = 0;

@@ -38,19 +38,18 @@ typedef struct tcm_owner_run {
  * to a bad neighbour. */
 uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *offs, uint32_t n, uint8_t *st,
                                tcm_owner_run_t *runs, uint32_t *nruns, uint32_t *emptied, uint32_t *nemptied);
-/* Give span s back to the page heap if it is still empty and, with
- * keep, its class keeps more empty spans than one batch of the class
- * fills (at most TCM_KEEP_EMPTY_BYTES, one span at least): a class that
- * moves whole batches back and forth reuses its spans instead of cutting
- * and freeing them per batch. The kept ones go back with the decay,
- * release and at the heap limit (tcm__central_drop_empty_ht).
- * One span, measured: up to a batch (2 MiB) held larson between two
- * processes 4-5 MB higher (central free 18-20 -> 22-24 MB) and saved
- * run_daemon_cost nothing (its heap grows and shrinks by whole batches). */
-#define TCM_KEEP_EMPTY_BYTES 0u
-bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep);
+/* Give span s back to the page heap if it is still empty: a RETURN's
+ * emptied spans, at once. A class keeps no empty span: one per class
+ * (~90 of 64 KiB and up) held larson between two processes 3-6 MB higher
+ * (central free 16-20 -> 10-13 MB) and a batch's worth 4-5 MB more, and
+ * saved run_daemon_cost nothing (its heap grows and shrinks by whole
+ * batches); a span holds many batches of a small class, and a large
+ * class's span is cut and freed with its objects' pages anyway. Empty
+ * spans a recovery finds wait for the decay, release or the heap limit
+ * (tcm__central_drop_empty_ht). */
+bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s);
 uint64_t tcm__central_drop_empty_ht(tcm_heap_t *h);
-/* Free pages for a new span, giving kept empty spans back first when the
+/* Free pages for a new span, giving empty spans back first when the
  * heap is at its limit. */
 int tcm__pages_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *s);
 /* A page run of npages (aligned to align_pages, 0: 1) owned by owner,

@@ -23,7 +23,7 @@
 
 #define EXPENSIVE_CHECK_EVERY 4096u /* requests between whole-heap validations (assert level 3) */
 #define DECAY_AMOUNT_MIN (1u << 20)   /* free backed pages below this wait for the decay window */
-#define DECAY_AMOUNT_SHARE 8u         /* ... and so do free backed pages up to this share of the spans */
+#define DECAY_AMOUNT_SHARE 32u        /* ... and so do free backed pages up to this share of the spans */
 
 /* Punch free runs until at most keep_bytes of free committed pages are
  * left (0: every free page); returns what the segment's blocks dropped by,
@@ -38,7 +38,7 @@ static uint64_t release_measured(tcm_server_t *srv, uint64_t keep_bytes)
     return released;
 }
 
-/* Every free page, the empty span kept per class among them. */
+/* Every free page, the empty spans a recovery found among them. */
 static uint64_t release_all(tcm_server_t *srv)
 {
     tcm__central_drop_empty_ht(&srv->h); /* spans to the page heap, still committed */
@@ -47,7 +47,7 @@ static uint64_t release_all(tcm_server_t *srv)
 
 /* Memory comes back by itself: a page heap nobody has cut from or freed to
  * for decay_ms gives back the free pages it keeps committed (up to
- * page_cache_cap) and the empty span it keeps per class, once per quiet
+ * page_cache_cap) and any empty span, once per quiet
  * spell. */
 static void decay(tcm_server_t *srv, uint64_t now)
 {
@@ -66,7 +66,9 @@ static void decay(tcm_server_t *srv, uint64_t now)
 
 /* Decay by amount, not only by time: at the end of each step (decay_ms /
  * TCM_DECAY_STEPS), when the free pages the heap segment still backs are
- * more than an eighth of the bytes in spans, they all go back. A heap that
+ * more than a 32nd of the bytes in spans, they all go back (an eighth held
+ * larson between two processes ~4 MB higher: free pages its caches and
+ * emptied spans gave back waited for the window). A heap that
  * shrank (a process freed half of what it held, or its caches gave back
  * spans' worth) does not keep that committed for decay_ms; one that keeps
  * little beside what it uses is left to the window. Measured from the
@@ -87,7 +89,7 @@ static void decay_step(tcm_server_t *srv, uint64_t now, uint64_t decay_ns)
     uint64_t released = release_measured(srv, 0);
     if (released) {
         TCM_STAT_ADD(srv->meta, decays, 1);
-        tcm__log(TCM_LOG_DEBUG, "decay: %llu bytes of free pages given back (more than an eighth of the %llu "
+        tcm__log(TCM_LOG_DEBUG, "decay: %llu bytes of free pages given back (more than a 32nd of the %llu "
                  "bytes in spans)", (unsigned long long)released, (unsigned long long)spans);
     }
 }

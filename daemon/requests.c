@@ -107,7 +107,7 @@ uint32_t tcm__free_objects_ht(tcm_server_t *srv, tcm_client_t *c, unsigned cls, 
     uint8_t st[TCM_MAX_BATCH];
     free_objects(srv, c, cls, offs, n, st, true, &refused, emptied, &nemptied);
     for (uint32_t i = 0; i < nemptied; i++)
-        tcm__central_release_span_ht(&srv->h, emptied[i], true);
+        tcm__central_release_span_ht(&srv->h, emptied[i]);
     return n - refused;
 }
 
@@ -348,7 +348,7 @@ static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint32_t
     commit(srv, c, pos);
     /* after the commit: each is a transaction of its own */
     for (uint32_t i = 0; i < nemptied; i++)
-        tcm__central_release_span_ht(&srv->h, emptied[i], true);
+        tcm__central_release_span_ht(&srv->h, emptied[i]);
     count_latency(srv, tcm__now_ns() - t0);
 }
 

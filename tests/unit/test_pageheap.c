@@ -43,7 +43,7 @@ static int give_back(unsigned cls, uint64_t off, uint16_t *owner)
         *owner = run.owner;
     }
     for (uint32_t i = 0; i < nemptied; i++)
-        tcm__central_release_span_ht(&h, emptied[i], true);
+        tcm__central_release_span_ht(&h, emptied[i]);
     return st;
 }
 
@@ -177,8 +177,8 @@ static void test_objects(void)
             CHECK_EQ(give_back(cls, offs[i], &owner_tag), TCM_ST_OK);
     validate();
     rebuild_and_compare();
-    /* one empty span per class stays cached; drop_empty gives it back */
-    CHECK_GT(tcm__central_drop_empty_ht(&h), 0);
+    /* the span went back with its last object: nothing empty is kept */
+    CHECK_EQ(tcm__central_drop_empty_ht(&h), 0);
     validate();
     CHECK_EQ(h.free_pages, h.top - 1);
 
@@ -428,7 +428,7 @@ static void test_random(void)
             CHECK_EQ(nrefused, refused);
             CHECK_EQ(credited, k - refused);
             for (uint32_t e = 0; e < nemptied; e++)
-                tcm__central_release_span_ht(&h, emptied[e], true);
+                tcm__central_release_span_ht(&h, emptied[e]);
             validate();
             /* what went back is handed out again, to keep the runs dense */
             for (uint32_t i = 0; i < n; i++)
@@ -442,10 +442,9 @@ static void test_random(void)
     }
 }
 
-/* Spans a RETURN empties stay with their class up to one batch of it (at
- * most TCM_KEEP_EMPTY_BYTES, one span at least): the next refill of a batch
- * takes them before it cuts; the rest go back to the page heap; drop_empty
- * gives the kept ones back. */
+/* Spans a RETURN empties go back to the page heap at once: the next refill
+ * cuts new ones; spans left empty otherwise (a recovery finds them) go back
+ * with drop_empty. */
 static void test_kept(void)
 {
     static uint64_t offs[4 * TCM_MAX_BATCH];
@@ -456,11 +455,7 @@ static void test_kept(void)
     for (int b = 0; b < 3; b++)
         n += refill(cls, batch, offs + n, 5, &st);
     CHECK_EQ(n, 3 * batch);
-    uint64_t span_bytes = tcm__page_off(ci->span_pages), batch_bytes = (uint64_t)batch * ci->size;
-    if (batch_bytes > TCM_KEEP_EMPTY_BYTES)
-        batch_bytes = TCM_KEEP_EMPTY_BYTES;
-    uint32_t kept = (uint32_t)((batch_bytes + span_bytes - 1) / span_bytes);
-    kept = kept ? kept : 1;
+    uint64_t span_bytes = tcm__page_off(ci->span_pages);
     uint8_t sts[TCM_MAX_BATCH];
     tcm_owner_run_t runs[TCM_MAX_BATCH];
     uint32_t nruns, emptied[TCM_MAX_BATCH];
@@ -470,21 +465,23 @@ static void test_kept(void)
         CHECK_EQ(tcm__central_return_ht(&h, cls, offs + i, batch, sts, runs, &nruns, emptied, &nemptied), 0);
         CHECK_EQ(nemptied, batch / ci->span_objs);
         for (uint32_t e = 0; e < nemptied; e++)
-            tcm__central_release_span_ht(&h, emptied[e], true);
+            CHECK(tcm__central_release_span_ht(&h, emptied[e]));
         validate();
     }
-    CHECK_EQ(atomic_load(&h.cstats[cls].spans), kept);
-    CHECK_EQ(h.empty_spans[cls], kept);
+    CHECK_EQ(atomic_load(&h.cstats[cls].spans), 0);
+    CHECK_EQ(h.empty_spans[cls], 0);
+    CHECK_EQ(h.free_pages, h.top - 1);
     uint64_t free_pages = h.free_pages;
     CHECK_EQ(refill(cls, batch, offs, 5, &st), batch);
-    uint32_t needed = (batch + ci->span_objs - 1) / ci->span_objs, reused = kept < needed ? kept : needed;
-    CHECK_EQ(free_pages - h.free_pages, (uint64_t)(needed - reused) * ci->span_pages); /* kept spans first */
-    CHECK_EQ(h.empty_spans[cls], kept - reused);
-    rebuild_and_compare();
+    uint32_t needed = (batch + ci->span_objs - 1) / ci->span_objs;
+    CHECK_EQ(free_pages - h.free_pages, (uint64_t)needed * ci->span_pages);
+    /* emptied but not released (as a recovery leaves them): drop_empty */
     uint32_t nemptied = 0;
     memset(sts, TCM_ST_PENDING, batch);
     CHECK_EQ(tcm__central_return_ht(&h, cls, offs, batch, sts, runs, &nruns, emptied, &nemptied), 0);
-    CHECK_EQ(tcm__central_drop_empty_ht(&h), (uint64_t)(kept - reused + needed) * span_bytes);
+    CHECK_EQ(h.empty_spans[cls], needed);
+    rebuild_and_compare();
+    CHECK_EQ(tcm__central_drop_empty_ht(&h), (uint64_t)needed * span_bytes);
     CHECK_EQ(h.empty_spans[cls], 0);
     validate();
     CHECK_EQ(h.free_pages, h.top - 1);
