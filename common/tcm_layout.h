@@ -304,12 +304,12 @@ void tcm__root_write_end(tcm_root_t *r, uint32_t seq);
 bool tcm__root_repair(tcm_root_t *r, uint64_t heap_size, bool *kept);
 
 /* W: tcmd when it creates the segment (geometry and heap_id, fixed
- * afterwards); the heap thread (central_head, heap_sleeping); see
+ * afterwards); the heap thread (heap_sleeping); see
  * tcm_config_t and TCM_HEAP_STATS. R: clients check magic, version, base,
  * heap_size, page_shift and heap_id at attach, take the offsets of the
  * parts they map, and read heap_sleeping after every post (seq_cst fence
  * before the load, see shm/ring.h); the main thread sends heap_id in each
- * Welcome. central_head is the heap thread's alone. */
+ * Welcome. */
 typedef struct tcm_meta_hdr {
     uint64_t magic;
     uint32_t version;
@@ -325,7 +325,8 @@ typedef struct tcm_meta_hdr {
     uint64_t off_spans;      /* tcm_span_t[npages + 1] */
     uint64_t off_roots;      /* tcm_root_t[TCM_ROOTS] */
     uint64_t heap_id;        /* random, fixed at creation: tells a heap from a replaced one of the same name */
-    uint32_t central_head[TCM_NCLASSES]; /* derived: spans of a class with free objects */
+    uint32_t unused_central_head[TCM_NCLASSES]; /* was each class's one central list; tcmd's own now
+                                                    (tcm_heap_t.central), rebuilt at every start */
     alignas(TCM_CACHELINE) _Atomic uint32_t heap_sleeping; /* heap thread asleep */
     alignas(TCM_CACHELINE) tcm_config_t config;
     alignas(TCM_CACHELINE) tcm_heap_stats_t stats;
@@ -338,7 +339,7 @@ TCM_SHARED_OFFSET(tcm_meta_hdr_t, nclasses, 36); TCM_SHARED_OFFSET(tcm_meta_hdr_
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_classes, 48); TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_page_class, 56);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_page_span, 64); TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_spans, 72);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_roots, 80); TCM_SHARED_OFFSET(tcm_meta_hdr_t, heap_id, 88);
-TCM_SHARED_OFFSET(tcm_meta_hdr_t, central_head, 96); TCM_SHARED_OFFSET(tcm_meta_hdr_t, heap_sleeping, 512);
+TCM_SHARED_OFFSET(tcm_meta_hdr_t, unused_central_head, 96); TCM_SHARED_OFFSET(tcm_meta_hdr_t, heap_sleeping, 512);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, config, 576); TCM_SHARED_OFFSET(tcm_meta_hdr_t, stats, 640);
 
 /* ---- channel segment ---- */

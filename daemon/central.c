@@ -266,6 +266,34 @@ static void unmap_logged(tcm_heap_t *h, uint32_t s)
     TCM_PERSIST_BARRIER();
 }
 
+static void central_add(tcm_heap_t *h, unsigned cls, uint32_t s, unsigned li)
+{
+    tcm__span_list_push(h, &h->central[cls][li], s);
+    h->central_nonempty[cls] |= (uint16_t)(1u << li);
+}
+
+static void central_remove(tcm_heap_t *h, unsigned cls, uint32_t s, unsigned li)
+{
+    uint32_t *head = &h->central[cls][li];
+    tcm__span_list_remove(h, head, s);
+    if (!*head)
+        h->central_nonempty[cls] &= (uint16_t)~(1u << li);
+}
+
+/* Span s's free count goes from was to now (0: on no list). */
+static void central_move(tcm_heap_t *h, unsigned cls, uint32_t s, uint32_t was, uint32_t now)
+{
+    uint32_t objs = h->classes[cls].span_objs;
+    unsigned from = was ? tcm__central_list(was, objs) : TCM_CENTRAL_LISTS;
+    unsigned to = now ? tcm__central_list(now, objs) : TCM_CENTRAL_LISTS;
+    if (from == to)
+        return;
+    if (was)
+        central_remove(h, cls, s, from);
+    if (now)
+        central_add(h, cls, s, to);
+}
+
 static uint32_t new_small_span(tcm_heap_t *h, unsigned cls, int *status)
 {
     const tcm_class_info_t *ci = &h->classes[cls];
@@ -283,7 +311,7 @@ static uint32_t new_small_span(tcm_heap_t *h, unsigned cls, int *status)
     sp->nfree = ci->span_objs;
     sp->scan = 0;
     h->empty_spans[cls]++;
-    tcm__span_list_push(h, &h->meta->central_head[cls], s);
+    central_add(h, cls, s, TCM_CENTRAL_LISTS - 1);
     TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)ci->span_objs * ci->size);
     TCM_HT_ADD(h->cstats[cls].spans, 1);
     TCM_HT_ADD(h->cstats[cls].free_objs, ci->span_objs);
@@ -342,7 +370,8 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
     uint16_t scratch[64]; /* the tags of a word that is all owner's: not kept */
     *status = TCM_ST_OK;
     while (n < want) {
-        uint32_t s = h->meta->central_head[cls];
+        uint16_t lists = h->central_nonempty[cls];
+        uint32_t s = lists ? h->central[cls][__builtin_ctz(lists)] : 0;
         if (!s && !(s = new_small_span(h, cls, status)))
             break;
         tcm_span_t *sp = &h->spans[s];
@@ -398,10 +427,9 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
                 break;
         }
         h->empty_spans[cls] -= sp->nfree == span_objs && nfree != span_objs;
+        central_move(h, cls, s, sp->nfree, nfree);
         sp->nfree = nfree;
         sp->scan = w < words ? w : words - 1; /* no free object below it */
-        if (nfree == 0)
-            tcm__span_list_remove(h, &h->meta->central_head[cls], s);
         TCM_CRASH_POINT(refill_span);
     }
     if (n)
@@ -475,8 +503,7 @@ static void span_gets_back(tcm_heap_t *h, unsigned cls, uint32_t s, uint32_t k, 
     TCM_ASSERT(sp->nfree + k <= span_objs);
     if (low_word < sp->scan)
         sp->scan = low_word;
-    if (sp->nfree == 0)
-        tcm__span_list_push(h, &h->meta->central_head[cls], s);
+    central_move(h, cls, s, sp->nfree, sp->nfree + k);
     sp->nfree += k;
     if (sp->nfree == span_objs) { /* reached once: a RETURN only adds */
         h->empty_spans[cls]++;
@@ -658,7 +685,7 @@ bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s)
         return false;
     TCM_ASSERT_INTERNAL(h->empty_spans[cls] > 0);
     h->empty_spans[cls]--;
-    tcm__span_list_remove(h, &h->meta->central_head[cls], s);
+    central_remove(h, cls, s, TCM_CENTRAL_LISTS - 1);
     TCM_STAT_ADD(h->meta, bytes_central_free, -(uint64_t)ci->span_objs * ci->size);
     TCM_HT_ADD(h->cstats[cls].spans, -1);
     TCM_HT_ADD(h->cstats[cls].free_objs, -(uint64_t)ci->span_objs);
@@ -671,7 +698,7 @@ uint64_t tcm__central_drop_empty_ht(tcm_heap_t *h)
 {
     uint64_t bytes = 0;
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-        uint32_t s = h->meta->central_head[cls];
+        uint32_t s = h->central[cls][TCM_CENTRAL_LISTS - 1];
         while (s) {
             uint32_t next = h->spans[s].next, npages = h->spans[s].npages;
             if (tcm__central_release_span_ht(h, s))
@@ -739,7 +766,8 @@ uint64_t tcm__central_rebuild_ht(tcm_heap_t *h)
 {
     uint64_t repairs = 0, central_free = 0;
     for (unsigned cls = 0; cls < TCM_NCLASSES; cls++) {
-        h->meta->central_head[cls] = 0;
+        memset(h->central[cls], 0, sizeof h->central[cls]);
+        h->central_nonempty[cls] = 0;
         h->empty_spans[cls] = 0;
         TCM_STAT_SET(h->meta, bytes_central_free, 0);
         atomic_store_explicit(&h->cstats[cls].spans, 0, memory_order_relaxed);
@@ -771,7 +799,7 @@ uint64_t tcm__central_rebuild_ht(tcm_heap_t *h)
         sp->prev = sp->next = 0;
         sp->on_list = 0;
         if (sp->nfree)
-            tcm__span_list_push(h, &h->meta->central_head[sp->cls], s);
+            central_add(h, sp->cls, s, tcm__central_list(sp->nfree, ci->span_objs));
         h->empty_spans[sp->cls] += sp->nfree == ci->span_objs;
         central_free += (uint64_t)sp->nfree * ci->size;
         TCM_HT_ADD(h->cstats[sp->cls].spans, 1);

@@ -38,6 +38,16 @@ typedef struct tcm_owner_run {
  * to a bad neighbour. */
 uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *offs, uint32_t n, uint8_t *st,
                                tcm_owner_run_t *runs, uint32_t *nruns, uint32_t *emptied, uint32_t *nemptied);
+/* The central list (tcm_heap_t.central) of a span with nfree
+ * (1..span_objs) free objects. Refills take from the fullest spans first,
+ * so that what a RETURN brings to a sparse span stays there until the span
+ * is empty and goes back to the page heap, instead of being handed out
+ * again and keeping the span alive; empty spans are taken last. */
+static inline unsigned tcm__central_list(uint32_t nfree, uint32_t span_objs)
+{
+    return nfree == span_objs ? TCM_CENTRAL_LISTS - 1 : (nfree - 1) * (TCM_CENTRAL_LISTS - 1) / span_objs;
+}
+
 /* Give span s back to the page heap if it is still empty: a RETURN's
  * emptied spans, at once. A class keeps no empty span: one per class
  * (~90 of 64 KiB and up) held larson between two processes 3-6 MB higher

@@ -13,6 +13,10 @@
 #include "prim.h"
 #include "tcm_layout.h"
 
+/* Central lists per class: spans with free objects by the share of their
+ * objects that is free, in eighths (list 0: the fullest), and the empty
+ * spans on a list of their own. */
+#define TCM_CENTRAL_LISTS 9u
 #define TCM_PH_NLISTS 128u /* exact free lists for 1..128 pages; list 0: longer runs */
 
 /* Counters with one writer (the heap thread) and readers elsewhere: a plain
@@ -105,6 +109,11 @@ typedef struct tcm_heap {
     uint64_t slots_words;          /* its size in words */
     uint64_t step_ns;              /* when the last step (decay_ms / TCM_DECAY_STEPS) began: decay by amount */
     uint32_t empty_spans[TCM_NCLASSES]; /* derived, private: small spans of each class with no object handed out */
+    /* derived, private: the spans of each class with free objects, on
+     * lists by how full they are (tcm__central_list); bit i of
+     * central_nonempty: list i is not empty */
+    uint32_t central[TCM_NCLASSES][TCM_CENTRAL_LISTS];
+    uint16_t central_nonempty[TCM_NCLASSES];
 } tcm_heap_t;
 
 /* Point h at a metadata and a state segment of a heap of heap_size bytes

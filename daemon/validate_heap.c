@@ -16,19 +16,28 @@
         goto fail;                                                                                 \
     } while (0)
 
-/* Spans of each class with free objects are exactly the spans on its list. */
+/* Spans of each class with free objects are exactly the spans on its
+ * lists, each on the list of its free count. */
 static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
 {
     uint64_t central_free = 0;
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         uint64_t listed = 0;
-        for (uint32_t s = h->meta->central_head[cls], prev = 0; s; prev = s, s = h->spans[s].next) {
-            const tcm_span_t *sp = &h->spans[s];
-            if (s > h->npages || sp->state != TCM_SPAN_SMALL || sp->cls != cls || sp->prev != prev || !sp->on_list)
-                FAIL("central list %u: span %u (state %u class %u) does not belong there", cls, s, sp->state,
-                     sp->cls);
-            if (++listed > h->npages)
-                FAIL("central list %u has a cycle", cls);
+        for (unsigned li = 0; li < TCM_CENTRAL_LISTS; li++) {
+            if (!h->central[cls][li] != !(h->central_nonempty[cls] >> li & 1))
+                FAIL("central list %u.%u: its bit says %s", cls, li, h->central[cls][li] ? "empty" : "not empty");
+            for (uint32_t s = h->central[cls][li], prev = 0; s; prev = s, s = h->spans[s].next) {
+                const tcm_span_t *sp = &h->spans[s];
+                if (s > h->npages || sp->state != TCM_SPAN_SMALL || sp->cls != cls || sp->prev != prev ||
+                    !sp->on_list || !sp->nfree)
+                    FAIL("central list %u.%u: span %u (state %u class %u) does not belong there", cls, li, s,
+                         sp->state, sp->cls);
+                if (tcm__central_list(sp->nfree, h->classes[cls].span_objs) != li)
+                    FAIL("central list %u.%u: span %u with %u free objects belongs on another", cls, li, s,
+                         sp->nfree);
+                if (++listed > h->npages)
+                    FAIL("central list %u has a cycle", cls);
+            }
         }
     }
     uint64_t spans[TCM_NCLASSES] = {0}, free_objs[TCM_NCLASSES] = {0}, tag_blocks = 0;
