@@ -36,7 +36,7 @@ target_include_directories(tcm_platform PUBLIC common shm)
 target_link_libraries(tcm_platform PUBLIC pthread synchronization bcrypt psapi advapi32)
 
 # tcmd's heap: the page heap and the central lists, as tcmd runs them
-add_library(tcm_heap STATIC daemon/heap.c daemon/pageheap.c daemon/central.c daemon/log.c daemon/crash.c
+add_library(tcm_heap STATIC daemon/heap.c daemon/pageheap.c daemon/central.c daemon/objrec.c daemon/log.c daemon/crash.c
   daemon/validate_heap.c)
 target_include_directories(tcm_heap PUBLIC daemon)
 target_link_libraries(tcm_heap PUBLIC tcm_platform)
