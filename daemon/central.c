@@ -351,6 +351,109 @@ static inline void word_gets_back(const tcm_heap_t *h, uint64_t *words, const ui
         owner_runs_add(or, tags[__builtin_ctzll(bits)], 1);
 }
 
+/* Where a RETURN's walk through its batch is. The span of the previous
+ * object is looked up (and checked) once for the run of objects in it:
+ * nothing in a RETURN changes a span's range, state or class (spans it
+ * empties are released by the caller, after). The walk is a local that
+ * never escapes and every step of it is inlined, so it lives in registers
+ * and the status stores (char, which may alias anything) do not make the
+ * compiler reload it. Objects freed so far are i - refused (freed below):
+ * a span's and a word's count are differences of it, not counted per
+ * object. */
+typedef struct return_walk {
+    tcm_heap_t *h;
+    unsigned cls;
+    uint64_t size, recip, span_len; /* span_len: a span's objects, in bytes */
+    /* The span: [lo, lo + len) its objects (len: past the last object, not
+     * one; 0 before the first span), its object bits and owner words; s_run
+     * the span (0: none yet), span_from the objects freed before it, low the
+     * lowest word freed from. */
+    uint64_t lo, len;
+    uint64_t *words;
+    const uint32_t *owners;
+    uint32_t s_run, span_from, low;
+    /* The word of the previous object: its index (UINT32_MAX: none), its
+     * bits as read, and those still handed out (not freed by this batch);
+     * word_from the objects freed before it. */
+    uint32_t cur, word_from;
+    uint64_t was, left;
+    owner_runs_t or;
+    uint32_t *emptied, *nemptied;
+} return_walk_t;
+
+/* The objects freed from the walk's word go back (its bits cleared, its
+ * owners credited); no word after. */
+static inline __attribute__((always_inline)) void walk_word_done(return_walk_t *w, uint32_t freed)
+{
+    if (w->cur != UINT32_MAX)
+        word_gets_back(w->h, w->words, w->owners, w->cur, w->was, w->left, freed - w->word_from, &w->or);
+    w->cur = UINT32_MAX;
+}
+
+/* The objects freed from the walk's span go back to it. */
+static inline __attribute__((always_inline)) void walk_span_done(return_walk_t *w, uint32_t freed)
+{
+    if (freed > w->span_from)
+        span_gets_back(w->h, w->cls, w->s_run, freed - w->span_from, w->low, w->emptied, w->nemptied);
+}
+
+/* The walk leaves its word and span for the span that holds off, which it
+ * looks up: the refusal if off is in none of the class (*rel: off's place
+ * in the span otherwise). */
+static inline __attribute__((always_inline)) int walk_to_span(return_walk_t *w, uint64_t off, uint32_t freed,
+                                                               uint64_t *rel, uint64_t *nbit)
+{
+    if (w->cur != UINT32_MAX) {
+        walk_word_done(w, freed);
+        w->left = *nbit = 0; /* the fast path needs a word */
+    }
+    int why;
+    uint32_t s = span_of_class(w->h, w->cls, off, &why);
+    if (!s)
+        return why;
+    walk_span_done(w, freed);
+    const tcm_span_t *sp = &w->h->spans[s];
+    w->s_run = s;
+    w->span_from = freed;
+    w->low = UINT32_MAX;
+    w->lo = tcm__page_off(sp->first);
+    w->len = w->span_len;
+    w->words = span_map(w->h, sp);
+    w->owners = tcm__span_owners(w->h, sp);
+    *rel = off - w->lo;
+    return *rel < w->len ? TCM_ST_OK : TCM_ST_NOT_OBJECT;
+}
+
+/* An entry that is not the next object of the walk's word (*nbit, 0 once
+ * the walk leaves the word): found (another span, another word), checked,
+ * its bit in *b; or its refusal. */
+static inline __attribute__((always_inline)) int walk_find(return_walk_t *w, uint64_t off, uint32_t freed,
+                                                            uint64_t *b, uint64_t *nbit)
+{
+    uint64_t rel = off - w->lo;
+    if (__builtin_expect(rel >= w->len, 0)) { /* another span: look it up */
+        int why = walk_to_span(w, off, freed, &rel, nbit);
+        if (why != TCM_ST_OK)
+            return why;
+    }
+    uint32_t idx = (uint32_t)((rel * w->recip) >> 32);
+    if (__builtin_expect((uint64_t)idx * w->size != rel, 0))
+        return TCM_ST_NOT_OBJECT;
+    uint32_t wi = idx / 64;
+    *b = 1ull << (idx % 64);
+    if (wi != w->cur) { /* another word of the span */
+        walk_word_done(w, freed);
+        w->cur = wi;
+        w->was = w->left = *(volatile uint64_t *)&w->words[wi];
+        *nbit = 0; /* the previous object's was of another word */
+        w->word_from = freed;
+        w->low = wi < w->low ? wi : w->low;
+    }
+    if (__builtin_expect(!(w->left & *b), 0)) /* also the second of an object twice in the batch */
+        return TCM_ST_DOUBLE_FREE;
+    return TCM_ST_OK;
+}
+
 uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *offs, uint32_t n, uint8_t *st,
                                tcm_owner_run_t *runs, uint32_t *nruns, uint32_t *emptied, uint32_t *nemptied)
 {
@@ -369,20 +472,10 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
         return n;
     }
     const tcm_class_info_t *ci = &h->classes[cls];
-    const uint64_t size = ci->size, recip = ci->recip;
-    const uint32_t span_objs = ci->span_objs;
-    /* The span of the previous object, looked up (and checked) once for
-     * the run of objects in it; locals only, so that the status stores
-     * (char, which may alias anything) do not make the compiler reload
-     * them. Nothing in a RETURN changes a span's range, state or class
-     * (spans it empties are released by the caller, after). */
-    uint64_t lo = 0, len = 0; /* [lo, lo + len): the span's objects */
-    uint64_t *words = NULL;
-    const uint32_t *owners = NULL; /* its owner words */
-    /* The word of the previous object: its index (UINT32_MAX: none), its
-     * bits as read, and those still handed out (not freed by this batch). */
-    uint32_t cur = UINT32_MAX;
-    uint64_t was = 0, left = 0;
+    const uint64_t size = ci->size;
+    return_walk_t w = {.h = h, .cls = cls, .size = size, .recip = ci->recip, .span_len = (uint64_t)ci->span_objs * size,
+                       .low = UINT32_MAX, .cur = UINT32_MAX, .or = {runs, 0, UINT32_MAX, 0}, .emptied = emptied,
+                       .nemptied = nemptied};
     /* The previous object freed: its bit, and where the next object
      * starts. A batch frees in address order mostly: an entry that is that
      * next object, in the same word and still handed out, is freed without
@@ -392,80 +485,31 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
      * object freed is not of word cur (or was its first or last). */
     uint64_t nbit = 0, next = 0, prev = 0; /* the next object's bit, where it starts; the previous object */
     bool down = false;                     /* the batch goes down in address order */
-    /* Objects freed so far are i - refused: a span's and a word's count
-     * are differences of it, not counted per object. */
-    uint32_t refused = 0, s_run = 0, span_from = 0, word_from = 0, low = UINT32_MAX;
-    owner_runs_t or = {runs, 0, UINT32_MAX, 0};
+    uint32_t refused = 0;
     for (uint32_t i = 0; i < n; i++) {
         uint64_t off = offs[i], b = nbit;
-        if (__builtin_expect(off != next || !(left & b), 0)) {
-            uint64_t rel = off - lo;
-            if (__builtin_expect(rel >= len, 0)) { /* another span: look it up */
-                if (cur != UINT32_MAX) {
-                    word_gets_back(h, words, owners, cur, was, left, i - refused - word_from, &or);
-                    cur = UINT32_MAX;
-                    left = nbit = 0; /* the fast path needs a word */
-                }
-                int why;
-                uint32_t s = span_of_class(h, cls, off, &why);
-                if (s) {
-                    if (i - refused > span_from)
-                        span_gets_back(h, cls, s_run, i - refused - span_from, low, emptied, nemptied);
-                    const tcm_span_t *sp = &h->spans[s];
-                    s_run = s;
-                    span_from = i - refused;
-                    low = UINT32_MAX;
-                    lo = tcm__page_off(sp->first);
-                    len = (uint64_t)span_objs * size; /* past the last object: not one */
-                    words = span_map(h, sp);
-                    owners = tcm__span_owners(h, sp);
-                    rel = off - lo;
-                }
-                if (!s || rel >= len) {
-                    TCM_PERSIST_STORE(st[i], (uint8_t)(s ? TCM_ST_NOT_OBJECT : why));
-                    refused++;
-                    continue;
-                }
-            }
-            uint32_t idx = (uint32_t)((rel * recip) >> 32);
-            if (__builtin_expect((uint64_t)idx * size != rel, 0)) {
-                TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_NOT_OBJECT);
-                refused++;
-                continue;
-            }
-            uint32_t w = idx / 64;
-            b = 1ull << (idx % 64);
-            if (w != cur) { /* another word of the span */
-                if (cur != UINT32_MAX)
-                    word_gets_back(h, words, owners, cur, was, left, i - refused - word_from, &or);
-                cur = w;
-                was = left = *(volatile uint64_t *)&words[w];
-                nbit = 0; /* the previous object's was of another word */
-                word_from = i - refused;
-                low = w < low ? w : low;
-            }
-            if (__builtin_expect(!(left & b), 0)) { /* also the second of an object twice in the batch */
-                TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_DOUBLE_FREE);
+        if (__builtin_expect(off != next || !(w.left & b), 0)) {
+            int why = walk_find(&w, off, i - refused, &b, &nbit);
+            if (why != TCM_ST_OK) {
+                TCM_PERSIST_STORE(st[i], (uint8_t)why);
                 refused++;
                 continue;
             }
             down = off + size == prev;
         }
         TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_OK);
-        left ^= b;
+        w.left ^= b;
         prev = off;
         next = down ? off - size : off + size;
         nbit = down ? b >> 1 : b << 1;
         if (i == n / 2)
             TCM_CRASH_POINT(return_half);
     }
-    if (cur != UINT32_MAX)
-        word_gets_back(h, words, owners, cur, was, left, n - refused - word_from, &or);
-    if (n - refused > span_from)
-        span_gets_back(h, cls, s_run, n - refused - span_from, low, emptied, nemptied);
-    if (or.owner != UINT32_MAX)
-        runs[or.n++] = (tcm_owner_run_t){(uint16_t)or.owner, or.objects};
-    *nruns = or.n;
+    walk_word_done(&w, n - refused);
+    walk_span_done(&w, n - refused);
+    if (w.or.owner != UINT32_MAX)
+        runs[w.or.n++] = (tcm_owner_run_t){(uint16_t)w.or.owner, w.or.objects};
+    *nruns = w.or.n;
     uint32_t freed_objs = n - refused;
     if (freed_objs) {
         TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)freed_objs * size);
