@@ -382,8 +382,15 @@ static double run_once(const cfg_t *c, const bench_daemon_t *d, mem_t *m)
             m->central_free = bench_daemon_query(d, "stats", "bytes_central_free");
             m->pageheap_free = bench_daemon_query(d, "stats", "bytes_pageheap_free");
             m->client_caches = bench_daemon_query(d, "stats", "bytes_client_caches");
-            if (getenv("TCM_BENCH_MEM_DEBUG"))
+            if (getenv("TCM_BENCH_MEM_DEBUG")) {
                 bench_daemon_print(d, "classes");
+                /* what the memory cost in round trips and page work */
+                fprintf(stderr, "requests: refill %lld return %lld; bytes released %lld, decays %lld; %.3f s\n",
+                        (long long)bench_daemon_query(d, "stats", "requests_refill"),
+                        (long long)bench_daemon_query(d, "stats", "requests_return"),
+                        (long long)bench_daemon_query(d, "stats", "bytes_released"),
+                        (long long)bench_daemon_query(d, "stats", "decays"), t1 - t0);
+            }
         }
         pthread_barrier_wait(&s->sampled);
         pthread_barrier_wait(&s->freed);

@@ -9,10 +9,9 @@
 #include "client.h"
 #include "ctlsock.h"
 #include "diag.h"
-#include "lifecycle.h"
 #include "prim.h"
+#include "reconnect.h"
 #include "ring.h"
-#include "tcache.h"
 
 /* Objects freed by one thread can come back to another through the daemon,
  * a synchronisation ThreadSanitizer cannot see (it is in another process):

@@ -59,6 +59,19 @@ typedef struct tcm_thread {
                                     scavenge (0 once it missed; UINT32_MAX: never missed) */
 } tcm_thread_t;
 
+/* The calling thread's record, for the slow paths: NULL until tcache.c
+ * registers the thread, and again once it has no cache (a shutdown, a fork
+ * child, thread exit). */
+extern TCM_HIDDEN TCM_TLS tcm_thread_t *tcm__tls_thread;
+
+/* The calling thread has no cache any more: its hot path sees the empty one
+ * (tcache.c, and fork.c in a child). Its record is the caller's to free. */
+static inline void tcm__thread_forget(void)
+{
+    tcm__tls_tc = &tcm__empty_tcache;
+    tcm__tls_thread = NULL;
+}
+
 /* What this process keeps of each thread cache in its channel, whichever
  * thread holds it: its pages stay backed for the channel's life, so a
  * thread that takes over an exited one's cache backs nothing again. */
@@ -114,6 +127,9 @@ typedef struct tcm_proc {
     pthread_mutex_t tcache_lock;
     tcm_cache_rec_t *caches;    /* [lay.max_threads] */
     _Atomic uint32_t nthreads;
+    /* In a fork child: the forking thread's record (fork.c), freed at the
+     * next registration (tcache.c), not in the fork handler. */
+    _Atomic(tcm_thread_t *) forked_thread;
     pthread_mutex_t spare_lock; /* the spare slot, for threads without a cache */
     pthread_mutex_t xfer_lock[TCM_NCLASSES];
     uint32_t xfer_backed[TCM_NCLASSES]; /* under xfer_lock: slots backed by tmpfs */

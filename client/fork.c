@@ -8,7 +8,6 @@
 #include "ctlsock.h"
 #include "fork.h"
 #include "prim.h"
-#include "tcache.h"
 
 /* The background thread is stopped across fork: the child inherits none of
  * its locks or half-done work, and a process with no threads of its own
@@ -31,6 +30,21 @@ TCM_COLD static void fork_parent(void)
         tcm__bg_start();
 }
 
+/* The forking thread's cache is the parent's. Its record is not freed
+ * here but at the child's next registration (tcache.c): the fork handlers
+ * of the system malloc (jemalloc's, when redis-server brings it) may not
+ * have run yet, and a free that needs one of its locks would wait forever
+ * for the parent's thread that held it. */
+TCM_COLD static void forget_thread(void)
+{
+    tcm_thread_t *thr = tcm__tls_thread;
+    if (thr) {
+        pthread_setspecific(tcm__proc.thread_key, NULL);
+        atomic_store(&tcm__proc.forked_thread, thr);
+    }
+    tcm__thread_forget();
+}
+
 TCM_COLD static void fork_child(void)
 {
     tcm_proc_t *pr = &tcm__proc;
@@ -47,7 +61,7 @@ TCM_COLD static void fork_child(void)
         pthread_mutex_init(&pr->xfer_lock[c], NULL);
     pr->epoch++;
     pr->bg_running = false; /* it starts when the child attaches */
-    tcm__thread_reset_after_fork();
+    forget_thread();
     if (!atomic_load(&pr->attached))
         return;
     /* the channel is the parent's: never touch it, and keep the heap and
@@ -57,7 +71,7 @@ TCM_COLD static void fork_child(void)
     tcm__ctlsock_close(); /* the parent's connection stays the parent's */
     pr->outage_deadline_ns = 0;
     /* pr->caches is the parent's, freed at the child's attach: see
-     * tcm__thread_reset_after_fork for why not here */
+     * forget_thread for why not here */
     atomic_store(&pr->nthreads, 0);
     atomic_store(&pr->xfer_bytes, 0);
     atomic_store(&pr->large_bytes, 0);

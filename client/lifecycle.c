@@ -1,7 +1,8 @@
 /* lifecycle.c — attaching to tcmd (handshake, mapping the segments at the
- * address the daemon chose), reconnecting to a tcmd that restarted, and
- * detaching, at tcm_shutdown or at exit. The control socket itself is
- * ctlsock.c's, fork handling fork.c's, the hot globals state.c's. */
+ * address the daemon chose) and detaching, at tcm_shutdown or at exit.
+ * Reconnecting to a tcmd that restarted is reconnect.c's, the control
+ * socket itself ctlsock.c's, fork handling fork.c's, the hot globals
+ * state.c's. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include "lifecycle.h"
 #include "tcm.h"
 #include "prim.h"
+#include "reconnect.h"
 
 TCM_COLD static void at_exit(void)
 {
@@ -116,18 +118,6 @@ fail_heap:
     return -EIO;
 }
 
-/* How long to wait for a tcmd that is restarting: $TCM_RECONNECT_TIMEOUT
- * seconds, else what tcmd published, else tcmd's default. */
-static uint64_t reconnect_timeout_ns(void)
-{
-    const char *env = getenv("TCM_RECONNECT_TIMEOUT");
-    if (env && *env)
-        return (uint64_t)(strtod(env, NULL) * 1e9);
-    if (tcm__proc.meta)
-        return atomic_load_explicit(&tcm__proc.meta->config.reconnect_ms, memory_order_relaxed) * 1000000ull;
-    return TCM_RECONNECT_DEFAULT_S * 1000000000ull;
-}
-
 /* A tcmd whose socket file is there but that does not answer, or that
  * hangs up during the handshake, is restarting. */
 static bool restarting(int err, const char *socket_path)
@@ -155,7 +145,7 @@ TCM_COLD static int attach_locked(const char *socket_path)
             return rc;
         }
         if (!deadline) {
-            deadline = now + reconnect_timeout_ns();
+            deadline = now + tcm__reconnect_timeout_ns();
             tcm__note("tcmd on %s does not answer (restarting?): waiting up to %.0f s", socket_path,
                       (double)(deadline - now) / 1e9);
         }
@@ -226,54 +216,6 @@ out_resp:
     tcm__response__free_unpacked(resp, NULL);
     tcm__close(fd);
     tcm__ctlsock_close_fds(fds, NFDS);
-    return rc;
-}
-
-TCM_COLD int tcm__await_daemon(void)
-{
-    tcm_proc_t *pr = &tcm__proc;
-    pthread_mutex_lock(&pr->conn_lock);
-    int rc = 0;
-    if (!atomic_load(&pr->attached)) {
-        rc = -ENOTCONN;
-        goto out;
-    }
-    if (!tcm__daemon_gone()) { /* another thread reconnected */
-        pr->outage_deadline_ns = 0;
-        goto out;
-    }
-    uint64_t now = tcm__now_ns();
-    if (!pr->outage_deadline_ns) {
-        pr->outage_deadline_ns = now + reconnect_timeout_ns();
-        tcm__note("lost the connection to tcmd on %s: waiting up to %.0f s for it to come back", pr->socket_path,
-                  (double)(pr->outage_deadline_ns - now) / 1e9);
-    }
-    tcm_handle_t fd, fds[NFDS];
-    Tcm__Response *resp;
-    rc = tcm__ctlsock_handshake(pr->socket_path, pr->client_id, pr->token, &fd, &resp, fds);
-    tcm__ctlsock_close_fds(fds, NFDS); /* a resume keeps its mappings */
-    if (rc == 0) {
-        if (resp->body_case == TCM__RESPONSE__BODY_WELCOME && resp->welcome->resumed &&
-            resp->welcome->client_id == pr->client_id) {
-            tcm__ctlsock_close();
-            pr->sock = fd;
-            tcm__file_id(fd, &pr->sock_id);
-            atomic_fetch_add(&pr->conn_gen, 1);
-            pr->outage_deadline_ns = 0;
-            pr->daemon_lost = false;
-            tcm__note("reconnected to tcmd (pid %u) as client %u", resp->welcome->daemon_pid, pr->client_id);
-        } else {
-            fprintf(stderr, "tcm: the tcmd now on %s does not know this process: %s\n", pr->socket_path,
-                    resp->body_case == TCM__RESPONSE__BODY_ERROR ? resp->error->message : "unexpected answer");
-            tcm__close(fd);
-            rc = -ESRCH;
-        }
-        tcm__response__free_unpacked(resp, NULL);
-    } else {
-        rc = now >= pr->outage_deadline_ns ? -ETIMEDOUT : -EAGAIN;
-    }
-out:
-    pthread_mutex_unlock(&pr->conn_lock);
     return rc;
 }
 

@@ -1,4 +1,4 @@
-/* lifecycle.h — attaching, reconnecting and detaching (lifecycle.c). */
+/* lifecycle.h — attaching and detaching (lifecycle.c). */
 #ifndef TCM_LIFECYCLE_H
 #define TCM_LIFECYCLE_H
 
@@ -9,10 +9,6 @@
 extern TCM_HIDDEN const char *tcm__attach_failed_note;
 /* Attach on first use: 0, or -errno when this process runs without tcmd. */
 TCM_HIDDEN int tcm__ensure_attached(void);
-/* tcmd went away (its socket closed): reconnect to the one now on the same
- * socket as the same client. 0 when connected (again), -EAGAIN while still
- * waiting, another -errno when this process must give up. */
-TCM_HIDDEN int tcm__await_daemon(void);
 /* Detach (tcm_shutdown, under attach_lock, attached, once the caches are
  * flushed): say Bye and close the connection. */
 TCM_HIDDEN void tcm__detach_locked(void);

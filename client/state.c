@@ -1,6 +1,6 @@
 /* state.c — the process's state: the hot globals the inlined malloc and
- * free read (written under the attach lock), each thread's cache pointer,
- * and tcm__proc, which the slow paths share. */
+ * free read (written under the attach lock), each thread's cache and record
+ * pointers, and tcm__proc, which the slow paths share. */
 #include "client.h"
 
 _Atomic uintptr_t tcm__heap_base;
@@ -16,7 +16,7 @@ tcm_proc_t tcm__proc = {
     .sock = -1,
 };
 
-
 TCM_TLS tcm_tcache_t *tcm__tls_tc = &tcm__empty_tcache;
+TCM_TLS tcm_thread_t *tcm__tls_thread;
 TCM_TLS unsigned tcm__in_library;
 tcm_tcache_t tcm__empty_tcache;

@@ -2,8 +2,9 @@
  * refilling a bin (transfer tier first, then the daemon, with batches asked
  * for ahead on async slots), growing bins with use inside the thread's byte
  * budget, releasing whole batches when a bin is full, and flushing on thread
- * exit, shutdown and fork. The transfer tier is xfer.c; posting requests
- * and waiting for answers, channel.c. */
+ * exit and shutdown (a fork child drops its inherited cache in fork.c). The
+ * transfer tier is xfer.c; posting requests and waiting for answers,
+ * channel.c. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
@@ -22,8 +23,6 @@
 /* A class's first refill asks for this many; each refill doubles it (slow
  * start), so a bin still at it has never been refilled. */
 enum { REFILL_FIRST = 2 };
-
-TCM_TLS tcm_thread_t *tcm__tls_thread;
 
 #define NOMEM_WAIT_NS 64000000ull /* a full heap: wait up to ~128 ms for other processes' caches */
 #define MIN_THREAD_BUDGET (256u << 10)
@@ -478,12 +477,6 @@ TCM_COLD static void flush_for_nomem(void)
     tcm__xfer_trim(true);
 }
 
-static void thread_forget(void)
-{
-    tcm__tls_tc = &tcm__empty_tcache;
-    tcm__tls_thread = NULL;
-}
-
 /* Cache idx is free for the next thread that registers. */
 static void cache_release(uint32_t idx)
 {
@@ -514,14 +507,10 @@ TCM_COLD static void thread_exit(void *arg)
         cache_release(thr->index);
     }
     if (tcm__tls_thread == thr)
-        thread_forget();
+        tcm__thread_forget();
     free(thr);
     tcm__in_library--;
 }
-
-/* The forking thread's record, in a fork child: freed at the next
- * registration, not in the fork handler (tcm__thread_reset_after_fork). */
-static _Atomic(tcm_thread_t *) forked_thread;
 
 /* The key whose destructor flushes an exiting thread's cache, made when
  * the first thread registers. */
@@ -537,7 +526,7 @@ TCM_COLD static tcm_thread_t *thread_register(void)
     tcm_proc_t *pr = &tcm__proc;
     if (tcm__ensure_attached() != 0)
         return NULL;
-    free(atomic_exchange(&forked_thread, NULL));
+    free(atomic_exchange(&pr->forked_thread, NULL)); /* see fork.c's forget_thread */
     pthread_mutex_lock(&pr->tcache_lock);
     uint32_t idx = pr->lay.max_threads;
     for (uint32_t i = 0; i < pr->lay.max_threads; i++)
@@ -605,7 +594,7 @@ static tcm_thread_t *current_thread(void)
     if (thr && thr->epoch != tcm__proc.epoch) { /* from before a shutdown */
         pthread_setspecific(tcm__proc.thread_key, NULL);
         free(thr);
-        thread_forget();
+        tcm__thread_forget();
         thr = NULL;
     }
     if (!thr)
@@ -885,19 +874,5 @@ TCM_COLD void tcm__flush_all(void)
         pthread_setspecific(pr->thread_key, NULL);
         free(thr);
     }
-    thread_forget();
-}
-
-/* In a fork child: the caches belong to the parent. Nothing is freed here:
- * the fork handlers of the system malloc (jemalloc's, when redis-server
- * brings it) may not have run yet, and a free that needs one of its locks
- * would wait forever for the parent's thread that held it. */
-TCM_COLD void tcm__thread_reset_after_fork(void)
-{
-    tcm_thread_t *thr = tcm__tls_thread;
-    if (thr) {
-        pthread_setspecific(tcm__proc.thread_key, NULL);
-        forked_thread = thr;
-    }
-    thread_forget();
+    tcm__thread_forget();
 }

@@ -59,7 +59,8 @@ if(TCM_WIN_CONTROL)
   target_link_libraries(tcmctl PRIVATE tcm_proto)
 
   add_library(tcm STATIC client/tcm.c client/tcache.c client/channel.c client/background.c client/large.c
-    client/xfer.c client/lifecycle.c client/state.c client/diag.c client/ctlsock.c client/fork.c client/given.c)
+    client/xfer.c client/lifecycle.c client/reconnect.c client/state.c client/diag.c client/ctlsock.c client/fork.c
+    client/given.c)
   target_include_directories(tcm PUBLIC client/include PRIVATE client)
   target_link_libraries(tcm PUBLIC tcm_proto)
   add_executable(test_no_daemon tests/windows/test_no_daemon.c)
@@ -79,7 +80,7 @@ if(TCM_WIN_CONTROL)
   add_test(NAME win.tcmctl_no_daemon COMMAND tcmctl --socket /tcm-test-nobody-serves-this ping)
   set_tests_properties(win.tcmctl_no_daemon PROPERTIES PASS_REGULAR_EXPRESSION "cannot connect to tcmd")
 else()
-  # libtcm's caches without the handshake (client/lifecycle.c and ctlsock.c need protobuf-c)
+  # libtcm's caches without the handshake (client/lifecycle.c, reconnect.c and ctlsock.c need protobuf-c)
   add_library(tcm STATIC client/tcm.c client/tcache.c client/channel.c client/background.c client/large.c
     client/xfer.c client/state.c client/diag.c client/given.c)
   target_include_directories(tcm PUBLIC client/include PRIVATE client)
