@@ -36,7 +36,7 @@ target_include_directories(tcm_platform PUBLIC common shm)
 target_link_libraries(tcm_platform PUBLIC pthread synchronization bcrypt psapi advapi32)
 
 # tcmd's heap: the page heap and the central lists, as tcmd runs them
-add_library(tcm_heap STATIC daemon/heap.c daemon/pageheap.c daemon/central.c daemon/log.c daemon/crash.c
+add_library(tcm_heap STATIC daemon/heap.c daemon/pageheap.c daemon/central.c daemon/objrec.c daemon/log.c daemon/crash.c
   daemon/validate_heap.c)
 target_include_directories(tcm_heap PUBLIC daemon)
 target_link_libraries(tcm_heap PUBLIC tcm_platform)
@@ -50,7 +50,7 @@ if(TCM_WIN_CONTROL)
 
   add_library(tcmd_core STATIC daemon/config.c daemon/control.c daemon/transport.c daemon/access.c
     daemon/clientwatch.c daemon/handlers.c daemon/heapthread.c
-    daemon/mailbox.c daemon/metrics.c daemon/reclaim.c daemon/recovery.c daemon/requests.c daemon/rows.c
+    daemon/mailbox.c daemon/metrics.c daemon/reclaim.c daemon/recovery.c daemon/requests.c daemon/heapfull.c daemon/rows.c
     daemon/segments.c daemon/stats.c daemon/validate.c)
   target_link_libraries(tcmd_core PUBLIC tcm_heap tcm_proto uv_a)
   add_executable(tcmd daemon/main.c)

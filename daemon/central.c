@@ -1,9 +1,9 @@
 /* central.c — central free lists: spans of each size class with free
- * objects, the object records (one slot per small span in its class's
- * arena of the state segment) that say which objects are handed out and to
- * whom, and page runs. Every offset from a client is checked here before it
- * changes anything. The object records, the page map of allocated spans
- * and their records (slot included) are authoritative; a span's free count and list links are
+ * objects, what their object records (objrec.c: one slot per small span)
+ * say about which objects are handed out and to whom, and page runs. Every
+ * offset from a client is checked here before it changes anything. The
+ * object records, the page map of allocated spans and their records (slot
+ * included) are authoritative; a span's free count and list links are
  * derived (tcm__central_rebuild_ht). Heap thread only. */
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +12,7 @@
 #include "crash.h"
 #include "heap.h"
 #include "log.h"
+#include "objrec.h"
 #include "pageheap.h"
 #include "prim.h"
 #include "tcm_assert.h"
@@ -20,180 +21,6 @@
 static uint64_t *span_map(tcm_heap_t *h, const tcm_span_t *sp)
 {
     return tcm__span_bits(h, sp);
-}
-
-/* ---- object records: one slot per small span, in its class's arena ---- */
-
-#define ARENA_PAGE 4096u
-
-static bool bit_get(const uint64_t *bits, uint64_t i)
-{
-    return bits[i / 64] >> (i % 64) & 1;
-}
-
-/* Back the arena pages of a slot of ss. Spans are cut and freed over and
- * over: the pages already backed cost one look at a bitmap. */
-static int slot_commit(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t slot)
-{
-    uint64_t lo = (uint64_t)slot * ss->slot_bytes, hi = lo + ss->slot_bytes;
-    uint64_t plo = lo / ARENA_PAGE, phi = (hi - 1) / ARENA_PAGE, p = plo;
-    while (p <= phi && bit_get(ss->backed, p))
-        p++;
-    if (p > phi)
-        return 0;
-    if (h->state_fd >= 0) {
-        int err = tcm__commit(h->state_fd, ss->off + p * ARENA_PAGE, (phi + 1 - p) * ARENA_PAGE);
-        if (err) {
-            tcm__log(TCM_LOG_WARN, "fallocate(state, object records at %llu, %llu bytes) failed: %s",
-                     (unsigned long long)(ss->off + p * ARENA_PAGE), (unsigned long long)((phi + 1 - p) * ARENA_PAGE),
-                     strerror(-err));
-            return err;
-        }
-    }
-    for (; p <= phi; p++)
-        ss->backed[p / 64] |= 1ull << (p % 64);
-    return 0;
-}
-
-int tcm__slot_take_ht(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t *slot)
-{
-    uint32_t words = (ss->max + 63) / 64, w = ss->lowest / 64;
-    while (w < words && ss->used[w] == ~0ull)
-        w++;
-    uint32_t i = w < words ? w * 64 + (uint32_t)__builtin_ctzll(~ss->used[w]) : ss->max;
-    if (i >= ss->max) /* an arena has a slot for everything the heap can hold */
-        return TCM_ST_NOMEM;
-    if (slot_commit(h, ss, i) != 0)
-        return TCM_ST_NOMEM;
-    ss->used[i / 64] |= 1ull << (i % 64);
-    ss->lowest = i + 1;
-    ss->nused++;
-    *slot = i;
-    return TCM_ST_OK;
-}
-
-void tcm__slot_put_ht(tcm_slot_set_t *ss, uint32_t slot)
-{
-    TCM_ASSERT(slot < ss->max && bit_get(ss->used, slot));
-    ss->used[slot / 64] &= ~(1ull << (slot % 64));
-    ss->nused--;
-    if (slot < ss->lowest)
-        ss->lowest = slot;
-    if (ss->trim_lo >= ss->trim_hi)
-        ss->trim_lo = ss->trim_hi = slot;
-    if (slot < ss->trim_lo)
-        ss->trim_lo = slot;
-    if (slot + 1 > ss->trim_hi)
-        ss->trim_hi = slot + 1;
-}
-
-static tcm_slot_set_t *slot_set(tcm_heap_t *h, unsigned i) /* 1..TCM_NCLASSES: the classes, then the tag blocks */
-{
-    return i < TCM_NCLASSES ? &h->slots[i] : &h->tag_blocks;
-}
-
-void tcm__slots_reset_ht(tcm_heap_t *h)
-{
-    for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
-        tcm_slot_set_t *ss = slot_set(h, c);
-        uint64_t pages = (uint64_t)ss->max * ss->slot_bytes / ARENA_PAGE + 1;
-        memset(ss->used, 0, (ss->max + 63) / 64 * sizeof(uint64_t));
-        memset(ss->backed, 0, (pages + 63) / 64 * sizeof(uint64_t));
-        ss->lowest = ss->nused = 0;
-        /* what the previous tcmd backed is unknown: the next trim looks at
-         * the whole arena */
-        ss->trim_lo = 0;
-        ss->trim_hi = ss->max;
-    }
-}
-
-bool tcm__slot_claim_ht(tcm_slot_set_t *ss, uint32_t slot)
-{
-    if (slot >= ss->max || bit_get(ss->used, slot))
-        return false;
-    ss->used[slot / 64] |= 1ull << (slot % 64);
-    ss->nused++;
-    return true;
-}
-
-uint64_t tcm__span_claim_blocks_ht(tcm_heap_t *h, tcm_span_t *sp)
-{
-    uint32_t *owners = tcm__span_owners(h, sp), words = (h->classes[sp->cls].span_objs + 63) / 64;
-    uint64_t repairs = 0;
-    for (uint32_t w = 0; w < words; w++) {
-        if (!(owners[w] & TCM_OWNER_BLOCK) || tcm__slot_claim_ht(&h->tag_blocks, owners[w] & ~TCM_OWNER_BLOCK))
-            continue;
-        tcm__log(TCM_LOG_ERROR, "recovery: span at page %u (class %u) names tag block %u, out of range or another's; "
-                 "its objects %u..%u are now owned by nobody", sp->first, sp->cls, owners[w] & ~TCM_OWNER_BLOCK,
-                 w * 64, w * 64 + 63);
-        owners[w] = 0;
-        repairs++;
-    }
-    return repairs;
-}
-
-/* Whether any used slot of ss overlaps arena page p. */
-static bool page_in_use(const tcm_slot_set_t *ss, uint64_t p)
-{
-    uint64_t sb = ss->slot_bytes;
-    uint64_t first = p * ARENA_PAGE / sb, last = ((p + 1) * ARENA_PAGE - 1) / sb;
-    if (last >= ss->max)
-        last = ss->max - 1;
-    for (uint64_t i = first; i <= last; i++) {
-        if (i % 64 == 0 && i + 63 <= last) { /* a whole word at once */
-            if (ss->used[i / 64])
-                return true;
-            i += 63;
-        } else if (bit_get(ss->used, i)) {
-            return true;
-        }
-    }
-    return false;
-}
-
-static uint64_t punch(tcm_heap_t *h, tcm_slot_set_t *ss, uint64_t plo, uint64_t phi)
-{
-    uint64_t backed = 0;
-    for (uint64_t p = plo; p < phi; p++) {
-        backed += bit_get(ss->backed, p);
-        ss->backed[p / 64] &= ~(1ull << (p % 64));
-    }
-    if (h->state_fd >= 0) {
-        int err = tcm__release(h->state_fd, ss->off + plo * ARENA_PAGE, (phi - plo) * ARENA_PAGE);
-        if (err) {
-            tcm__log(TCM_LOG_WARN, "fallocate(PUNCH_HOLE, state, object records at %llu, %llu bytes) failed: %s",
-                     (unsigned long long)(ss->off + plo * ARENA_PAGE), (unsigned long long)((phi - plo) * ARENA_PAGE),
-                     strerror(-err));
-            return 0;
-        }
-    }
-    return backed * ARENA_PAGE;
-}
-
-uint64_t tcm__slots_trim_ht(tcm_heap_t *h)
-{
-    uint64_t bytes = 0;
-    for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
-        tcm_slot_set_t *ss = slot_set(h, c);
-        if (ss->trim_lo >= ss->trim_hi || ss->max == 0)
-            continue;
-        uint64_t sb = ss->slot_bytes;
-        uint64_t plo = ss->trim_lo * sb / ARENA_PAGE, phi = (ss->trim_hi * sb - 1) / ARENA_PAGE + 1;
-        ss->trim_lo = ss->trim_hi = 0;
-        /* runs of pages no used slot lies in, one punch each */
-        for (uint64_t p = plo; p < phi;) {
-            if (page_in_use(ss, p)) {
-                p++;
-                continue;
-            }
-            uint64_t q = p + 1;
-            while (q < phi && !page_in_use(ss, q))
-                q++;
-            bytes += punch(h, ss, p, q);
-            p = q;
-        }
-    }
-    return bytes;
 }
 
 int tcm__pages_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *s)
@@ -551,6 +378,109 @@ static inline void word_gets_back(const tcm_heap_t *h, uint64_t *words, const ui
         owner_runs_add(or, tags[__builtin_ctzll(bits)], 1);
 }
 
+/* Where a RETURN's walk through its batch is. The span of the previous
+ * object is looked up (and checked) once for the run of objects in it:
+ * nothing in a RETURN changes a span's range, state or class (spans it
+ * empties are released by the caller, after). The walk is a local that
+ * never escapes and every step of it is inlined, so it lives in registers
+ * and the status stores (char, which may alias anything) do not make the
+ * compiler reload it. Objects freed so far are i - refused (freed below):
+ * a span's and a word's count are differences of it, not counted per
+ * object. */
+typedef struct return_walk {
+    tcm_heap_t *h;
+    unsigned cls;
+    uint64_t size, recip, span_len; /* span_len: a span's objects, in bytes */
+    /* The span: [lo, lo + len) its objects (len: past the last object, not
+     * one; 0 before the first span), its object bits and owner words; s_run
+     * the span (0: none yet), span_from the objects freed before it, low the
+     * lowest word freed from. */
+    uint64_t lo, len;
+    uint64_t *words;
+    const uint32_t *owners;
+    uint32_t s_run, span_from, low;
+    /* The word of the previous object: its index (UINT32_MAX: none), its
+     * bits as read, and those still handed out (not freed by this batch);
+     * word_from the objects freed before it. */
+    uint32_t cur, word_from;
+    uint64_t was, left;
+    owner_runs_t or;
+    uint32_t *emptied, *nemptied;
+} return_walk_t;
+
+/* The objects freed from the walk's word go back (its bits cleared, its
+ * owners credited); no word after. */
+static inline __attribute__((always_inline)) void walk_word_done(return_walk_t *w, uint32_t freed)
+{
+    if (w->cur != UINT32_MAX)
+        word_gets_back(w->h, w->words, w->owners, w->cur, w->was, w->left, freed - w->word_from, &w->or);
+    w->cur = UINT32_MAX;
+}
+
+/* The objects freed from the walk's span go back to it. */
+static inline __attribute__((always_inline)) void walk_span_done(return_walk_t *w, uint32_t freed)
+{
+    if (freed > w->span_from)
+        span_gets_back(w->h, w->cls, w->s_run, freed - w->span_from, w->low, w->emptied, w->nemptied);
+}
+
+/* The walk leaves its word and span for the span that holds off, which it
+ * looks up: the refusal if off is in none of the class (*rel: off's place
+ * in the span otherwise). */
+static inline __attribute__((always_inline)) int walk_to_span(return_walk_t *w, uint64_t off, uint32_t freed,
+                                                               uint64_t *rel, uint64_t *nbit)
+{
+    if (w->cur != UINT32_MAX) {
+        walk_word_done(w, freed);
+        w->left = *nbit = 0; /* the fast path needs a word */
+    }
+    int why;
+    uint32_t s = span_of_class(w->h, w->cls, off, &why);
+    if (!s)
+        return why;
+    walk_span_done(w, freed);
+    const tcm_span_t *sp = &w->h->spans[s];
+    w->s_run = s;
+    w->span_from = freed;
+    w->low = UINT32_MAX;
+    w->lo = tcm__page_off(sp->first);
+    w->len = w->span_len;
+    w->words = span_map(w->h, sp);
+    w->owners = tcm__span_owners(w->h, sp);
+    *rel = off - w->lo;
+    return *rel < w->len ? TCM_ST_OK : TCM_ST_NOT_OBJECT;
+}
+
+/* An entry that is not the next object of the walk's word (*nbit, 0 once
+ * the walk leaves the word): found (another span, another word), checked,
+ * its bit in *b; or its refusal. */
+static inline __attribute__((always_inline)) int walk_find(return_walk_t *w, uint64_t off, uint32_t freed,
+                                                            uint64_t *b, uint64_t *nbit)
+{
+    uint64_t rel = off - w->lo;
+    if (__builtin_expect(rel >= w->len, 0)) { /* another span: look it up */
+        int why = walk_to_span(w, off, freed, &rel, nbit);
+        if (why != TCM_ST_OK)
+            return why;
+    }
+    uint32_t idx = (uint32_t)((rel * w->recip) >> 32);
+    if (__builtin_expect((uint64_t)idx * w->size != rel, 0))
+        return TCM_ST_NOT_OBJECT;
+    uint32_t wi = idx / 64;
+    *b = 1ull << (idx % 64);
+    if (wi != w->cur) { /* another word of the span */
+        walk_word_done(w, freed);
+        w->cur = wi;
+        w->was = w->left = *(volatile uint64_t *)&w->words[wi];
+        *nbit = 0; /* the previous object's was of another word */
+        w->word_from = freed;
+        w->low = wi < w->low ? wi : w->low;
+    }
+    if (__builtin_expect(!(w->left & *b), 0)) /* also the second of an object twice in the batch */
+        return TCM_ST_DOUBLE_FREE;
+    return TCM_ST_OK;
+}
+
 uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *offs, uint32_t n, uint8_t *st,
                                tcm_owner_run_t *runs, uint32_t *nruns, uint32_t *emptied, uint32_t *nemptied)
 {
@@ -569,20 +499,10 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
         return n;
     }
     const tcm_class_info_t *ci = &h->classes[cls];
-    const uint64_t size = ci->size, recip = ci->recip;
-    const uint32_t span_objs = ci->span_objs;
-    /* The span of the previous object, looked up (and checked) once for
-     * the run of objects in it; locals only, so that the status stores
-     * (char, which may alias anything) do not make the compiler reload
-     * them. Nothing in a RETURN changes a span's range, state or class
-     * (spans it empties are released by the caller, after). */
-    uint64_t lo = 0, len = 0; /* [lo, lo + len): the span's objects */
-    uint64_t *words = NULL;
-    const uint32_t *owners = NULL; /* its owner words */
-    /* The word of the previous object: its index (UINT32_MAX: none), its
-     * bits as read, and those still handed out (not freed by this batch). */
-    uint32_t cur = UINT32_MAX;
-    uint64_t was = 0, left = 0;
+    const uint64_t size = ci->size;
+    return_walk_t w = {.h = h, .cls = cls, .size = size, .recip = ci->recip, .span_len = (uint64_t)ci->span_objs * size,
+                       .low = UINT32_MAX, .cur = UINT32_MAX, .or = {runs, 0, UINT32_MAX, 0}, .emptied = emptied,
+                       .nemptied = nemptied};
     /* The previous object freed: its bit, and where the next object
      * starts. A batch frees in address order mostly: an entry that is that
      * next object, in the same word and still handed out, is freed without
@@ -592,80 +512,31 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
      * object freed is not of word cur (or was its first or last). */
     uint64_t nbit = 0, next = 0, prev = 0; /* the next object's bit, where it starts; the previous object */
     bool down = false;                     /* the batch goes down in address order */
-    /* Objects freed so far are i - refused: a span's and a word's count
-     * are differences of it, not counted per object. */
-    uint32_t refused = 0, s_run = 0, span_from = 0, word_from = 0, low = UINT32_MAX;
-    owner_runs_t or = {runs, 0, UINT32_MAX, 0};
+    uint32_t refused = 0;
     for (uint32_t i = 0; i < n; i++) {
         uint64_t off = offs[i], b = nbit;
-        if (__builtin_expect(off != next || !(left & b), 0)) {
-            uint64_t rel = off - lo;
-            if (__builtin_expect(rel >= len, 0)) { /* another span: look it up */
-                if (cur != UINT32_MAX) {
-                    word_gets_back(h, words, owners, cur, was, left, i - refused - word_from, &or);
-                    cur = UINT32_MAX;
-                    left = nbit = 0; /* the fast path needs a word */
-                }
-                int why;
-                uint32_t s = span_of_class(h, cls, off, &why);
-                if (s) {
-                    if (i - refused > span_from)
-                        span_gets_back(h, cls, s_run, i - refused - span_from, low, emptied, nemptied);
-                    const tcm_span_t *sp = &h->spans[s];
-                    s_run = s;
-                    span_from = i - refused;
-                    low = UINT32_MAX;
-                    lo = tcm__page_off(sp->first);
-                    len = (uint64_t)span_objs * size; /* past the last object: not one */
-                    words = span_map(h, sp);
-                    owners = tcm__span_owners(h, sp);
-                    rel = off - lo;
-                }
-                if (!s || rel >= len) {
-                    TCM_PERSIST_STORE(st[i], (uint8_t)(s ? TCM_ST_NOT_OBJECT : why));
-                    refused++;
-                    continue;
-                }
-            }
-            uint32_t idx = (uint32_t)((rel * recip) >> 32);
-            if (__builtin_expect((uint64_t)idx * size != rel, 0)) {
-                TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_NOT_OBJECT);
-                refused++;
-                continue;
-            }
-            uint32_t w = idx / 64;
-            b = 1ull << (idx % 64);
-            if (w != cur) { /* another word of the span */
-                if (cur != UINT32_MAX)
-                    word_gets_back(h, words, owners, cur, was, left, i - refused - word_from, &or);
-                cur = w;
-                was = left = *(volatile uint64_t *)&words[w];
-                nbit = 0; /* the previous object's was of another word */
-                word_from = i - refused;
-                low = w < low ? w : low;
-            }
-            if (__builtin_expect(!(left & b), 0)) { /* also the second of an object twice in the batch */
-                TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_DOUBLE_FREE);
+        if (__builtin_expect(off != next || !(w.left & b), 0)) {
+            int why = walk_find(&w, off, i - refused, &b, &nbit);
+            if (why != TCM_ST_OK) {
+                TCM_PERSIST_STORE(st[i], (uint8_t)why);
                 refused++;
                 continue;
             }
             down = off + size == prev;
         }
         TCM_PERSIST_STORE(st[i], (uint8_t)TCM_ST_OK);
-        left ^= b;
+        w.left ^= b;
         prev = off;
         next = down ? off - size : off + size;
         nbit = down ? b >> 1 : b << 1;
         if (i == n / 2)
             TCM_CRASH_POINT(return_half);
     }
-    if (cur != UINT32_MAX)
-        word_gets_back(h, words, owners, cur, was, left, n - refused - word_from, &or);
-    if (n - refused > span_from)
-        span_gets_back(h, cls, s_run, n - refused - span_from, low, emptied, nemptied);
-    if (or.owner != UINT32_MAX)
-        runs[or.n++] = (tcm_owner_run_t){(uint16_t)or.owner, or.objects};
-    *nruns = or.n;
+    walk_word_done(&w, n - refused);
+    walk_span_done(&w, n - refused);
+    if (w.or.owner != UINT32_MAX)
+        runs[w.or.n++] = (tcm_owner_run_t){(uint16_t)w.or.owner, w.or.objects};
+    *nruns = w.or.n;
     uint32_t freed_objs = n - refused;
     if (freed_objs) {
         TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)freed_objs * size);

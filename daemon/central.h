@@ -1,5 +1,5 @@
 /* central.h — the central lists: objects of each class handed out and
- * freed, page runs, and the object records (central.c). Heap thread. */
+ * freed, and page runs (central.c). Heap thread. */
 #ifndef TCM_CENTRAL_H
 #define TCM_CENTRAL_H
 
@@ -75,28 +75,5 @@ int tcm__large_free_ht(tcm_heap_t *h, uint64_t off, uint64_t *bytes, uint32_t *o
 int tcm__large_check_ht(const tcm_heap_t *h, uint64_t off, uint32_t *span);
 /* Recovery: free counts from the object map, central lists, class stats. */
 uint64_t tcm__central_rebuild_ht(tcm_heap_t *h);
-
-
-/* Object records: one slot per small span in its class's
- * arena, one tag block per word of objects that more than one client holds */
-/* The lowest free slot of ss, its arena pages backed first (a full
- * /dev/shm is NOMEM, never a SIGBUS); marked in use. */
-int tcm__slot_take_ht(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t *slot);
-/* A slot that nothing names any more; its pages go at the next trim. */
-void tcm__slot_put_ht(tcm_slot_set_t *ss, uint32_t slot);
-/* Recovery: forget every slot (and what is backed), so the spans claim
- * theirs again and the next trim looks at every arena page. */
-void tcm__slots_reset_ht(tcm_heap_t *h);
-/* Recovery: a slot named by an allocated span (or one of its owner words);
- * false if out of range or already claimed. */
-bool tcm__slot_claim_ht(tcm_slot_set_t *ss, uint32_t slot);
-/* Recovery: claim the tag blocks the owner words of small span s name; a
- * word naming a block out of range or another's is repaired (its objects'
- * owner becomes tag 0, nobody's). Returns the repairs. */
-uint64_t tcm__span_claim_blocks_ht(tcm_heap_t *h, tcm_span_t *sp);
-/* Punch the arena pages no used slot lies in (among those freed since the
- * last trim); returns the bytes punched. Runs with the page heap's release
- * (tcmctl release, decay, the page cache cap), never per span. */
-uint64_t tcm__slots_trim_ht(tcm_heap_t *h);
 
 #endif

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "central.h"
+#include "objrec.h"
 #include "crash.h"
 #include "heap.h"
 #include "pageheap.h"

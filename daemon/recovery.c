@@ -18,6 +18,7 @@
 #include "ring.h"
 #include "segments.h"
 #include "server.h"
+#include "stats.h"
 #include "util.h"
 #include "validate.h"
 #include "validate_heap.h"
@@ -105,6 +106,157 @@ static void resolve_page_intent(tcm_server_t *srv, report_t *r)
     atomic_store(&pi->kind, TCM_PAGES_NONE);
 }
 
+static const char *op_name(uint32_t op)
+{
+    return op < TCM_NOPS ? tcm__op_names[op] : "unknown operation";
+}
+
+/* Set or clear the bit of the object at off (and its owner tag), touching
+ * nothing derived: the recovery pass rebuilds free counts and lists after. */
+static bool object_bit(tcm_heap_t *h, unsigned cls, uint64_t off, bool set, uint16_t owner)
+{
+    if (off >= h->heap_size || off < TCM_PAGE_SIZE)
+        return false;
+    uint32_t s = h->page_span[off >> TCM_PAGE_SHIFT];
+    if (!s || s > h->npages || h->spans[s].state != TCM_SPAN_SMALL || h->spans[s].cls != cls)
+        return false;
+    const tcm_span_t *sp = &h->spans[s];
+    const tcm_class_info_t *ci = &h->classes[cls];
+    uint64_t rel = off - tcm__page_off(sp->first);
+    uint32_t i = (uint32_t)((rel * ci->recip) >> 32);
+    if ((uint64_t)i * ci->size != rel || i >= ci->span_objs)
+        return false;
+    uint64_t *word = &tcm__span_bits(h, sp)[i / 64];
+    if (set) {
+        /* the refill made the word's owner word ready before it logged the
+         * object: owner's, or naming a tag block */
+        uint32_t *ow = &tcm__span_owners(h, sp)[i / 64];
+        if ((*ow & TCM_OWNER_BLOCK) && (*ow & ~TCM_OWNER_BLOCK) < h->sl.max_tag_blocks)
+            tcm__tag_block(h, *ow)[i % 64] = owner;
+        else if (!(*word & ~(1ull << (i % 64))))
+            *ow = owner; /* nobody else holds one of the word */
+        *word |= 1ull << (i % 64);
+    } else {
+        *word &= ~(1ull << (i % 64));
+    }
+    return true;
+}
+
+/* Whether the ALLOC_PAGES in the intent made its run: the first page it
+ * logged before mapping the run starts a page run of the client's (the
+ * pages were free when it picked them, so no other run can be there). */
+static bool pages_made(const tcm_heap_t *h, const tcm_req_intent_t *ri)
+{
+    uint32_t s;
+    return ri->first && ri->first < h->npages && tcm__large_check_ht(h, tcm__page_off(ri->first), &s) == TCM_ST_OK &&
+           h->spans[s].owner == ri->owner;
+}
+
+static bool intent_sane(tcm_server_t *srv, const tcm_req_intent_t *ri, tcm_client_t **c)
+{
+    const tcm_heap_t *h = &srv->h;
+    *c = ri->client < TCM_MAX_CLIENTS ? atomic_load(&srv->clients[ri->client]) : NULL;
+    if (!*c || ri->slot >= (*c)->lay.nslots || ri->cls >= TCM_NCLASSES || ri->count > TCM_MAX_BATCH ||
+        ri->n > TCM_MAX_BATCH || ri->root >= TCM_ROOTS)
+        return false;
+    if (ri->op == TCM_OP_FREE_PAGES &&
+        (ri->span == 0 || ri->span > h->npages || ri->first == 0 || ri->npages == 0 ||
+         (uint64_t)ri->first + ri->npages > h->top))
+        return false;
+    return true;
+}
+
+/* Finish (or roll back) the request the request intent names (after the
+ * page intent, whose span change it may have begun): every client is
+ * mapped, no thread runs. */
+static void resolve_request_intent(tcm_server_t *srv, report_t *r)
+{
+    tcm_heap_t *h = &srv->h;
+    tcm_req_intent_t *ri = &srv->state->req;
+    uint32_t phase = atomic_load(&ri->phase);
+    if (phase == TCM_INTENT_NONE)
+        return;
+    tcm_client_t *c;
+    if (!intent_sane(srv, ri, &c)) {
+        tcm__log(TCM_LOG_ERROR, "recovery: the interrupted request (client %u, op %u) cannot be resolved; dropped",
+                 ri->client, ri->op);
+        tcm__req_set_phase(ri, TCM_INTENT_NONE);
+        return;
+    }
+    tcm_slot_t *slot = tcm__client_slot(c, ri->slot);
+    if (!slot) {
+        tcm__req_set_phase(ri, TCM_INTENT_NONE);
+        return;
+    }
+    bool answered = !(atomic_load(&slot->state) == TCM_SLOT_POSTED && slot->req_seq == ri->req_seq);
+    if (phase == TCM_INTENT_PICKED || (ri->op == TCM_OP_REFILL && ri->n == 0) ||
+        (ri->op == TCM_OP_ALLOC_PAGES && !pages_made(h, ri))) {
+        if (answered) {
+            tcm__req_commit_ht(srv, c, ri->pos);
+        } else {
+            tcm__req_set_phase(ri, TCM_INTENT_NONE); /* the cell is still full: served again */
+            r->rolled_back++;
+        }
+        tcm__log(TCM_LOG_INFO, "recovery: interrupted %s of client %u (slot %u) %s", op_name(ri->op), c->rec->id,
+                 ri->slot, answered ? "was answered: committed" : "had not started: served again");
+        return;
+    }
+    int st = TCM_ST_OK;
+    switch (ri->op) {
+    case TCM_OP_REFILL:
+        for (uint32_t i = 0; i < ri->n; i++)
+            object_bit(h, ri->cls, ri->offs[i], true, (uint16_t)ri->owner);
+        if (!answered) {
+            memcpy(slot->offs, ri->offs, ri->n * sizeof ri->offs[0]);
+            slot->nresult = ri->n;
+        }
+        break;
+    case TCM_OP_RETURN: {
+        uint32_t refused = 0, count = ri->count;
+        for (uint32_t i = 0; i < count; i++) {
+            /* pending: not reached before the crash, nothing of it done
+             * (an older tcmd counted the entries it reached in n instead:
+             * those past n are pending too) */
+            if (i >= ri->n || ri->st[i] == TCM_ST_PENDING) {
+                ri->st[i] = (uint8_t)tcm__central_check_ht(h, ri->cls, ri->offs[i], NULL);
+                ri->n = i + 1 > ri->n ? i + 1 : ri->n;
+            }
+            if (ri->st[i] == TCM_ST_OK)
+                object_bit(h, ri->cls, ri->offs[i], false, 0);
+            else if (refused++ == 0)
+                st = ri->st[i];
+        }
+        if (!answered)
+            slot->result = refused;
+        break;
+    }
+    case TCM_OP_ALLOC_PAGES: /* made: the page intent (resolved before) finished its mapping */
+        if (!answered)
+            slot->result = tcm__page_off(ri->first);
+        break;
+    case TCM_OP_FREE_PAGES:
+        /* the page intent finished an unmap it had begun; this one it
+         * had not: the same stores */
+        tcm__span_unmap_ht(h, ri->first, ri->npages);
+        break;
+    case TCM_OP_ROOT_SET:
+        ri->name[TCM_ROOT_NAME_MAX - 1] = 0;
+        if (atomic_load(&h->roots[ri->root].seq) & 1)
+            tcm__log(TCM_LOG_WARN, "recovery: root %u was half-written (odd sequence): written again from the "
+                     "request", ri->root);
+        tcm__root_write(&h->roots[ri->root], ri->name, ri->arg); /* completes the odd sequence */
+        break;
+    default:
+        break;
+    }
+    if (!answered)
+        tcm__req_answer(slot, st);
+    tcm__req_commit_ht(srv, c, ri->pos);
+    r->redone++;
+    tcm__log(TCM_LOG_INFO, "recovery: interrupted %s of client %u (slot %u) redone%s", op_name(ri->op),
+             c->rec->id, ri->slot, answered ? "" : " and answered");
+}
+
 /* After the request intent: a root still left odd is a write nobody will
  * redo (its intent was dropped). Without this every reader of it -- clients'
  * tcm_root_get, the next ROOT_SET's scan, the validator -- would spin. */
@@ -174,7 +326,7 @@ int tcm__recover(tcm_server_t *srv)
 
     adopt_clients(srv, &r);
     resolve_page_intent(srv, &r);
-    tcm__resolve_intent_ht(srv, &r.redone, &r.rolled_back);
+    resolve_request_intent(srv, &r);
     repair_roots(srv, &r);
     uint32_t rings = 0;
     for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {

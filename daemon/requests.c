@@ -1,14 +1,15 @@
 /* requests.c — one ring request: validated, recorded in the request intent,
  * applied, answered and committed (docs/DESIGN.md, "One request, step by
- * step"); and the redo of the request a crash interrupted. Heap thread only
- * (and the recovery pass, before the heap thread starts). */
+ * step"). The redo of a request a crash interrupted is recovery.c's; what a
+ * full heap asks of the other clients, heapfull.c's. Heap thread only (and
+ * the recovery pass's reclaim of dead clients, before it starts). */
 #define _GNU_SOURCE
 #include <string.h>
 
 #include "central.h"
 #include "crash.h"
+#include "heapfull.h"
 #include "log.h"
-#include "pageheap.h"
 #include "prim.h"
 #include "requests.h"
 #include "ring.h"
@@ -42,35 +43,6 @@ void tcm__credit_ht(tcm_server_t *srv, uint16_t tag, uint64_t bytes)
     TCM_STAT_SET(srv->meta, bytes_orphaned, orphaned > bytes ? orphaned - bytes : 0);
     uint64_t left = atomic_load_explicit(&srv->tag_orphaned[tag], memory_order_relaxed);
     atomic_store_explicit(&srv->tag_orphaned[tag], left > bytes ? left - bytes : 0, memory_order_relaxed);
-}
-
-static void set_phase(tcm_req_intent_t *ri, uint32_t phase)
-{
-    TCM_PERSIST_BARRIER();
-    atomic_store_explicit(&ri->phase, phase, memory_order_relaxed);
-    TCM_PERSIST_BARRIER();
-}
-
-static void answer(tcm_slot_t *slot, int status)
-{
-    slot->status = status;
-    atomic_store_explicit(&slot->state, TCM_SLOT_DONE, memory_order_release);
-    atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&slot->waiting, memory_order_relaxed))
-        tcm__wake(&slot->state, 1);
-}
-
-/* The request at ring position pos is done with: the tail moves past it
- * (persisted first), then the intent is cleared, then the cell is freed. */
-static void commit(tcm_server_t *srv, tcm_client_t *c, uint64_t pos)
-{
-    TCM_ASSERT(pos == c->rec->tail || pos + 1 == c->rec->tail); /* the latter: a recovery finishing it */
-    TCM_ASSERT_INTERNAL(atomic_load_explicit(&srv->state->page.kind, memory_order_relaxed) == TCM_PAGES_NONE);
-    c->rec->tail = pos + 1;
-    TCM_CRASH_POINT(tail);
-    set_phase(&srv->state->req, TCM_INTENT_NONE);
-    TCM_CRASH_POINT(commit);
-    tcm__ring_release(c->ring, c->lay.ring_cap, pos);
 }
 
 /* Free objects of one class, logged in st (the request intent's, for a
@@ -111,33 +83,6 @@ uint32_t tcm__free_objects_ht(tcm_server_t *srv, tcm_client_t *c, unsigned cls, 
     return n - refused;
 }
 
-/* The heap is full: every other process is asked to give back what it
- * caches (its background thread empties its transfer tier at once, its
- * threads their caches on their next slow path). Returns how many were
- * asked, which the answer carries so that the client waits a little before
- * it gives up. At most once per FLUSH_ASK_NS. */
-#define FLUSH_ASK_NS 5000000ull
-static uint64_t ask_to_flush(tcm_server_t *srv, const tcm_client_t *except)
-{
-    uint64_t now = tcm__now_ns();
-    if (now - srv->flush_asked_ns < FLUSH_ASK_NS)
-        return srv->flush_asked;
-    uint64_t asked = 0;
-    uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
-    for (uint32_t i = 0; i < hw; i++) {
-        tcm_client_t *o = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
-        if (!o || o == except || atomic_load(&o->rec->state) != TCM_REC_ACTIVE)
-            continue;
-        tcm__client_ask_flush(o);
-        asked++;
-    }
-    srv->flush_asked_ns = now;
-    srv->flush_asked = asked;
-    if (asked)
-        TCM_STAT_ADD(srv->meta, flush_requests, 1);
-    return asked;
-}
-
 static int op_refill(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsigned cls, uint32_t count)
 {
     if (cls == 0 || cls >= TCM_NCLASSES)
@@ -148,7 +93,7 @@ static int op_refill(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
     ri->count = count;
     ri->owner = c->rec->tag;
     ri->n = 0;
-    set_phase(ri, TCM_INTENT_APPLYING);
+    tcm__req_set_phase(ri, TCM_INTENT_APPLYING);
     int status;
     uint32_t n = tcm__central_refill_ht(&srv->h, cls, count, c->rec->tag, ri->offs, &ri->n, &status);
     TCM_CRASH_POINT(refill);
@@ -158,7 +103,7 @@ static int op_refill(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
     TCM_HT_ADD(c->rec->bytes_out, (uint64_t)n * srv->h.classes[cls].size);
     TCM_STAT_ADD(srv->meta, bytes_clients, (uint64_t)n * srv->h.classes[cls].size);
     if (!n && status == TCM_ST_NOMEM)
-        slot->result = ask_to_flush(srv, c);
+        slot->result = tcm__heap_full_ht(srv, c);
     return n ? TCM_ST_OK : status;
 }
 
@@ -177,7 +122,7 @@ static int op_return(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
      * status, which is stored before its object is freed */
     memset(ri->st, TCM_ST_PENDING, count);
     ri->n = count;
-    set_phase(ri, TCM_INTENT_APPLYING);
+    tcm__req_set_phase(ri, TCM_INTENT_APPLYING);
     TCM_HT_ADD(srv->h.cstats[cls].returns, 1);
     uint32_t refused;
     int st = free_objects(srv, c, cls, ri->offs, count, ri->st, false, &refused, emptied, nemptied);
@@ -194,11 +139,11 @@ static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, 
     tcm_req_intent_t *ri = &srv->state->req;
     ri->first = 0; /* no run yet: the allocation logs its first page here before mapping it */
     ri->owner = c->rec->tag;
-    set_phase(ri, TCM_INTENT_APPLYING);
+    tcm__req_set_phase(ri, TCM_INTENT_APPLYING);
     TCM_CRASH_POINT(alloc_pages);
     int st = tcm__large_alloc_ht(&srv->h, npages, align_pages, c->rec->tag, &ri->first);
     if (st == TCM_ST_NOMEM)
-        slot->result = ask_to_flush(srv, c);
+        slot->result = tcm__heap_full_ht(srv, c);
     if (st != TCM_ST_OK)
         return st;
     slot->result = tcm__page_off(ri->first);
@@ -221,7 +166,7 @@ static int op_free_pages(tcm_server_t *srv, tcm_client_t *c, uint64_t off)
     ri->first = h->spans[s].first;
     ri->npages = h->spans[s].npages;
     ri->owner = h->spans[s].owner;
-    set_phase(ri, TCM_INTENT_APPLYING);
+    tcm__req_set_phase(ri, TCM_INTENT_APPLYING);
     TCM_CRASH_POINT(free_pages);
     uint64_t bytes;
     uint32_t owner;
@@ -262,7 +207,7 @@ static int op_root_set(tcm_server_t *srv, tcm_slot_t *slot, uint64_t off)
     ri->root = (uint32_t)found;
     ri->arg = off;
     memcpy(ri->name, name, sizeof name);
-    set_phase(ri, TCM_INTENT_APPLYING);
+    tcm__req_set_phase(ri, TCM_INTENT_APPLYING);
     TCM_CRASH_POINT(root_set);
     /* the seqlock write step by step, for the crash points inside it: a
      * kill there leaves the sequence odd, which the redo completes */
@@ -310,7 +255,7 @@ static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint32_t
     ri->pos = pos;
     ri->op = op;
     ri->cls = cls;
-    set_phase(ri, TCM_INTENT_PICKED);
+    tcm__req_set_phase(ri, TCM_INTENT_PICKED);
     TCM_CRASH_POINT(picked);
 
     slot->nresult = 0;
@@ -343,9 +288,9 @@ static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint32_t
     if (st != TCM_ST_OK && st != TCM_ST_NOMEM && st != TCM_ST_NO_ROOM && op != TCM_OP_RETURN &&
         op != TCM_OP_FREE_PAGES)
         refuse(srv, c, "request", cls, arg, st);
-    answer(slot, st);
+    tcm__req_answer(slot, st);
     TCM_CRASH_POINT(answered);
-    commit(srv, c, pos);
+    tcm__req_commit_ht(srv, c, pos);
     /* after the commit: each is a transaction of its own */
     for (uint32_t i = 0; i < nemptied; i++)
         tcm__central_release_span_ht(&srv->h, emptied[i]);
@@ -362,156 +307,4 @@ bool tcm__serve_client_ht(tcm_server_t *srv, tcm_client_t *c, bool frees_only)
         n++;
     }
     return n != 0;
-}
-
-/* ---- recovery: the request a crash interrupted ---- */
-
-static const char *op_name(uint32_t op)
-{
-    return op < TCM_NOPS ? tcm__op_names[op] : "unknown operation";
-}
-
-/* Set or clear the bit of the object at off (and its owner tag), touching
- * nothing derived: the recovery pass rebuilds free counts and lists after. */
-static bool object_bit(tcm_heap_t *h, unsigned cls, uint64_t off, bool set, uint16_t owner)
-{
-    if (off >= h->heap_size || off < TCM_PAGE_SIZE)
-        return false;
-    uint32_t s = h->page_span[off >> TCM_PAGE_SHIFT];
-    if (!s || s > h->npages || h->spans[s].state != TCM_SPAN_SMALL || h->spans[s].cls != cls)
-        return false;
-    const tcm_span_t *sp = &h->spans[s];
-    const tcm_class_info_t *ci = &h->classes[cls];
-    uint64_t rel = off - tcm__page_off(sp->first);
-    uint32_t i = (uint32_t)((rel * ci->recip) >> 32);
-    if ((uint64_t)i * ci->size != rel || i >= ci->span_objs)
-        return false;
-    uint64_t *word = &tcm__span_bits(h, sp)[i / 64];
-    if (set) {
-        /* the refill made the word's owner word ready before it logged the
-         * object: owner's, or naming a tag block */
-        uint32_t *ow = &tcm__span_owners(h, sp)[i / 64];
-        if ((*ow & TCM_OWNER_BLOCK) && (*ow & ~TCM_OWNER_BLOCK) < h->sl.max_tag_blocks)
-            tcm__tag_block(h, *ow)[i % 64] = owner;
-        else if (!(*word & ~(1ull << (i % 64))))
-            *ow = owner; /* nobody else holds one of the word */
-        *word |= 1ull << (i % 64);
-    } else {
-        *word &= ~(1ull << (i % 64));
-    }
-    return true;
-}
-
-/* Whether the ALLOC_PAGES in the intent made its run: the first page it
- * logged before mapping the run starts a page run of the client's (the
- * pages were free when it picked them, so no other run can be there). */
-static bool pages_made(const tcm_heap_t *h, const tcm_req_intent_t *ri)
-{
-    uint32_t s;
-    return ri->first && ri->first < h->npages && tcm__large_check_ht(h, tcm__page_off(ri->first), &s) == TCM_ST_OK &&
-           h->spans[s].owner == ri->owner;
-}
-
-static bool intent_sane(tcm_server_t *srv, const tcm_req_intent_t *ri, tcm_client_t **c)
-{
-    const tcm_heap_t *h = &srv->h;
-    *c = ri->client < TCM_MAX_CLIENTS ? atomic_load(&srv->clients[ri->client]) : NULL;
-    if (!*c || ri->slot >= (*c)->lay.nslots || ri->cls >= TCM_NCLASSES || ri->count > TCM_MAX_BATCH ||
-        ri->n > TCM_MAX_BATCH || ri->root >= TCM_ROOTS)
-        return false;
-    if (ri->op == TCM_OP_FREE_PAGES &&
-        (ri->span == 0 || ri->span > h->npages || ri->first == 0 || ri->npages == 0 ||
-         (uint64_t)ri->first + ri->npages > h->top))
-        return false;
-    return true;
-}
-
-/* Finish (or roll back) the request in the intent. Recovery only: every
- * client is mapped, no thread runs. */
-void tcm__resolve_intent_ht(tcm_server_t *srv, uint64_t *redone, uint64_t *rolled_back)
-{
-    tcm_heap_t *h = &srv->h;
-    tcm_req_intent_t *ri = &srv->state->req;
-    uint32_t phase = atomic_load(&ri->phase);
-    if (phase == TCM_INTENT_NONE)
-        return;
-    tcm_client_t *c;
-    if (!intent_sane(srv, ri, &c)) {
-        tcm__log(TCM_LOG_ERROR, "recovery: the interrupted request (client %u, op %u) cannot be resolved; dropped",
-                 ri->client, ri->op);
-        set_phase(ri, TCM_INTENT_NONE);
-        return;
-    }
-    tcm_slot_t *slot = tcm__client_slot(c, ri->slot);
-    if (!slot) {
-        set_phase(ri, TCM_INTENT_NONE);
-        return;
-    }
-    bool answered = !(atomic_load(&slot->state) == TCM_SLOT_POSTED && slot->req_seq == ri->req_seq);
-    if (phase == TCM_INTENT_PICKED || (ri->op == TCM_OP_REFILL && ri->n == 0) ||
-        (ri->op == TCM_OP_ALLOC_PAGES && !pages_made(h, ri))) {
-        if (answered) {
-            commit(srv, c, ri->pos);
-        } else {
-            set_phase(ri, TCM_INTENT_NONE); /* the cell is still full: served again */
-            (*rolled_back)++;
-        }
-        tcm__log(TCM_LOG_INFO, "recovery: interrupted %s of client %u (slot %u) %s", op_name(ri->op), c->rec->id,
-                 ri->slot, answered ? "was answered: committed" : "had not started: served again");
-        return;
-    }
-    int st = TCM_ST_OK;
-    switch (ri->op) {
-    case TCM_OP_REFILL:
-        for (uint32_t i = 0; i < ri->n; i++)
-            object_bit(h, ri->cls, ri->offs[i], true, (uint16_t)ri->owner);
-        if (!answered) {
-            memcpy(slot->offs, ri->offs, ri->n * sizeof ri->offs[0]);
-            slot->nresult = ri->n;
-        }
-        break;
-    case TCM_OP_RETURN: {
-        uint32_t refused = 0, count = ri->count;
-        for (uint32_t i = 0; i < count; i++) {
-            /* pending: not reached before the crash, nothing of it done
-             * (an older tcmd counted the entries it reached in n instead:
-             * those past n are pending too) */
-            if (i >= ri->n || ri->st[i] == TCM_ST_PENDING) {
-                ri->st[i] = (uint8_t)tcm__central_check_ht(h, ri->cls, ri->offs[i], NULL);
-                ri->n = i + 1 > ri->n ? i + 1 : ri->n;
-            }
-            if (ri->st[i] == TCM_ST_OK)
-                object_bit(h, ri->cls, ri->offs[i], false, 0);
-            else if (refused++ == 0)
-                st = ri->st[i];
-        }
-        if (!answered)
-            slot->result = refused;
-        break;
-    }
-    case TCM_OP_ALLOC_PAGES: /* made: the page intent (resolved before) finished its mapping */
-        if (!answered)
-            slot->result = tcm__page_off(ri->first);
-        break;
-    case TCM_OP_FREE_PAGES:
-        /* the page intent finished an unmap it had begun; this one it
-         * had not: the same stores */
-        tcm__span_unmap_ht(h, ri->first, ri->npages);
-        break;
-    case TCM_OP_ROOT_SET:
-        ri->name[TCM_ROOT_NAME_MAX - 1] = 0;
-        if (atomic_load(&h->roots[ri->root].seq) & 1)
-            tcm__log(TCM_LOG_WARN, "recovery: root %u was half-written (odd sequence): written again from the "
-                     "request", ri->root);
-        tcm__root_write(&h->roots[ri->root], ri->name, ri->arg); /* completes the odd sequence */
-        break;
-    default:
-        break;
-    }
-    if (!answered)
-        answer(slot, st);
-    commit(srv, c, ri->pos);
-    (*redone)++;
-    tcm__log(TCM_LOG_INFO, "recovery: interrupted %s of client %u (slot %u) redone%s", op_name(ri->op),
-             c->rec->id, ri->slot, answered ? "" : " and answered");
 }

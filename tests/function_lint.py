@@ -18,11 +18,7 @@ from platform_lint import strip  # noqa: E402
 CHECKED = ["daemon", "client", "shm"]
 LIMIT = 100
 # function name -> lines it may keep until it is split (none: keep it empty)
-WAIVED = {
-    # central.c is being reworked by the one-page-run-path change of issue 22
-    # (a RETURN grew to 120 lines there): split it into named steps, then drop this
-    "tcm__central_return_ht": 120,
-}
+WAIVED = {}
 
 # a function definition: a name and its parameter list at the start of a
 # line (after the return type), then the opening brace on that line or the next

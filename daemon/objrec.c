@@ -1,0 +1,187 @@
+/* objrec.c — the object records: one slot per small span in its class's
+ * arena of the state segment (the span's object bits and owner words), and
+ * the tag blocks of words more than one client holds. Slots are taken and
+ * put back as spans are cut and freed (central.c), their arena pages backed
+ * on first use and punched by the trim that runs with the page heap's
+ * release (pageheap.c); a recovery claims them again from the span records.
+ * The records' contents are central.c's; this file owns where they are.
+ * Heap thread only (and the recovery pass, before it starts). */
+#include <string.h>
+
+#include "heap.h"
+#include "log.h"
+#include "objrec.h"
+#include "prim.h"
+#include "tcm_assert.h"
+
+#define ARENA_PAGE 4096u
+
+static bool bit_get(const uint64_t *bits, uint64_t i)
+{
+    return bits[i / 64] >> (i % 64) & 1;
+}
+
+/* Back the arena pages of a slot of ss. Spans are cut and freed over and
+ * over: the pages already backed cost one look at a bitmap. */
+static int slot_commit(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t slot)
+{
+    uint64_t lo = (uint64_t)slot * ss->slot_bytes, hi = lo + ss->slot_bytes;
+    uint64_t plo = lo / ARENA_PAGE, phi = (hi - 1) / ARENA_PAGE, p = plo;
+    while (p <= phi && bit_get(ss->backed, p))
+        p++;
+    if (p > phi)
+        return 0;
+    if (h->state_fd >= 0) {
+        int err = tcm__commit(h->state_fd, ss->off + p * ARENA_PAGE, (phi + 1 - p) * ARENA_PAGE);
+        if (err) {
+            tcm__log(TCM_LOG_WARN, "fallocate(state, object records at %llu, %llu bytes) failed: %s",
+                     (unsigned long long)(ss->off + p * ARENA_PAGE), (unsigned long long)((phi + 1 - p) * ARENA_PAGE),
+                     strerror(-err));
+            return err;
+        }
+    }
+    for (; p <= phi; p++)
+        ss->backed[p / 64] |= 1ull << (p % 64);
+    return 0;
+}
+
+int tcm__slot_take_ht(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t *slot)
+{
+    uint32_t words = (ss->max + 63) / 64, w = ss->lowest / 64;
+    while (w < words && ss->used[w] == ~0ull)
+        w++;
+    uint32_t i = w < words ? w * 64 + (uint32_t)__builtin_ctzll(~ss->used[w]) : ss->max;
+    if (i >= ss->max) /* an arena has a slot for everything the heap can hold */
+        return TCM_ST_NOMEM;
+    if (slot_commit(h, ss, i) != 0)
+        return TCM_ST_NOMEM;
+    ss->used[i / 64] |= 1ull << (i % 64);
+    ss->lowest = i + 1;
+    ss->nused++;
+    *slot = i;
+    return TCM_ST_OK;
+}
+
+void tcm__slot_put_ht(tcm_slot_set_t *ss, uint32_t slot)
+{
+    TCM_ASSERT(slot < ss->max && bit_get(ss->used, slot));
+    ss->used[slot / 64] &= ~(1ull << (slot % 64));
+    ss->nused--;
+    if (slot < ss->lowest)
+        ss->lowest = slot;
+    if (ss->trim_lo >= ss->trim_hi)
+        ss->trim_lo = ss->trim_hi = slot;
+    if (slot < ss->trim_lo)
+        ss->trim_lo = slot;
+    if (slot + 1 > ss->trim_hi)
+        ss->trim_hi = slot + 1;
+}
+
+static tcm_slot_set_t *slot_set(tcm_heap_t *h, unsigned i) /* 1..TCM_NCLASSES: the classes, then the tag blocks */
+{
+    return i < TCM_NCLASSES ? &h->slots[i] : &h->tag_blocks;
+}
+
+void tcm__slots_reset_ht(tcm_heap_t *h)
+{
+    for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
+        tcm_slot_set_t *ss = slot_set(h, c);
+        uint64_t pages = (uint64_t)ss->max * ss->slot_bytes / ARENA_PAGE + 1;
+        memset(ss->used, 0, (ss->max + 63) / 64 * sizeof(uint64_t));
+        memset(ss->backed, 0, (pages + 63) / 64 * sizeof(uint64_t));
+        ss->lowest = ss->nused = 0;
+        /* what the previous tcmd backed is unknown: the next trim looks at
+         * the whole arena */
+        ss->trim_lo = 0;
+        ss->trim_hi = ss->max;
+    }
+}
+
+bool tcm__slot_claim_ht(tcm_slot_set_t *ss, uint32_t slot)
+{
+    if (slot >= ss->max || bit_get(ss->used, slot))
+        return false;
+    ss->used[slot / 64] |= 1ull << (slot % 64);
+    ss->nused++;
+    return true;
+}
+
+uint64_t tcm__span_claim_blocks_ht(tcm_heap_t *h, tcm_span_t *sp)
+{
+    uint32_t *owners = tcm__span_owners(h, sp), words = (h->classes[sp->cls].span_objs + 63) / 64;
+    uint64_t repairs = 0;
+    for (uint32_t w = 0; w < words; w++) {
+        if (!(owners[w] & TCM_OWNER_BLOCK) || tcm__slot_claim_ht(&h->tag_blocks, owners[w] & ~TCM_OWNER_BLOCK))
+            continue;
+        tcm__log(TCM_LOG_ERROR, "recovery: span at page %u (class %u) names tag block %u, out of range or another's; "
+                 "its objects %u..%u are now owned by nobody", sp->first, sp->cls, owners[w] & ~TCM_OWNER_BLOCK,
+                 w * 64, w * 64 + 63);
+        owners[w] = 0;
+        repairs++;
+    }
+    return repairs;
+}
+
+/* Whether any used slot of ss overlaps arena page p. */
+static bool page_in_use(const tcm_slot_set_t *ss, uint64_t p)
+{
+    uint64_t sb = ss->slot_bytes;
+    uint64_t first = p * ARENA_PAGE / sb, last = ((p + 1) * ARENA_PAGE - 1) / sb;
+    if (last >= ss->max)
+        last = ss->max - 1;
+    for (uint64_t i = first; i <= last; i++) {
+        if (i % 64 == 0 && i + 63 <= last) { /* a whole word at once */
+            if (ss->used[i / 64])
+                return true;
+            i += 63;
+        } else if (bit_get(ss->used, i)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static uint64_t punch(tcm_heap_t *h, tcm_slot_set_t *ss, uint64_t plo, uint64_t phi)
+{
+    uint64_t backed = 0;
+    for (uint64_t p = plo; p < phi; p++) {
+        backed += bit_get(ss->backed, p);
+        ss->backed[p / 64] &= ~(1ull << (p % 64));
+    }
+    if (h->state_fd >= 0) {
+        int err = tcm__release(h->state_fd, ss->off + plo * ARENA_PAGE, (phi - plo) * ARENA_PAGE);
+        if (err) {
+            tcm__log(TCM_LOG_WARN, "fallocate(PUNCH_HOLE, state, object records at %llu, %llu bytes) failed: %s",
+                     (unsigned long long)(ss->off + plo * ARENA_PAGE), (unsigned long long)((phi - plo) * ARENA_PAGE),
+                     strerror(-err));
+            return 0;
+        }
+    }
+    return backed * ARENA_PAGE;
+}
+
+uint64_t tcm__slots_trim_ht(tcm_heap_t *h)
+{
+    uint64_t bytes = 0;
+    for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
+        tcm_slot_set_t *ss = slot_set(h, c);
+        if (ss->trim_lo >= ss->trim_hi || ss->max == 0)
+            continue;
+        uint64_t sb = ss->slot_bytes;
+        uint64_t plo = ss->trim_lo * sb / ARENA_PAGE, phi = (ss->trim_hi * sb - 1) / ARENA_PAGE + 1;
+        ss->trim_lo = ss->trim_hi = 0;
+        /* runs of pages no used slot lies in, one punch each */
+        for (uint64_t p = plo; p < phi;) {
+            if (page_in_use(ss, p)) {
+                p++;
+                continue;
+            }
+            uint64_t q = p + 1;
+            while (q < phi && !page_in_use(ss, q))
+                q++;
+            bytes += punch(h, ss, p, q);
+            p = q;
+        }
+    }
+    return bytes;
+}

@@ -1,0 +1,34 @@
+/* objrec.h — the object records and tag blocks, where they live in the
+ * class arenas (objrec.c). Heap thread. */
+#ifndef TCM_OBJREC_H
+#define TCM_OBJREC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "heap.h"
+
+/* One slot per small span in its class's arena, one tag block per word of
+ * objects that more than one client holds. */
+
+/* The lowest free slot of ss, its arena pages backed first (a full
+ * /dev/shm is NOMEM, never a SIGBUS); marked in use. */
+int tcm__slot_take_ht(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t *slot);
+/* A slot that nothing names any more; its pages go at the next trim. */
+void tcm__slot_put_ht(tcm_slot_set_t *ss, uint32_t slot);
+/* Recovery: forget every slot (and what is backed), so the spans claim
+ * theirs again and the next trim looks at every arena page. */
+void tcm__slots_reset_ht(tcm_heap_t *h);
+/* Recovery: a slot named by an allocated span (or one of its owner words);
+ * false if out of range or already claimed. */
+bool tcm__slot_claim_ht(tcm_slot_set_t *ss, uint32_t slot);
+/* Recovery: claim the tag blocks the owner words of small span s name; a
+ * word naming a block out of range or another's is repaired (its objects'
+ * owner becomes tag 0, nobody's). Returns the repairs. */
+uint64_t tcm__span_claim_blocks_ht(tcm_heap_t *h, tcm_span_t *sp);
+/* Punch the arena pages no used slot lies in (among those freed since the
+ * last trim); returns the bytes punched. Runs with the page heap's release
+ * (tcmctl release, decay, the page cache cap), never per span. */
+uint64_t tcm__slots_trim_ht(tcm_heap_t *h);
+
+#endif
