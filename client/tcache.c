@@ -27,7 +27,6 @@ enum { REFILL_FIRST = 2 };
 #define NOMEM_WAIT_NS 64000000ull /* a full heap: wait up to ~128 ms for other processes' caches */
 #define MIN_THREAD_BUDGET (256u << 10)
 #define MAX_THREAD_BUDGET (16u << 20)
-#define MIXED_BUDGET_SHARE 4u /* all bins but the largest: at most this share of the budget (grow) */
 
 static tcm_tcache_t *thread_tcache(uint32_t idx)
 {
@@ -304,26 +303,7 @@ static void fetch_ahead(tcm_thread_t *thr, unsigned cls)
         thr->tc->ahead_bytes -= (uint64_t)want * ci->size;
 }
 
-/* The bytes the largest bin of the thread but cls's may hold. */
-static uint64_t largest_other_bin(const tcm_thread_t *thr, unsigned cls)
-{
-    uint64_t most = 0;
-    for (unsigned c = 1; c < TCM_NCLASSES; c++) {
-        uint64_t bytes = (uint64_t)thr->tc->bins[c].max * tcm__proc.classes[c].size;
-        if (c != cls && bytes > most)
-            most = bytes;
-    }
-    return most;
-}
-
-/* Let a bin hold `more` more objects if the thread's budget allows: all its
- * bins within the budget, and all but the largest within a quarter of it.
- * One class's working set may take the whole budget (the seed's 64 objects
- * of 256 KiB in 16 MiB); the classes of a mixed workload share a quarter
- * (tcmalloc's 4 MiB per thread), else each bin, random-walking between
- * empty and full, grows at every busy miss and overflow until together
- * they hold the budget (larson between two processes: 10-14 MB of caches
- * for 35 MB live). */
+/* Let a bin hold `more` more objects if the thread's budget allows. */
 static void grow(tcm_thread_t *thr, unsigned cls, uint32_t more)
 {
     const tcm_class_info_t *ci = &tcm__proc.classes[cls];
@@ -332,12 +312,6 @@ static void grow(tcm_thread_t *thr, unsigned cls, uint32_t more)
     if (more > room)
         more = room;
     uint64_t left = thr->budget > thr->capacity ? thr->budget - thr->capacity : 0;
-    uint64_t mixed = thr->budget / MIXED_BUDGET_SHARE, others = thr->capacity - (uint64_t)b->max * ci->size;
-    if (others > mixed) { /* then only while another bin stays the largest */
-        uint64_t below = mixed + largest_other_bin(thr, cls);
-        left = below > thr->capacity && below - thr->capacity < left ? below - thr->capacity
-                                                                     : below > thr->capacity ? left : 0;
-    }
     if ((uint64_t)more * ci->size > left)
         more = (uint32_t)(left / ci->size);
     if (b->max == 0 && more == 0)
