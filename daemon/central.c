@@ -233,7 +233,11 @@ static void map_logged(tcm_heap_t *h, uint32_t s, uint8_t state, uint8_t cls, ui
     TCM_PERSIST_BARRIER();
 }
 
-/* An allocated span goes back to the page heap, under the page intent. */
+/* An allocated span leaves the allocator's hands, under the page intent:
+ * its pages free in the page map. The caller puts its record on the page
+ * heap's lists after (tcm__ph_insert_free_ht or, for several spans at
+ * once, tcm__ph_insert_free_runs_ht): those are derived, and nothing cuts
+ * pages in between. */
 static void unmap_logged(tcm_heap_t *h, uint32_t s)
 {
     tcm_page_intent_t *pi = &h->state->page;
@@ -260,34 +264,49 @@ static void unmap_logged(tcm_heap_t *h, uint32_t s)
                 tcm__slot_put_ht(&h->tag_blocks, owners[w] & ~TCM_OWNER_BLOCK);
         tcm__slot_put_ht(&h->slots[cls], slot);
     }
-    tcm__ph_insert_free_ht(h, s);
     TCM_PERSIST_BARRIER();
     atomic_store_explicit(&pi->kind, TCM_PAGES_NONE, memory_order_relaxed);
     TCM_PERSIST_BARRIER();
 }
 
-static uint32_t new_small_span(tcm_heap_t *h, unsigned cls, int *status)
+/* Up to nspans new spans of class cls, cut from the page heap at once
+ * (one find, split and fallocate for a REFILL's spans), each made under
+ * the page intent as before, so a crash leaves some of them made, empty,
+ * and the rest free. On its class's list, the lowest first. Returns the
+ * list's head, 0 (and *status) when none could be made. */
+static uint32_t new_small_spans(tcm_heap_t *h, unsigned cls, uint32_t nspans, int *status)
 {
     const tcm_class_info_t *ci = &h->classes[cls];
-    uint32_t s;
-    *status = tcm__pages_alloc_ht(h, ci->span_pages, 1, &s);
+    uint32_t runs[TCM_MAX_BATCH], got;
+    if (nspans > TCM_MAX_BATCH)
+        nspans = TCM_MAX_BATCH;
+    *status = tcm__ph_alloc_runs_ht(h, ci->span_pages, nspans, runs, &got);
+    if (*status == TCM_ST_NOMEM && tcm__central_drop_empty_ht(h))
+        *status = tcm__ph_alloc_runs_ht(h, ci->span_pages, nspans, runs, &got);
     if (*status != TCM_ST_OK)
         return 0;
-    uint32_t slot;
-    if ((*status = tcm__slot_take_ht(h, &h->slots[cls], &slot)) != TCM_ST_OK) {
-        tcm__ph_insert_free_ht(h, s);
-        return 0;
+    uint32_t made = 0;
+    for (uint32_t i = got; i-- > 0;) { /* pushed from the highest: the list starts at the lowest */
+        uint32_t s = runs[i], slot;
+        if ((*status = tcm__slot_take_ht(h, &h->slots[cls], &slot)) != TCM_ST_OK) {
+            tcm__ph_insert_free_runs_ht(h, runs, i + 1);
+            break;
+        }
+        map_logged(h, s, TCM_SPAN_SMALL, (uint8_t)cls, slot);
+        tcm_span_t *sp = &h->spans[s];
+        sp->nfree = ci->span_objs;
+        sp->scan = 0;
+        tcm__span_list_push(h, &h->meta->central_head[cls], s);
+        made++;
     }
-    map_logged(h, s, TCM_SPAN_SMALL, (uint8_t)cls, slot);
-    tcm_span_t *sp = &h->spans[s];
-    sp->nfree = ci->span_objs;
-    sp->scan = 0;
-    h->empty_spans[cls]++;
-    tcm__span_list_push(h, &h->meta->central_head[cls], s);
-    TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)ci->span_objs * ci->size);
-    TCM_HT_ADD(h->cstats[cls].spans, 1);
-    TCM_HT_ADD(h->cstats[cls].free_objs, ci->span_objs);
-    return s;
+    if (!made)
+        return 0;
+    *status = TCM_ST_OK;
+    h->empty_spans[cls] += made;
+    TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)made * ci->span_objs * ci->size);
+    TCM_HT_ADD(h->cstats[cls].spans, made);
+    TCM_HT_ADD(h->cstats[cls].free_objs, (uint64_t)made * ci->span_objs);
+    return h->meta->central_head[cls];
 }
 
 /* Word w's owner word, made ready for objects of it about to be handed to
@@ -343,7 +362,7 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
     *status = TCM_ST_OK;
     while (n < want) {
         uint32_t s = h->meta->central_head[cls];
-        if (!s && !(s = new_small_span(h, cls, status)))
+        if (!s && !(s = new_small_spans(h, cls, (want - n + span_objs - 1) / span_objs, status)))
             break;
         tcm_span_t *sp = &h->spans[s];
         uint64_t *map = span_map(h, sp);
@@ -661,25 +680,38 @@ static uint32_t spans_kept(const tcm_class_info_t *ci)
     return spans ? (uint32_t)spans : 1;
 }
 
+uint32_t tcm__central_release_spans_ht(tcm_heap_t *h, const uint32_t *spans, uint32_t n, bool keep)
+{
+    uint32_t freed[TCM_MAX_BATCH], nfreed = 0;
+    TCM_ASSERT(n <= TCM_MAX_BATCH);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t s = spans[i];
+        tcm_span_t *sp = &h->spans[s];
+        if (sp->state != TCM_SPAN_SMALL)
+            continue;
+        unsigned cls = sp->cls;
+        const tcm_class_info_t *ci = &h->classes[cls];
+        if (sp->nfree != ci->span_objs)
+            continue;
+        if (keep && h->empty_spans[cls] <= spans_kept(ci))
+            continue;
+        TCM_ASSERT_INTERNAL(h->empty_spans[cls] > 0);
+        h->empty_spans[cls]--;
+        tcm__span_list_remove(h, &h->meta->central_head[cls], s);
+        TCM_STAT_ADD(h->meta, bytes_central_free, -(uint64_t)ci->span_objs * ci->size);
+        TCM_HT_ADD(h->cstats[cls].spans, -1);
+        TCM_HT_ADD(h->cstats[cls].free_objs, -(uint64_t)ci->span_objs);
+        unmap_logged(h, s);
+        freed[nfreed++] = s;
+    }
+    /* their pages, unmapped one by one, meet the page heap together */
+    tcm__ph_insert_free_runs_ht(h, freed, nfreed);
+    return nfreed;
+}
+
 bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep)
 {
-    tcm_span_t *sp = &h->spans[s];
-    if (sp->state != TCM_SPAN_SMALL)
-        return false;
-    unsigned cls = sp->cls;
-    const tcm_class_info_t *ci = &h->classes[cls];
-    if (sp->nfree != ci->span_objs)
-        return false;
-    if (keep && h->empty_spans[cls] <= spans_kept(ci))
-        return false;
-    TCM_ASSERT_INTERNAL(h->empty_spans[cls] > 0);
-    h->empty_spans[cls]--;
-    tcm__span_list_remove(h, &h->meta->central_head[cls], s);
-    TCM_STAT_ADD(h->meta, bytes_central_free, -(uint64_t)ci->span_objs * ci->size);
-    TCM_HT_ADD(h->cstats[cls].spans, -1);
-    TCM_HT_ADD(h->cstats[cls].free_objs, -(uint64_t)ci->span_objs);
-    unmap_logged(h, s);
-    return true;
+    return tcm__central_release_spans_ht(h, &s, 1, keep) != 0;
 }
 
 /* Give every completely free small span back to the page heap. */
@@ -745,6 +777,7 @@ int tcm__large_free_ht(tcm_heap_t *h, uint64_t off, uint64_t *bytes, uint32_t *o
     *bytes = tcm__page_off(h->spans[s].npages);
     *owner = h->spans[s].owner;
     unmap_logged(h, s);
+    tcm__ph_insert_free_ht(h, s);
     return TCM_ST_OK;
 }
 

@@ -49,6 +49,10 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
  * run_daemon_cost nothing (its heap grows and shrinks by whole batches). */
 #define TCM_KEEP_EMPTY_BYTES 0u
 bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s, bool keep);
+/* The same for the spans[n] a RETURN emptied (n at most TCM_MAX_BATCH), in
+ * that order; those that go back meet the page heap at once, neighbours
+ * merged first. Returns how many went back. */
+uint32_t tcm__central_release_spans_ht(tcm_heap_t *h, const uint32_t *spans, uint32_t n, bool keep);
 uint64_t tcm__central_drop_empty_ht(tcm_heap_t *h);
 /* Free pages for a new span, giving kept empty spans back first when the
  * heap is at its limit. */

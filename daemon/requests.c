@@ -106,8 +106,7 @@ uint32_t tcm__free_objects_ht(tcm_server_t *srv, tcm_client_t *c, unsigned cls, 
     uint32_t refused, emptied[TCM_MAX_BATCH], nemptied = 0;
     uint8_t st[TCM_MAX_BATCH];
     free_objects(srv, c, cls, offs, n, st, true, &refused, emptied, &nemptied);
-    for (uint32_t i = 0; i < nemptied; i++)
-        tcm__central_release_span_ht(&srv->h, emptied[i], true);
+    tcm__central_release_spans_ht(&srv->h, emptied, nemptied, true);
     return n - refused;
 }
 
@@ -347,8 +346,8 @@ static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint32_t
     TCM_CRASH_POINT(answered);
     commit(srv, c, pos);
     /* after the commit: each is a transaction of its own */
-    for (uint32_t i = 0; i < nemptied; i++)
-        tcm__central_release_span_ht(&srv->h, emptied[i], true);
+    if (nemptied)
+        tcm__central_release_spans_ht(&srv->h, emptied, nemptied, true);
     count_latency(srv, tcm__now_ns() - t0);
 }
 
