@@ -272,32 +272,31 @@ static void unmap_logged(tcm_heap_t *h, uint32_t s)
 /* Up to nspans new spans of class cls, cut from the page heap at once
  * (one find, split and fallocate for a REFILL's spans), each made under
  * the page intent as before, so a crash leaves some of them made, empty,
- * and the rest free. On its class's list, the lowest first. Returns the
- * list's head, 0 (and *status) when none could be made. */
-static uint32_t new_small_spans(tcm_heap_t *h, unsigned cls, uint32_t nspans, int *status)
+ * and the rest free. Their records in out[], in address order, on no list
+ * yet: the caller fills them first. Returns how many; 0 and *status when
+ * none could be made. */
+static uint32_t new_small_spans(tcm_heap_t *h, unsigned cls, uint32_t nspans, uint32_t *out, int *status)
 {
     const tcm_class_info_t *ci = &h->classes[cls];
-    uint32_t runs[TCM_MAX_BATCH], got;
+    uint32_t got;
     if (nspans > TCM_MAX_BATCH)
         nspans = TCM_MAX_BATCH;
-    *status = tcm__ph_alloc_runs_ht(h, ci->span_pages, nspans, runs, &got);
+    *status = tcm__ph_alloc_runs_ht(h, ci->span_pages, nspans, out, &got);
     if (*status == TCM_ST_NOMEM && tcm__central_drop_empty_ht(h))
-        *status = tcm__ph_alloc_runs_ht(h, ci->span_pages, nspans, runs, &got);
+        *status = tcm__ph_alloc_runs_ht(h, ci->span_pages, nspans, out, &got);
     if (*status != TCM_ST_OK)
         return 0;
     uint32_t made = 0;
-    for (uint32_t i = got; i-- > 0;) { /* pushed from the highest: the list starts at the lowest */
-        uint32_t s = runs[i], slot;
+    for (; made < got; made++) {
+        uint32_t s = out[made], slot;
         if ((*status = tcm__slot_take_ht(h, &h->slots[cls], &slot)) != TCM_ST_OK) {
-            tcm__ph_insert_free_runs_ht(h, runs, i + 1);
+            tcm__ph_insert_free_runs_ht(h, out + made, got - made);
             break;
         }
         map_logged(h, s, TCM_SPAN_SMALL, (uint8_t)cls, slot);
         tcm_span_t *sp = &h->spans[s];
         sp->nfree = ci->span_objs;
         sp->scan = 0;
-        tcm__span_list_push(h, &h->meta->central_head[cls], s);
-        made++;
     }
     if (!made)
         return 0;
@@ -306,7 +305,7 @@ static uint32_t new_small_spans(tcm_heap_t *h, unsigned cls, uint32_t nspans, in
     TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)made * ci->span_objs * ci->size);
     TCM_HT_ADD(h->cstats[cls].spans, made);
     TCM_HT_ADD(h->cstats[cls].free_objs, (uint64_t)made * ci->span_objs);
-    return h->meta->central_head[cls];
+    return made;
 }
 
 /* Word w's owner word, made ready for objects of it about to be handed to
@@ -357,13 +356,19 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
     const tcm_class_info_t *ci = &h->classes[cls];
     const uint64_t size = ci->size;
     const uint32_t span_objs = ci->span_objs, words = (span_objs + 63) / 64;
-    uint32_t n = 0;
+    uint32_t n = 0, fresh[TCM_MAX_BATCH], made = 0, next = 0;
     uint16_t scratch[64]; /* the tags of a word that is all owner's: not kept */
     *status = TCM_ST_OK;
     while (n < want) {
-        uint32_t s = h->meta->central_head[cls];
-        if (!s && !(s = new_small_spans(h, cls, (want - n + span_objs - 1) / span_objs, status)))
-            break;
+        /* new spans are filled as they are cut (fresh[next..made)), off
+         * the list: only those left with free objects go on it, after */
+        uint32_t s = next < made ? fresh[next++] : h->meta->central_head[cls];
+        if (!s) {
+            if (!(made = new_small_spans(h, cls, (want - n + span_objs - 1) / span_objs, fresh, status)))
+                break;
+            s = fresh[0];
+            next = 1;
+        }
         tcm_span_t *sp = &h->spans[s];
         uint64_t *map = span_map(h, sp);
         uint64_t base_off = tcm__page_off(sp->first);
@@ -419,10 +424,13 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
         h->empty_spans[cls] -= sp->nfree == span_objs && nfree != span_objs;
         sp->nfree = nfree;
         sp->scan = w < words ? w : words - 1; /* no free object below it */
-        if (nfree == 0)
+        if (nfree == 0 && sp->on_list)
             tcm__span_list_remove(h, &h->meta->central_head[cls], s);
         TCM_CRASH_POINT(refill_span);
     }
+    for (uint32_t i = made; i-- > 0;) /* the lowest first */
+        if (h->spans[fresh[i]].nfree)
+            tcm__span_list_push(h, &h->meta->central_head[cls], fresh[i]);
     if (n)
         *status = TCM_ST_OK;
     TCM_STAT_ADD(h->meta, bytes_central_free, -(uint64_t)n * size);
