@@ -55,21 +55,30 @@ static int slot_commit(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t slot)
     return 0;
 }
 
+/* The k lowest free slots of ss into out[], each backed and marked in use
+ * as it is taken; returns how many (fewer: no room or no backing for the
+ * rest). A REFILL's new spans take theirs in one scan. */
+static uint32_t slots_take(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t k, uint32_t *out)
+{
+    uint32_t words = (ss->max + 63) / 64, w = ss->lowest / 64, got = 0;
+    for (; got < k && w < words; w++) {
+        for (uint64_t avail = ~ss->used[w]; avail && got < k; avail &= avail - 1) {
+            uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(avail);
+            /* an arena has a slot for everything the heap can hold */
+            if (i >= ss->max || slot_commit(h, ss, i) != 0)
+                return got;
+            ss->used[w] |= 1ull << (i % 64);
+            ss->lowest = i + 1;
+            ss->nused++;
+            out[got++] = i;
+        }
+    }
+    return got;
+}
+
 int tcm__slot_take_ht(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t *slot)
 {
-    uint32_t words = (ss->max + 63) / 64, w = ss->lowest / 64;
-    while (w < words && ss->used[w] == ~0ull)
-        w++;
-    uint32_t i = w < words ? w * 64 + (uint32_t)__builtin_ctzll(~ss->used[w]) : ss->max;
-    if (i >= ss->max) /* an arena has a slot for everything the heap can hold */
-        return TCM_ST_NOMEM;
-    if (slot_commit(h, ss, i) != 0)
-        return TCM_ST_NOMEM;
-    ss->used[i / 64] |= 1ull << (i % 64);
-    ss->lowest = i + 1;
-    ss->nused++;
-    *slot = i;
-    return TCM_ST_OK;
+    return slots_take(h, ss, 1, slot) ? TCM_ST_OK : TCM_ST_NOMEM;
 }
 
 void tcm__slot_put_ht(tcm_slot_set_t *ss, uint32_t slot)
@@ -286,20 +295,19 @@ static uint32_t new_small_spans(tcm_heap_t *h, unsigned cls, uint32_t nspans, ui
         *status = tcm__ph_alloc_runs_ht(h, ci->span_pages, nspans, out, &got);
     if (*status != TCM_ST_OK)
         return 0;
-    uint32_t made = 0;
-    for (; made < got; made++) {
-        uint32_t s = out[made], slot;
-        if ((*status = tcm__slot_take_ht(h, &h->slots[cls], &slot)) != TCM_ST_OK) {
-            tcm__ph_insert_free_runs_ht(h, out + made, got - made);
-            break;
-        }
-        map_logged(h, s, TCM_SPAN_SMALL, (uint8_t)cls, slot);
-        tcm_span_t *sp = &h->spans[s];
+    uint32_t slots[TCM_MAX_BATCH], made = slots_take(h, &h->slots[cls], got, slots);
+    if (made < got) /* no object record for the rest */
+        tcm__ph_insert_free_runs_ht(h, out + made, got - made);
+    if (!made) {
+        *status = TCM_ST_NOMEM;
+        return 0;
+    }
+    for (uint32_t i = 0; i < made; i++) {
+        map_logged(h, out[i], TCM_SPAN_SMALL, (uint8_t)cls, slots[i]);
+        tcm_span_t *sp = &h->spans[out[i]];
         sp->nfree = ci->span_objs;
         sp->scan = 0;
     }
-    if (!made)
-        return 0;
     *status = TCM_ST_OK;
     h->empty_spans[cls] += made;
     TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)made * ci->span_objs * ci->size);
@@ -688,9 +696,21 @@ static uint32_t spans_kept(const tcm_class_info_t *ci)
     return spans ? (uint32_t)spans : 1;
 }
 
+/* k empty spans of class cls left it: its gauges, once for them. */
+static void spans_left(tcm_heap_t *h, unsigned cls, uint32_t k)
+{
+    if (!k)
+        return;
+    const tcm_class_info_t *ci = &h->classes[cls];
+    TCM_STAT_ADD(h->meta, bytes_central_free, -(uint64_t)k * ci->span_objs * ci->size);
+    TCM_HT_ADD(h->cstats[cls].spans, -(uint64_t)k);
+    TCM_HT_ADD(h->cstats[cls].free_objs, -(uint64_t)k * ci->span_objs);
+}
+
 uint32_t tcm__central_release_spans_ht(tcm_heap_t *h, const uint32_t *spans, uint32_t n, bool keep)
 {
-    uint32_t freed[TCM_MAX_BATCH], nfreed = 0;
+    uint32_t freed[TCM_MAX_BATCH], nfreed = 0, run_from = 0;
+    unsigned run_cls = 0; /* the class of freed[run_from..nfreed): one RETURN's spans are of one */
     TCM_ASSERT(n <= TCM_MAX_BATCH);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t s = spans[i];
@@ -706,12 +726,15 @@ uint32_t tcm__central_release_spans_ht(tcm_heap_t *h, const uint32_t *spans, uin
         TCM_ASSERT_INTERNAL(h->empty_spans[cls] > 0);
         h->empty_spans[cls]--;
         tcm__span_list_remove(h, &h->meta->central_head[cls], s);
-        TCM_STAT_ADD(h->meta, bytes_central_free, -(uint64_t)ci->span_objs * ci->size);
-        TCM_HT_ADD(h->cstats[cls].spans, -1);
-        TCM_HT_ADD(h->cstats[cls].free_objs, -(uint64_t)ci->span_objs);
+        if (cls != run_cls) {
+            spans_left(h, run_cls, nfreed - run_from);
+            run_cls = cls;
+            run_from = nfreed;
+        }
         unmap_logged(h, s);
         freed[nfreed++] = s;
     }
+    spans_left(h, run_cls, nfreed - run_from);
     /* their pages, unmapped one by one, meet the page heap together */
     tcm__ph_insert_free_runs_ht(h, freed, nfreed);
     return nfreed;
