@@ -364,6 +364,7 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
     const tcm_class_info_t *ci = &h->classes[cls];
     const uint64_t size = ci->size;
     const uint32_t span_objs = ci->span_objs, words = (span_objs + 63) / 64;
+    const uint64_t last_valid = span_objs % 64 ? (1ull << (span_objs % 64)) - 1 : ~0ull; /* the last word's objects */
     uint32_t n = 0, fresh[TCM_MAX_BATCH], made = 0, next = 0;
     uint16_t scratch[64]; /* the tags of a word that is all owner's: not kept */
     *status = TCM_ST_OK;
@@ -382,8 +383,9 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
         uint64_t base_off = tcm__page_off(sp->first);
         uint32_t *owners = tcm__span_owners(h, sp);
         uint32_t nfree = sp->nfree, w = sp->scan;
+        bool was_empty = nfree == span_objs;
         for (; w < words && n < want && nfree; w++) {
-            uint64_t valid = (w == words - 1 && span_objs % 64) ? (1ull << (span_objs % 64)) - 1 : ~0ull;
+            uint64_t valid = w == words - 1 ? last_valid : ~0ull;
             uint64_t free_bits = ~map[w] & valid;
             if (!free_bits)
                 continue;
@@ -429,7 +431,7 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
             if (n == want || !nfree)
                 break;
         }
-        h->empty_spans[cls] -= sp->nfree == span_objs && nfree != span_objs;
+        h->empty_spans[cls] -= was_empty && nfree != span_objs;
         sp->nfree = nfree;
         sp->scan = w < words ? w : words - 1; /* no free object below it */
         if (nfree == 0 && sp->on_list)
