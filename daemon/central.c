@@ -268,7 +268,8 @@ static void unmap_logged(tcm_heap_t *h, uint32_t s)
     if (small) {
         const uint32_t *owners = (const uint32_t *)(h->arena[cls] + (uint64_t)slot * h->sl.slot_bytes[cls] +
                                                     h->sl.owners_off[cls]);
-        for (uint32_t w = 0; w < (h->classes[cls].span_objs + 63) / 64; w++)
+        const uint32_t words = (h->classes[cls].span_objs + 63) / 64; /* read once: slot puts store */
+        for (uint32_t w = 0; w < words; w++)
             if (owners[w] & TCM_OWNER_BLOCK)
                 tcm__slot_put_ht(&h->tag_blocks, owners[w] & ~TCM_OWNER_BLOCK);
         tcm__slot_put_ht(&h->slots[cls], slot);
