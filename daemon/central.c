@@ -60,7 +60,11 @@ static void map_logged(tcm_heap_t *h, uint32_t s, uint8_t state, uint8_t cls, ui
     TCM_PERSIST_BARRIER();
 }
 
-/* An allocated span goes back to the page heap, under the page intent. */
+/* An allocated span leaves the allocator's hands, under the page intent:
+ * its pages free in the page map. The caller puts its record on the page
+ * heap's lists after (tcm__ph_insert_free_ht or, for several spans at
+ * once, tcm__ph_insert_free_runs_ht): those are derived, and nothing cuts
+ * pages in between. */
 static void unmap_logged(tcm_heap_t *h, uint32_t s)
 {
     tcm_page_intent_t *pi = &h->state->page;
@@ -82,12 +86,12 @@ static void unmap_logged(tcm_heap_t *h, uint32_t s)
     if (small) {
         const uint32_t *owners = (const uint32_t *)(h->arena[cls] + (uint64_t)slot * h->sl.slot_bytes[cls] +
                                                     h->sl.owners_off[cls]);
-        for (uint32_t w = 0; w < (h->classes[cls].span_objs + 63) / 64; w++)
+        const uint32_t words = (h->classes[cls].span_objs + 63) / 64; /* read once: slot puts store */
+        for (uint32_t w = 0; w < words; w++)
             if (owners[w] & TCM_OWNER_BLOCK)
                 tcm__slot_put_ht(&h->tag_blocks, owners[w] & ~TCM_OWNER_BLOCK);
         tcm__slot_put_ht(&h->slots[cls], slot);
     }
-    tcm__ph_insert_free_ht(h, s);
     TCM_PERSIST_BARRIER();
     atomic_store_explicit(&pi->kind, TCM_PAGES_NONE, memory_order_relaxed);
     TCM_PERSIST_BARRIER();
@@ -121,28 +125,42 @@ static void central_move(tcm_heap_t *h, unsigned cls, uint32_t s, uint32_t was, 
         central_add(h, cls, s, to);
 }
 
-static uint32_t new_small_span(tcm_heap_t *h, unsigned cls, int *status)
+/* Up to nspans new spans of class cls, cut from the page heap at once
+ * (one find, split and fallocate for a REFILL's spans), each made under
+ * the page intent as before, so a crash leaves some of them made, empty,
+ * and the rest free. Their records in out[], in address order, on no list
+ * yet: the caller fills them first. Returns how many; 0 and *status when
+ * none could be made. */
+static uint32_t new_small_spans(tcm_heap_t *h, unsigned cls, uint32_t nspans, uint32_t *out, int *status)
 {
     const tcm_class_info_t *ci = &h->classes[cls];
-    uint32_t s;
-    *status = tcm__pages_alloc_ht(h, ci->span_pages, 1, &s);
+    uint32_t got;
+    if (nspans > TCM_MAX_BATCH)
+        nspans = TCM_MAX_BATCH;
+    *status = tcm__ph_alloc_runs_ht(h, ci->span_pages, nspans, out, &got);
+    if (*status == TCM_ST_NOMEM && tcm__central_drop_empty_ht(h))
+        *status = tcm__ph_alloc_runs_ht(h, ci->span_pages, nspans, out, &got);
     if (*status != TCM_ST_OK)
         return 0;
-    uint32_t slot;
-    if ((*status = tcm__slot_take_ht(h, &h->slots[cls], &slot)) != TCM_ST_OK) {
-        tcm__ph_insert_free_ht(h, s);
+    uint32_t slots[TCM_MAX_BATCH], made = tcm__slots_take_ht(h, &h->slots[cls], got, slots);
+    if (made < got) /* no object record for the rest */
+        tcm__ph_insert_free_runs_ht(h, out + made, got - made);
+    if (!made) {
+        *status = TCM_ST_NOMEM;
         return 0;
     }
-    map_logged(h, s, TCM_SPAN_SMALL, (uint8_t)cls, slot);
-    tcm_span_t *sp = &h->spans[s];
-    sp->nfree = ci->span_objs;
-    sp->scan = 0;
-    h->empty_spans[cls]++;
-    central_add(h, cls, s, TCM_CENTRAL_LISTS - 1);
-    TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)ci->span_objs * ci->size);
-    TCM_HT_ADD(h->cstats[cls].spans, 1);
-    TCM_HT_ADD(h->cstats[cls].free_objs, ci->span_objs);
-    return s;
+    for (uint32_t i = 0; i < made; i++) {
+        map_logged(h, out[i], TCM_SPAN_SMALL, (uint8_t)cls, slots[i]);
+        tcm_span_t *sp = &h->spans[out[i]];
+        sp->nfree = ci->span_objs;
+        sp->scan = 0;
+    }
+    *status = TCM_ST_OK;
+    h->empty_spans[cls] += made;
+    TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)made * ci->span_objs * ci->size);
+    TCM_HT_ADD(h->cstats[cls].spans, made);
+    TCM_HT_ADD(h->cstats[cls].free_objs, (uint64_t)made * ci->span_objs);
+    return made;
 }
 
 /* Word w's owner word, made ready for objects of it about to be handed to
@@ -193,21 +211,29 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
     const tcm_class_info_t *ci = &h->classes[cls];
     const uint64_t size = ci->size;
     const uint32_t span_objs = ci->span_objs, words = (span_objs + 63) / 64;
-    uint32_t n = 0;
+    const uint64_t last_valid = span_objs % 64 ? (1ull << (span_objs % 64)) - 1 : ~0ull; /* the last word's objects */
+    uint32_t n = 0, fresh[TCM_MAX_BATCH], made = 0, next = 0;
     uint16_t scratch[64]; /* the tags of a word that is all owner's: not kept */
     *status = TCM_ST_OK;
     while (n < want) {
+        /* new spans are filled as they are cut (fresh[next..made)), off
+         * the lists: only those left with free objects go on one, after */
         uint16_t lists = h->central_nonempty[cls];
-        uint32_t s = lists ? h->central[cls][__builtin_ctz(lists)] : 0;
-        if (!s && !(s = new_small_span(h, cls, status)))
-            break;
+        uint32_t s = next < made ? fresh[next++] : lists ? h->central[cls][__builtin_ctz(lists)] : 0;
+        if (!s) {
+            if (!(made = new_small_spans(h, cls, (want - n + span_objs - 1) / span_objs, fresh, status)))
+                break;
+            s = fresh[0];
+            next = 1;
+        }
         tcm_span_t *sp = &h->spans[s];
         uint64_t *map = span_map(h, sp);
         uint64_t base_off = tcm__page_off(sp->first);
         uint32_t *owners = tcm__span_owners(h, sp);
         uint32_t nfree = sp->nfree, w = sp->scan;
+        bool was_empty = nfree == span_objs;
         for (; w < words && n < want && nfree; w++) {
-            uint64_t valid = (w == words - 1 && span_objs % 64) ? (1ull << (span_objs % 64)) - 1 : ~0ull;
+            uint64_t valid = w == words - 1 ? last_valid : ~0ull;
             uint64_t free_bits = ~map[w] & valid;
             if (!free_bits)
                 continue;
@@ -253,12 +279,16 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
             if (n == want || !nfree)
                 break;
         }
-        h->empty_spans[cls] -= sp->nfree == span_objs && nfree != span_objs;
-        central_move(h, cls, s, sp->nfree, nfree);
+        h->empty_spans[cls] -= was_empty && nfree != span_objs;
+        if (sp->on_list)
+            central_move(h, cls, s, sp->nfree, nfree);
         sp->nfree = nfree;
         sp->scan = w < words ? w : words - 1; /* no free object below it */
         TCM_CRASH_POINT(refill_span);
     }
+    for (uint32_t i = made; i-- > 0;) /* the lowest first */
+        if (h->spans[fresh[i]].nfree)
+            central_add(h, cls, fresh[i], tcm__central_list(h->spans[fresh[i]].nfree, span_objs));
     if (n)
         *status = TCM_ST_OK;
     TCM_STAT_ADD(h->meta, bytes_central_free, -(uint64_t)n * size);
@@ -545,23 +575,51 @@ uint32_t tcm__central_return_ht(tcm_heap_t *h, unsigned cls, const uint64_t *off
     return refused;
 }
 
+/* k empty spans of class cls left it: its gauges, once for them. */
+static void spans_left(tcm_heap_t *h, unsigned cls, uint32_t k)
+{
+    if (!k)
+        return;
+    const tcm_class_info_t *ci = &h->classes[cls];
+    TCM_STAT_ADD(h->meta, bytes_central_free, -(uint64_t)k * ci->span_objs * ci->size);
+    TCM_HT_ADD(h->cstats[cls].spans, -(uint64_t)k);
+    TCM_HT_ADD(h->cstats[cls].free_objs, -(uint64_t)k * ci->span_objs);
+}
+
+uint32_t tcm__central_release_spans_ht(tcm_heap_t *h, const uint32_t *spans, uint32_t n)
+{
+    uint32_t freed[TCM_MAX_BATCH], nfreed = 0, run_from = 0;
+    unsigned run_cls = 0; /* the class of freed[run_from..nfreed): one RETURN's spans are of one */
+    TCM_ASSERT(n <= TCM_MAX_BATCH);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t s = spans[i];
+        tcm_span_t *sp = &h->spans[s];
+        if (sp->state != TCM_SPAN_SMALL)
+            continue;
+        unsigned cls = sp->cls;
+        const tcm_class_info_t *ci = &h->classes[cls];
+        if (sp->nfree != ci->span_objs)
+            continue;
+        TCM_ASSERT_INTERNAL(h->empty_spans[cls] > 0);
+        h->empty_spans[cls]--;
+        central_remove(h, cls, s, TCM_CENTRAL_LISTS - 1);
+        if (cls != run_cls) {
+            spans_left(h, run_cls, nfreed - run_from);
+            run_cls = cls;
+            run_from = nfreed;
+        }
+        unmap_logged(h, s);
+        freed[nfreed++] = s;
+    }
+    spans_left(h, run_cls, nfreed - run_from);
+    /* their pages, unmapped one by one, meet the page heap together */
+    tcm__ph_insert_free_runs_ht(h, freed, nfreed);
+    return nfreed;
+}
+
 bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s)
 {
-    tcm_span_t *sp = &h->spans[s];
-    if (sp->state != TCM_SPAN_SMALL)
-        return false;
-    unsigned cls = sp->cls;
-    const tcm_class_info_t *ci = &h->classes[cls];
-    if (sp->nfree != ci->span_objs)
-        return false;
-    TCM_ASSERT_INTERNAL(h->empty_spans[cls] > 0);
-    h->empty_spans[cls]--;
-    central_remove(h, cls, s, TCM_CENTRAL_LISTS - 1);
-    TCM_STAT_ADD(h->meta, bytes_central_free, -(uint64_t)ci->span_objs * ci->size);
-    TCM_HT_ADD(h->cstats[cls].spans, -1);
-    TCM_HT_ADD(h->cstats[cls].free_objs, -(uint64_t)ci->span_objs);
-    unmap_logged(h, s);
-    return true;
+    return tcm__central_release_spans_ht(h, &s, 1) != 0;
 }
 
 /* Give every completely free small span back to the page heap. */
@@ -627,6 +685,7 @@ int tcm__large_free_ht(tcm_heap_t *h, uint64_t off, uint64_t *bytes, uint32_t *o
     *bytes = tcm__page_off(h->spans[s].npages);
     *owner = h->spans[s].owner;
     unmap_logged(h, s);
+    tcm__ph_insert_free_ht(h, s);
     return TCM_ST_OK;
 }
 

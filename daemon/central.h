@@ -58,6 +58,10 @@ static inline unsigned tcm__central_list(uint32_t nfree, uint32_t span_objs)
  * spans a recovery finds wait for the decay, release or the heap limit
  * (tcm__central_drop_empty_ht). */
 bool tcm__central_release_span_ht(tcm_heap_t *h, uint32_t s);
+/* The same for the spans[n] a RETURN emptied (n at most TCM_MAX_BATCH), in
+ * that order; they meet the page heap at once, neighbours merged first.
+ * Returns how many went back. */
+uint32_t tcm__central_release_spans_ht(tcm_heap_t *h, const uint32_t *spans, uint32_t n);
 uint64_t tcm__central_drop_empty_ht(tcm_heap_t *h);
 /* Free pages for a new span, giving empty spans back first when the
  * heap is at its limit. */

@@ -45,21 +45,27 @@ static int slot_commit(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t slot)
     return 0;
 }
 
+uint32_t tcm__slots_take_ht(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t k, uint32_t *out)
+{
+    uint32_t words = (ss->max + 63) / 64, w = ss->lowest / 64, got = 0;
+    for (; got < k && w < words; w++) {
+        for (uint64_t avail = ~ss->used[w]; avail && got < k; avail &= avail - 1) {
+            uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(avail);
+            /* an arena has a slot for everything the heap can hold */
+            if (i >= ss->max || slot_commit(h, ss, i) != 0)
+                return got;
+            ss->used[w] |= 1ull << (i % 64);
+            ss->lowest = i + 1;
+            ss->nused++;
+            out[got++] = i;
+        }
+    }
+    return got;
+}
+
 int tcm__slot_take_ht(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t *slot)
 {
-    uint32_t words = (ss->max + 63) / 64, w = ss->lowest / 64;
-    while (w < words && ss->used[w] == ~0ull)
-        w++;
-    uint32_t i = w < words ? w * 64 + (uint32_t)__builtin_ctzll(~ss->used[w]) : ss->max;
-    if (i >= ss->max) /* an arena has a slot for everything the heap can hold */
-        return TCM_ST_NOMEM;
-    if (slot_commit(h, ss, i) != 0)
-        return TCM_ST_NOMEM;
-    ss->used[i / 64] |= 1ull << (i % 64);
-    ss->lowest = i + 1;
-    ss->nused++;
-    *slot = i;
-    return TCM_ST_OK;
+    return tcm__slots_take_ht(h, ss, 1, slot) ? TCM_ST_OK : TCM_ST_NOMEM;
 }
 
 void tcm__slot_put_ht(tcm_slot_set_t *ss, uint32_t slot)

@@ -14,6 +14,10 @@
 /* The lowest free slot of ss, its arena pages backed first (a full
  * /dev/shm is NOMEM, never a SIGBUS); marked in use. */
 int tcm__slot_take_ht(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t *slot);
+/* The k lowest free slots of ss into out[], each backed and marked in use
+ * as it is taken; returns how many (fewer: no room or no backing for the
+ * rest). A REFILL's new spans take theirs in one scan. */
+uint32_t tcm__slots_take_ht(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t k, uint32_t *out);
 /* A slot that nothing names any more; its pages go at the next trim. */
 void tcm__slot_put_ht(tcm_slot_set_t *ss, uint32_t slot);
 /* Recovery: forget every slot (and what is backed), so the spans claim

@@ -192,36 +192,79 @@ static void split_front(tcm_heap_t *h, uint32_t s, uint32_t n)
     insert_coalesced(h, r);
 }
 
+static uint64_t limit_pages_of(const tcm_heap_t *h)
+{
+    uint64_t limit_pages = atomic_load_explicit(&h->meta->config.heap_limit, memory_order_relaxed) >> TCM_PAGE_SHIFT;
+    return limit_pages > h->npages ? h->npages : limit_pages;
+}
+
+/* Up to max_units runs of unit pages as one run in transit (state UNUSED,
+ * on no list, *units of them): from the free run a single one would be
+ * cut from (first fit), as many as it holds below the heap limit, or else
+ * above top. 0 when there is no room. */
+static uint32_t take_run(tcm_heap_t *h, uint32_t unit, uint32_t max_units, uint64_t limit_pages, uint32_t *units)
+{
+    uint32_t s = find_free(h, unit, limit_pages);
+    uint64_t room;
+    if (s) {
+        free_remove(h, s);
+        h->spans[s].state = TCM_SPAN_UNUSED; /* in transit: never merged into */
+        room = limit_pages - h->spans[s].first;
+        if (room > h->spans[s].npages)
+            room = h->spans[s].npages;
+    } else {
+        room = limit_pages > h->top ? limit_pages - h->top : 0;
+        if (room < unit)
+            return 0;
+    }
+    uint32_t k = (uint32_t)(room / unit) < max_units ? (uint32_t)(room / unit) : max_units;
+    if (!s) {
+        uint32_t want = k * unit;
+        if (commit_meta(h, h->top, h->top + want) != 0)
+            return 0;
+        s = tcm__span_new_ht(h);
+        h->spans[s].first = h->top;
+        h->spans[s].npages = want;
+        h->spans[s].committed = 0;
+        h->top += want;
+        /* after commit_meta: pages below top have backed metadata */
+        atomic_store_explicit(&h->state->top, h->top, memory_order_relaxed);
+        TCM_STAT_SET(h->meta, bytes_top, (uint64_t)h->top * TCM_PAGE_SIZE);
+    }
+    *units = k;
+    return s;
+}
+
+/* Back the pages of run s (in transit) unless they are already. */
+static int commit_run(tcm_heap_t *h, uint32_t s)
+{
+    tcm_span_t *sp = &h->spans[s];
+    if (sp->committed)
+        return 0;
+    int err = tcm__commit(h->heap_fd, tcm__page_off(sp->first), tcm__page_off(sp->npages));
+    if (err) {
+        tcm__log(TCM_LOG_WARN, "fallocate(heap, %u pages at page %u) failed: %s", sp->npages, sp->first,
+                 strerror(-err));
+        return err;
+    }
+    sp->committed = 1;
+    return 0;
+}
+
 int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *out)
 {
     if (npages == 0 || align_pages == 0)
         return TCM_ST_BAD_COUNT;
-    uint64_t limit_pages = atomic_load_explicit(&h->meta->config.heap_limit, memory_order_relaxed) >> TCM_PAGE_SHIFT;
-    if (limit_pages > h->npages)
-        limit_pages = h->npages;
+    uint64_t limit_pages = limit_pages_of(h);
     uint64_t want = (uint64_t)npages + align_pages - 1;
     if (want > h->npages)
         return TCM_ST_NOMEM;
     h->last_change_ns = tcm__now_ns();
 
-    uint32_t s = find_free(h, (uint32_t)want, limit_pages);
-    if (s) {
-        free_remove(h, s);
-        h->spans[s].state = TCM_SPAN_UNUSED; /* in transit: never merged into */
-    } else {
-        if ((uint64_t)h->top + want > limit_pages)
-            return TCM_ST_NOMEM;
-        if (commit_meta(h, h->top, h->top + (uint32_t)want) != 0)
-            return TCM_ST_NOMEM;
-        s = tcm__span_new_ht(h);
-        h->spans[s].first = h->top;
-        h->spans[s].npages = (uint32_t)want;
-        h->spans[s].committed = 0;
-        h->top += (uint32_t)want;
-        /* after commit_meta: pages below top have backed metadata */
-        atomic_store_explicit(&h->state->top, h->top, memory_order_relaxed);
-        TCM_STAT_SET(h->meta, bytes_top, (uint64_t)h->top * TCM_PAGE_SIZE);
-    }
+    uint32_t units;
+    uint32_t s = take_run(h, (uint32_t)want, 1, limit_pages, &units);
+    if (!s)
+        return TCM_ST_NOMEM;
 
     if (align_pages > 1) {
         uint64_t addr = h->meta->base + tcm__page_off(h->spans[s].first);
@@ -239,21 +282,54 @@ int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint3
     }
     split_front(h, s, npages);
 
-    tcm_span_t *sp = &h->spans[s];
-    if (!sp->committed) {
-        int err = tcm__commit(h->heap_fd, tcm__page_off(sp->first), tcm__page_off(sp->npages));
-        if (err) {
-            tcm__log(TCM_LOG_WARN, "fallocate(heap, %u pages at page %u) failed: %s",
-                     sp->npages, sp->first, strerror(-err));
-            insert_coalesced(h, s);
-            publish_free_stats(h);
-            return TCM_ST_NOMEM;
-        }
-        sp->committed = 1;
+    if (commit_run(h, s) != 0) {
+        insert_coalesced(h, s);
+        publish_free_stats(h);
+        return TCM_ST_NOMEM;
     }
     publish_free_stats(h);
-    TCM_STAT_ADD(h->meta, bytes_spans, tcm__page_off(sp->npages));
+    TCM_STAT_ADD(h->meta, bytes_spans, tcm__page_off(h->spans[s].npages));
     *out = s;
+    return TCM_ST_OK;
+}
+
+int tcm__ph_alloc_runs_ht(tcm_heap_t *h, uint32_t npages, uint32_t max, uint32_t *out, uint32_t *got)
+{
+    if (npages == 0 || max == 0 || npages > h->npages)
+        return npages && max ? TCM_ST_NOMEM : TCM_ST_BAD_COUNT;
+    h->last_change_ns = tcm__now_ns();
+    uint32_t k;
+    uint32_t s = take_run(h, npages, max, limit_pages_of(h), &k);
+    if (!s)
+        return TCM_ST_NOMEM;
+    split_front(h, s, k * npages);
+    int err = commit_run(h, s);
+    if (err && k > 1) { /* a nearly full /dev/shm may still back one */
+        split_front(h, s, npages);
+        k = 1;
+        err = commit_run(h, s);
+    }
+    if (err) {
+        insert_coalesced(h, s);
+        publish_free_stats(h);
+        return TCM_ST_NOMEM;
+    }
+    /* carved into k records of npages, in address order (free runs'
+     * records are derived: a crash before their pages are mapped leaves
+     * those pages free) */
+    uint32_t first = h->spans[s].first;
+    h->spans[s].npages = npages;
+    out[0] = s;
+    for (uint32_t i = 1; i < k; i++) {
+        uint32_t r = tcm__span_new_ht(h);
+        h->spans[r].first = first + i * npages;
+        h->spans[r].npages = npages;
+        h->spans[r].committed = 1;
+        out[i] = r;
+    }
+    publish_free_stats(h);
+    TCM_STAT_ADD(h->meta, bytes_spans, tcm__page_off(k * npages));
+    *got = k;
     return TCM_ST_OK;
 }
 
@@ -267,18 +343,19 @@ void tcm__span_map_ht(tcm_heap_t *h, uint32_t s, uint32_t first, uint32_t npages
     sp->cls = cls;
     sp->owner = owner;
     uint8_t page_class = state == TCM_SPAN_LARGE ? TCM_PAGE_CLASS_LARGE : cls;
-    for (uint32_t p = first; p < first + npages; p++) {
-        h->page_span[p] = s;
-        h->page_class[p] = page_class;
-    }
+    /* a loop per array, through locals: a store to the byte array may
+     * alias h itself, and in one loop the compiler reloaded both pointers
+     * per page (7 instructions a page where these fill vectors) */
+    uint32_t *span_of = h->page_span + first;
+    for (uint32_t i = 0; i < npages; i++)
+        span_of[i] = s;
+    memset(h->page_class + first, page_class, npages);
 }
 
 void tcm__span_unmap_ht(tcm_heap_t *h, uint32_t first, uint32_t npages)
 {
-    for (uint32_t p = first; p < first + npages; p++) {
-        h->page_class[p] = TCM_PAGE_CLASS_FREE;
-        h->page_span[p] = 0;
-    }
+    memset(h->page_class + first, TCM_PAGE_CLASS_FREE, npages);
+    memset(h->page_span + first, 0, (size_t)npages * sizeof h->page_span[0]);
 }
 
 /* Put free span s on the free lists, merged with free neighbours. */
@@ -314,12 +391,41 @@ static void insert_coalesced(tcm_heap_t *h, uint32_t s)
 
 void tcm__ph_insert_free_ht(tcm_heap_t *h, uint32_t s)
 {
-    tcm_span_t *sp = &h->spans[s];
-    TCM_ASSERT(!sp->on_list);
+    tcm__ph_insert_free_runs_ht(h, &s, 1);
+}
+
+void tcm__ph_insert_free_runs_ht(tcm_heap_t *h, const uint32_t *runs, uint32_t n)
+{
+    if (!n)
+        return;
     h->last_change_ns = tcm__now_ns();
-    TCM_STAT_ADD(h->meta, bytes_spans, -tcm__page_off(sp->npages));
-    sp->committed = 1;
-    insert_coalesced(h, s);
+    /* Neighbours among them are merged here, so that each merged run looks
+     * up its free neighbours and goes on a list once: a RETURN that empties
+     * a batch's spans, cut together, frees them as one run. Up or down in
+     * address order; any other order merges less, never wrongly. */
+    uint64_t pages = 0;
+    uint32_t cur = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t s = runs[i];
+        tcm_span_t *sp = &h->spans[s];
+        TCM_ASSERT(!sp->on_list);
+        pages += sp->npages;
+        if (cur) {
+            tcm_span_t *cp = &h->spans[cur];
+            if (sp->first == cp->first + cp->npages || sp->first + sp->npages == cp->first) {
+                if (sp->first < cp->first)
+                    cp->first = sp->first;
+                cp->npages += sp->npages;
+                tcm__span_delete_ht(h, s);
+                continue;
+            }
+            insert_coalesced(h, cur);
+        }
+        cur = s;
+        sp->committed = 1;
+    }
+    insert_coalesced(h, cur);
+    TCM_STAT_ADD(h->meta, bytes_spans, -tcm__page_off((uint32_t)pages));
 
     /* Beyond page_cache_cap, free pages that are not cut again within a
      * decay window go back at its end (decay_window, heapthread.c): a

@@ -26,9 +26,17 @@ void tcm__ph_init(tcm_heap_t *h);
 /* A free run of npages (aligned), committed; its record is in transit
  * (state UNUSED) until the caller maps it. */
 int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *out);
+/* Up to max runs of npages each, taken at once from the free run one of
+ * them would come from (or above top) and committed with one fallocate:
+ * *got records in out[], in address order, each in transit like
+ * tcm__ph_alloc_ht's. A class's spans for one REFILL, one page-heap cut. */
+int tcm__ph_alloc_runs_ht(tcm_heap_t *h, uint32_t npages, uint32_t max, uint32_t *out, uint32_t *got);
 /* Span s (already unmapped) back on the free lists, merged with its free
  * neighbours; punches free runs beyond the page cache cap. */
 void tcm__ph_insert_free_ht(tcm_heap_t *h, uint32_t s);
+/* The same for n spans at once: neighbours among them (in address order,
+ * up or down) merged before they meet the free lists. */
+void tcm__ph_insert_free_runs_ht(tcm_heap_t *h, const uint32_t *runs, uint32_t n);
 uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes);
 uint64_t tcm__ph_in_use_end_ht(tcm_heap_t *h); /* heap offset after the last page in use */
 /* Recovery: rebuild the free runs, their lists and the record allocator

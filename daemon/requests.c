@@ -78,8 +78,7 @@ uint32_t tcm__free_objects_ht(tcm_server_t *srv, tcm_client_t *c, unsigned cls, 
     uint32_t refused, emptied[TCM_MAX_BATCH], nemptied = 0;
     uint8_t st[TCM_MAX_BATCH];
     free_objects(srv, c, cls, offs, n, st, true, &refused, emptied, &nemptied);
-    for (uint32_t i = 0; i < nemptied; i++)
-        tcm__central_release_span_ht(&srv->h, emptied[i]);
+    tcm__central_release_spans_ht(&srv->h, emptied, nemptied);
     return n - refused;
 }
 
@@ -292,8 +291,8 @@ static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint32_t
     TCM_CRASH_POINT(answered);
     tcm__req_commit_ht(srv, c, pos);
     /* after the commit: each is a transaction of its own */
-    for (uint32_t i = 0; i < nemptied; i++)
-        tcm__central_release_span_ht(&srv->h, emptied[i]);
+    if (nemptied)
+        tcm__central_release_spans_ht(&srv->h, emptied, nemptied);
     count_latency(srv, tcm__now_ns() - t0);
 }
 

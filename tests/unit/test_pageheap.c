@@ -487,6 +487,68 @@ static void test_kept(void)
     CHECK_EQ(h.free_pages, h.top - 1);
 }
 
+/* A REFILL's new spans are cut from the page heap at once, from the free
+ * run a single span would come from (a hole first), and a RETURN's
+ * emptied spans go back to it at once, neighbours merged: the heap ends as
+ * one free run, whatever the order they come back in. */
+static void test_cut(void)
+{
+    static uint64_t offs[TCM_MAX_BATCH], back[TCM_MAX_BATCH];
+    unsigned cls = tcm__size_class(32768);
+    const tcm_class_info_t *ci = &h.classes[cls];
+    uint32_t sp_pages = ci->span_pages, batch = ci->batch, nspans = batch / ci->span_objs;
+    /* a hole of three spans' pages low in the heap, between two runs */
+    uint64_t a, hole, b;
+    CHECK_EQ(large_alloc(1, 1, 1, &a), TCM_ST_OK);
+    CHECK_EQ(large_alloc(3 * sp_pages, 1, 1, &hole), TCM_ST_OK);
+    CHECK_EQ(large_alloc(1, 1, 1, &b), TCM_ST_OK);
+    uint64_t bytes;
+    uint32_t owner;
+    CHECK_EQ(tcm__large_free_ht(&h, hole, &bytes, &owner), TCM_ST_OK);
+    int st;
+    CHECK_EQ(refill(cls, batch, offs, 4, &st), batch);
+    validate();
+    CHECK_EQ(offs[0], hole); /* the hole first, as one span at a time would */
+    for (uint32_t i = 1; i < batch; i++)
+        CHECK_EQ(offs[i], offs[i - 1] + ci->size + (i == 6 ? b + TCM_PAGE_SIZE - hole - 3 * tcm__page_off(sp_pages) : 0));
+    CHECK_EQ(atomic_load(&h.cstats[cls].spans), nspans);
+    CHECK_EQ(h.empty_spans[cls], 0);
+    rebuild_and_compare();
+    /* back in reverse order, a span's objects down too */
+    for (uint32_t i = 0; i < batch; i++)
+        back[i] = offs[batch - 1 - i];
+    uint8_t sts[TCM_MAX_BATCH];
+    tcm_owner_run_t runs[TCM_MAX_BATCH];
+    uint32_t nruns, emptied[TCM_MAX_BATCH], nemptied = 0;
+    memset(sts, TCM_ST_PENDING, batch);
+    CHECK_EQ(tcm__central_return_ht(&h, cls, back, batch, sts, runs, &nruns, emptied, &nemptied), 0);
+    CHECK_EQ(nemptied, nspans);
+    CHECK_EQ(tcm__central_release_spans_ht(&h, emptied, nemptied), nspans); /* none kept */
+    validate();
+    CHECK_EQ(tcm__central_drop_empty_ht(&h), 0);
+    CHECK_EQ(tcm__large_free_ht(&h, a, &bytes, &owner), TCM_ST_OK);
+    CHECK_EQ(tcm__large_free_ht(&h, b, &bytes, &owner), TCM_ST_OK);
+    validate();
+    CHECK_EQ(h.free_pages, h.top - 1);
+    CHECK_EQ(h.spans[h.page_span[1]].npages, h.top - 1);
+    /* and in a shuffled order: less merged before, the same heap after */
+    CHECK_EQ(refill(cls, batch, offs, 4, &st), batch);
+    srand(7);
+    for (uint32_t i = batch - 1; i > 0; i--) {
+        uint32_t j = (uint32_t)rand() % (i + 1);
+        uint64_t t = offs[i];
+        offs[i] = offs[j];
+        offs[j] = t;
+    }
+    nemptied = 0;
+    memset(sts, TCM_ST_PENDING, batch);
+    CHECK_EQ(tcm__central_return_ht(&h, cls, offs, batch, sts, runs, &nruns, emptied, &nemptied), 0);
+    CHECK_EQ(tcm__central_release_spans_ht(&h, emptied, nemptied), nspans);
+    validate();
+    CHECK_EQ(h.free_pages, h.top - 1);
+    rebuild_and_compare();
+}
+
 #define ON_A_NEW_HEAP(name) \
     static void case_##name(void) \
     { \
@@ -497,6 +559,7 @@ ON_A_NEW_HEAP(runs)
 ON_A_NEW_HEAP(objects)
 ON_A_NEW_HEAP(batch)
 ON_A_NEW_HEAP(kept)
+ON_A_NEW_HEAP(cut)
 ON_A_NEW_HEAP(random)
 ON_A_NEW_HEAP(release)
 ON_A_NEW_HEAP(limit)
@@ -505,7 +568,7 @@ ON_A_NEW_HEAP(roots)
 int main(void)
 {
     static const tt_case_t cases[] = {
-        {"runs", case_runs}, {"objects", case_objects}, {"batch", case_batch}, {"kept", case_kept}, {"random", case_random}, {"release", case_release},
+        {"runs", case_runs}, {"objects", case_objects}, {"batch", case_batch}, {"kept", case_kept}, {"cut", case_cut}, {"random", case_random}, {"release", case_release},
         {"limit", case_limit}, {"roots", case_roots},
     };
     return tt_run_cases("pageheap", cases, sizeof cases / sizeof cases[0], 60000) != 0;
