@@ -367,14 +367,16 @@ static long blocked_syscall(pid_t tid)
     return got && end != line ? nr : -1;
 }
 
-bool tt_wait_thread_in_futex_or_gone(pid_t tid, int timeout_ms)
+bool tt_wait_thread_in_futex(pid_t tid, int timeout_ms)
 {
     char name[16];
     snprintf(name, sizeof name, "%d", (int)tid);
     for (int t = 0; t <= timeout_ms; t += 2) {
         long nr = blocked_syscall(tid);
-        if (nr == THREAD_GONE || (nr == SYS_futex && thread_state(getpid(), name) == 'S'))
+        if (nr == SYS_futex && thread_state(getpid(), name) == 'S')
             return true;
+        if (nr == THREAD_GONE)
+            return false; /* it will never wait again */
         sleep_ms(2);
     }
     return false;

@@ -64,9 +64,9 @@ void tt_wait_ok(pid_t pid, int timeout_ms);
  * the kernel (waits: for tcmd, for a lock, for a child). */
 bool tt_wait_threads_asleep(pid_t pid, int timeout_ms);
 /* Thread tid of this process sleeps in a futex wait (a call waiting for
- * tcmd's answer: the client's slots have no other way to wait), or has
- * exited. */
-bool tt_wait_thread_in_futex_or_gone(pid_t tid, int timeout_ms);
+ * tcmd's answer: the client's slots have no other way to wait); false at
+ * once if it has exited. */
+bool tt_wait_thread_in_futex(pid_t tid, int timeout_ms);
 
 #include "cases.h"
 
