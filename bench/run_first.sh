@@ -36,8 +36,7 @@ log=$raw/first-stderr.log
 : >"$handoff_csv"
 : >"$log"
 bench_wait_quiet run_first
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-box0=$(box_jiffies) own0=$(own_jiffies) t0=$SECONDS
+bench_load_begin
 
 # Run one harness; on failure show why and stop.
 run() {
@@ -86,29 +85,16 @@ for c in "${handoff_cases[@]}"; do
     done
 done
 
-load_end=$(cut -d' ' -f1-3 /proc/loadavg)
-others=$(( ($(box_jiffies) - box0) - ($(own_jiffies) - own0) ))
-hz=$(getconf CLK_TCK)
-others_pct=$((100 * others / (hz * (SECONDS - t0 + 1) * $(nproc))))
-others_pct=$((others_pct < 0 ? 0 : others_pct))
+bench_load_end
 
 # ---- report ---------------------------------------------------------------
-versions() {
-    dpkg-query -W -f '${Package} ${Version}\n' libc6 2>/dev/null || true
-    for v in "${variants[@]}"; do
-        lib=$(sed -n "s/^TCM_BENCH_LIB_$v:FILEPATH=//p" "$build/CMakeCache.txt")
-        pkg=$(dpkg -S "$(readlink -f "$lib")" 2>/dev/null | cut -d: -f1 | head -n1) || true
-        [[ -n $pkg ]] && dpkg-query -W -f '${Package} ${Version}\n' "$pkg" 2>/dev/null || echo "$v: $lib"
-    done
-}
-
 report() {
     local cols="tcm glibc ${variants[*]}"
     echo "# tcm first benchmark figures"
     echo
     echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); tree: $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)"
     echo "- machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1), kernel $(uname -r)"
-    echo "- allocators: $(versions | paste -sd ';' | sed 's/;/; /g')"
+    echo "- allocators: $(bench_versions "$build" | paste -sd ';' | sed 's/;/; /g')"
     echo "- command: \`bench/run_first.sh${1:+ $1}\` (Release build, 5 runs per case, median)"
     echo "- other work on the box: ${busy}% CPU just before, about ${others_pct}% of all CPU time during the run; load average before / after: $load_start / $load_end"
     echo

@@ -55,8 +55,7 @@ for f in "$handoff_csv" "$seed_csv" "$mp_csv" "$boost_csv" "$mix_csv" "$mem_csv"
     : >"$f"
 done
 
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-box0=$(box_jiffies) own0=$(own_jiffies) t0=$SECONDS
+bench_load_begin
 
 # run CSV-FILE [PREFIX] -- COMMAND...: one harness under the lock; on failure
 # show why and stop. PREFIX (may be empty) is put in front of each CSV line.
@@ -159,11 +158,7 @@ for c in "64 64 5000000" "64 2048 5000000" "16384 2048 400000" "524288 1 20000";
     done
 done
 
-load_end=$(cut -d' ' -f1-3 /proc/loadavg)
-others=$(( ($(box_jiffies) - box0) - ($(own_jiffies) - own0) ))
-hz=$(getconf CLK_TCK)
-others_pct=$((100 * others / (hz * (SECONDS - t0 + 1) * $(nproc))))
-others_pct=$((others_pct < 0 ? 0 : others_pct))
+bench_load_end
 elapsed=$((SECONDS - t0))
 
 # ---- report -----------------------------------------------------------------------
