@@ -168,6 +168,15 @@ bool tt_daemon_alive(const tcm_test_daemon_t *d)
     return alive;
 }
 
+void tt_check_all_back(const tcm_test_daemon_t *d)
+{
+    CHECK_EQ(tt_wait_stat(d, "clients_attached", 0, 5000), 0);
+    CHECK_EQ(tt_stat(d, "bytes_clients"), 0);
+    CHECK_EQ(tt_stat(d, "refused"), 0);
+    CHECK_EQ(tt_stat(d, "clients_died"), 0);
+    CHECK_EQ(tt_stat(d, "bytes_orphaned"), 0);
+}
+
 void tt_check_heap(const tcm_test_daemon_t *d)
 {
     char out[2048];

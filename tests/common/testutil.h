@@ -36,6 +36,9 @@ int tt_tcmctl(const tcm_test_daemon_t *d, const char *args, char *out, size_t ou
 /* tcmctl check: the whole-heap validator must find nothing; otherwise print
  * its message and the end of tcmd's log, and abort. */
 void tt_check_heap(const tcm_test_daemon_t *d);
+/* Once every client has left by itself: none attached (waits up to 5 s),
+ * nothing held by clients or orphaned, nothing refused, none died. */
+void tt_check_all_back(const tcm_test_daemon_t *d);
 /* SIGTERM, wait, and check it exited 0 and removed its segments. */
 void tt_daemon_stop(tcm_test_daemon_t *d);
 bool tt_daemon_alive(const tcm_test_daemon_t *d);

@@ -355,6 +355,20 @@ static void expect_err_names(const char *what)
     }
 }
 
+/* tcmd as nobody (args name sock) on top/NAME/tcmd.sock, NAME a directory
+ * of nobody's made with mode; returns its pid once the socket listens. */
+static pid_t nobody_serves_in(const char *const *args, char *sock, size_t len, const char *name, mode_t mode)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/%s", top, name);
+    CHECK_EQ(mkdir(dir, mode), 0);
+    CHECK_EQ(chown(dir, NOBODY, NOBODY), 0);
+    snprintf(sock, len, "%s/tcmd.sock", dir);
+    pid_t pid = spawn_tcmd(args, NULL, true, "/dev/null");
+    wait_socket(sock, pid);
+    return pid;
+}
+
 /* (c) A socket served by nobody at a path root uses: libtcm's tcm_init
  * and tcmctl refuse it, naming the uid, unless TCM_DAEMON_UID names it;
  * on the runtime path even when nobody owns the directory. */
@@ -386,25 +400,12 @@ static void test_wrong_server(void)
     stop_tcmd(pid);
 
     /* an explicit path in a directory only nobody may write to: nobody's server is the directory's */
-    char dir[128];
-    snprintf(dir, sizeof dir, "%s/svc", top);
-    CHECK_EQ(mkdir(dir, 0755), 0);
-    CHECK_EQ(chown(dir, NOBODY, NOBODY), 0);
-    snprintf(sock, sizeof sock, "%s/tcmd.sock", dir);
-    pid = spawn_tcmd(args, NULL, true, "/dev/null");
-    wait_socket(sock, pid);
+    pid = nobody_serves_in(args, sock, sizeof sock, "svc", 0755);
     expect_client(sock, 0, NULL);
     stop_tcmd(pid);
 
     /* but not on the runtime path, whose directory anyone could have made first */
-
-    char rt[128];
-    snprintf(rt, sizeof rt, "%s/tcm", top);
-    CHECK_EQ(mkdir(rt, 0700), 0);
-    CHECK_EQ(chown(rt, NOBODY, NOBODY), 0);
-    snprintf(sock, sizeof sock, "%s/tcmd.sock", rt);
-    pid = spawn_tcmd(args, NULL, true, "/dev/null");
-    wait_socket(sock, pid);
+    pid = nobody_serves_in(args, sock, sizeof sock, "tcm", 0700);
     snprintf(cmd, sizeof cmd, "env -u TCM_SOCKET -u TCM_DAEMON_UID XDG_RUNTIME_DIR=%s %s ping 2>&1", top,
              TCMCTL_PATH);
     rc = tt_run(cmd, out, sizeof out);
