@@ -75,3 +75,18 @@ bench_versions() {
         [[ -n $pkg ]] && dpkg-query -W -f '${Package} ${Version}\n' "$pkg" 2>/dev/null || echo "$v: $lib"
     done
 }
+
+# An awk function the report tables share (put it before an awk program):
+# table_head(lead, align, c, from, to, fmt, tail) prints a Markdown table's
+# header, lead's columns, then fmt for each of c[from..to], then tail's,
+# and its alignment row: align for lead's columns, the others right-aligned.
+bench_awk_table_head='
+function table_head(lead, align, c, from, to, fmt, tail,   i, n) {
+    printf "%s", lead
+    for (i = from; i <= to; i++) printf fmt, c[i]
+    printf "%s\n%s", tail, align
+    for (i = from; i <= to; i++) printf "---:|"
+    for (n = gsub(/\|/, "|", tail); n > 0; n--) printf "---:|"
+    printf "\n"
+}
+'

@@ -100,17 +100,13 @@ report() {
     echo
     echo "## Seed workload: throughput, Mpairs/s (median of 5; all threads together)"
     echo
-    awk -F, -v cols="$cols" '
+    awk -F, -v cols="$cols" "$bench_awk_table_head"'
         { key = $2 SUBSEP $3 SUBSEP $4 SUBSEP $5
           if (!(key in seen)) { seen[key] = 1; order[n++] = key }
           med[key, $1] = $6; mps[key, $1] = $9 }
         END {
             nc = split(cols, c, " ")
-            printf "| size | threads | batch | pairs/thread |"
-            for (i = 1; i <= nc; i++) printf " %s |", c[i]
-            printf "\n|---:|---:|---:|---:|"
-            for (i = 1; i <= nc; i++) printf "---:|"
-            printf "\n"
+            table_head("| size | threads | batch | pairs/thread |", "|---:|---:|---:|---:|", c, 1, nc, " %s |", "")
             for (k = 0; k < n; k++) {
                 split(order[k], f, SUBSEP)
                 printf "| %s | %s | %s | %s |", f[1], f[2], f[3], f[4]
@@ -119,11 +115,7 @@ report() {
                 printf "\n"
             }
             printf "\n## Seed workload: speedup of tcm, T(other) / T(tcm) (> 1: tcm faster)\n\n"
-            printf "| size | threads | batch |"
-            for (i = 2; i <= nc; i++) printf " vs %s |", c[i]
-            printf " vs best other |\n|---:|---:|---:|"
-            for (i = 2; i <= nc; i++) printf "---:|"
-            printf "---:|\n"
+            table_head("| size | threads | batch |", "|---:|---:|---:|", c, 2, nc, " vs %s |", " vs best other |")
             for (k = 0; k < n; k++) {
                 split(order[k], f, SUBSEP)
                 t = med[order[k], "tcm"]; best = 0
@@ -143,17 +135,13 @@ report() {
     echo "SPSC ring in shared memory; the other reads the byte and frees. \`procs\`: two"
     echo "processes on one tcmd; \`threads\`: two threads of one process."
     echo
-    awk -F, -v cols="tcm:procs tcm:threads glibc:threads $(printf '%s:threads ' "${variants[@]}")" '
+    awk -F, -v cols="tcm:procs tcm:threads glibc:threads $(printf '%s:threads ' "${variants[@]}")" "$bench_awk_table_head"'
         { key = $3 SUBSEP $4
           if (!(key in seen)) { seen[key] = 1; order[n++] = key }
           med[key, $1 ":" $2] = $5; mps[key, $1 ":" $2] = $8 }
         END {
             nc = split(cols, c, " ")
-            printf "| size | pairs |"
-            for (i = 1; i <= nc; i++) printf " %s |", c[i]
-            printf " tcm:procs / glibc:threads |\n|---:|---:|"
-            for (i = 1; i <= nc; i++) printf "---:|"
-            printf "---:|\n"
+            table_head("| size | pairs |", "|---:|---:|", c, 1, nc, " %s |", " tcm:procs / glibc:threads |")
             for (k = 0; k < n; k++) {
                 split(order[k], f, SUBSEP)
                 printf "| %s | %s |", f[1], f[2]
