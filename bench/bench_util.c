@@ -62,6 +62,14 @@ size_t bench_pick_allocs(const char *list, size_t *idx, size_t max)
     return n;
 }
 
+const bench_alloc_t *bench_alloc_named(const char *name)
+{
+    size_t nall, idx;
+    const bench_alloc_t *all = bench_allocs(&nall);
+    bench_pick_allocs(name, &idx, 1);
+    return &all[idx];
+}
+
 void bench_check_system_malloc(void)
 {
     Dl_info info;
@@ -85,6 +93,50 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+static bool common_opt(int opt, const char *arg, bench_opts_t *o)
+{
+    switch (opt) {
+    case BENCH_O_RUNS: o->runs = (int)bench_parse_size("--runs", arg); return true;
+    case BENCH_O_CSV: o->csv = 1; return true;
+    case BENCH_O_TCMD: o->tcmd = arg; return true;
+    case BENCH_O_TCMD_ARG: bench_daemon_add_arg(arg); return true;
+    case BENCH_O_TIMEOUT: o->timeout_s = (unsigned)bench_parse_size("--timeout", arg); return true;
+    case BENCH_O_VERBOSE: o->verbose = 1; return true;
+    default: return false;
+    }
+}
+
+int bench_getopt(int argc, char **argv, const struct option *opts, bench_opts_t *o)
+{
+    int opt;
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1 && common_opt(opt, optarg, o))
+        ;
+    return opt;
+}
+
+bool bench_runs_ok(const bench_opts_t *o)
+{
+    return o->runs >= 1 && o->runs <= BENCH_MAX_RUNS;
+}
+
+pid_t bench_fork(void)
+{
+    pid_t parent = getpid();
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("bench: fork");
+        exit(1);
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
+        alarm(0);
+    }
+    return pid;
 }
 
 bench_stats_t bench_stats(const double *t, int n)

@@ -5,6 +5,8 @@
 #ifndef TCM_BENCH_UTIL_H
 #define TCM_BENCH_UTIL_H
 
+#include <getopt.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -24,6 +26,9 @@ const bench_alloc_t *bench_allocs(size_t *n);
 /* Parses "tcm,glibc" or "all" into indexes of bench_allocs(); exits on an
  * unknown name. Returns how many were chosen. */
 size_t bench_pick_allocs(const char *list, size_t *idx, size_t max);
+
+/* The one allocator named (exits on an unknown name, as above). */
+const bench_alloc_t *bench_alloc_named(const char *name);
 
 typedef struct bench_daemon bench_daemon_t;
 /* What every benchmark does first: the allocators of list into idx (at
@@ -50,10 +55,40 @@ int bench_batch_loop(const bench_alloc_t *a, size_t size, size_t batch, uint64_t
  * (PR_SET_PDEATHSIG). */
 void bench_timeout_init(const char *what);
 
+/* fork() for a benchmark's side or worker process (exits on failure). The
+ * child dies with this process (PR_SET_PDEATHSIG; at once if it is already
+ * gone) and does not inherit its alarm; the parent arms its own around the
+ * timed part. */
+pid_t bench_fork(void);
+
 typedef struct {
     double median, min, max;
 } bench_stats_t;
 bench_stats_t bench_stats(const double *t, int n);
+
+/* The options every harness takes: --runs R, --csv, --tcmd PATH,
+ * --tcmd-arg ARG (bench_daemon_add_arg), --timeout SEC, --verbose and
+ * --help ('h'). BENCH_COMMON_OPTIONS ends a harness's getopt_long table,
+ * after its own options (codes from 256 on); bench_getopt handles
+ * them. */
+typedef struct bench_opts {
+    int runs, csv, verbose;
+    unsigned timeout_s;
+    const char *tcmd; /* NULL: the tcmd next to the harness */
+} bench_opts_t;
+#define BENCH_OPTS_DEFAULT {.runs = 5, .timeout_s = 300}
+enum { BENCH_O_RUNS = 0x1000, BENCH_O_CSV, BENCH_O_TCMD, BENCH_O_TCMD_ARG, BENCH_O_TIMEOUT, BENCH_O_VERBOSE };
+#define BENCH_COMMON_OPTIONS                                                                                       \
+    {"runs", required_argument, 0, BENCH_O_RUNS}, {"csv", no_argument, 0, BENCH_O_CSV},                            \
+        {"tcmd", required_argument, 0, BENCH_O_TCMD}, {"tcmd-arg", required_argument, 0, BENCH_O_TCMD_ARG},       \
+        {"timeout", required_argument, 0, BENCH_O_TIMEOUT}, {"verbose", no_argument, 0, BENCH_O_VERBOSE},          \
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}
+/* getopt_long over opts (ended by BENCH_COMMON_OPTIONS): the common
+ * options go into *o, the next of the harness's own is returned (its
+ * argument in optarg); -1 at the end. */
+int bench_getopt(int argc, char **argv, const struct option *opts, bench_opts_t *o);
+/* Whether the runs asked for are within 1..BENCH_MAX_RUNS. */
+bool bench_runs_ok(const bench_opts_t *o);
 
 /* "64", "4K", "16KiB", "1M" -> bytes; exits with a message on garbage. */
 uint64_t bench_parse_size(const char *opt, const char *s);

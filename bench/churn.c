@@ -110,33 +110,35 @@ static double run_once(const bench_alloc_t *a, int threads, int iters, uint64_t 
 
 int main(int argc, char **argv)
 {
-    int threads = 32, iters = 10, runs = 3;
+    int threads = 32, iters = 10;
+    bench_opts_t o = BENCH_OPTS_DEFAULT;
+    o.runs = 3;
     uint64_t ops = 50000;
-    const char *alloc_list = "all", *tcmd = NULL;
-    static const struct option opts[] = {{"threads", required_argument, 0, 't'}, {"iter", required_argument, 0, 'i'},
-                                         {"ops", required_argument, 0, 'o'},     {"runs", required_argument, 0, 'r'},
-                                         {"alloc", required_argument, 0, 'a'},   {"tcmd", required_argument, 0, 'd'},
-                                         {0, 0, 0, 0}};
-    int opt;
-    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    const char *alloc_list = "all";
+    enum { O_THREADS = 256, O_ITER, O_OPS, O_ALLOC };
+    static const struct option opts[] = {
+        {"threads", required_argument, 0, O_THREADS}, {"iter", required_argument, 0, O_ITER},
+        {"ops", required_argument, 0, O_OPS}, {"alloc", required_argument, 0, O_ALLOC},
+        BENCH_COMMON_OPTIONS,
+    };
+    for (int opt; (opt = bench_getopt(argc, argv, opts, &o)) != -1;) {
         switch (opt) {
-        case 't': threads = atoi(optarg); break;
-        case 'i': iters = atoi(optarg); break;
-        case 'o': ops = bench_parse_size("--ops", optarg); break;
-        case 'r': runs = atoi(optarg); break;
-        case 'a': alloc_list = optarg; break;
-        case 'd': tcmd = optarg; break;
+        case O_THREADS: threads = atoi(optarg); break;
+        case O_ITER: iters = atoi(optarg); break;
+        case O_OPS: ops = bench_parse_size("--ops", optarg); break;
+        case O_ALLOC: alloc_list = optarg; break;
         default:
             fprintf(stderr, "usage: tcm-bench-churn [--threads T] [--iter N] [--ops N] [--runs R] [--alloc tcm,NAME|all]\n");
             return 2;
         }
     }
-    if (threads < 1 || threads > 1024 || iters < 1 || runs < 1 || runs > BENCH_MAX_RUNS)
+    if (threads < 1 || threads > 1024 || iters < 1 || !bench_runs_ok(&o))
         return 2;
+    int runs = o.runs;
     size_t nall, idx[8];
     const bench_alloc_t *all = bench_allocs(&nall);
     bench_daemon_t daemon = {0};
-    size_t n = bench_setup(alloc_list, idx, 8, &daemon, tcmd);
+    size_t n = bench_setup(alloc_list, idx, 8, &daemon, o.tcmd);
     double t[8][BENCH_MAX_RUNS];
     for (int r = 0; r < runs; r++)
         for (size_t k = 0; k < n; k++) {

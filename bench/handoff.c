@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -146,17 +145,7 @@ static double run_once(shared_t *s, const bench_alloc_t *a, int procs, size_t si
             }
             continue;
         }
-        fflush(stdout);
-        pid_t parent = getpid();
-        if ((pid[i] = fork()) < 0) {
-            perror("bench: fork");
-            exit(1);
-        }
-        if (pid[i] == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            if (getppid() != parent)
-                _exit(1);
-            alarm(0);
+        if ((pid[i] = bench_fork()) == 0) {
             side_main(&sides[i]);
             _exit(0);
         }
@@ -200,37 +189,28 @@ int main(int argc, char **argv)
 {
     size_t size = 64;
     uint64_t pairs = 2000000;
-    int runs = 5, csv = 0, verbose = 0;
-    const char *tcmd = NULL;
+    bench_opts_t o = BENCH_OPTS_DEFAULT;
     char cases_buf[256] = "";
-    enum { O_SIZE = 256, O_PAIRS, O_RUNS, O_CASES, O_CSV, O_TCMD, O_TIMEOUT, O_VERBOSE };
+    enum { O_SIZE = 256, O_PAIRS, O_CASES };
     static const struct option opts[] = {
-        {"size", required_argument, 0, O_SIZE},   {"pairs", required_argument, 0, O_PAIRS},
-        {"runs", required_argument, 0, O_RUNS},   {"cases", required_argument, 0, O_CASES},
-        {"csv", no_argument, 0, O_CSV},           {"tcmd", required_argument, 0, O_TCMD},
-        {"timeout", required_argument, 0, O_TIMEOUT}, {"verbose", no_argument, 0, O_VERBOSE},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"size", required_argument, 0, O_SIZE}, {"pairs", required_argument, 0, O_PAIRS},
+        {"cases", required_argument, 0, O_CASES},
+        BENCH_COMMON_OPTIONS,
     };
-    int opt;
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    for (int opt; (opt = bench_getopt(argc, argv, opts, &o)) != -1;) {
         switch (opt) {
         case O_SIZE: size = bench_parse_size("--size", optarg); break;
         case O_PAIRS: pairs = bench_parse_size("--pairs", optarg); break;
-        case O_RUNS: runs = (int)bench_parse_size("--runs", optarg); break;
         case O_CASES: snprintf(cases_buf, sizeof cases_buf, "%s", optarg); break;
-        case O_CSV: csv = 1; break;
-        case O_TCMD: tcmd = optarg; break;
-        case O_TIMEOUT: timeout_s = (unsigned)bench_parse_size("--timeout", optarg); break;
-        case O_VERBOSE: verbose = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (optind < argc || !size || !pairs || runs < 1 || runs > BENCH_MAX_RUNS) {
+    if (optind < argc || !size || !pairs || !bench_runs_ok(&o)) {
         usage(stderr);
         return 2;
     }
+    timeout_s = o.timeout_s;
 
     size_t nall;
     const bench_alloc_t *all = bench_allocs(&nall);
@@ -268,7 +248,7 @@ int main(int argc, char **argv)
     bench_timeout_init("a handoff run");
     bench_daemon_t daemon = {0};
     if (need_tcm)
-        bench_daemon_start(&daemon, tcmd);
+        bench_daemon_start(&daemon, o.tcmd);
     shared_t *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (s == MAP_FAILED) {
         perror("bench: mmap");
@@ -277,11 +257,11 @@ int main(int argc, char **argv)
 
     double t[8][BENCH_MAX_RUNS];
     int rc = 0;
-    for (int r = 0; r < runs; r++) {
+    for (int r = 0; r < o.runs; r++) {
         for (int k = 0; k < n; k++) {
             int j = r % 2 ? n - 1 - k : k;
             t[j][r] = run_once(s, cases[j].a, cases[j].procs, size, pairs);
-            if (verbose)
+            if (o.verbose)
                 fprintf(stderr, "run %d %s:%s: %.6f s\n", r + 1, cases[j].a->name,
                         cases[j].procs ? "procs" : "threads", t[j][r]);
             if (t[j][r] < 0) {
@@ -293,10 +273,10 @@ int main(int argc, char **argv)
         }
     }
     for (int k = 0; k < n; k++) {
-        bench_stats_t st = bench_stats(t[k], runs);
+        bench_stats_t st = bench_stats(t[k], o.runs);
         const char *mode = cases[k].procs ? "procs" : "threads";
         double mps = (double)pairs / st.median / 1e6;
-        if (csv)
+        if (o.csv)
             printf("%s,%s,%zu,%llu,%.6f,%.6f,%.6f,%.3f\n", cases[k].a->name, mode, size,
                    (unsigned long long)pairs, st.median, st.min, st.max, mps);
         else

@@ -70,36 +70,27 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    const char *sizes_arg = "16,64,256,4096", *alloc_list = "all", *tcmd = NULL;
+    const char *sizes_arg = "16,64,256,4096", *alloc_list = "all";
+    bench_opts_t o = BENCH_OPTS_DEFAULT;
     uint64_t pairs = 20000000;
-    int runs = 5, csv = 0, warmup = 1;
-    unsigned timeout_s = 300;
-    enum { O_SIZES = 256, O_PAIRS, O_RUNS, O_ALLOC, O_CSV, O_TCMD, O_TCMD_ARG, O_TIMEOUT, O_NOWARM };
+    int warmup = 1;
+    enum { O_SIZES = 256, O_PAIRS, O_ALLOC, O_NOWARM };
     static const struct option opts[] = {
         {"sizes", required_argument, 0, O_SIZES}, {"pairs", required_argument, 0, O_PAIRS},
-        {"runs", required_argument, 0, O_RUNS},   {"alloc", required_argument, 0, O_ALLOC},
-        {"csv", no_argument, 0, O_CSV},           {"tcmd", required_argument, 0, O_TCMD},
-        {"timeout", required_argument, 0, O_TIMEOUT}, {"no-warmup", no_argument, 0, O_NOWARM},
-        {"tcmd-arg", required_argument, 0, O_TCMD_ARG},
-        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
+        {"alloc", required_argument, 0, O_ALLOC}, {"no-warmup", no_argument, 0, O_NOWARM},
+        BENCH_COMMON_OPTIONS,
     };
-    int opt;
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    for (int opt; (opt = bench_getopt(argc, argv, opts, &o)) != -1;) {
         switch (opt) {
         case O_SIZES: sizes_arg = optarg; break;
         case O_PAIRS: pairs = bench_parse_size("--pairs", optarg); break;
-        case O_RUNS: runs = (int)bench_parse_size("--runs", optarg); break;
         case O_ALLOC: alloc_list = optarg; break;
-        case O_CSV: csv = 1; break;
-        case O_TCMD: tcmd = optarg; break;
-        case O_TCMD_ARG: bench_daemon_add_arg(optarg); break;
-        case O_TIMEOUT: timeout_s = (unsigned)bench_parse_size("--timeout", optarg); break;
         case O_NOWARM: warmup = 0; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (optind < argc || runs < 1 || runs > BENCH_MAX_RUNS) {
+    if (optind < argc || !bench_runs_ok(&o)) {
         usage(stderr);
         return 2;
     }
@@ -118,16 +109,16 @@ int main(int argc, char **argv)
     const bench_alloc_t *all = bench_allocs(&nall);
     bench_timeout_init("a hit-path run");
     bench_daemon_t daemon = {0};
-    size_t n = bench_setup(alloc_list, idx, 8, &daemon, tcmd);
+    size_t n = bench_setup(alloc_list, idx, 8, &daemon, o.tcmd);
 
     int rc = 0;
     for (size_t s = 0; s < nsizes && !rc; s++) {
         double t[8][BENCH_MAX_RUNS];
-        for (int r = 0; r < runs && !rc; r++) {
+        for (int r = 0; r < o.runs && !rc; r++) {
             for (size_t k = 0; k < n; k++) {
                 size_t j = r % 2 ? n - 1 - k : k;
                 const char *name = all[idx[j]].name;
-                alarm(timeout_s);
+                alarm(o.timeout_s);
                 if (warmup)
                     rc |= hit_loop(name, sizes[s], 4096);
                 double t0 = bench_now();
@@ -142,8 +133,8 @@ int main(int argc, char **argv)
             }
         }
         for (size_t k = 0; k < n && !rc; k++) {
-            bench_stats_t st = bench_stats(t[k], runs);
-            if (csv)
+            bench_stats_t st = bench_stats(t[k], o.runs);
+            if (o.csv)
                 printf("%s,%zu,%llu,%.3f,%.3f,%.3f\n", all[idx[k]].name, sizes[s], (unsigned long long)pairs,
                        st.median, st.min, st.max);
             else

@@ -47,3 +47,46 @@ own_jiffies() {
     read -ra s </proc/$$/stat
     echo $((s[15] + s[16]))
 }
+
+# bench_load_begin, then bench_load_end after the run: the load average
+# before and after (load_start, load_end), and others_pct, about how much
+# of all CPU time someone else used meanwhile.
+bench_load_begin() {
+    load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+    box0=$(box_jiffies) own0=$(own_jiffies) t0=$SECONDS
+}
+bench_load_end() {
+    local others hz
+    load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+    others=$(( ($(box_jiffies) - box0) - ($(own_jiffies) - own0) ))
+    hz=$(getconf CLK_TCK)
+    others_pct=$((100 * others / (hz * (SECONDS - t0 + 1) * $(nproc))))
+    others_pct=$((others_pct < 0 ? 0 : others_pct))
+}
+
+# bench_versions BUILD: glibc's package and version, then each variant's
+# (its library's path where no package owns it), one a line.
+bench_versions() {
+    local v lib pkg
+    dpkg-query -W -f '${Package} ${Version}\n' libc6 2>/dev/null || true
+    for v in "${variants[@]}"; do
+        lib=$(sed -n "s/^TCM_BENCH_LIB_$v:FILEPATH=//p" "$1/CMakeCache.txt")
+        pkg=$(dpkg -S "$(readlink -f "$lib")" 2>/dev/null | cut -d: -f1 | head -n1) || true
+        [[ -n $pkg ]] && dpkg-query -W -f '${Package} ${Version}\n' "$pkg" 2>/dev/null || echo "$v: $lib"
+    done
+}
+
+# An awk function the report tables share (put it before an awk program):
+# table_head(lead, align, c, from, to, fmt, tail) prints a Markdown table's
+# header, lead's columns, then fmt for each of c[from..to], then tail's,
+# and its alignment row: align for lead's columns, the others right-aligned.
+bench_awk_table_head='
+function table_head(lead, align, c, from, to, fmt, tail,   i, n) {
+    printf "%s", lead
+    for (i = from; i <= to; i++) printf fmt, c[i]
+    printf "%s\n%s", tail, align
+    for (i = from; i <= to; i++) printf "---:|"
+    for (n = gsub(/\|/, "|", tail); n > 0; n--) printf "---:|"
+    printf "\n"
+}
+'

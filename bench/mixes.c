@@ -42,7 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -329,8 +328,6 @@ static double run_once(const cfg_t *c, const bench_daemon_t *d, mem_t *m)
     pid_t pid[MAX_WORKERS];
     pthread_t tid[MAX_WORKERS];
     worker_arg_t args[MAX_WORKERS];
-    pid_t parent = getpid();
-    fflush(stdout);
     for (int i = 0; i < c->workers; i++) {
         args[i] = (worker_arg_t){.c = c, .idx = i};
         if (!c->procs) {
@@ -340,15 +337,7 @@ static double run_once(const cfg_t *c, const bench_daemon_t *d, mem_t *m)
             }
             continue;
         }
-        if ((pid[i] = fork()) < 0) {
-            perror("bench: fork");
-            exit(1);
-        }
-        if (pid[i] == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            if (getppid() != parent)
-                _exit(1);
-            alarm(0);
+        if ((pid[i] = bench_fork()) == 0) {
             if (tcm_init(NULL) != 0)
                 atomic_store(&s->failed, 1);
             worker_main(&args[i]);
@@ -440,22 +429,18 @@ int main(int argc, char **argv)
 {
     cfg_t c = {.larson = 1, .workers = 2, .slots = 2000, .window = 256, .rounds = 10};
     uint64_t ops = 0;
-    int runs = 5, csv = 0, verbose = 0;
-    const char *tcmd = NULL, *alloc = "tcm";
-    enum { O_MIX = 256, O_MODE, O_WORKERS, O_OPS, O_ROUNDS, O_SLOTS, O_WINDOW, O_RUNS, O_ALLOC, O_MEM, O_CSV,
-           O_TCMD, O_TIMEOUT, O_VERBOSE };
+    bench_opts_t o = BENCH_OPTS_DEFAULT;
+    const char *alloc = "tcm";
+    enum { O_MIX = 256, O_MODE, O_WORKERS, O_OPS, O_ROUNDS, O_SLOTS, O_WINDOW, O_ALLOC, O_MEM };
     static const struct option opts[] = {
-        {"mix", required_argument, 0, O_MIX},         {"mode", required_argument, 0, O_MODE},
+        {"mix", required_argument, 0, O_MIX}, {"mode", required_argument, 0, O_MODE},
         {"workers", required_argument, 0, O_WORKERS}, {"ops", required_argument, 0, O_OPS},
-        {"rounds", required_argument, 0, O_ROUNDS},   {"slots", required_argument, 0, O_SLOTS},
-        {"window", required_argument, 0, O_WINDOW},   {"runs", required_argument, 0, O_RUNS},
-        {"alloc", required_argument, 0, O_ALLOC},     {"mem", no_argument, 0, O_MEM},
-        {"csv", no_argument, 0, O_CSV},               {"tcmd", required_argument, 0, O_TCMD},
-        {"timeout", required_argument, 0, O_TIMEOUT}, {"verbose", no_argument, 0, O_VERBOSE},
-        {"help", no_argument, 0, 'h'},                {0, 0, 0, 0},
+        {"rounds", required_argument, 0, O_ROUNDS}, {"slots", required_argument, 0, O_SLOTS},
+        {"window", required_argument, 0, O_WINDOW}, {"alloc", required_argument, 0, O_ALLOC},
+        {"mem", no_argument, 0, O_MEM},
+        BENCH_COMMON_OPTIONS,
     };
-    int opt;
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    for (int opt; (opt = bench_getopt(argc, argv, opts, &o)) != -1;) {
         switch (opt) {
         case O_MIX:
             if (strcmp(optarg, "larson") != 0 && strcmp(optarg, "xmalloc") != 0) {
@@ -476,27 +461,20 @@ int main(int argc, char **argv)
         case O_ROUNDS: c.rounds = bench_parse_size("--rounds", optarg); break;
         case O_SLOTS: c.slots = bench_parse_size("--slots", optarg); break;
         case O_WINDOW: c.window = bench_parse_size("--window", optarg); break;
-        case O_RUNS: runs = (int)bench_parse_size("--runs", optarg); break;
         case O_ALLOC: alloc = optarg; break;
         case O_MEM: c.mem = 1; break;
-        case O_CSV: csv = 1; break;
-        case O_TCMD: tcmd = optarg; break;
-        case O_TIMEOUT: timeout_s = (unsigned)bench_parse_size("--timeout", optarg); break;
-        case O_VERBOSE: verbose = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
     c.ops = ops ? ops : c.larson ? 100000 : 1000000;
     if (optind < argc || c.workers < 1 || c.workers > MAX_WORKERS || (!c.larson && c.workers % 2) ||
-        c.slots < 2 || !c.window || !c.rounds || runs < 1 || runs > BENCH_MAX_RUNS) {
+        c.slots < 2 || !c.window || !c.rounds || !bench_runs_ok(&o)) {
         usage(stderr);
         return 2;
     }
-    size_t nall, idx;
-    const bench_alloc_t *all = bench_allocs(&nall);
-    bench_pick_allocs(alloc, &idx, 1);
-    c.a = &all[idx];
+    timeout_s = o.timeout_s;
+    c.a = bench_alloc_named(alloc);
     int is_tcm = strcmp(c.a->name, "tcm") == 0;
     if (c.procs && !is_tcm) {
         fprintf(stderr, "bench: only tcm can free another process's objects (--mode procs)\n");
@@ -510,7 +488,7 @@ int main(int argc, char **argv)
     bench_timeout_init("a mix run");
     bench_daemon_t daemon = {0};
     if (is_tcm)
-        bench_daemon_start(&daemon, tcmd);
+        bench_daemon_start(&daemon, o.tcmd);
     size_t arrays = c.larson ? (size_t)c.workers * c.slots * sizeof(slot_t) : 0;
     size_t len = sizeof(shared_t) + arrays;
     c.s = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -525,9 +503,9 @@ int main(int argc, char **argv)
     double t[BENCH_MAX_RUNS];
     mem_t m = {0};
     int rc = 0;
-    for (int r = 0; r < runs; r++) {
+    for (int r = 0; r < o.runs; r++) {
         t[r] = run_once(&c, &daemon, &m);
-        if (verbose)
+        if (o.verbose)
             fprintf(stderr, "run %d %s %s %s: %.6f s\n", r + 1, mix, c.a->name, mode, t[r]);
         if (t[r] < 0) {
             fprintf(stderr, "bench: %s %s %s: run failed\n", mix, c.a->name, mode);
@@ -537,7 +515,7 @@ int main(int argc, char **argv)
     }
     if (c.mem) {
         double pct = m.peak > 0 ? 100.0 * (double)m.released / (double)m.peak : -1;
-        if (csv)
+        if (o.csv)
             printf("mem,%s,%d,%lld,%lld,%lld,%lld,%lld,%lld,%.2f,%lld\n", mode, c.workers, (long long)m.live_peak,
                    (long long)m.peak, (long long)m.live_steady, (long long)m.steady, (long long)m.freed,
                    (long long)m.released, pct, (long long)m.cached);
@@ -549,9 +527,9 @@ int main(int argc, char **argv)
                    (long long)m.steady, (long long)m.in_use, (long long)m.central_free, (long long)m.pageheap_free,
                    (long long)m.client_caches, (long long)m.freed, (long long)m.released, pct, (long long)m.cached);
     } else {
-        bench_stats_t st = bench_stats(t, runs);
+        bench_stats_t st = bench_stats(t, o.runs);
         double mops = (double)total_ops / st.median / 1e6;
-        if (csv)
+        if (o.csv)
             printf("%s,%s,%s,%d,%llu,%.6f,%.6f,%.6f,%.3f\n", mix, c.a->name, mode, c.workers,
                    (unsigned long long)total_ops, st.median, st.min, st.max, mops);
         else

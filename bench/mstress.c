@@ -18,33 +18,34 @@
 
 int main(int argc, char **argv)
 {
-    int threads = 32, scale = 10, rounds = 10, runs = 5;
-    const char *alloc_list = "all", *tcmd = NULL;
-    static const struct option opts[] = {{"threads", required_argument, 0, 't'}, {"scale", required_argument, 0, 's'},
-                                         {"rounds", required_argument, 0, 'i'},  {"runs", required_argument, 0, 'r'},
-                                         {"alloc", required_argument, 0, 'a'},   {"tcmd", required_argument, 0, 'd'},
-                                         {0, 0, 0, 0}};
-    int opt;
-    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    int threads = 32, scale = 10, rounds = 10;
+    bench_opts_t o = BENCH_OPTS_DEFAULT;
+    const char *alloc_list = "all";
+    enum { O_THREADS = 256, O_SCALE, O_ROUNDS, O_ALLOC };
+    static const struct option opts[] = {
+        {"threads", required_argument, 0, O_THREADS}, {"scale", required_argument, 0, O_SCALE},
+        {"rounds", required_argument, 0, O_ROUNDS}, {"alloc", required_argument, 0, O_ALLOC},
+        BENCH_COMMON_OPTIONS,
+    };
+    for (int opt; (opt = bench_getopt(argc, argv, opts, &o)) != -1;) {
         switch (opt) {
-        case 't': threads = atoi(optarg); break;
-        case 's': scale = atoi(optarg); break;
-        case 'i': rounds = atoi(optarg); break;
-        case 'r': runs = atoi(optarg); break;
-        case 'a': alloc_list = optarg; break;
-        case 'd': tcmd = optarg; break;
+        case O_THREADS: threads = atoi(optarg); break;
+        case O_SCALE: scale = atoi(optarg); break;
+        case O_ROUNDS: rounds = atoi(optarg); break;
+        case O_ALLOC: alloc_list = optarg; break;
         default:
             fprintf(stderr, "usage: tcm-bench-mstress [--threads T] [--scale S] [--rounds N] [--runs R] "
                             "[--alloc tcm,NAME|all]\n");
             return 2;
         }
     }
-    if (threads < 1 || threads > 1024 || scale < 1 || rounds < 1 || runs < 1 || runs > BENCH_MAX_RUNS)
+    if (threads < 1 || threads > 1024 || scale < 1 || rounds < 1 || !bench_runs_ok(&o))
         return 2;
+    int runs = o.runs;
     size_t nall, idx[8];
     const bench_alloc_t *all = bench_allocs(&nall);
     bench_daemon_t daemon = {0};
-    size_t n = bench_setup(alloc_list, idx, 8, &daemon, tcmd);
+    size_t n = bench_setup(alloc_list, idx, 8, &daemon, o.tcmd);
     double t[8][BENCH_MAX_RUNS];
     int64_t committed = -1;
     for (int r = 0; r < runs; r++)

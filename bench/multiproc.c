@@ -27,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,14 +57,23 @@ static int batch_loop(const cfg_t *c, void **p, uint64_t pairs)
     return rc;
 }
 
+/* A thread's batch array, warmed up with (at most) 4096 pairs; *failed
+ * if either went wrong. */
+static void **warm_up(const cfg_t *c, int *failed)
+{
+    void **p = calloc(c->batch, sizeof *p);
+    *failed = !p;
+    uint64_t warm = c->pairs < 4096 ? c->pairs : 4096;
+    if (!*failed)
+        *failed = batch_loop(c, p, warm) != 0;
+    return p;
+}
+
 static void *worker(void *arg)
 {
     const cfg_t *c = arg;
-    void **p = calloc(c->batch, sizeof *p);
-    int failed = !p;
-    uint64_t warm = c->pairs < 4096 ? c->pairs : 4096;
-    if (!failed)
-        failed = batch_loop(c, p, warm) != 0;
+    int failed;
+    void **p = warm_up(c, &failed);
     pthread_barrier_wait(&c->s->ready);
     pthread_barrier_wait(&c->s->go);
     if (!failed)
@@ -89,11 +97,8 @@ static void process_main(const cfg_t *c, int idx, int attach)
             _exit(1);
         }
     /* time from the go barrier: the leader thread waits on it too */
-    void **p = calloc(c->batch, sizeof *p);
-    int failed = !p;
-    uint64_t warm = c->pairs < 4096 ? c->pairs : 4096;
-    if (!failed)
-        failed = batch_loop(c, p, warm) != 0;
+    int failed;
+    void **p = warm_up(c, &failed);
     pthread_barrier_wait(&c->s->ready);
     pthread_barrier_wait(&c->s->go);
     double t0 = bench_now();
@@ -131,18 +136,8 @@ static int run_once(cfg_t *c, int procs, bench_daemon_t *d, result_t *res)
     atomic_store(&s->failed, 0);
     int is_tcm = strcmp(c->a->name, "tcm") == 0;
     pid_t pid[MAX_PROCS];
-    pid_t parent = getpid();
-    fflush(stdout);
     for (int i = 0; i < procs; i++) {
-        if ((pid[i] = fork()) < 0) {
-            perror("bench: fork");
-            exit(1);
-        }
-        if (pid[i] == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            if (getppid() != parent)
-                _exit(1);
-            alarm(0);
+        if ((pid[i] = bench_fork()) == 0) {
             process_main(c, i, is_tcm);
             _exit(0);
         }
@@ -195,52 +190,40 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     cfg_t c = {.size = 64, .batch = 64, .threads = 1, .pairs = 1000000};
-    int procs = 2, runs = 5, csv = 0, verbose = 0;
-    const char *tcmd = NULL, *alloc = "tcm";
-    enum { O_PROCS = 256, O_THREADS, O_SIZE, O_BATCH, O_PAIRS, O_RUNS, O_ALLOC, O_CSV, O_TCMD, O_TCMD_ARG,
-           O_TIMEOUT, O_VERBOSE };
+    int procs = 2;
+    bench_opts_t o = BENCH_OPTS_DEFAULT;
+    const char *alloc = "tcm";
+    enum { O_PROCS = 256, O_THREADS, O_SIZE, O_BATCH, O_PAIRS, O_ALLOC };
     static const struct option opts[] = {
-        {"procs", required_argument, 0, O_PROCS},     {"threads", required_argument, 0, O_THREADS},
-        {"size", required_argument, 0, O_SIZE},       {"batch", required_argument, 0, O_BATCH},
-        {"pairs", required_argument, 0, O_PAIRS},     {"runs", required_argument, 0, O_RUNS},
-        {"alloc", required_argument, 0, O_ALLOC},     {"csv", no_argument, 0, O_CSV},
-        {"tcmd", required_argument, 0, O_TCMD},       {"tcmd-arg", required_argument, 0, O_TCMD_ARG},
-        {"timeout", required_argument, 0, O_TIMEOUT}, {"verbose", no_argument, 0, O_VERBOSE},
-        {"help", no_argument, 0, 'h'},                {0, 0, 0, 0},
+        {"procs", required_argument, 0, O_PROCS}, {"threads", required_argument, 0, O_THREADS},
+        {"size", required_argument, 0, O_SIZE}, {"batch", required_argument, 0, O_BATCH},
+        {"pairs", required_argument, 0, O_PAIRS}, {"alloc", required_argument, 0, O_ALLOC},
+        BENCH_COMMON_OPTIONS,
     };
-    int opt;
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    for (int opt; (opt = bench_getopt(argc, argv, opts, &o)) != -1;) {
         switch (opt) {
         case O_PROCS: procs = (int)bench_parse_size("--procs", optarg); break;
         case O_THREADS: c.threads = bench_parse_size("--threads", optarg); break;
         case O_SIZE: c.size = bench_parse_size("--size", optarg); break;
         case O_BATCH: c.batch = bench_parse_size("--batch", optarg); break;
         case O_PAIRS: c.pairs = bench_parse_size("--pairs", optarg); break;
-        case O_RUNS: runs = (int)bench_parse_size("--runs", optarg); break;
         case O_ALLOC: alloc = optarg; break;
-        case O_CSV: csv = 1; break;
-        case O_TCMD: tcmd = optarg; break;
-        case O_TCMD_ARG: bench_daemon_add_arg(optarg); break;
-        case O_TIMEOUT: timeout_s = (unsigned)bench_parse_size("--timeout", optarg); break;
-        case O_VERBOSE: verbose = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
     if (optind < argc || procs < 1 || procs > MAX_PROCS || c.threads < 1 || c.threads > 64 || !c.size ||
-        !c.batch || !c.pairs || runs < 1 || runs > BENCH_MAX_RUNS) {
+        !c.batch || !c.pairs || !bench_runs_ok(&o)) {
         usage(stderr);
         return 2;
     }
-    size_t nall, idx;
-    const bench_alloc_t *all = bench_allocs(&nall);
-    bench_pick_allocs(alloc, &idx, 1);
-    c.a = &all[idx];
+    timeout_s = o.timeout_s;
+    c.a = bench_alloc_named(alloc);
     bench_check_system_malloc();
     bench_timeout_init("a multiproc run");
     bench_daemon_t daemon = {0};
     if (strcmp(c.a->name, "tcm") == 0)
-        bench_daemon_start(&daemon, tcmd);
+        bench_daemon_start(&daemon, o.tcmd);
     c.s = mmap(NULL, sizeof *c.s, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (c.s == MAP_FAILED) {
         perror("bench: mmap");
@@ -249,7 +232,7 @@ int main(int argc, char **argv)
 
     double total[BENCH_MAX_RUNS], mean[BENCH_MAX_RUNS], worst[BENCH_MAX_RUNS], reqs[BENCH_MAX_RUNS];
     int rc = 0;
-    for (int r = 0; r < runs; r++) {
+    for (int r = 0; r < o.runs; r++) {
         result_t res;
         if (run_once(&c, procs, &daemon, &res) != 0) {
             fprintf(stderr, "bench: %s: multiproc run failed (procs %d threads %zu size %zu)\n", c.a->name,
@@ -261,17 +244,17 @@ int main(int argc, char **argv)
         mean[r] = res.proc_mean_s;
         worst[r] = res.proc_max_s;
         reqs[r] = res.requests >= 0 ? res.requests / res.total_s : -1;
-        if (verbose)
+        if (o.verbose)
             fprintf(stderr, "run %d %s: %.6f s (per process mean %.6f, max %.6f), %.0f requests/s\n", r + 1,
                     c.a->name, res.total_s, res.proc_mean_s, res.proc_max_s, reqs[r]);
     }
     {
-        bench_stats_t st = bench_stats(total, runs), sm = bench_stats(mean, runs), sw = bench_stats(worst, runs),
-                      sr = bench_stats(reqs, runs);
+        bench_stats_t st = bench_stats(total, o.runs), sm = bench_stats(mean, o.runs), sw = bench_stats(worst, o.runs),
+                      sr = bench_stats(reqs, o.runs);
         double per_thread = (double)c.pairs * (double)c.threads;
         double mps = per_thread * procs / st.median / 1e6;
         double ns = st.median * 1e9 / (double)c.pairs; /* per pair, as one worker sees it */
-        if (csv)
+        if (o.csv)
             printf("%s,%d,%zu,%zu,%zu,%llu,%.6f,%.6f,%.6f,%.3f,%.3f,%.3f,%.0f,%.1f\n", c.a->name, procs, c.threads,
                    c.size, c.batch, (unsigned long long)c.pairs, st.median, st.min, st.max, mps,
                    per_thread / sm.median / 1e6, per_thread / sw.median / 1e6, sr.median, ns);

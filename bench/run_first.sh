@@ -36,8 +36,7 @@ log=$raw/first-stderr.log
 : >"$handoff_csv"
 : >"$log"
 bench_wait_quiet run_first
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-box0=$(box_jiffies) own0=$(own_jiffies) t0=$SECONDS
+bench_load_begin
 
 # Run one harness; on failure show why and stop.
 run() {
@@ -86,45 +85,28 @@ for c in "${handoff_cases[@]}"; do
     done
 done
 
-load_end=$(cut -d' ' -f1-3 /proc/loadavg)
-others=$(( ($(box_jiffies) - box0) - ($(own_jiffies) - own0) ))
-hz=$(getconf CLK_TCK)
-others_pct=$((100 * others / (hz * (SECONDS - t0 + 1) * $(nproc))))
-others_pct=$((others_pct < 0 ? 0 : others_pct))
+bench_load_end
 
 # ---- report ---------------------------------------------------------------
-versions() {
-    dpkg-query -W -f '${Package} ${Version}\n' libc6 2>/dev/null || true
-    for v in "${variants[@]}"; do
-        lib=$(sed -n "s/^TCM_BENCH_LIB_$v:FILEPATH=//p" "$build/CMakeCache.txt")
-        pkg=$(dpkg -S "$(readlink -f "$lib")" 2>/dev/null | cut -d: -f1 | head -n1) || true
-        [[ -n $pkg ]] && dpkg-query -W -f '${Package} ${Version}\n' "$pkg" 2>/dev/null || echo "$v: $lib"
-    done
-}
-
 report() {
     local cols="tcm glibc ${variants[*]}"
     echo "# tcm first benchmark figures"
     echo
     echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); tree: $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)"
     echo "- machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1), kernel $(uname -r)"
-    echo "- allocators: $(versions | paste -sd ';' | sed 's/;/; /g')"
+    echo "- allocators: $(bench_versions "$build" | paste -sd ';' | sed 's/;/; /g')"
     echo "- command: \`bench/run_first.sh${1:+ $1}\` (Release build, 5 runs per case, median)"
     echo "- other work on the box: ${busy}% CPU just before, about ${others_pct}% of all CPU time during the run; load average before / after: $load_start / $load_end"
     echo
     echo "## Seed workload: throughput, Mpairs/s (median of 5; all threads together)"
     echo
-    awk -F, -v cols="$cols" '
+    awk -F, -v cols="$cols" "$bench_awk_table_head"'
         { key = $2 SUBSEP $3 SUBSEP $4 SUBSEP $5
           if (!(key in seen)) { seen[key] = 1; order[n++] = key }
           med[key, $1] = $6; mps[key, $1] = $9 }
         END {
             nc = split(cols, c, " ")
-            printf "| size | threads | batch | pairs/thread |"
-            for (i = 1; i <= nc; i++) printf " %s |", c[i]
-            printf "\n|---:|---:|---:|---:|"
-            for (i = 1; i <= nc; i++) printf "---:|"
-            printf "\n"
+            table_head("| size | threads | batch | pairs/thread |", "|---:|---:|---:|---:|", c, 1, nc, " %s |", "")
             for (k = 0; k < n; k++) {
                 split(order[k], f, SUBSEP)
                 printf "| %s | %s | %s | %s |", f[1], f[2], f[3], f[4]
@@ -133,11 +115,7 @@ report() {
                 printf "\n"
             }
             printf "\n## Seed workload: speedup of tcm, T(other) / T(tcm) (> 1: tcm faster)\n\n"
-            printf "| size | threads | batch |"
-            for (i = 2; i <= nc; i++) printf " vs %s |", c[i]
-            printf " vs best other |\n|---:|---:|---:|"
-            for (i = 2; i <= nc; i++) printf "---:|"
-            printf "---:|\n"
+            table_head("| size | threads | batch |", "|---:|---:|---:|", c, 2, nc, " vs %s |", " vs best other |")
             for (k = 0; k < n; k++) {
                 split(order[k], f, SUBSEP)
                 t = med[order[k], "tcm"]; best = 0
@@ -157,17 +135,13 @@ report() {
     echo "SPSC ring in shared memory; the other reads the byte and frees. \`procs\`: two"
     echo "processes on one tcmd; \`threads\`: two threads of one process."
     echo
-    awk -F, -v cols="tcm:procs tcm:threads glibc:threads $(printf '%s:threads ' "${variants[@]}")" '
+    awk -F, -v cols="tcm:procs tcm:threads glibc:threads $(printf '%s:threads ' "${variants[@]}")" "$bench_awk_table_head"'
         { key = $3 SUBSEP $4
           if (!(key in seen)) { seen[key] = 1; order[n++] = key }
           med[key, $1 ":" $2] = $5; mps[key, $1 ":" $2] = $8 }
         END {
             nc = split(cols, c, " ")
-            printf "| size | pairs |"
-            for (i = 1; i <= nc; i++) printf " %s |", c[i]
-            printf " tcm:procs / glibc:threads |\n|---:|---:|"
-            for (i = 1; i <= nc; i++) printf "---:|"
-            printf "---:|\n"
+            table_head("| size | pairs |", "|---:|---:|", c, 1, nc, " %s |", " tcm:procs / glibc:threads |")
             for (k = 0; k < n; k++) {
                 split(order[k], f, SUBSEP)
                 printf "| %s | %s |", f[1], f[2]

@@ -55,8 +55,7 @@ for f in "$handoff_csv" "$seed_csv" "$mp_csv" "$boost_csv" "$mix_csv" "$mem_csv"
     : >"$f"
 done
 
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-box0=$(box_jiffies) own0=$(own_jiffies) t0=$SECONDS
+bench_load_begin
 
 # run CSV-FILE [PREFIX] -- COMMAND...: one harness under the lock; on failure
 # show why and stop. PREFIX (may be empty) is put in front of each CSV line.
@@ -159,11 +158,7 @@ for c in "64 64 5000000" "64 2048 5000000" "16384 2048 400000" "524288 1 20000";
     done
 done
 
-load_end=$(cut -d' ' -f1-3 /proc/loadavg)
-others=$(( ($(box_jiffies) - box0) - ($(own_jiffies) - own0) ))
-hz=$(getconf CLK_TCK)
-others_pct=$((100 * others / (hz * (SECONDS - t0 + 1) * $(nproc))))
-others_pct=$((others_pct < 0 ? 0 : others_pct))
+bench_load_end
 elapsed=$((SECONDS - t0))
 
 # ---- report -----------------------------------------------------------------------
@@ -183,17 +178,13 @@ report() {
     echo "segment offset) through an SPSC ring in shared memory; the other reads the byte"
     echo "and frees. procs: two processes; threads: two threads of one process."
     echo
-    awk -F, -v vs="${variants[*]}" '
+    awk -F, -v vs="${variants[*]}" "$bench_awk_table_head"'
         { k = $1 ":" $2; sz = $3; if (!(sz in seen)) { seen[sz] = 1; order[n++] = sz }
           m[sz, k] = $8 }
         END {
             nv = split(vs, v, " ")
-            printf "| size | tcm procs | Boost procs | tcm threads | glibc threads |"
-            for (i = 1; i <= nv; i++) printf " %s threads |", v[i]
-            printf " tcm procs / Boost | tcm procs / glibc threads | tcm procs / mimalloc threads |\n"
-            printf "|---:|---:|---:|---:|---:|"
-            for (i = 1; i <= nv; i++) printf "---:|"
-            printf "---:|---:|---:|\n"
+            table_head("| size | tcm procs | Boost procs | tcm threads | glibc threads |", "|---:|---:|---:|---:|---:|", v,
+                       1, nv, " %s threads |", " tcm procs / Boost | tcm procs / glibc threads | tcm procs / mimalloc threads |")
             for (j = 0; j < n; j++) {
                 s = order[j]
                 printf "| %s | %.2f | %.2f | %.2f | %.2f |", s, m[s, "tcm:procs"], m[s, "boost:procs"],
@@ -212,17 +203,15 @@ report() {
     echo "malloc (\`tcm-bench-seed\`). \"per worker\" = total / (K*T); on 2 CPUs more than"
     echo "2 workers share the CPUs, so compare totals at equal worker counts."
     echo
-    awk -F, -v allocs="$allocs" '
+    awk -F, -v allocs="$allocs" "$bench_awk_table_head"'
         FILENAME ~ /seed-multiproc/ { key = $2 SUBSEP $3; tot[key] = $10; pp[key] = $11; slow[key] = $12; ks[n++] = key; next }
         FILENAME ~ /seed-boost/ { boost[$3] = $9; next }
         FILENAME ~ /seed-inprocess/ { inp[$3, $1] = $9 }
         END {
             na = split(allocs, a, " ")
-            printf "| K procs | T threads | tcm total | tcm per process (slowest) | tcm per worker | Boost, K procs | tcm, 1 process K*T threads |"
-            for (i = 1; i <= na; i++) printf " %s, K*T threads |", a[i]
-            printf " tcm / Boost | tcm / best in-process (which) |\n|---:|---:|---:|---:|---:|---:|---:|"
-            for (i = 1; i <= na; i++) printf "---:|"
-            printf "---:|---:|\n"
+            table_head("| K procs | T threads | tcm total | tcm per process (slowest) | tcm per worker | Boost, K procs | tcm, 1 process K*T threads |",
+                       "|---:|---:|---:|---:|---:|---:|---:|", a, 1, na, " %s, K*T threads |",
+                       " tcm / Boost | tcm / best in-process (which) |")
             for (j = 0; j < n; j++) {
                 split(ks[j], f, SUBSEP); k = f[1]; t = f[2]; w = k * t
                 best = 0; bn = "-"
@@ -243,16 +232,13 @@ report() {
     echo "random object of a 256-slot window. threads: one process; procs: tcm only,"
     echo "objects passed between processes through shared memory."
     echo
-    awk -F, -v allocs="tcm glibc ${variants[*]}" '
+    awk -F, -v allocs="tcm glibc ${variants[*]}" "$bench_awk_table_head"'
         { key = $1 SUBSEP $4; if (!(key in seen)) { seen[key] = 1; order[n++] = key }
           m[key, $2 ":" $3] = $9 }
         END {
             na = split(allocs, a, " ")
-            printf "| mix | workers | tcm procs |"
-            for (i = 1; i <= na; i++) printf " %s threads |", a[i]
-            printf " tcm threads / best other | tcm procs / best other threads |\n|---|---:|---:|"
-            for (i = 1; i <= na; i++) printf "---:|"
-            printf "---:|---:|\n"
+            table_head("| mix | workers | tcm procs |", "|---|---:|---:|", a, 1, na, " %s threads |",
+                       " tcm threads / best other | tcm procs / best other threads |")
             for (j = 0; j < n; j++) {
                 split(order[j], f, SUBSEP); k = order[j]; best = 0; bn = ""
                 printf "| %s | %s | %.2f |", f[1], f[2], m[k, "tcm:procs"]

@@ -79,21 +79,12 @@ fi
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- what the report says about this run ---------------------------------
-versions() {
-    dpkg-query -W -f '${Package} ${Version}\n' libc6 2>/dev/null || true
-    for v in jemalloc tcmalloc mimalloc; do
-        lib=$(sed -n "s/^TCM_BENCH_LIB_$v:FILEPATH=//p" "$build/CMakeCache.txt")
-        [[ -z $lib || $lib == *NOTFOUND ]] && continue
-        pkg=$(dpkg -S "$(readlink -f "$lib")" 2>/dev/null | cut -d: -f1 | head -n1) || true
-        [[ -n $pkg ]] && dpkg-query -W -f '${Package} ${Version}\n' "$pkg" 2>/dev/null || echo "$v: $lib"
-    done
-}
 {
     echo "# tcm benchmark suite"
     echo
     echo "- date: $date_start; tree: $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)"
     echo "- machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1), kernel $(uname -r)"
-    echo "- allocators: $(versions | paste -sd ';' | sed 's/;/; /g')"
+    echo "- allocators: $(bench_versions "$build" | paste -sd ';' | sed 's/;/; /g')"
     echo "- glibc-pinned: \`GLIBC_TUNABLES=$("$py" -c 'import sys; sys.path.insert(0, "'"$root"'/bench"); import suite; print(suite.GLIBC_PINNED)')\`"
     echo "- command: \`bench/run_suite.sh${quick:+ $quick}\` (Release build); sweep + hit path took ${suite_s} s"
     echo "- other work on the box: ${busy}% CPU just before; load average before / after: $load_start / $load_end; per case in the tables"

@@ -114,47 +114,40 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    config_t cfg = {.size = 64, .threads = 1, .batch = 64, .pairs = 1000000, .runs = 5, .timeout_s = 300};
-    const char *alloc_list = "all", *tcmd = NULL;
-    int csv = 0, verbose = 0;
-    enum { O_SIZE = 256, O_THREADS, O_BATCH, O_PAIRS, O_RUNS, O_ALLOC, O_CSV, O_TCMD, O_TIMEOUT, O_VERBOSE };
+    config_t cfg = {.size = 64, .threads = 1, .batch = 64, .pairs = 1000000};
+    const char *alloc_list = "all";
+    bench_opts_t o = BENCH_OPTS_DEFAULT;
+    enum { O_SIZE = 256, O_THREADS, O_BATCH, O_PAIRS, O_ALLOC };
     static const struct option opts[] = {
-        {"size", required_argument, 0, O_SIZE},   {"threads", required_argument, 0, O_THREADS},
+        {"size", required_argument, 0, O_SIZE}, {"threads", required_argument, 0, O_THREADS},
         {"batch", required_argument, 0, O_BATCH}, {"pairs", required_argument, 0, O_PAIRS},
-        {"runs", required_argument, 0, O_RUNS},   {"alloc", required_argument, 0, O_ALLOC},
-        {"csv", no_argument, 0, O_CSV},           {"tcmd", required_argument, 0, O_TCMD},
-        {"timeout", required_argument, 0, O_TIMEOUT}, {"verbose", no_argument, 0, O_VERBOSE},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"alloc", required_argument, 0, O_ALLOC},
+        BENCH_COMMON_OPTIONS,
     };
-    int opt;
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    for (int opt; (opt = bench_getopt(argc, argv, opts, &o)) != -1;) {
         switch (opt) {
         case O_SIZE: cfg.size = bench_parse_size("--size", optarg); break;
         case O_THREADS: cfg.threads = bench_parse_size("--threads", optarg); break;
         case O_BATCH: cfg.batch = bench_parse_size("--batch", optarg); break;
         case O_PAIRS: cfg.pairs = bench_parse_size("--pairs", optarg); break;
-        case O_RUNS: cfg.runs = (int)bench_parse_size("--runs", optarg); break;
         case O_ALLOC: alloc_list = optarg; break;
-        case O_CSV: csv = 1; break;
-        case O_TCMD: tcmd = optarg; break;
-        case O_TIMEOUT: cfg.timeout_s = (unsigned)bench_parse_size("--timeout", optarg); break;
-        case O_VERBOSE: verbose = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
     if (optind < argc || !cfg.size || !cfg.threads || cfg.threads > 1024 || !cfg.batch || !cfg.pairs ||
-        cfg.runs < 1 || cfg.runs > BENCH_MAX_RUNS) {
+        !bench_runs_ok(&o)) {
         usage(stderr);
         return 2;
     }
+    cfg.runs = o.runs;
+    cfg.timeout_s = o.timeout_s;
 
     size_t nall, idx[8];
     const bench_alloc_t *all = bench_allocs(&nall);
     bench_timeout_init("a seed run");
     bench_daemon_t daemon = {0};
-    size_t n = bench_setup(alloc_list, idx, 8, &daemon, tcmd);
+    size_t n = bench_setup(alloc_list, idx, 8, &daemon, o.tcmd);
 
     double t[8][BENCH_MAX_RUNS];
     int rc = 0;
@@ -162,7 +155,7 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < n; k++) {
             size_t j = r % 2 ? n - 1 - k : k; /* the seed's alternating order */
             t[j][r] = run_once(&all[idx[j]], &cfg);
-            if (verbose)
+            if (o.verbose)
                 fprintf(stderr, "run %d %s: %.6f s\n", r + 1, all[idx[j]].name, t[j][r]);
             if (t[j][r] < 0) {
                 fprintf(stderr, "bench: %s: allocation failed (size %zu, threads %zu, batch %zu)\n",
@@ -175,7 +168,7 @@ int main(int argc, char **argv)
     for (size_t k = 0; k < n; k++) {
         bench_stats_t s = bench_stats(t[k], cfg.runs);
         double mps = (double)cfg.pairs * (double)cfg.threads / s.median / 1e6;
-        if (csv)
+        if (o.csv)
             printf("%s,%zu,%zu,%zu,%llu,%.6f,%.6f,%.6f,%.3f\n", all[idx[k]].name, cfg.size, cfg.threads,
                    cfg.batch, (unsigned long long)cfg.pairs, s.median, s.min, s.max, mps);
         else

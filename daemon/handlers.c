@@ -283,11 +283,18 @@ static void handle_release(tcm_conn_t *conn)
     r->conn = conn;
     r->hw = hw;
     r->before = tcm__backed_bytes(srv->heap_fd);
+    uint32_t asked = 0;
     for (uint32_t i = 0; i < hw; i++) {
         tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
-        if (c && atomic_load(&c->rec->state) == TCM_REC_ACTIVE)
+        if (c && atomic_load(&c->rec->state) == TCM_REC_ACTIVE) {
             r->gen[i] = tcm__client_ask_flush(c);
+            asked++;
+        }
     }
+    /* (also the event integration.control waits for before it pings
+     * during the wait) */
+    tcm__log(TCM_LOG_DEBUG, "release: flush asked of %u attached processes, waiting up to %d ms for them", asked,
+             RELEASE_FLUSH_WAIT_MS);
     tcm__conn_wait(conn);
     tcm__mailbox_post_when(srv, TCM_MBOX_RELEASE, 0, -1, flushed, RELEASE_FLUSH_WAIT_MS, released, r);
 }

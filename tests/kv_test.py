@@ -23,7 +23,7 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "common"))
-from tcmtest import free_port, wait_tcmd  # noqa: E402
+from tcmtest import count_in_file, free_port, wait_tcmd, wait_until  # noqa: E402
 
 build = sys.argv[1]
 TCMD = os.path.join(build, "tcmd")
@@ -494,7 +494,8 @@ def test_kill_holding_lock(srv):
     conns[pids[0]].cmd("SET", "locked", "before")
     repairs0 = int(srv.info("stats")["stripe_repairs"])
     conns[pids[0]].send("DEBUG", "HOLD", "locked", "10000")  # its worker sits in the stripe's lock
-    time.sleep(0.3)
+    held = 'DEBUG HOLD: pid %d holds the stripe lock of "locked"' % pids[0]
+    check(wait_until(lambda: count_in_file(srv.log_path, held) == 1), "the worker says it holds the stripe lock")
     os.kill(pids[0], signal.SIGKILL)
     t0 = time.time()
     check(conns[pids[1]].cmd("GET", "locked") == "before", "a key of the dead worker's stripe is readable")

@@ -3,12 +3,18 @@
 --help` and `tcmctl --help` word for word (tcmctl's lists every command of
 `tcmctl --list-commands`, the one table in cli/tcmctl.c), and its settings
 table has every setting of `tcmd --list-settings` (the one table in
-daemon/config.c), no other, with the same runtime flag and default. Fails
-naming each difference."""
+daemon/config.c), no other, with the same runtime flag and default, and
+its list of JSON fields is what `tcmctl --json` prints, command by
+command, against a private tcmd with a client attached. Fails naming each
+difference."""
+import json
 import os
 import re
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "common"))
+from tcmtest import Helper, Tcmd  # noqa: E402
 
 build, source = sys.argv[1], sys.argv[2]
 tcmd = os.path.join(build, "tcmd")
@@ -71,9 +77,124 @@ else:
             problems.append(f"README's JSON fields of {command} ({', '.join(sorted(in_readme))}) are not those of "
                             f"message {message} ({', '.join(sorted(fields))})")
 
+
+
+def parse_shape(s, i=0):
+    """A shape as the README writes one, `{a, b:[{c, d}]}`, as
+    {"a": None, "b": [{"c": None, "d": None}]}; returns it and the index
+    past it."""
+    if s[i] == "[":
+        inner, i = parse_shape(s, i + 1)
+        return [inner], i + 1
+    shape, i = {}, i + 1
+    while s[i] != "}":
+        m = re.match(r"\s*(\w+)\s*", s[i:])
+        name, i = m.group(1), i + m.end()
+        shape[name] = None
+        if s[i] == ":":
+            i += 1 + len(s[i + 1:]) - len(s[i + 1:].lstrip())
+            shape[name], i = parse_shape(s, i)
+        while s[i] in ", ":
+            i += 1
+    return shape, i + 1
+
+
+def readme_shapes(section):
+    """command -> the shape of its --json answer the README's JSON section
+    gives: `a`, `b` are keys, a `{...}` after a key is that key's shape,
+    "array of" a list of such rows, `x_<y>` (p, q) the keys x_p and x_q;
+    other remarks in parentheses are prose."""
+    text = re.sub(r"`(\w+)_<\w+>`\s*\(([^()]*)\)",
+                  lambda m: ", ".join(f"`{m.group(1)}_{w.strip()}`" for w in m.group(2).split(",")), section)
+    while re.search(r"\([^()]*\)", text):
+        text = re.sub(r"\([^()]*\)", "", text)
+    parts = re.split(r"(?:^- |\s)`([a-z]+)(?: [a-z]+)?`(?:/`[a-z]+`)?: ", text, flags=re.M)
+    shapes = {}
+    for command, said in zip(parts[1::2], parts[2::2]):
+        row = {}
+        key = None
+        for span in re.findall(r"`([^`]+)`", said):
+            if span.startswith("{") and key:
+                row[key] = parse_shape(span)[0]
+            elif span.startswith("{"):
+                row = parse_shape(span)[0]
+            else:
+                key, row[span] = span, None
+        shapes[command] = [row] if said.lstrip().startswith("array of") else row
+    return shapes
+
+
+def compare(where, shape, got):
+    """Differences between a shape from the README and an answer; KEY in
+    a shape stands for any key (config's settings)."""
+    if isinstance(shape, list):
+        if not isinstance(got, list) or not got:
+            problems.append(f"{where}: README says a non-empty array, tcmctl printed {json.dumps(got)[:80]}")
+            return
+        for row in got:
+            compare(where + "[]", shape[0], row)
+        return
+    if not isinstance(got, dict):
+        problems.append(f"{where}: README lists keys, tcmctl printed {json.dumps(got)[:80]}")
+        return
+    if list(shape) == ["KEY"]:
+        for k, v in got.items():
+            compare(f"{where}.{k}", shape["KEY"], v)
+        return
+    for k in sorted(set(shape) - set(got)):
+        problems.append(f"{where}: README lists `{k}`, which `tcmctl --json` does not print")
+    for k in sorted(set(got) - set(shape)):
+        problems.append(f"{where}: `tcmctl --json` prints `{k}`, which the README does not list")
+    for k in set(shape) & set(got):
+        if shape[k] is not None:
+            compare(f"{where}.{k}", shape[k], got[k])
+
+
+def check_json_against_tcmd(shapes):
+    """Every answer the README describes, printed by a real tcmd (a private
+    one) with a client attached and a root set, against its shape. Returns
+    how many answers were compared."""
+    d = Tcmd(build, prefix="readme")
+    client = Helper(build, d.sock)
+    try:
+        def js(*args):
+            r = subprocess.run([d.tcmctl, "--socket", d.sock, "--json", *args], capture_output=True, text=True,
+                               timeout=30)
+            if r.returncode:
+                problems.append(f"tcmctl --json {' '.join(args)} exited {r.returncode}: {r.stderr.strip()}")
+            return json.loads(r.stdout) if r.stdout else None
+        if client.do("alloc 10 1000") != "ok" or client.do("root readme.root") != "ok":
+            problems.append("the helper client could not allocate and set a root")
+        cid = js("clients")[0]["client_id"]
+        answers = {"ping": js("ping"), "health": js("health"), "stats": js("stats"), "clients": js("clients"),
+                   "classes": js("classes"), "config": js("config", "get"), "roots": js("roots"),
+                   "resize": js("resize", "1G"), "release": js("release"), "check": js("check"),
+                   "detach": js("detach", str(cid))}
+        set_answer = js("config", "set", "spin_us", "10")
+        if set(answers["config"]) != {n for n, _, _ in listed} or list(set_answer or {}) != ["spin_us"]:
+            problems.append("config get does not print every setting by name, or config set not the one it set")
+        compare("config set", shapes.get("config", {}), set_answer)
+        for command in sorted(set(shapes) | set(answers)):
+            if command not in shapes:
+                problems.append(f"README's JSON fields do not describe `{command}`")
+            elif command not in answers:
+                problems.append(f"readme_test does not run `{command}`, which the README describes")
+            else:
+                compare(command, shapes[command], answers[command])
+    finally:
+        client.p.kill()
+        client.p.wait()
+        if not d.stop():
+            problems.append(f"the readme test's tcmd did not stop cleanly: {d.log_tail()}")
+    return len(answers) + 1
+
+
+answers_checked = check_json_against_tcmd(readme_shapes(json_section.group(1))) if json_section else 0
+
+problems = list(dict.fromkeys(problems))  # (once, not once per row of an array)
 for p in problems:
     print("FAILED:", p, file=sys.stderr)
-print(f"readme: {len(listed)} settings, {len(commands)} tcmctl commands, both usage blocks and the JSON "
-      f"fields of six answers checked; "
+print(f"readme: {len(listed)} settings, {len(commands)} tcmctl commands, both usage blocks, the JSON "
+      f"fields of six answers against the .proto and of {answers_checked} against a running tcmd checked; "
       f"{0 if problems else 1} passed, {1 if problems else 0} failed")
 sys.exit(1 if problems else 0)

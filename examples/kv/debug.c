@@ -2,7 +2,9 @@
 #define _GNU_SOURCE
 #include "debug.h"
 
+#include <stdio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "worker.h"
 
@@ -22,6 +24,9 @@ void cmd_debug(cmd_ctx_t *x)
     if (arg_is(&x->a[1], "HOLD") && x->n == 4 && to_ll(x->a[3].p, x->a[3].n, &ms) && ms >= 0 && ms <= 60000) {
         uint64_t h = kv_hash(x->a[2].p, x->a[2].n);
         kv_stripe_t *s = kv_lock(x->w->t, h);
+        /* the line the test waits for before it kills this worker */
+        fprintf(stderr, "tcm-kv: DEBUG HOLD: pid %d holds the stripe lock of \"%.*s\" for %lld ms\n", (int)getpid(),
+                (int)x->a[2].n, x->a[2].p, ms);
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
         nanosleep(&ts, NULL);
         kv_unlock(s);

@@ -21,15 +21,32 @@ def free_port():
     return port
 
 
+def wait_until(cond, seconds=10, step=0.02):
+    """Polls cond() until it is true or seconds have passed; returns its last
+    value. The wait for an observed state (a stat, a log line), with a
+    deadline: never a sleep that guesses how long the other side takes."""
+    deadline = time.time() + seconds
+    while True:
+        got = cond()
+        if got or time.time() >= deadline:
+            return got
+        time.sleep(step)
+
+
+def count_in_file(path, text):
+    """How many times text stands in the file at path (0 if it is not there)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read().count(text)
+    except OSError:
+        return 0
+
+
 def wait_tcmd(tcmctl, sock, seconds=10):
     """True once `tcmctl ping` answers on sock."""
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if os.path.exists(sock) and subprocess.run([tcmctl, "--socket", sock, "ping"],
-                                                   capture_output=True).returncode == 0:
-            return True
-        time.sleep(0.05)
-    return False
+    return wait_until(lambda: os.path.exists(sock) and subprocess.run([tcmctl, "--socket", sock, "ping"],
+                                                                      capture_output=True).returncode == 0,
+                      seconds, step=0.05)
 
 
 class Tcmd:
@@ -87,6 +104,25 @@ class Tcmd:
         if clean:  # (a failed case keeps its directory: the log is in it)
             shutil.rmtree(self.dir, ignore_errors=True)
         return clean
+
+
+class Helper:
+    """tcm_test_helper serve: a real client process of the tcmd on sock,
+    driven a line at a time (do("alloc 1000 1000") answers "ok")."""
+
+    def __init__(self, build, sock):
+        self.p = subprocess.Popen([os.path.join(build, "tests", "tcm_test_helper"), "serve"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env=dict(os.environ, TCM_SOCKET=sock))
+        self.pid = int(self.p.stdout.readline().split()[1])
+
+    def do(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        return self.p.stdout.readline().strip()
+
+    def close(self):
+        self.do("exit")
+        self.p.wait(timeout=10)
 
 
 class Tally:

@@ -168,6 +168,15 @@ bool tt_daemon_alive(const tcm_test_daemon_t *d)
     return alive;
 }
 
+void tt_check_all_back(const tcm_test_daemon_t *d)
+{
+    CHECK_EQ(tt_wait_stat(d, "clients_attached", 0, 5000), 0);
+    CHECK_EQ(tt_stat(d, "bytes_clients"), 0);
+    CHECK_EQ(tt_stat(d, "refused"), 0);
+    CHECK_EQ(tt_stat(d, "clients_died"), 0);
+    CHECK_EQ(tt_stat(d, "bytes_orphaned"), 0);
+}
+
 void tt_check_heap(const tcm_test_daemon_t *d)
 {
     char out[2048];
@@ -367,14 +376,16 @@ static long blocked_syscall(pid_t tid)
     return got && end != line ? nr : -1;
 }
 
-bool tt_wait_thread_in_futex_or_gone(pid_t tid, int timeout_ms)
+bool tt_wait_thread_in_futex(pid_t tid, int timeout_ms)
 {
     char name[16];
     snprintf(name, sizeof name, "%d", (int)tid);
     for (int t = 0; t <= timeout_ms; t += 2) {
         long nr = blocked_syscall(tid);
-        if (nr == THREAD_GONE || (nr == SYS_futex && thread_state(getpid(), name) == 'S'))
+        if (nr == SYS_futex && thread_state(getpid(), name) == 'S')
             return true;
+        if (nr == THREAD_GONE)
+            return false; /* it will never wait again */
         sleep_ms(2);
     }
     return false;

@@ -36,6 +36,9 @@ int tt_tcmctl(const tcm_test_daemon_t *d, const char *args, char *out, size_t ou
 /* tcmctl check: the whole-heap validator must find nothing; otherwise print
  * its message and the end of tcmd's log, and abort. */
 void tt_check_heap(const tcm_test_daemon_t *d);
+/* Once every client has left by itself: none attached (waits up to 5 s),
+ * nothing held by clients or orphaned, nothing refused, none died. */
+void tt_check_all_back(const tcm_test_daemon_t *d);
 /* SIGTERM, wait, and check it exited 0 and removed its segments. */
 void tt_daemon_stop(tcm_test_daemon_t *d);
 bool tt_daemon_alive(const tcm_test_daemon_t *d);
@@ -64,9 +67,9 @@ void tt_wait_ok(pid_t pid, int timeout_ms);
  * the kernel (waits: for tcmd, for a lock, for a child). */
 bool tt_wait_threads_asleep(pid_t pid, int timeout_ms);
 /* Thread tid of this process sleeps in a futex wait (a call waiting for
- * tcmd's answer: the client's slots have no other way to wait), or has
- * exited. */
-bool tt_wait_thread_in_futex_or_gone(pid_t tid, int timeout_ms);
+ * tcmd's answer: the client's slots have no other way to wait); false at
+ * once if it has exited. */
+bool tt_wait_thread_in_futex(pid_t tid, int timeout_ms);
 
 #include "cases.h"
 

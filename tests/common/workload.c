@@ -191,3 +191,19 @@ uint64_t wl_stop(wl_shared_t *sh, int n, pid_t *pids)
         tcm_shutdown();
     return atomic_load(&sh->failures);
 }
+
+void wl_stress_start(wl_stress_t *s, int argc, char **argv, int kills, uint64_t seed)
+{
+    s->kills = argc > 1 ? atoi(argv[1]) : kills;
+    s->seed = seed;
+    s->wl = wl_shared();
+    tt_daemon_start(&s->d, NULL);
+    wl_start(s->wl, WL_STRESS_WORKERS, s->pids, 2000);
+}
+
+uint64_t wl_stress_next(wl_stress_t *s, unsigned min_us, unsigned span_us)
+{
+    s->seed = s->seed * 6364136223846793005ull + 1442695040888963407ull;
+    usleep((useconds_t)(min_us + (s->seed >> 33) % span_us));
+    return s->seed;
+}

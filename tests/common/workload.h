@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "testutil.h"
+
 #define WL_EXCHANGE 1024
 
 typedef struct wl_shared {
@@ -34,5 +36,24 @@ void wl_wait_ops(wl_shared_t *sh, uint64_t more);
 /* Tell them to stop, wait for them; then free what is left in the
  * exchange from this process. Returns the failures counted. */
 uint64_t wl_stop(wl_shared_t *sh, int n, pid_t *pids);
+
+/* The frame of a seeded kill stress test (stress.kill_restart,
+ * stress.client_kill): a private tcmd, WL_STRESS_WORKERS workers of the
+ * workload running, how many kills to do (argv[1], else a default), and
+ * the kill instants drawn from a seed, the same every run. */
+#define WL_STRESS_WORKERS 3
+
+typedef struct wl_stress {
+    wl_shared_t *wl;
+    tcm_test_daemon_t d;
+    pid_t pids[WL_STRESS_WORKERS];
+    int kills;
+    uint64_t seed;
+} wl_stress_t;
+
+void wl_stress_start(wl_stress_t *s, int argc, char **argv, int kills, uint64_t seed);
+/* Wait for the next kill: min_us plus a seeded part below span_us into
+ * the work. Returns the seed's next value (for the test's other draws). */
+uint64_t wl_stress_next(wl_stress_t *s, unsigned min_us, unsigned span_us);
 
 #endif

@@ -95,42 +95,41 @@ static void test_permissions(void)
     chmod(d->socket, 0700);
 }
 
+/* The number after "KEY": in a JSON text (the first such key); aborts if
+ * there is none. */
+static uint64_t json_number(const char *text, const char *key)
+{
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "\"%s\":", key);
+    const char *v = text ? strstr(text, quoted) : NULL;
+    CHECK(v != NULL);
+    return strtoull(v + strlen(quoted), NULL, 10);
+}
+
 static void test_tcmctl(void)
 {
     const tcm_test_daemon_t *d = &daemon_;
     char cmd[512], out[16384];
     void *p = tcm_malloc(1 << 20); /* something to see */
-    snprintf(cmd, sizeof cmd, "%s --socket %s ping", TCMCTL_PATH, d->socket);
-    CHECK_EQ(tt_run(cmd, out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(d, "ping", out, sizeof out), 0);
     CHECK(strstr(out, "alive") != NULL);
-    snprintf(cmd, sizeof cmd, "%s --socket %s --json ping", TCMCTL_PATH, d->socket);
-    CHECK_EQ(tt_run(cmd, out, sizeof out), 0);
-    char want[64];
-    snprintf(want, sizeof want, "\"daemon_pid\":%d", (int)d->pid);
-    CHECK(strstr(out, want) != NULL);
+    CHECK_EQ(tt_tcmctl(d, "--json ping", out, sizeof out), 0);
+    CHECK_EQ(json_number(out, "daemon_pid"), d->pid);
 
-    snprintf(cmd, sizeof cmd, "%s --socket %s --json stats", TCMCTL_PATH, d->socket);
-    CHECK_EQ(tt_run(cmd, out, sizeof out), 0);
-    char *v = strstr(out, "\"bytes_clients\":");
-    CHECK(v != NULL);
-    CHECK_GE(strtoull(v + strlen("\"bytes_clients\":"), NULL, 10), 1 << 20);
-    snprintf(cmd, sizeof cmd, "%s --socket %s stats", TCMCTL_PATH, d->socket);
-    CHECK_EQ(tt_run(cmd, out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(d, "--json stats", out, sizeof out), 0);
+    CHECK_GE(json_number(out, "bytes_clients"), 1 << 20);
+    CHECK_EQ(tt_tcmctl(d, "stats", out, sizeof out), 0);
     CHECK(strstr(out, "bytes_committed") != NULL);
 
-    snprintf(cmd, sizeof cmd, "%s --socket %s --json clients", TCMCTL_PATH, d->socket);
-    CHECK_EQ(tt_run(cmd, out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(d, "--json clients", out, sizeof out), 0);
+    char want[64];
     snprintf(want, sizeof want, "\"pid\":%d,", (int)getpid());
-    CHECK(strstr(out, want) != NULL);
-    v = strstr(strstr(out, want), "\"bytes_held\":");
-    CHECK_GE(strtoull(v + strlen("\"bytes_held\":"), NULL, 10), 1 << 20);
-    snprintf(cmd, sizeof cmd, "%s --socket %s clients", TCMCTL_PATH, d->socket);
-    CHECK_EQ(tt_run(cmd, out, sizeof out), 0);
+    CHECK_GE(json_number(strstr(out, want), "bytes_held"), 1 << 20);
+    CHECK_EQ(tt_tcmctl(d, "clients", out, sizeof out), 0);
     CHECK(strstr(out, "held") != NULL);
 
     /* exit codes: usage 2, cannot connect 3 */
-    snprintf(cmd, sizeof cmd, "%s --socket %s frobnicate 2>&1", TCMCTL_PATH, d->socket);
-    CHECK_EQ(tt_run(cmd, out, sizeof out), 2);
+    CHECK_EQ(tt_tcmctl(d, "frobnicate", out, sizeof out), 2);
     snprintf(cmd, sizeof cmd, "%s --socket /nonexistent/tcm.sock ping 2>&1", TCMCTL_PATH);
     CHECK_EQ(tt_run(cmd, out, sizeof out), 3);
     CHECK(strstr(out, "is tcmd running") != NULL);

@@ -515,32 +515,66 @@ static void test_sigkill(void)
  * another thread and freed by another process, while the exiting thread
  * waits for tcmd to take the rest of its bin: a SIGKILL then must not make
  * tcmd reclaim what the other process now caches. tcmd is stopped (SIGSTOP)
- * to hold the exiting thread in that wait. */
+ * to hold the exiting thread in that wait. The state is made, then seen
+ * before the case goes on, and the case fails if it is not:
+ * - no decay (decay_ms 0): every class counts as busy, so bins only grow
+ *   and no scavenge empties one on a clock; the thread's bin keeps all of
+ *   the HANDOFF_OBJS objects it freed;
+ * - no tier while it fills its bin (xfer_budget 0), so the tier holds
+ *   nothing of its refills; then a 16K one, which the thread sees (and
+ *   gives back the batches it asked for ahead) in a slow path while tcmd
+ *   runs;
+ * - at its exit the tier takes the top 16 of its bin and the rest goes to
+ *   stopped tcmd: the thread sleeps in that call (seen in /proc), and what
+ *   the other thread takes from the tier is what it freed last. */
+#define HANDOFF_OBJS 200 /* what the exiting thread caches: far more than a 16K tier takes */
+#define HANDOFF_TAKEN 8  /* what another thread then takes from the tier */
+
+enum { HO_FILLED = 1, HO_BUDGET_SET, HO_SEEN, HO_EXIT, HO_TAKEN };
+
 typedef struct handoff {
-    _Atomic int phase; /* 1: the thread filled its bin; 2: let it exit; 3: objs taken */
+    _Atomic int phase; /* the last of the HO_ steps done */
     _Atomic pid_t tid; /* the exiting thread's */
-    void *objs[8];
+    void *mine[HANDOFF_OBJS]; /* what the exiting thread allocated and freed */
+    void *objs[HANDOFF_TAKEN];
 } handoff_t;
 
 static handoff_t *ho;
 
+static void handoff_step(int done, int wait_for)
+{
+    atomic_store(&ho->phase, done);
+    while (atomic_load(&ho->phase) < wait_for)
+        usleep(1000);
+}
+
 static void *handoff_thread(void *arg)
 {
     (void)arg;
-    void *p[200];
-    for (int i = 0; i < 200; i++)
-        CHECK((p[i] = tcm_malloc(1000)) != NULL);
-    for (int i = 0; i < 200; i++)
-        tcm_free(p[i]);
+    for (int i = 0; i < HANDOFF_OBJS; i++)
+        CHECK((ho->mine[i] = tcm_malloc(1000)) != NULL);
+    for (int i = 0; i < HANDOFF_OBJS; i++)
+        tcm_free(ho->mine[i]);
     /* what it posted without waiting is answered: tcmd serves the ring in
      * order, and removing a name no root has is a round trip that changes
      * nothing */
     CHECK_EQ(tcm_root_set("lifecycle.no.such.root", NULL), 0);
     atomic_store(&ho->tid, gettid());
-    atomic_store(&ho->phase, 1);
-    while (atomic_load(&ho->phase) < 2)
-        usleep(1000);
-    return NULL; /* exits: a few objects to the tier, the rest to (stopped) tcmd */
+    handoff_step(HO_FILLED, HO_BUDGET_SET);
+    /* a slow path of another class: the new budget is seen, and a bin no
+     * 16K tier takes */
+    tcm_free(tcm_malloc(20000));
+    CHECK_EQ(tcm_root_set("lifecycle.no.such.root", NULL), 0);
+    handoff_step(HO_SEEN, HO_EXIT);
+    return NULL; /* exits: 16 objects to the tier, the rest to (stopped) tcmd */
+}
+
+static bool handed_off(const void *p)
+{
+    for (int i = HANDOFF_OBJS - 16; i < HANDOFF_OBJS; i++) /* the top of its bin: freed last */
+        if (ho->mine[i] == p)
+            return true;
+    return false;
 }
 
 static int handoff_child(void *arg)
@@ -549,42 +583,58 @@ static int handoff_child(void *arg)
     tcm_free(tcm_malloc(64)); /* attached, this thread registered, while tcmd runs */
     pthread_t t;
     pthread_create(&t, NULL, handoff_thread, NULL);
-    while (atomic_load(&ho->phase) < 2)
+    while (atomic_load(&ho->phase) < HO_EXIT)
         usleep(1000);
-    /* the thread is in its exit, its surplus in the tier, waiting for tcmd
-     * to take the rest (or gone: the tier took all of its bin) */
-    CHECK(tt_wait_thread_in_futex_or_gone(atomic_load(&ho->tid), 10000));
-    for (int i = 0; i < 8; i++) /* from the transfer tier: no daemon needed */
+    /* the state this case is about: the thread in its exit, 16 objects in
+     * the tier, waiting for tcmd to take the rest */
+    CHECK(tt_wait_thread_in_futex(atomic_load(&ho->tid), 10000));
+    for (int i = 0; i < HANDOFF_TAKEN; i++) { /* from the transfer tier: no daemon needed */
         CHECK((ho->objs[i] = tcm_malloc(1000)) != NULL);
-    atomic_store(&ho->phase, 3);
+        CHECK(handed_off(ho->objs[i]));
+    }
+    atomic_store(&ho->phase, HO_TAKEN);
     for (;;)
         pause();
+}
+
+/* Until the child has done step `phase`; false if it died or 10 s passed. */
+static bool handoff_wait(pid_t pid, int phase)
+{
+    int st;
+    for (int ms = 0; ms < 10000; ms++) {
+        if (atomic_load(&ho->phase) >= phase)
+            return true;
+        if (waitpid(pid, &st, WNOHANG) != 0)
+            return false; /* it failed a check */
+        usleep(1000);
+    }
+    return false;
 }
 
 static void test_sigkill_tier_handoff(void)
 {
     char out[256];
-    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 16K", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(&d, "config set decay_ms 0", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 0", out, sizeof out), 0);
     for (int i = 0; i < 20; i++) /* this thread sees the new settings while tcmd runs */
         tcm_free(tcm_malloc(3000 + (size_t)i * 1000));
     ho = mmap(NULL, sizeof *ho, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(ho != MAP_FAILED);
     uint64_t died = tt_stat(&d, "clients_died"), refused = tt_stat(&d, "refused");
     pid_t pid = tt_fork(handoff_child, NULL);
-    for (int ms = 0; atomic_load(&ho->phase) < 1; ms++) {
-        CHECK_LT(ms, 10000);
-        usleep(1000);
-    }
+    CHECK(handoff_wait(pid, HO_FILLED));
+    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 16K", out, sizeof out), 0);
+    atomic_store(&ho->phase, HO_BUDGET_SET);
+    CHECK(handoff_wait(pid, HO_SEEN));
     kill(d.pid, SIGSTOP);
-    atomic_store(&ho->phase, 2);
-    for (int ms = 0; atomic_load(&ho->phase) < 3; ms++) {
-        if (ms == 10000) { /* the child needed tcmd after all: no test, but no hang either */
-            kill(d.pid, SIGCONT);
-            CHECK_LT(ms, 10000);
-        }
-        usleep(1000);
+    atomic_store(&ho->phase, HO_EXIT);
+    bool reached = handoff_wait(pid, HO_TAKEN);
+    if (!reached) { /* the child failed a check, or needed tcmd after all */
+        kill(d.pid, SIGCONT);
+        fprintf(stderr, "tier handoff: the child did not reach the state to test (its check above)\n");
+        CHECK(reached);
     }
-    for (int i = 0; i < 8; i++) /* into this process's cache */
+    for (int i = 0; i < HANDOFF_TAKEN; i++) /* into this process's cache */
         tcm_free(ho->objs[i]);
     kill(pid, SIGKILL);
     CHECK(WIFSIGNALED(tt_wait(pid, 10000)));
@@ -594,6 +644,7 @@ static void test_sigkill_tier_handoff(void)
     CHECK_EQ(tt_stat(&d, "refused"), refused);
     munmap(ho, sizeof *ho);
     CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 64M", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(&d, "config set decay_ms 10000", out, sizeof out), 0);
 }
 
 int main(int argc, char **argv)

@@ -68,11 +68,7 @@ static void test_processes(void)
     tcm_shutdown();
 
     /* everything is back: nothing held by any client, nothing refused */
-    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
-    CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
-    CHECK_EQ(tt_stat(&d, "refused"), 0);
-    CHECK_EQ(tt_stat(&d, "clients_died"), 0);
-    CHECK_EQ(tt_stat(&d, "bytes_orphaned"), 0);
+    tt_check_all_back(&d);
     CHECK_GE(tt_stat(&d, "clients_total"), 5);
     tt_daemon_stop(&d);
 }

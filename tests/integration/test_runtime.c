@@ -157,6 +157,19 @@ static unsigned mode_of(const char *path, uid_t *uid, gid_t *gid)
     return st.st_mode & 07777;
 }
 
+/* dir given to uid (and its group) with mode: tcmd (args, xdg) refuses
+ * to start, naming dir, the uid and the mode. */
+static void expect_dir_refused(const char *const *args, const char *xdg, const char *dir, uid_t uid, mode_t mode)
+{
+    CHECK_EQ(chown(dir, uid, uid), 0);
+    CHECK_EQ(chmod(dir, mode), 0);
+    char who[32], how[16];
+    snprintf(who, sizeof who, "uid %u", (unsigned)uid);
+    snprintf(how, sizeof how, "%04o", (unsigned)mode);
+    const char *words[] = {dir, who, how, NULL};
+    expect_refusal(args, xdg, false, words);
+}
+
 /* (a) The runtime directory: another user's, or one others may write to,
  * or a link, at $XDG_RUNTIME_DIR/tcm stops tcmd (the daemon that comes up
  * at the default path would serve the squatter's directory); so does
@@ -173,12 +186,9 @@ static void test_runtime_dir_refused(void)
 
     /* nobody's, mode 777, with a link planted as the log */
     CHECK_EQ(mkdir(dir, 0777), 0);
-    CHECK_EQ(chmod(dir, 0777), 0);
-    CHECK_EQ(chown(dir, NOBODY, NOBODY), 0);
     CHECK_EQ(symlink(victim, log), 0);
     const char *none[] = {NULL};
-    const char *words[] = {dir, "uid 65534", "0777", NULL};
-    expect_refusal(none, top, false, words);
+    expect_dir_refused(none, top, dir, NOBODY, 0777);
     char sock[160];
     snprintf(sock, sizeof sock, "%s/tcmd.sock", dir);
     CHECK(access(sock, F_OK) != 0);
@@ -188,15 +198,10 @@ static void test_runtime_dir_refused(void)
 
     /* nobody's, owner-only: still not tcmd's */
     CHECK_EQ(unlink(log), 0);
-    CHECK_EQ(chmod(dir, 0700), 0);
-    const char *words2[] = {dir, "uid 65534", "0700", NULL};
-    expect_refusal(none, top, false, words2);
+    expect_dir_refused(none, top, dir, NOBODY, 0700);
 
     /* tcmd's own user's, but anyone may write there */
-    CHECK_EQ(chown(dir, 0, 0), 0);
-    CHECK_EQ(chmod(dir, 0777), 0);
-    const char *words3[] = {dir, "uid 0", "0777", NULL};
-    expect_refusal(none, top, false, words3);
+    expect_dir_refused(none, top, dir, 0, 0777);
 
     /* a link to a directory of tcmd's own */
     CHECK_EQ(rmdir(dir), 0);
@@ -241,14 +246,8 @@ static void test_socket_dir_refused(void)
     const char *args[] = {"--foreground", "--socket", sock, "--log", log, NULL};
 
     CHECK_EQ(mkdir(dir, 0755), 0);
-    CHECK_EQ(chown(dir, NOBODY, NOBODY), 0);
-    const char *words[] = {dir, "uid 65534", "0755", NULL};
-    expect_refusal(args, NULL, false, words);
-
-    CHECK_EQ(chown(dir, 0, 0), 0);
-    CHECK_EQ(chmod(dir, 0777), 0);
-    const char *words2[] = {dir, "uid 0", "0777", NULL};
-    expect_refusal(args, NULL, false, words2);
+    expect_dir_refused(args, NULL, dir, NOBODY, 0755);
+    expect_dir_refused(args, NULL, dir, 0, 0777);
 
     /* sticky, like /tmp: nobody else can remove or rename tcmd's files */
     CHECK_EQ(chmod(dir, 01777), 0);
@@ -355,6 +354,20 @@ static void expect_err_names(const char *what)
     }
 }
 
+/* tcmd as nobody (args name sock) on top/NAME/tcmd.sock, NAME a directory
+ * of nobody's made with mode; returns its pid once the socket listens. */
+static pid_t nobody_serves_in(const char *const *args, char *sock, size_t len, const char *name, mode_t mode)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/%s", top, name);
+    CHECK_EQ(mkdir(dir, mode), 0);
+    CHECK_EQ(chown(dir, NOBODY, NOBODY), 0);
+    snprintf(sock, len, "%s/tcmd.sock", dir);
+    pid_t pid = spawn_tcmd(args, NULL, true, "/dev/null");
+    wait_socket(sock, pid);
+    return pid;
+}
+
 /* (c) A socket served by nobody at a path root uses: libtcm's tcm_init
  * and tcmctl refuse it, naming the uid, unless TCM_DAEMON_UID names it;
  * on the runtime path even when nobody owns the directory. */
@@ -386,25 +399,12 @@ static void test_wrong_server(void)
     stop_tcmd(pid);
 
     /* an explicit path in a directory only nobody may write to: nobody's server is the directory's */
-    char dir[128];
-    snprintf(dir, sizeof dir, "%s/svc", top);
-    CHECK_EQ(mkdir(dir, 0755), 0);
-    CHECK_EQ(chown(dir, NOBODY, NOBODY), 0);
-    snprintf(sock, sizeof sock, "%s/tcmd.sock", dir);
-    pid = spawn_tcmd(args, NULL, true, "/dev/null");
-    wait_socket(sock, pid);
+    pid = nobody_serves_in(args, sock, sizeof sock, "svc", 0755);
     expect_client(sock, 0, NULL);
     stop_tcmd(pid);
 
     /* but not on the runtime path, whose directory anyone could have made first */
-
-    char rt[128];
-    snprintf(rt, sizeof rt, "%s/tcm", top);
-    CHECK_EQ(mkdir(rt, 0700), 0);
-    CHECK_EQ(chown(rt, NOBODY, NOBODY), 0);
-    snprintf(sock, sizeof sock, "%s/tcmd.sock", rt);
-    pid = spawn_tcmd(args, NULL, true, "/dev/null");
-    wait_socket(sock, pid);
+    pid = nobody_serves_in(args, sock, sizeof sock, "tcm", 0700);
     snprintf(cmd, sizeof cmd, "env -u TCM_SOCKET -u TCM_DAEMON_UID XDG_RUNTIME_DIR=%s %s ping 2>&1", top,
              TCMCTL_PATH);
     rc = tt_run(cmd, out, sizeof out);

@@ -19,44 +19,42 @@
 #include "workload.h"
 
 #define KILLS 40
-#define WORKERS 3
 
 int main(int argc, char **argv)
 {
-    int kills = argc > 1 ? atoi(argv[1]) : KILLS;
-    wl_shared_t *wl = wl_shared();
-    tcm_test_daemon_t d;
-    tt_daemon_start(&d, NULL);
-    pid_t pids[WORKERS];
-    wl_start(wl, WORKERS, pids, 2000);
-    uint64_t seed = 424242, reclaimed = 0;
-    for (int k = 1; k <= kills; k++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        usleep((useconds_t)(2000 + (seed >> 33) % 60000)); /* 2-62 ms into the work */
-        int victim = (int)((seed >> 20) % WORKERS);
-        uint64_t died = tt_stat(&d, "clients_died");
+    wl_stress_t s;
+    wl_stress_start(&s, argc, argv, KILLS, 424242);
+    tcm_test_daemon_t *d = &s.d;
+    wl_shared_t *wl = s.wl;
+    pid_t *pids = s.pids;
+    uint64_t reclaimed = 0;
+    for (int k = 1; k <= s.kills; k++) {
+        uint64_t seed = wl_stress_next(&s, 2000, 60000); /* 2-62 ms into the work */
+        int victim = (int)((seed >> 20) % WL_STRESS_WORKERS);
+        uint64_t died = tt_stat(d, "clients_died");
         kill(pids[victim], SIGKILL);
         CHECK(WIFSIGNALED(tt_wait(pids[victim], 10000)));
-        CHECK_EQ(tt_wait_stat(&d, "clients_died", died + 1, 10000), died + 1);
-        tt_check_heap(&d);
-        pids[victim] = wl_spawn_one(wl, WORKERS + k);
-        wl_wait_ready(wl, WORKERS + k); /* attached before it may be the next victim */
+        CHECK_EQ(tt_wait_stat(d, "clients_died", died + 1, 10000), died + 1);
+        tt_check_heap(d);
+        pids[victim] = wl_spawn_one(wl, WL_STRESS_WORKERS + k);
+        wl_wait_ready(wl, WL_STRESS_WORKERS + k); /* attached before it may be the next victim */
         wl_wait_ops(wl, 300);
     }
-    reclaimed = tt_stat(&d, "reclaimed_objects");
-    CHECK_EQ(wl_stop(wl, WORKERS, pids), 0);
-    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
-    CHECK_EQ(tt_stat(&d, "refused"), 0);
-    tt_check_heap(&d);
+    reclaimed = tt_stat(d, "reclaimed_objects");
+    CHECK_EQ(wl_stop(wl, WL_STRESS_WORKERS, pids), 0);
+    CHECK_EQ(tt_wait_stat(d, "clients_attached", 0, 5000), 0);
+    CHECK_EQ(tt_stat(d, "refused"), 0);
+    tt_check_heap(d);
     /* nobody is attached: what is still handed out is what the dead held
      * (their caches came back; nothing else is counted) */
-    uint64_t orphaned = tt_stat(&d, "bytes_orphaned"), in_use = tt_stat(&d, "bytes_clients");
+    uint64_t orphaned = tt_stat(d, "bytes_orphaned"), in_use = tt_stat(d, "bytes_clients");
     CHECK_EQ(in_use, orphaned);
     printf("client kill stress: %d kills under %d workers, %llu operations, %llu objects handed between "
            "processes, %llu cached objects reclaimed, %llu bytes orphaned (in use %llu)\n",
-           kills, WORKERS, (unsigned long long)atomic_load(&wl->ops), (unsigned long long)atomic_load(&wl->handed_over),
+           s.kills, WL_STRESS_WORKERS, (unsigned long long)atomic_load(&wl->ops),
+           (unsigned long long)atomic_load(&wl->handed_over),
            (unsigned long long)reclaimed, (unsigned long long)orphaned, (unsigned long long)in_use);
     CHECK_GT(reclaimed, 0);
-    tt_daemon_stop(&d);
+    tt_daemon_stop(d);
     return 0;
 }

@@ -17,44 +17,40 @@
 #include "workload.h"
 
 #define KILLS 60
-#define WORKERS 3
 
 int main(int argc, char **argv)
 {
-    int kills = argc > 1 ? atoi(argv[1]) : KILLS;
-    wl_shared_t *wl = wl_shared();
-    tcm_test_daemon_t d;
-    tt_daemon_start(&d, NULL);
-    pid_t pids[WORKERS];
-    wl_start(wl, WORKERS, pids, 2000);
-    uint64_t seed = 12345, peak = 0;
-    for (int k = 1; k <= kills; k++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        usleep((useconds_t)(5000 + (seed >> 33) % 120000)); /* 5-125 ms into the work */
-        uint64_t committed = tt_stat(&d, "bytes_committed");
+    wl_stress_t s;
+    wl_stress_start(&s, argc, argv, KILLS, 12345);
+    uint64_t peak = 0;
+    for (int k = 1; k <= s.kills; k++) {
+        wl_stress_next(&s, 5000, 120000); /* 5-125 ms into the work */
+        uint64_t committed = tt_stat(&s.d, "bytes_committed");
         peak = committed > peak ? committed : peak;
-        tt_daemon_kill(&d);
-        tt_daemon_restart(&d, NULL, NULL);
-        CHECK_EQ(tt_stat(&d, "restarts"), (uint64_t)k);
-        CHECK_EQ(tt_stat(&d, "validation_failures"), 0); /* the validator ran at the end of the recovery */
-        wl_wait_ops(wl, 300);
+        tt_daemon_kill(&s.d);
+        tt_daemon_restart(&s.d, NULL, NULL);
+        CHECK_EQ(tt_stat(&s.d, "restarts"), (uint64_t)k);
+        CHECK_EQ(tt_stat(&s.d, "validation_failures"), 0); /* the validator ran at the end of the recovery */
+        wl_wait_ops(s.wl, 300);
     }
     char out[1024];
-    tt_check_heap(&d);
-    CHECK_EQ(wl_stop(wl, WORKERS, pids), 0);
-    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
-    CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
-    CHECK_EQ(tt_stat(&d, "bytes_orphaned"), 0);
-    CHECK_EQ(tt_stat(&d, "refused"), 0);
-    tt_check_heap(&d);
-    CHECK_EQ(tt_tcmctl(&d, "release", out, sizeof out), 0);
-    uint64_t after = tt_stat(&d, "bytes_committed");
+    tt_check_heap(&s.d);
+    CHECK_EQ(wl_stop(s.wl, WL_STRESS_WORKERS, s.pids), 0);
+    CHECK_EQ(tt_wait_stat(&s.d, "clients_attached", 0, 5000), 0);
+    CHECK_EQ(tt_stat(&s.d, "bytes_clients"), 0);
+    CHECK_EQ(tt_stat(&s.d, "bytes_orphaned"), 0);
+    CHECK_EQ(tt_stat(&s.d, "refused"), 0);
+    tt_check_heap(&s.d);
+    CHECK_EQ(tt_tcmctl(&s.d, "release", out, sizeof out), 0);
+    uint64_t after = tt_stat(&s.d, "bytes_committed");
     CHECK_LT(after, peak / 20);
     printf("kill stress: %d kills under %d workers, %llu operations, %llu objects handed between processes, "
            "%llu requests redone, %llu served again; committed %llu of a %llu peak after release\n",
-           kills, WORKERS, (unsigned long long)atomic_load(&wl->ops), (unsigned long long)atomic_load(&wl->handed_over),
-           (unsigned long long)tt_stat(&d, "recovery_redone"), (unsigned long long)tt_stat(&d, "recovery_rolled_back"),
+           s.kills, WL_STRESS_WORKERS, (unsigned long long)atomic_load(&s.wl->ops),
+           (unsigned long long)atomic_load(&s.wl->handed_over),
+           (unsigned long long)tt_stat(&s.d, "recovery_redone"),
+           (unsigned long long)tt_stat(&s.d, "recovery_rolled_back"),
            (unsigned long long)after, (unsigned long long)peak);
-    tt_daemon_stop(&d);
+    tt_daemon_stop(&s.d);
     return 0;
 }

@@ -182,11 +182,7 @@ int main(void)
         }
     }
     tcm_shutdown();
-    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
-    CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
-    CHECK_EQ(tt_stat(&d, "refused"), 0);
-    CHECK_EQ(tt_stat(&d, "clients_died"), 0);
-    CHECK_EQ(tt_stat(&d, "bytes_orphaned"), 0);
+    tt_check_all_back(&d);
     printf("stress: %d procs x %d threads x %d ops, %d handed over at exit\n", PROCS,
            THREADS, OPS, left);
     tt_daemon_stop(&d);
