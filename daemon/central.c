@@ -156,7 +156,6 @@ static uint32_t new_small_spans(tcm_heap_t *h, unsigned cls, uint32_t nspans, ui
         sp->scan = 0;
     }
     *status = TCM_ST_OK;
-    h->empty_spans[cls] += made;
     TCM_STAT_ADD(h->meta, bytes_central_free, (uint64_t)made * ci->span_objs * ci->size);
     TCM_HT_ADD(h->cstats[cls].spans, made);
     TCM_HT_ADD(h->cstats[cls].free_objs, (uint64_t)made * ci->span_objs);
@@ -231,7 +230,6 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
         uint64_t base_off = tcm__page_off(sp->first);
         uint32_t *owners = tcm__span_owners(h, sp);
         uint32_t nfree = sp->nfree, w = sp->scan;
-        bool was_empty = nfree == span_objs;
         for (; w < words && n < want && nfree; w++) {
             uint64_t valid = w == words - 1 ? last_valid : ~0ull;
             uint64_t free_bits = ~map[w] & valid;
@@ -279,7 +277,6 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
             if (n == want || !nfree)
                 break;
         }
-        h->empty_spans[cls] -= was_empty && nfree != span_objs;
         if (sp->on_list)
             central_move(h, cls, s, sp->nfree, nfree);
         sp->nfree = nfree;
@@ -362,10 +359,8 @@ static void span_gets_back(tcm_heap_t *h, unsigned cls, uint32_t s, uint32_t k, 
         sp->scan = low_word;
     central_move(h, cls, s, sp->nfree, sp->nfree + k);
     sp->nfree += k;
-    if (sp->nfree == span_objs) { /* reached once: a RETURN only adds */
-        h->empty_spans[cls]++;
+    if (sp->nfree == span_objs) /* reached once: a RETURN only adds */
         emptied[(*nemptied)++] = s;
-    }
 }
 
 /* A RETURN's owner credits: consecutive objects of one owner as one run. */
@@ -600,8 +595,6 @@ uint32_t tcm__central_release_spans_ht(tcm_heap_t *h, const uint32_t *spans, uin
         const tcm_class_info_t *ci = &h->classes[cls];
         if (sp->nfree != ci->span_objs)
             continue;
-        TCM_ASSERT_INTERNAL(h->empty_spans[cls] > 0);
-        h->empty_spans[cls]--;
         central_remove(h, cls, s, TCM_CENTRAL_LISTS - 1);
         if (cls != run_cls) {
             spans_left(h, run_cls, nfreed - run_from);
@@ -698,7 +691,6 @@ uint64_t tcm__central_rebuild_ht(tcm_heap_t *h)
     for (unsigned cls = 0; cls < TCM_NCLASSES; cls++) {
         memset(h->central[cls], 0, sizeof h->central[cls]);
         h->central_nonempty[cls] = 0;
-        h->empty_spans[cls] = 0;
         TCM_STAT_SET(h->meta, bytes_central_free, 0);
         atomic_store_explicit(&h->cstats[cls].spans, 0, memory_order_relaxed);
         atomic_store_explicit(&h->cstats[cls].free_objs, 0, memory_order_relaxed);
@@ -730,7 +722,6 @@ uint64_t tcm__central_rebuild_ht(tcm_heap_t *h)
         sp->on_list = 0;
         if (sp->nfree)
             central_add(h, sp->cls, s, tcm__central_list(sp->nfree, ci->span_objs));
-        h->empty_spans[sp->cls] += sp->nfree == ci->span_objs;
         central_free += (uint64_t)sp->nfree * ci->size;
         TCM_HT_ADD(h->cstats[sp->cls].spans, 1);
         TCM_HT_ADD(h->cstats[sp->cls].free_objs, sp->nfree);

@@ -108,7 +108,6 @@ typedef struct tcm_heap {
     uint64_t *slots_bits;          /* private: the reservation the slot sets' bitmaps live in */
     uint64_t slots_words;          /* its size in words */
     uint64_t step_ns;              /* when the last step (decay_ms / TCM_DECAY_STEPS) began: decay by amount */
-    uint32_t empty_spans[TCM_NCLASSES]; /* derived, private: small spans of each class with no object handed out */
     /* derived, private: the spans of each class with free objects, on
      * lists by how full they are (tcm__central_list); bit i of
      * central_nonempty: list i is not empty */

@@ -41,7 +41,6 @@ static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
         }
     }
     uint64_t spans[TCM_NCLASSES] = {0}, free_objs[TCM_NCLASSES] = {0}, tag_blocks = 0;
-    uint32_t empties[TCM_NCLASSES] = {0};
     for (uint32_t p = 1; p < h->top;) {
         if (h->page_class[p] == TCM_PAGE_CLASS_FREE) {
             p++;
@@ -87,7 +86,6 @@ static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
                     FAIL("span %u (class %u): a free object lies before its scan hint %u", s, sp->cls, sp->scan);
         }
         spans[sp->cls]++;
-        empties[sp->cls] += sp->nfree == ci->span_objs;
         free_objs[sp->cls] += sp->nfree;
         central_free += (uint64_t)sp->nfree * ci->size;
     }
@@ -98,9 +96,6 @@ static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
         if (h->slots[cls].nused != spans[cls]) /* with the check above: one slot per span, no stray */
             FAIL("class %u: %u object records in use for %llu spans", cls, h->slots[cls].nused,
                  (unsigned long long)spans[cls]);
-    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
-        if (h->empty_spans[cls] != empties[cls])
-            FAIL("class %u: %u empty spans counted, the heap has %u", cls, h->empty_spans[cls], empties[cls]);
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
         if (atomic_load(&h->cstats[cls].spans) != spans[cls] || atomic_load(&h->cstats[cls].free_objs) != free_objs[cls])
             FAIL("class %u: counts say %llu spans and %llu free objects, the heap has %llu and %llu", cls,
