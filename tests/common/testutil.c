@@ -328,33 +328,45 @@ static char thread_state(pid_t pid, const char *tid)
     return end && end[1] == ' ' ? end[2] : 0;
 }
 
-static bool threads_asleep(pid_t pid)
+/* Whether every thread of pid is in one of the states listed (stat's
+ * state letters). */
+static bool threads_all_in(pid_t pid, const char *states)
 {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
     DIR *dir = opendir(path);
     if (!dir)
         return false;
-    bool asleep = true;
+    bool all = true;
     struct dirent *e;
-    while (asleep && (e = readdir(dir)) != NULL) {
+    while (all && (e = readdir(dir)) != NULL) {
         if (e->d_name[0] == '.')
             continue;
         char st = thread_state(pid, e->d_name);
-        asleep = st == 'S' || st == 'D';
+        all = st && strchr(states, st);
     }
     closedir(dir);
-    return asleep;
+    return all;
 }
 
-bool tt_wait_threads_asleep(pid_t pid, int timeout_ms)
+static bool wait_threads_all_in(pid_t pid, const char *states, int timeout_ms)
 {
     for (int t = 0; t <= timeout_ms; t += 2) {
-        if (threads_asleep(pid))
+        if (threads_all_in(pid, states))
             return true;
         sleep_ms(2);
     }
     return false;
+}
+
+bool tt_wait_threads_asleep(pid_t pid, int timeout_ms)
+{
+    return wait_threads_all_in(pid, "SD", timeout_ms);
+}
+
+bool tt_wait_stopped(pid_t pid, int timeout_ms)
+{
+    return wait_threads_all_in(pid, "T", timeout_ms);
 }
 
 /* The syscall thread tid of this process is blocked in, from

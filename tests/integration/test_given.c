@@ -125,37 +125,6 @@ static void *forger(void *arg)
     }
 }
 
-/* SIGSTOP is delivered after kill returns: until every thread of tcmd is
- * stopped, its heap thread may still serve the request */
-static void wait_stopped(pid_t pid)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-    for (;;) {
-        glob_t g;
-        char pattern[96];
-        snprintf(pattern, sizeof pattern, "%s/*/stat", path);
-        CHECK_EQ(glob(pattern, 0, NULL, &g), 0);
-        size_t stopped = 0;
-        for (size_t i = 0; i < g.gl_pathc; i++) {
-            char line[512] = "";
-            FILE *f = fopen(g.gl_pathv[i], "r");
-            if (f) {
-                if (!fgets(line, sizeof line, f))
-                    line[0] = 0;
-                fclose(f);
-            }
-            const char *close_paren = strrchr(line, ')');
-            stopped += close_paren && close_paren[2] == 'T';
-        }
-        size_t n = g.gl_pathc;
-        globfree(&g);
-        if (stopped == n)
-            return;
-        usleep(1000);
-    }
-}
-
 /* malloc(size) with tcmd stopped and the forger answering with the offset
  * of an object of another class */
 static int forged_child(uint32_t op, size_t size)
@@ -169,7 +138,7 @@ static int forged_child(uint32_t op, size_t size)
      * map is what tells it from a run */
     f = (forgery_t){op, op == TCM_OP_ALLOC_PAGES ? off & ~(uint64_t)(TCM_PAGE_SIZE - 1) : off};
     CHECK_EQ(kill(daemon_.pid, SIGSTOP), 0);
-    wait_stopped(daemon_.pid);
+    CHECK(tt_wait_stopped(daemon_.pid, 10000));
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, forger, &f), 0);
     void *p = tcm_malloc(size);

@@ -627,6 +627,7 @@ static void test_sigkill_tier_handoff(void)
     atomic_store(&ho->phase, HO_BUDGET_SET);
     CHECK(handoff_wait(pid, HO_SEEN));
     kill(d.pid, SIGSTOP);
+    CHECK(tt_wait_stopped(d.pid, 10000)); /* else it may still serve the exit's RETURN */
     atomic_store(&ho->phase, HO_EXIT);
     bool reached = handoff_wait(pid, HO_TAKEN);
     if (!reached) { /* the child failed a check, or needed tcmd after all */
