@@ -364,9 +364,14 @@ bool tt_wait_threads_asleep(pid_t pid, int timeout_ms)
     return wait_threads_all_in(pid, "SD", timeout_ms);
 }
 
-bool tt_wait_stopped(pid_t pid, int timeout_ms)
+bool tt_stop(pid_t pid, int timeout_ms)
 {
-    return wait_threads_all_in(pid, "T", timeout_ms);
+    if (kill(pid, SIGSTOP) != 0)
+        return false;
+    if (wait_threads_all_in(pid, "T", timeout_ms))
+        return true;
+    kill(pid, SIGCONT); /* a failed check must not leave it stopped for the cases after */
+    return false;
 }
 
 /* The syscall thread tid of this process is blocked in, from

@@ -66,9 +66,10 @@ void tt_wait_ok(pid_t pid, int timeout_ms);
  * each returns whether it happened. Every thread of process pid sleeps in
  * the kernel (waits: for tcmd, for a lock, for a child). */
 bool tt_wait_threads_asleep(pid_t pid, int timeout_ms);
-/* Every thread of process pid has stopped: SIGSTOP takes effect after
- * kill returns, and until then tcmd's heap thread may still serve. */
-bool tt_wait_stopped(pid_t pid, int timeout_ms);
+/* SIGSTOP to pid, then until every thread of it has stopped: the signal
+ * takes effect after kill returns, and until then tcmd's heap thread may
+ * still serve. On timeout pid is resumed and false returned. */
+bool tt_stop(pid_t pid, int timeout_ms);
 /* Thread tid of this process sleeps in a futex wait (a call waiting for
  * tcmd's answer: the client's slots have no other way to wait); false at
  * once if it has exited. */

@@ -137,8 +137,7 @@ static int forged_child(uint32_t op, size_t size)
     /* a run: the page of that object, on a page boundary, so that the page
      * map is what tells it from a run */
     f = (forgery_t){op, op == TCM_OP_ALLOC_PAGES ? off & ~(uint64_t)(TCM_PAGE_SIZE - 1) : off};
-    CHECK_EQ(kill(daemon_.pid, SIGSTOP), 0);
-    CHECK(tt_wait_stopped(daemon_.pid, 10000));
+    CHECK(tt_stop(daemon_.pid, 10000));
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, forger, &f), 0);
     void *p = tcm_malloc(size);

@@ -626,8 +626,7 @@ static void test_sigkill_tier_handoff(void)
     CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 16K", out, sizeof out), 0);
     atomic_store(&ho->phase, HO_BUDGET_SET);
     CHECK(handoff_wait(pid, HO_SEEN));
-    kill(d.pid, SIGSTOP);
-    CHECK(tt_wait_stopped(d.pid, 10000)); /* else it may still serve the exit's RETURN */
+    CHECK(tt_stop(d.pid, 10000)); /* stopped before the exit posts its RETURN */
     atomic_store(&ho->phase, HO_EXIT);
     bool reached = handoff_wait(pid, HO_TAKEN);
     if (!reached) { /* the child failed a check, or needed tcmd after all */
