@@ -78,6 +78,7 @@ static inline void tcm__thread_forget(void)
 typedef struct tcm_cache_rec {
     bool used;                     /* a thread holds it (under tcache_lock) */
     bool header_backed;            /* its header, slot and async slots */
+    bool drain_backed;             /* its drain arrays (lay.drain_off) */
     uint32_t backed[TCM_NCLASSES]; /* bin slots known to be backed by tmpfs */
 } tcm_cache_rec_t;
 

@@ -13,9 +13,10 @@
 
 TCM_COLD void tcm__fatal_page_class(const char *caller, const void *p, unsigned cls)
 {
-    tcm__fatal("%s: the page map gives %p the class byte %u, which is neither a size class (1-%u) nor a page run "
-               "(%u): the heap's metadata is damaged",
-               caller, p, cls, TCM_NCLASSES - 1, TCM_PAGE_CLASS_LARGE);
+    tcm__fatal("%s: the page map gives %p the class byte %u, which is neither a size class (1-%u, or %u-%u while "
+               "its span drains) nor a page run (%u): the heap's metadata is damaged",
+               caller, p, cls, TCM_NCLASSES - 1, TCM_PAGE_CLASS_DRAIN + 1, TCM_PAGE_CLASS_DRAIN + TCM_NCLASSES - 1,
+               TCM_PAGE_CLASS_LARGE);
 }
 
 /* An offset tcmd handed out for class cls that is not one of its objects:
@@ -44,7 +45,7 @@ void tcm__check_given(unsigned cls, const uint64_t *offs, uint32_t n)
         uint64_t off = offs[i];
         /* off < size first: the page-map load is then inside the map */
         if (tcm_unlikely(off >= size || off < TCM_PAGE_SIZE || (off & (TCM_ALIGN - 1)) ||
-                         pc[off >> TCM_PAGE_SHIFT] != cls))
+                         tcm__page_small_class(pc[off >> TCM_PAGE_SHIFT]) != cls))
             bad_given(cls, off);
     }
 }

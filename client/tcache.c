@@ -112,6 +112,40 @@ TCM_NOINLINE static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t ke
     b->count = keep;
 }
 
+/* What the thread gathered from draining spans, back to tcmd (async: the
+ * thread whose arrays they are, NULL: it waits). */
+static void flush_drains(tcm_thread_t *thr, tcm_thread_t *async)
+{
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+        tcm_bin_t *d = &thr->tc->bins[TCM_PAGE_CLASS_DRAIN + cls];
+        if (d->count)
+            release_objects(cls, d, 0, true, async);
+    }
+}
+
+/* A free of an object whose span tcmd is draining (its page class says
+ * so): gathered in the thread's drain array of its class, where no malloc
+ * finds it, and handed back a batch at a time, so that the span empties and
+ * its pages go to whichever class needs them. Listed in the channel as a
+ * bin's objects are: a death leaves them to reclaim. */
+TCM_NOINLINE static void drain_free(tcm_thread_t *thr, unsigned cls, void *p)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    tcm_bin_t *d = &thr->tc->bins[TCM_PAGE_CLASS_DRAIN + cls];
+    tcm_cache_rec_t *rec = &pr->caches[thr->index];
+    uint32_t cap = tcm__drain_cap(&pr->classes[cls]);
+    if (!rec->drain_backed && cap &&
+        tcm__populate((uint8_t *)thr->tc + pr->lay.drain_off, pr->lay.drain_bytes) == 0)
+        rec->drain_backed = true;
+    if (!rec->drain_backed || !cap) { /* /dev/shm is full: one at a time */
+        tcm__return_objects(cls, &p, 1, NULL);
+        return;
+    }
+    d->slots[d->count++] = p;
+    if (d->count >= cap)
+        release_objects(cls, d, 0, true, thr);
+}
+
 /* The first n offsets of an answered REFILL, for which there was no room,
  * back to tcmd on the same slot. */
 static int return_on_slot(tcm_slot_t *slot, uint32_t idx, uint32_t n)
@@ -412,6 +446,7 @@ TCM_COLD static void scavenge(tcm_thread_t *thr)
         }
         thr->low[cls] = b->count;
     }
+    flush_drains(thr, thr);
 }
 
 #define SCAVENGE_CHECK_EVERY 16u /* slow-path entries between reads of the clock */
@@ -466,6 +501,7 @@ TCM_COLD static void thread_flush(tcm_thread_t *thr, bool to_daemon)
         thr->low[cls] = 0;
     }
     thr->capacity = 0;
+    flush_drains(thr, NULL);
 }
 
 /* The heap is at its limit: give back everything this thread and the
@@ -564,8 +600,10 @@ TCM_COLD static tcm_thread_t *thread_register(void)
     memset(tc->bins, 0, sizeof tc->bins);
     tc->ahead_bytes = 0;
     atomic_store(&tc->dropped, 0);
-    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         tc->bins[cls].slots = (void **)((uint8_t *)tc + pr->lay.bin_slot_off[cls]);
+        tc->bins[TCM_PAGE_CLASS_DRAIN + cls].slots = (void **)((uint8_t *)tc + pr->lay.drain_slot_off[cls]);
+    }
     tc->index = idx;
     tc->in_use = 1;
     atomic_fetch_add(&pr->nthreads, 1);
@@ -794,13 +832,13 @@ TCM_NOINLINE void tcm__free_slow(void *p)
             tcm__fatal("tcm_free(): invalid pointer %p (not in the tcm heap)", p);
     }
     uint32_t page = (uint32_t)(off >> TCM_PAGE_SHIFT);
-    unsigned cls = atomic_load(&tcm__page_class)[page];
+    unsigned pc = atomic_load(&tcm__page_class)[page], cls = tcm__page_small_class(pc);
     const tcm_span_t *sp = &pr->spans[pr->page_span[page]];
-    if (cls == TCM_PAGE_CLASS_FREE)
+    if (pc == TCM_PAGE_CLASS_FREE)
         tcm__fatal("tcm_free(): invalid pointer %p (not an allocated block; double free?)", p);
-    if (tcm_unlikely(cls >= TCM_NCLASSES && cls != TCM_PAGE_CLASS_LARGE))
-        tcm__fatal_page_class("tcm_free()", p, cls);
-    if (cls == TCM_PAGE_CLASS_LARGE) {
+    if (tcm_unlikely(!cls && pc != TCM_PAGE_CLASS_LARGE))
+        tcm__fatal_page_class("tcm_free()", p, pc);
+    if (pc == TCM_PAGE_CLASS_LARGE) {
         if (off != ((uint64_t)sp->first << TCM_PAGE_SHIFT))
             tcm__fatal("tcm_free(): invalid pointer %p (inside a page run)", p);
         if (!tcm__large_keep(off, sp->npages))
@@ -814,6 +852,10 @@ TCM_NOINLINE void tcm__free_slow(void *p)
     tcm_thread_t *thr = current_thread();
     if (!thr) {
         tcm__xfer_free(cls, p);
+        return;
+    }
+    if (pc != cls) {
+        drain_free(thr, cls, p);
         return;
     }
     tcm_bin_t *b = &thr->tc->bins[cls];
@@ -860,9 +902,11 @@ TCM_COLD void tcm__flush_all(void)
         }
         tcm_tcache_t *tc = thread_tcache(i);
         for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-            tcm_bin_t *b = &tc->bins[cls];
+            tcm_bin_t *b = &tc->bins[cls], *d = &tc->bins[TCM_PAGE_CLASS_DRAIN + cls];
             if (b->count)
                 tcm__return_objects(cls, b->slots, b->count, &b->count);
+            if (d->count)
+                tcm__return_objects(cls, d->slots, d->count, &d->count);
             b->max = 0;
         }
     }

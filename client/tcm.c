@@ -58,13 +58,13 @@ size_t tcm_usable_size(const void *p)
     if (!p || !heap_offset(p, &off))
         return 0;
     uint32_t page = (uint32_t)(off >> TCM_PAGE_SHIFT);
-    unsigned cls = atomic_load_explicit(&tcm__page_class, memory_order_relaxed)[page];
-    if (cls == TCM_PAGE_CLASS_FREE)
+    unsigned pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed)[page], cls = tcm__page_small_class(pc);
+    if (pc == TCM_PAGE_CLASS_FREE)
         return 0;
-    if (cls < TCM_NCLASSES)
+    if (cls)
         return tcm__proc.classes[cls].size;
-    if (cls != TCM_PAGE_CLASS_LARGE)
-        tcm__fatal_page_class("tcm_usable_size()", p, cls);
+    if (pc != TCM_PAGE_CLASS_LARGE)
+        tcm__fatal_page_class("tcm_usable_size()", p, pc);
     const tcm_span_t *sp = &tcm__proc.spans[tcm__proc.page_span[page]];
     return (size_t)sp->npages << TCM_PAGE_SHIFT;
 }

@@ -125,6 +125,13 @@ void tcm__chan_layout(tcm_chan_layout_t *l, const tcm_class_info_t tab[TCM_NCLAS
         l->bin_slot_off[c] = (uint32_t)stride;
         stride += (uint64_t)tab[c].tcache_cap * sizeof(void *);
     }
+    stride = align_up(stride, 4096);
+    l->drain_off = (uint32_t)stride;
+    for (unsigned c = 0; c < TCM_NCLASSES; c++) {
+        l->drain_slot_off[c] = (uint32_t)stride;
+        stride += (uint64_t)(c ? tcm__drain_cap(&tab[c]) : 0) * sizeof(void *);
+    }
+    l->drain_bytes = (uint32_t)(stride - l->drain_off);
     l->tcache_stride = align_up(stride, 4096);
     l->off_tcaches = align_up(off, 4096);
     off = l->off_tcaches + (uint64_t)max_threads * l->tcache_stride;

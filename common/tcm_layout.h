@@ -88,6 +88,11 @@
 #define TCM_NBINS 256u            /* bins indexed by any page-class byte */
 #define TCM_PAGE_CLASS_FREE 0u    /* page not in an allocated span */
 #define TCM_PAGE_CLASS_LARGE 255u /* page of a large (page-run) allocation */
+/* TCM_PAGE_CLASS_DRAIN + c: a page of a span of class c that tcmd is
+ * draining (docs/DESIGN.md, "Draining sparse spans"). bins[DRAIN + c] never
+ * has room, so the free hit path sends its objects to the slow path, which
+ * hands them back to tcmd instead of caching them. */
+#define TCM_PAGE_CLASS_DRAIN 128u
 #define TCM_MAX_BATCH 512u        /* objects per ring request */
 #define TCM_DECAY_STEPS 40u       /* decay_ms / this: how often thread caches give back what sat unused,
                                      and the shortest time a page heap window can be cut to */
@@ -748,12 +753,36 @@ static inline unsigned tcm__size_class(size_t size) /* size <= TCM_MAX_SMALL */
 uint32_t tcm__class_size(unsigned cls);
 void tcm__class_table_init(tcm_class_info_t tab[TCM_NCLASSES]);
 
+/* The size class of a page-class byte, draining or not; 0 for a free page
+ * or a page run. */
+static inline unsigned tcm__page_small_class(unsigned pc)
+{
+    if (pc > TCM_PAGE_CLASS_DRAIN && pc < TCM_PAGE_CLASS_DRAIN + TCM_NCLASSES)
+        return pc - TCM_PAGE_CLASS_DRAIN;
+    return pc < TCM_NCLASSES ? pc : 0;
+}
+
+/* Objects of a class a thread gathers from draining spans before it hands
+ * them back in one RETURN: 16 KiB, at most 64; 0 for a class whose span is
+ * one object (never drained: it is full or free). */
+static inline uint32_t tcm__drain_cap(const tcm_class_info_t *ci)
+{
+    if (ci->span_objs < 2)
+        return 0;
+    uint32_t n = (16u << 10) / ci->size;
+    return n < 1 ? 1 : n > 64 ? 64 : n;
+}
+
 /* Channel geometry, computed the same way by daemon and client. */
 typedef struct tcm_chan_layout {
     uint32_t nslots, ring_cap, max_threads;
     uint64_t off_ring, off_slots, off_tcaches, tcache_stride, off_xfer, size;
     uint32_t bin_slot_off[TCM_NCLASSES];
     uint32_t xfer_slot_off[TCM_NCLASSES];
+    /* each tcache's drain arrays (tcm__drain_cap objects of class c at
+     * drain_slot_off[c]), together in [drain_off, drain_off + drain_bytes) */
+    uint32_t drain_slot_off[TCM_NCLASSES];
+    uint32_t drain_off, drain_bytes;
 } tcm_chan_layout_t;
 
 void tcm__chan_layout(tcm_chan_layout_t *l, const tcm_class_info_t tab[TCM_NCLASSES],

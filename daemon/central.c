@@ -111,18 +111,69 @@ static void central_remove(tcm_heap_t *h, unsigned cls, uint32_t s, unsigned li)
         h->central_nonempty[cls] &= (uint16_t)~(1u << li);
 }
 
-/* Span s's free count goes from was to now (0: on no list). */
+/* Frees of span s's objects go to the slow path, which hands them back
+ * (pc = DRAIN + class), or into bins again (pc = class): the pages' class
+ * byte is all that clients read. Advisory: a recovery sets every page back
+ * to its class (tcm__ph_recover_ht), and a client takes either byte for
+ * the class. */
+static void mark_pages(tcm_heap_t *h, const tcm_span_t *sp, unsigned pc)
+{
+    memset(h->page_class + sp->first, (int)pc, sp->npages);
+}
+
+/* Span s's free count goes from was to now (0: on no list). A span being
+ * drained stays on the drain list until it is empty, and is then one like
+ * any other. */
 static void central_move(tcm_heap_t *h, unsigned cls, uint32_t s, uint32_t was, uint32_t now)
 {
+    enum { NO_LIST = TCM_CENTRAL_LISTS + 1 };
+    tcm_span_t *sp = &h->spans[s];
     uint32_t objs = h->classes[cls].span_objs;
-    unsigned from = was ? tcm__central_list(was, objs) : TCM_CENTRAL_LISTS;
-    unsigned to = now ? tcm__central_list(now, objs) : TCM_CENTRAL_LISTS;
+    bool draining = tcm__span_draining(h, sp);
+    if (draining && now == objs)
+        mark_pages(h, sp, cls);
+    unsigned from = !was ? NO_LIST : draining ? TCM_DRAIN_LIST : tcm__central_list(was, objs);
+    unsigned to = !now ? NO_LIST : draining && now < objs ? TCM_DRAIN_LIST : tcm__central_list(now, objs);
     if (from == to)
         return;
     if (was)
         central_remove(h, cls, s, from);
     if (now)
         central_add(h, cls, s, to);
+}
+
+/* A RETURN left span s more than a quarter free: while the class has at
+ * least a span's worth of free objects elsewhere, its frees go back to tcmd
+ * from now on, and refills pass it by, so it empties (the objects live
+ * ones no longer keep coming back to it through thread caches) and its
+ * pages go to whichever class needs them. larson between two processes:
+ * central free 15 -> 4 MB (bench/results/LOG.md). */
+static void maybe_drain(tcm_heap_t *h, unsigned cls, uint32_t s)
+{
+    tcm_span_t *sp = &h->spans[s];
+    uint32_t objs = h->classes[cls].span_objs;
+    if (objs < 2 || sp->nfree == objs || (uint64_t)sp->nfree * 4 <= objs || tcm__span_draining(h, sp))
+        return;
+    uint64_t free_objs = atomic_load_explicit(&h->cstats[cls].free_objs, memory_order_relaxed);
+    if (free_objs < (uint64_t)sp->nfree + objs) /* stale by this RETURN's objects: a hint */
+        return;
+    central_remove(h, cls, s, tcm__central_list(sp->nfree, objs));
+    mark_pages(h, sp, TCM_PAGE_CLASS_DRAIN + cls);
+    central_add(h, cls, s, TCM_DRAIN_LIST);
+}
+
+/* No span of the class has a free object but those being drained: the
+ * fullest of the first few takes objects into bins again. */
+static void undrain_one(tcm_heap_t *h, unsigned cls)
+{
+    uint32_t best = 0, n = 0;
+    for (uint32_t s = h->central[cls][TCM_DRAIN_LIST]; s && n < 8; s = h->spans[s].next, n++)
+        if (!best || h->spans[s].nfree < h->spans[best].nfree)
+            best = s;
+    tcm_span_t *sp = &h->spans[best];
+    central_remove(h, cls, best, TCM_DRAIN_LIST);
+    mark_pages(h, sp, cls);
+    central_add(h, cls, best, tcm__central_list(sp->nfree, h->classes[cls].span_objs));
 }
 
 /* Up to nspans new spans of class cls, cut from the page heap at once
@@ -217,7 +268,12 @@ uint32_t tcm__central_refill_ht(tcm_heap_t *h, unsigned cls, uint32_t want, uint
     while (n < want) {
         /* new spans are filled as they are cut (fresh[next..made)), off
          * the lists: only those left with free objects go on one, after */
-        uint16_t lists = h->central_nonempty[cls];
+        uint16_t lists = h->central_nonempty[cls] & (uint16_t)~(1u << TCM_DRAIN_LIST);
+        if (next >= made && !(lists & ~(1u << (TCM_CENTRAL_LISTS - 1))) &&
+            h->central_nonempty[cls] >> TCM_DRAIN_LIST & 1) { /* holes in draining spans before empty spans */
+            undrain_one(h, cls);
+            lists = h->central_nonempty[cls] & (uint16_t)~(1u << TCM_DRAIN_LIST);
+        }
         uint32_t s = next < made ? fresh[next++] : lists ? h->central[cls][__builtin_ctz(lists)] : 0;
         if (!s) {
             if (!(made = new_small_spans(h, cls, (want - n + span_objs - 1) / span_objs, fresh, status)))
@@ -301,7 +357,8 @@ static int locate(const tcm_heap_t *h, unsigned cls, uint64_t off, uint32_t *spa
         return TCM_ST_BAD_OFFSET;
     uint32_t page = (uint32_t)(off >> TCM_PAGE_SHIFT);
     uint32_t s = h->page_span[page];
-    if (!s || s > h->npages || h->spans[s].state != TCM_SPAN_SMALL || h->page_class[page] != h->spans[s].cls ||
+    if (!s || s > h->npages || h->spans[s].state != TCM_SPAN_SMALL ||
+        tcm__page_small_class(h->page_class[page]) != h->spans[s].cls ||
         (cls && h->spans[s].cls != cls))
         return TCM_ST_NOT_OBJECT;
     const tcm_span_t *sp = &h->spans[s];
@@ -339,7 +396,7 @@ static __attribute__((noinline)) uint32_t span_of_class(const tcm_heap_t *h, uns
     uint32_t page = (uint32_t)(off >> TCM_PAGE_SHIFT);
     uint32_t s = h->page_span[page];
     if (!s || s > h->npages || h->spans[s].state != TCM_SPAN_SMALL || h->spans[s].cls != cls ||
-        h->page_class[page] != cls) {
+        tcm__page_small_class(h->page_class[page]) != cls) {
         *why = TCM_ST_NOT_OBJECT;
         return 0;
     }
@@ -361,6 +418,8 @@ static void span_gets_back(tcm_heap_t *h, unsigned cls, uint32_t s, uint32_t k, 
     sp->nfree += k;
     if (sp->nfree == span_objs) /* reached once: a RETURN only adds */
         emptied[(*nemptied)++] = s;
+    else
+        maybe_drain(h, cls, s);
 }
 
 /* A RETURN's owner credits: consecutive objects of one owner as one run. */
@@ -706,6 +765,8 @@ uint64_t tcm__central_rebuild_ht(tcm_heap_t *h)
         if (sp->state != TCM_SPAN_SMALL)
             continue;
         const tcm_class_info_t *ci = &h->classes[sp->cls];
+        if (tcm__span_draining(h, sp)) /* recovery set the pages back; a rebuild alone does too */
+            mark_pages(h, sp, sp->cls);
         uint64_t *map = span_map(h, sp);
         uint32_t words = (ci->span_objs + 63) / 64, used = 0;
         for (uint32_t w = 0; w < words; w++) {

@@ -48,6 +48,16 @@ static inline unsigned tcm__central_list(uint32_t nfree, uint32_t span_objs)
     return nfree == span_objs ? TCM_CENTRAL_LISTS - 1 : (nfree - 1) * (TCM_CENTRAL_LISTS - 1) / span_objs;
 }
 
+/* The list of a class's spans being drained (docs/DESIGN.md, "Draining
+ * sparse spans"): partly free, their pages marked TCM_PAGE_CLASS_DRAIN +
+ * class, refilled from only when no other span has a free object. */
+#define TCM_DRAIN_LIST TCM_CENTRAL_LISTS
+
+static inline bool tcm__span_draining(const tcm_heap_t *h, const tcm_span_t *sp)
+{
+    return h->page_class[sp->first] == TCM_PAGE_CLASS_DRAIN + sp->cls;
+}
+
 /* Give span s back to the page heap if it is still empty: a RETURN's
  * emptied spans, at once. A class keeps no empty span: one per class
  * (~90 of 64 KiB and up) held larson between two processes 3-6 MB higher

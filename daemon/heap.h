@@ -109,9 +109,10 @@ typedef struct tcm_heap {
     uint64_t slots_words;          /* its size in words */
     uint64_t step_ns;              /* when the last step (decay_ms / TCM_DECAY_STEPS) began: decay by amount */
     /* derived, private: the spans of each class with free objects, on
-     * lists by how full they are (tcm__central_list); bit i of
-     * central_nonempty: list i is not empty */
-    uint32_t central[TCM_NCLASSES][TCM_CENTRAL_LISTS];
+     * lists by how full they are (tcm__central_list), those being drained
+     * on one more (TCM_DRAIN_LIST); bit i of central_nonempty: list i is
+     * not empty */
+    uint32_t central[TCM_NCLASSES][TCM_CENTRAL_LISTS + 1];
     uint16_t central_nonempty[TCM_NCLASSES];
 } tcm_heap_t;
 

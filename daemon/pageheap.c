@@ -519,6 +519,13 @@ uint64_t tcm__ph_rebuild_ht(tcm_heap_t *h)
         tcm__log(TCM_LOG_ERROR, "recovery: out of memory for %u pages", h->npages);
         abort();
     }
+    /* a span being drained is one like any other after a restart (a crash
+     * may have marked only some of its pages) */
+    for (uint32_t p = 1; p < top; p++) {
+        unsigned cls = tcm__page_small_class(h->page_class[p]);
+        if (cls && cls != h->page_class[p])
+            h->page_class[p] = (uint8_t)cls;
+    }
     for (uint32_t p = 1; p < top;) {
         uint8_t pc = h->page_class[p];
         if (pc == TCM_PAGE_CLASS_FREE) {
@@ -656,6 +663,8 @@ bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
                 }
         } else if (sp->state == TCM_SPAN_SMALL || sp->state == TCM_SPAN_LARGE) {
             uint8_t want = sp->state == TCM_SPAN_LARGE ? TCM_PAGE_CLASS_LARGE : sp->cls;
+            if (sp->state == TCM_SPAN_SMALL && h->page_class[p] == TCM_PAGE_CLASS_DRAIN + sp->cls)
+                want = (uint8_t)(TCM_PAGE_CLASS_DRAIN + sp->cls); /* being drained: every page */
             for (uint32_t q = p; q < p + sp->npages; q++)
                 if (h->page_span[q] != s || h->page_class[q] != want) {
                     snprintf(why, whylen, "page %u of span %u maps to %u class %u", q, s,

@@ -142,6 +142,21 @@ bool tcm__each_cache(const tcm_server_t *srv, const tcm_client_t *c,
             if (!visit(arg, &v))
                 goto out;
         }
+        /* what the thread gathered from draining spans, as a bin of the class */
+        for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
+            unsigned d = TCM_PAGE_CLASS_DRAIN + cls;
+            uint32_t n = tc->bins[d].count, cap = tcm__drain_cap(&ci[cls]);
+            n = n < cap ? n : cap;
+            if (!n)
+                continue;
+            v = (tcm_cache_view_t){.kind = TCM_CACHE_BIN, .thread = t, .tc = tc, .cls = cls, .objs = objs,
+                                   .count_off = at + offsetof(tcm_tcache_t, bins) + d * sizeof(tcm_bin_t) +
+                                                offsetof(tcm_bin_t, count),
+                                   .objs_off = at + l->drain_slot_off[cls], .n = n};
+            tcm__chan_read(c, v.objs_off, objs, (uint64_t)n * sizeof *objs);
+            if (!visit(arg, &v))
+                goto out;
+        }
     }
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         uint32_t n = hdr->xfer[cls].count;

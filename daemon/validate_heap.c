@@ -23,7 +23,7 @@ static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
     uint64_t central_free = 0;
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         uint64_t listed = 0;
-        for (unsigned li = 0; li < TCM_CENTRAL_LISTS; li++) {
+        for (unsigned li = 0; li <= TCM_DRAIN_LIST; li++) {
             if (!h->central[cls][li] != !(h->central_nonempty[cls] >> li & 1))
                 FAIL("central list %u.%u: its bit says %s", cls, li, h->central[cls][li] ? "empty" : "not empty");
             for (uint32_t s = h->central[cls][li], prev = 0; s; prev = s, s = h->spans[s].next) {
@@ -32,7 +32,12 @@ static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
                     !sp->on_list || !sp->nfree)
                     FAIL("central list %u.%u: span %u (state %u class %u) does not belong there", cls, li, s,
                          sp->state, sp->cls);
-                if (tcm__central_list(sp->nfree, h->classes[cls].span_objs) != li)
+                uint32_t objs = h->classes[cls].span_objs;
+                bool draining = tcm__span_draining(h, sp);
+                if (draining != (li == TCM_DRAIN_LIST) || (draining && sp->nfree == objs))
+                    FAIL("central list %u.%u: span %u, %s drained, with %u free objects belongs on another", cls,
+                         li, s, draining ? "being" : "not", sp->nfree);
+                if (!draining && tcm__central_list(sp->nfree, objs) != li)
                     FAIL("central list %u.%u: span %u with %u free objects belongs on another", cls, li, s,
                          sp->nfree);
                 if (++listed > h->npages)

@@ -78,7 +78,7 @@ static int usable_size_child(void *arg)
     CHECK_EQ(tcm_init(daemon_.socket), 0);
     void *p = tcm_malloc(64);
     CHECK(p != NULL);
-    *page_class_of(p) = 200; /* no class is 200 */
+    *page_class_of(p) = 240; /* no class, draining or not, is 240 */
     printf("usable size %zu\n", tcm_usable_size(p));
     return 0; /* not reached with the check */
 }
@@ -211,8 +211,8 @@ static void expect_fatal(const void *arg)
 }
 
 static const fatal_case_t fatal_cases[] = {
-    {"tcm_usable_size, class byte 200", usable_size_child, "tcm_usable_size(): the page map gives 0x",
-     "the class byte 200, which is neither a size class (1-96) nor a page run (255)"},
+    {"tcm_usable_size, class byte 240", usable_size_child, "tcm_usable_size(): the page map gives 0x",
+     "the class byte 240, which is neither a size class (1-96, or 129-224 while its span drains) nor a page run (255)"},
     {"tcm_free, class byte 97", free_child, "tcm_free(): the page map gives 0x", "the class byte 97, which is neither"},
     {"REFILL answered with an object of another class", refill_child, "tcmd handed out offset 0x",
      "for class 4: not an object of that class (its page has class "},

@@ -1,0 +1,244 @@
+/* Sparse spans drain (docs/DESIGN.md, "Draining sparse spans"): once a
+ * RETURN leaves a span more than a quarter free, tcmd marks its pages, and
+ * frees of its objects go back to tcmd instead of into a thread cache, so
+ * that no malloc hands them out again and the span empties.
+ *
+ * Each case: a child allocates 32 spans of 64-byte objects, frees all but
+ * one object in 16, and so leaves its spans sparse. Then:
+ *  - its frees of the kept objects never come back from a malloc (a bin
+ *    would hand the last one freed straight back), and once all are freed
+ *    the class is down to the few spans its bin holds;
+ *  - killed while it holds such objects gathered for tcmd, tcmd takes them
+ *    back: what is orphaned is exactly what the child still had in use;
+ *  - a tcmd killed and restarted sets every page back to its class, and the
+ *    heap checks clean. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <glob.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "tcm.h"
+#include "tcm_layout.h"
+#include "testutil.h"
+
+enum { SIZE = 64, CLS = 4, SPAN_OBJS = 1024, SPANS = 32, N = SPANS * SPAN_OBJS, KEEP_EVERY = 16 };
+enum { KEPT = N / KEEP_EVERY, GATHERED = 10 }; /* GATHERED < tcm__drain_cap: they wait in the child */
+
+typedef struct shared {
+    _Atomic int phase;
+    _Atomic int draining; /* kept objects on draining pages */
+} shared_t;
+
+static tcm_test_daemon_t daemon_;
+static shared_t *sh;
+static void *objs[N];
+
+/* pid: the child the parent waits for, which must not have died (0: the
+ * child waits for the parent) */
+static void wait_phase(int want, pid_t pid)
+{
+    for (int t = 0; atomic_load(&sh->phase) < want; t++) {
+        CHECK_LT(t, 60000);
+        if (pid)
+            CHECK_EQ(waitpid(pid, NULL, WNOHANG), 0);
+        usleep(1000);
+    }
+}
+
+/* the page-class byte of p, read through the metadata segment */
+static unsigned page_class(const void *p)
+{
+    static const uint8_t *meta;
+    if (!meta) {
+        char pattern[160];
+        glob_t g;
+        snprintf(pattern, sizeof pattern, "/dev/shm/tcm.%s.meta", daemon_.name);
+        CHECK_EQ(glob(pattern, 0, NULL, &g), 0);
+        int fd = open(g.gl_pathv[0], O_RDONLY);
+        CHECK_GE(fd, 0);
+        globfree(&g);
+        struct stat st;
+        CHECK_EQ(fstat(fd, &st), 0);
+        meta = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        CHECK(meta != MAP_FAILED);
+        close(fd);
+    }
+    const tcm_meta_hdr_t *m = (const tcm_meta_hdr_t *)meta;
+    uint64_t off = (uint64_t)((uintptr_t)p - m->base);
+    CHECK_LT(off, m->heap_size);
+    return meta[m->off_page_class + (off >> TCM_PAGE_SHIFT)];
+}
+
+/* 32 spans of the class, all but one object in 16 freed: sparse spans */
+static int make_sparse(void)
+{
+    CHECK_EQ(tcm_init(daemon_.socket), 0);
+    void *x = tcm_malloc(SIZE);
+    tcm_free(x);
+    CHECK(tcm_malloc(SIZE) == x); /* a bin hands back the last object freed */
+    tcm_free(x);
+    for (int i = 0; i < N; i++) {
+        objs[i] = tcm_malloc(SIZE);
+        CHECK(objs[i] != NULL);
+    }
+    for (int i = 0; i < N; i++)
+        if (i % KEEP_EVERY)
+            tcm_free(objs[i]);
+    int draining = 0;
+    for (int i = 0; i < N; i += KEEP_EVERY) {
+        unsigned pc = page_class(objs[i]);
+        CHECK(pc == CLS || pc == TCM_PAGE_CLASS_DRAIN + CLS);
+        draining += pc == TCM_PAGE_CLASS_DRAIN + CLS;
+    }
+    atomic_store(&sh->draining, draining);
+    return draining;
+}
+
+/* the spans of the class, from `tcmctl classes` */
+static unsigned class_spans(void)
+{
+    char out[16384];
+    CHECK_EQ(tt_tcmctl(&daemon_, "classes", out, sizeof out), 0);
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        unsigned cls, size, pages, span_objs, spans;
+        if (sscanf(line, "%u %u %u %u %u", &cls, &size, &pages, &span_objs, &spans) == 5 && cls == CLS)
+            return spans;
+    }
+    CHECK(!"class 4 is in tcmctl classes");
+    return 0;
+}
+
+static void start(void)
+{
+    tt_daemon_start(&daemon_, NULL);
+    char out[512];
+    /* a small cache, so that what the child frees reaches tcmd; no decay,
+     * so that nothing but the frees moves objects */
+    CHECK_EQ(tt_tcmctl(&daemon_, "config set tcache_budget 256K", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(&daemon_, "config set decay_ms 0", out, sizeof out), 0);
+    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(sh != MAP_FAILED);
+    memset(sh, 0, sizeof *sh);
+}
+
+static int frees_go_back(void *arg)
+{
+    (void)arg;
+    CHECK_GE(make_sparse(), SPANS * 3 / 4 * SPAN_OBJS / KEEP_EVERY);
+    for (int i = 0; i < N; i += KEEP_EVERY) {
+        bool drains = page_class(objs[i]) == TCM_PAGE_CLASS_DRAIN + CLS;
+        tcm_free(objs[i]);
+        void *again = tcm_malloc(SIZE);
+        if (drains)
+            CHECK(again != objs[i]); /* gathered for tcmd, not cached */
+        tcm_free(again);
+    }
+    atomic_store(&sh->phase, 1);
+    wait_phase(2, 0);
+    tcm_shutdown();
+    return 0;
+}
+
+static void test_frees_go_back(void)
+{
+    start();
+    pid_t pid = tt_fork(frees_go_back, NULL);
+    wait_phase(1, pid);
+    /* everything is freed: what keeps a span is what the child's bin holds
+     * (at most 4096 objects in a 256K budget, spread over the spans) or has
+     * gathered (under 64); without draining, its bin would hold the 2048
+     * kept objects, one in 16 of every span, and all 32 would stay */
+    unsigned spans = class_spans();
+    printf("spans of class %u after the kept objects were freed: %u (of %u)\n", CLS, spans, SPANS);
+    CHECK_LE(spans, SPANS / 4);
+    atomic_store(&sh->phase, 2);
+    tt_wait_ok(pid, 60000);
+    tt_check_heap(&daemon_);
+    tt_check_all_back(&daemon_);
+    tt_daemon_stop(&daemon_);
+}
+
+static int dies_holding(void *arg)
+{
+    (void)arg;
+    make_sparse();
+    int gathered = 0;
+    for (int i = 0; i < N && gathered < GATHERED; i += KEEP_EVERY)
+        if (page_class(objs[i]) == TCM_PAGE_CLASS_DRAIN + CLS) {
+            tcm_free(objs[i]);
+            objs[i] = NULL;
+            gathered++;
+        }
+    CHECK_EQ(gathered, GATHERED);
+    atomic_store(&sh->phase, 1);
+    for (;;)
+        pause();
+}
+
+static void test_dead_process_gathered(void)
+{
+    start();
+    pid_t pid = tt_fork(dies_holding, NULL);
+    wait_phase(1, pid);
+    CHECK_EQ(kill(pid, SIGKILL), 0);
+    int st = tt_wait(pid, 10000);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    tt_wait_stat(&daemon_, "clients_died", 1, 10000);
+    /* its bins and what it gathered for tcmd came back; what it still had
+     * in use is orphaned, to the byte */
+    uint64_t orphaned = tt_stat(&daemon_, "bytes_orphaned");
+    printf("orphaned %llu bytes, in use at the kill %u\n", (unsigned long long)orphaned, (KEPT - GATHERED) * SIZE);
+    CHECK_EQ(orphaned, (uint64_t)(KEPT - GATHERED) * SIZE);
+    tt_check_heap(&daemon_);
+    tt_daemon_stop(&daemon_);
+}
+
+static int rides_restart(void *arg)
+{
+    (void)arg;
+    CHECK_GT(make_sparse(), 0);
+    atomic_store(&sh->phase, 1);
+    wait_phase(2, 0);
+    for (int i = 0; i < N; i += KEEP_EVERY)
+        CHECK_EQ(page_class(objs[i]), CLS); /* every page back to its class */
+    for (int i = 0; i < N; i += KEEP_EVERY)
+        tcm_free(objs[i]);
+    tcm_shutdown();
+    return 0;
+}
+
+static void test_restart_undrains(void)
+{
+    start();
+    pid_t pid = tt_fork(rides_restart, NULL);
+    wait_phase(1, pid);
+    tt_daemon_kill(&daemon_);
+    tt_daemon_restart(&daemon_, NULL, NULL);
+    tt_check_heap(&daemon_);
+    atomic_store(&sh->phase, 2);
+    tt_wait_ok(pid, 60000);
+    tt_check_heap(&daemon_);
+    tt_check_all_back(&daemon_);
+    tt_daemon_stop(&daemon_);
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    test_frees_go_back();
+    printf("ok   frees of a draining span go back to tcmd, and the span empties\n");
+    test_dead_process_gathered();
+    printf("ok   what a dead process gathered for tcmd comes back\n");
+    test_restart_undrains();
+    printf("ok   a restart sets draining pages back to their class\n");
+    return 0;
+}
