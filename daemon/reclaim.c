@@ -129,30 +129,21 @@ bool tcm__each_cache(const tcm_server_t *srv, const tcm_client_t *c,
         v = (tcm_cache_view_t){.kind = TCM_CACHE_THREAD, .thread = t, .tc = tc};
         if (!visit(arg, &v))
             goto out;
-        for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-            uint32_t n = tc->bins[cls].count;
-            n = n < ci[cls].tcache_cap ? n : ci[cls].tcache_cap;
-            if (!n)
+        /* each class's bin, and what the thread gathered from draining
+         * spans (bins[DRAIN + class]), read as a bin of the class */
+        for (unsigned b = 1; b < TCM_PAGE_CLASS_DRAIN + TCM_NCLASSES; b++) {
+            unsigned cls = tcm__page_small_class(b);
+            if (!cls)
                 continue;
-            v = (tcm_cache_view_t){.kind = TCM_CACHE_BIN, .thread = t, .tc = tc, .cls = cls, .objs = objs,
-                                   .count_off = at + offsetof(tcm_tcache_t, bins) + cls * sizeof(tcm_bin_t) +
-                                                offsetof(tcm_bin_t, count),
-                                   .objs_off = at + l->bin_slot_off[cls], .n = n};
-            tcm__chan_read(c, v.objs_off, objs, (uint64_t)n * sizeof *objs);
-            if (!visit(arg, &v))
-                goto out;
-        }
-        /* what the thread gathered from draining spans, as a bin of the class */
-        for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-            unsigned d = TCM_PAGE_CLASS_DRAIN + cls;
-            uint32_t n = tc->bins[d].count, cap = tcm__drain_cap(&ci[cls]);
+            bool drain = b != cls;
+            uint32_t n = tc->bins[b].count, cap = drain ? tcm__drain_cap(&ci[cls]) : ci[cls].tcache_cap;
             n = n < cap ? n : cap;
             if (!n)
                 continue;
             v = (tcm_cache_view_t){.kind = TCM_CACHE_BIN, .thread = t, .tc = tc, .cls = cls, .objs = objs,
-                                   .count_off = at + offsetof(tcm_tcache_t, bins) + d * sizeof(tcm_bin_t) +
+                                   .count_off = at + offsetof(tcm_tcache_t, bins) + b * sizeof(tcm_bin_t) +
                                                 offsetof(tcm_bin_t, count),
-                                   .objs_off = at + l->drain_slot_off[cls], .n = n};
+                                   .objs_off = at + (drain ? l->drain_slot_off[cls] : l->bin_slot_off[cls]), .n = n};
             tcm__chan_read(c, v.objs_off, objs, (uint64_t)n * sizeof *objs);
             if (!visit(arg, &v))
                 goto out;
