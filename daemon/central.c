@@ -147,7 +147,7 @@ static void central_move(tcm_heap_t *h, unsigned cls, uint32_t s, uint32_t was, 
  * from now on, and refills pass it by, so it empties (the objects live
  * ones no longer keep coming back to it through thread caches) and its
  * pages go to whichever class needs them. larson between two processes:
- * central free 15 -> 4 MB (bench/results/LOG.md). */
+ * central free 14-16 -> 5-6 MB (bench/results/LOG.md). */
 static void maybe_drain(tcm_heap_t *h, unsigned cls, uint32_t s)
 {
     tcm_span_t *sp = &h->spans[s];
