@@ -73,7 +73,7 @@
     _Static_assert(offsetof(type, field) == (off),                                                 \
                    #type "." #field " is in a segment: bump TCM_LAYOUT_VERSION and fix its offset")
 
-#define TCM_LAYOUT_VERSION 10u
+#define TCM_LAYOUT_VERSION 11u /* 11: page classes 129-224 (a span being drained), drain arrays in each tcache */
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
 #define TCM_CHAN_MAGIC 0x4e4148434d4354ull /* "TCMCHAN" */
 #define TCM_STATE_MAGIC 0x4554415453434d54ull /* "TCMSTATE" */
@@ -93,6 +93,8 @@
  * has room, so the free hit path sends its objects to the slow path, which
  * hands them back to tcmd instead of caching them. */
 #define TCM_PAGE_CLASS_DRAIN 128u
+_Static_assert(TCM_NCLASSES <= TCM_PAGE_CLASS_DRAIN && TCM_PAGE_CLASS_DRAIN + TCM_NCLASSES <= TCM_PAGE_CLASS_LARGE,
+               "a page-class byte must say which of class, draining class and page run it is");
 #define TCM_MAX_BATCH 512u        /* objects per ring request */
 #define TCM_DECAY_STEPS 40u       /* decay_ms / this: how often thread caches give back what sat unused,
                                      and the shortest time a page heap window can be cut to */
@@ -441,7 +443,7 @@ typedef struct tcm_tcache {
                                  skipped (they may be back in a bin from a later refill) */
     uint32_t reserved32;
     uint64_t reserved[5];
-    tcm_bin_t bins[TCM_NBINS]; /* only 1..TCM_NCLASSES-1 ever hold objects */
+    tcm_bin_t bins[TCM_NBINS]; /* 1..TCM_NCLASSES-1 the classes; DRAIN + c the drain arrays (room: never) */
     /* then the slot arrays, at chan_hdr.bin_slot_off[c] from the tcache */
 } tcm_tcache_t;
 TCM_SHARED_SIZE(tcm_tcache_t, 4160);

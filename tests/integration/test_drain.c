@@ -33,20 +33,15 @@
 enum { SIZE = 64, CLS = 4, SPAN_OBJS = 1024, SPANS = 32, N = SPANS * SPAN_OBJS, KEEP_EVERY = 16 };
 enum { KEPT = N / KEEP_EVERY, GATHERED = 10 }; /* GATHERED < tcm__drain_cap: they wait in the child */
 
-typedef struct shared {
-    _Atomic int phase;
-    _Atomic int draining; /* kept objects on draining pages */
-} shared_t;
-
 static tcm_test_daemon_t daemon_;
-static shared_t *sh;
+static _Atomic int *phase; /* shared with the child */
 static void *objs[N];
 
 /* pid: the child the parent waits for, which must not have died (0: the
  * child waits for the parent) */
 static void wait_phase(int want, pid_t pid)
 {
-    for (int t = 0; atomic_load(&sh->phase) < want; t++) {
+    for (int t = 0; atomic_load(phase) < want; t++) {
         CHECK_LT(t, 60000);
         if (pid)
             CHECK_EQ(waitpid(pid, NULL, WNOHANG), 0);
@@ -99,7 +94,6 @@ static int make_sparse(void)
         CHECK(pc == CLS || pc == TCM_PAGE_CLASS_DRAIN + CLS);
         draining += pc == TCM_PAGE_CLASS_DRAIN + CLS;
     }
-    atomic_store(&sh->draining, draining);
     return draining;
 }
 
@@ -117,7 +111,8 @@ static unsigned class_spans(void)
     return 0;
 }
 
-static void start(void)
+/* A tcmd of the case's own and its child, once the child is at phase 1. */
+static pid_t start(int (*child)(void *))
 {
     tt_daemon_start(&daemon_, NULL);
     char out[512];
@@ -125,9 +120,27 @@ static void start(void)
      * so that nothing but the frees moves objects */
     CHECK_EQ(tt_tcmctl(&daemon_, "config set tcache_budget 256K", out, sizeof out), 0);
     CHECK_EQ(tt_tcmctl(&daemon_, "config set decay_ms 0", out, sizeof out), 0);
-    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    CHECK(sh != MAP_FAILED);
-    memset(sh, 0, sizeof *sh);
+    atomic_store(phase, 0);
+    pid_t pid = tt_fork(child, NULL);
+    wait_phase(1, pid);
+    return pid;
+}
+
+/* The child: at phase 1, and on when the parent says (phase 2). */
+static void handshake(void)
+{
+    atomic_store(phase, 1);
+    wait_phase(2, 0);
+}
+
+/* The child goes on, ends cleanly, and everything is back and consistent. */
+static void finish(pid_t pid)
+{
+    atomic_store(phase, 2);
+    tt_wait_ok(pid, 60000);
+    tt_check_heap(&daemon_);
+    tt_check_all_back(&daemon_);
+    tt_daemon_stop(&daemon_);
 }
 
 static int frees_go_back(void *arg)
@@ -142,17 +155,14 @@ static int frees_go_back(void *arg)
             CHECK(again != objs[i]); /* gathered for tcmd, not cached */
         tcm_free(again);
     }
-    atomic_store(&sh->phase, 1);
-    wait_phase(2, 0);
+    handshake();
     tcm_shutdown();
     return 0;
 }
 
 static void test_frees_go_back(void)
 {
-    start();
-    pid_t pid = tt_fork(frees_go_back, NULL);
-    wait_phase(1, pid);
+    pid_t pid = start(frees_go_back);
     /* everything is freed: what keeps a span is what the child's bin holds
      * (at most 4096 objects in a 256K budget, spread over the spans) or has
      * gathered (under 64); without draining, its bin would hold the 2048
@@ -160,11 +170,7 @@ static void test_frees_go_back(void)
     unsigned spans = class_spans();
     printf("spans of class %u after the kept objects were freed: %u (of %u)\n", CLS, spans, SPANS);
     CHECK_LE(spans, SPANS / 4);
-    atomic_store(&sh->phase, 2);
-    tt_wait_ok(pid, 60000);
-    tt_check_heap(&daemon_);
-    tt_check_all_back(&daemon_);
-    tt_daemon_stop(&daemon_);
+    finish(pid);
 }
 
 static int dies_holding(void *arg)
@@ -179,16 +185,14 @@ static int dies_holding(void *arg)
             gathered++;
         }
     CHECK_EQ(gathered, GATHERED);
-    atomic_store(&sh->phase, 1);
+    atomic_store(phase, 1);
     for (;;)
         pause();
 }
 
 static void test_dead_process_gathered(void)
 {
-    start();
-    pid_t pid = tt_fork(dies_holding, NULL);
-    wait_phase(1, pid);
+    pid_t pid = start(dies_holding);
     CHECK_EQ(kill(pid, SIGKILL), 0);
     int st = tt_wait(pid, 10000);
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
@@ -206,8 +210,7 @@ static int rides_restart(void *arg)
 {
     (void)arg;
     CHECK_GT(make_sparse(), 0);
-    atomic_store(&sh->phase, 1);
-    wait_phase(2, 0);
+    handshake();
     for (int i = 0; i < N; i += KEEP_EVERY)
         CHECK_EQ(page_class(objs[i]), CLS); /* every page back to its class */
     for (int i = 0; i < N; i += KEEP_EVERY)
@@ -218,22 +221,18 @@ static int rides_restart(void *arg)
 
 static void test_restart_undrains(void)
 {
-    start();
-    pid_t pid = tt_fork(rides_restart, NULL);
-    wait_phase(1, pid);
+    pid_t pid = start(rides_restart);
     tt_daemon_kill(&daemon_);
     tt_daemon_restart(&daemon_, NULL, NULL);
     tt_check_heap(&daemon_);
-    atomic_store(&sh->phase, 2);
-    tt_wait_ok(pid, 60000);
-    tt_check_heap(&daemon_);
-    tt_check_all_back(&daemon_);
-    tt_daemon_stop(&daemon_);
+    finish(pid);
 }
 
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
+    phase = mmap(NULL, sizeof *phase, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(phase != MAP_FAILED);
     test_frees_go_back();
     printf("ok   frees of a draining span go back to tcmd, and the span empties\n");
     test_dead_process_gathered();
