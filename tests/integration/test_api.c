@@ -219,6 +219,52 @@ static void test_first_free_keeps_lines_apart(void)
     CHECK_EQ(pthread_join(t, NULL), 0);
 }
 
+/* A miss takes an object of a class at most a quarter larger from the
+ * thread's own bins, before asking tcmd, and only one whose objects are at
+ * least as aligned (tcm_aligned_alloc picks a class by its alignment).
+ * Each case runs in a process of its own, so every bin starts empty. */
+static void test_miss_takes_larger_class(void)
+{
+    void *q = tcm_malloc(192);
+    CHECK(q != NULL);
+    tcm_free(q); /* on top of the 192 B bin; the 160 B bin was never used */
+    void *p = tcm_malloc(160);
+    CHECK(p == q);
+    CHECK_EQ(tcm_usable_size(p), 192);
+    tcm_free(p);
+
+    /* not past a quarter: 288 B is more than 5/4 of 224 */
+    void *big = tcm_malloc(288);
+    tcm_free(big);
+    void *r = tcm_malloc(224);
+    CHECK(r != big);
+    CHECK_EQ(tcm_usable_size(r), 224);
+    tcm_free(r);
+
+    /* 176 B objects are only 16-byte aligned, 192 B ones 64: a 32-aligned
+     * 160 B request passes a 176 B object by and takes a 192 B one */
+    void *objs[16], *odd = NULL;
+    for (int i = 0; i < 16; i++) {
+        objs[i] = tcm_malloc(176);
+        CHECK(objs[i] != NULL);
+        if (!odd && (uintptr_t)objs[i] % 32)
+            odd = objs[i];
+    }
+    CHECK(odd != NULL);
+    for (int i = 0; i < 16; i++)
+        if (objs[i] != odd)
+            tcm_free(objs[i]);
+    tcm_free(odd); /* on top of the 176 B bin */
+    void *a = tcm_aligned_alloc(32, 160);
+    CHECK(a != NULL && a != odd);
+    CHECK_EQ((uintptr_t)a % 32, 0);
+    CHECK_EQ(tcm_usable_size(a), 192);
+    tcm_free(a);
+    void *plain = tcm_malloc(144); /* a class only 16-byte aligned itself takes it */
+    CHECK(plain == odd);
+    tcm_free(plain);
+}
+
 int main(void)
 {
     tt_daemon_start(&d, NULL);
@@ -233,6 +279,7 @@ int main(void)
         {"page-run cache", test_page_run_cache},
         {"page-run cache bound", test_run_cache_bound},
         {"first free of a class", test_first_free_keeps_lines_apart},
+        {"a miss takes a larger class", test_miss_takes_larger_class},
     };
     int failed = tt_run_cases("api", cases, sizeof cases / sizeof cases[0], 60000);
     tcm_shutdown();
