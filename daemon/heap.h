@@ -95,8 +95,10 @@ typedef struct tcm_heap {
     uint32_t top;                  /* mirror of state->top: pages [top, limit) were never handed out */
     uint32_t unused_spans;         /* chain of free span records through .next */
     uint32_t next_span_record;     /* records [next_span_record, npages] never used */
-    uint32_t free_lists[TCM_PH_NLISTS + 1];
-    uint64_t nonempty[(TCM_PH_NLISTS + 64) / 64 + 1]; /* bit i: free_lists[i] non-empty */
+    /* free runs by length, [1] backed (committed) and [0] released; two
+     * free neighbours are never in the same state (merged, or not at all) */
+    uint32_t free_lists[2][TCM_PH_NLISTS + 1];
+    uint64_t nonempty[2][(TCM_PH_NLISTS + 64) / 64 + 1]; /* bit i: free_lists[.][i] non-empty */
     uint64_t free_pages;           /* pages in FREE spans */
     uint64_t free_committed_pages; /* of those, known to be backed */
     uint64_t last_change_ns;       /* when pages were last cut or freed (decay starts from it) */

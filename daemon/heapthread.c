@@ -72,9 +72,8 @@ static void decay(tcm_server_t *srv, uint64_t now)
  * shrank (a process freed half of what it held, or its caches gave back
  * spans' worth) does not keep that committed for decay_ms; one that keeps
  * little beside what it uses is left to the window. Measured from the
- * segment's blocks, not from the runs' committed flags: a run merged from
- * committed and released parts counts as not committed, yet may be
- * backed almost whole. */
+ * segment's blocks, not summed from the runs' states: after a recovery a
+ * released run may hold backed pages. */
 static void decay_step(tcm_server_t *srv, uint64_t now, uint64_t decay_ns)
 {
     tcm_heap_t *h = &srv->h;

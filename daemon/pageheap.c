@@ -1,7 +1,8 @@
-/* pageheap.c — the page heap: free runs of pages, split on allocation,
- * coalesced with free neighbours on release, committed (fallocate) before
- * they are handed out and punched out of tmpfs when the free cache exceeds
- * its cap. Heap thread only. */
+/* pageheap.c — the page heap: free runs of pages, backed or released
+ * (punched out of tmpfs), split on allocation, coalesced with free
+ * neighbours in the same state on release, cut from backed runs first,
+ * committed (fallocate) before they are handed out and punched when the
+ * decay says so. Heap thread only. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,27 +72,27 @@ static void free_insert(tcm_heap_t *h, uint32_t s)
     TCM_ASSERT(sp->npages >= 1 && (uint64_t)sp->first + sp->npages <= h->top);
     TCM_ASSERT_INTERNAL(h->page_class[sp->first] == TCM_PAGE_CLASS_FREE &&
                         h->page_class[sp->first + sp->npages - 1] == TCM_PAGE_CLASS_FREE);
-    unsigned li = list_index(sp->npages);
+    unsigned li = list_index(sp->npages), c = sp->committed != 0;
     sp->state = TCM_SPAN_FREE;
     sp->cls = 0;
     h->page_span[sp->first] = s;
     h->page_span[sp->first + sp->npages - 1] = s;
-    tcm__span_list_push(h, &h->free_lists[li], s);
-    h->nonempty[li / 64] |= 1ull << (li % 64);
+    tcm__span_list_push(h, &h->free_lists[c][li], s);
+    h->nonempty[c][li / 64] |= 1ull << (li % 64);
     h->free_pages += sp->npages;
-    if (sp->committed)
+    if (c)
         h->free_committed_pages += sp->npages;
 }
 
 static void free_remove(tcm_heap_t *h, uint32_t s)
 {
     tcm_span_t *sp = &h->spans[s];
-    unsigned li = list_index(sp->npages);
-    tcm__span_list_remove(h, &h->free_lists[li], s);
-    if (!h->free_lists[li])
-        h->nonempty[li / 64] &= ~(1ull << (li % 64));
+    unsigned li = list_index(sp->npages), c = sp->committed != 0;
+    tcm__span_list_remove(h, &h->free_lists[c][li], s);
+    if (!h->free_lists[c][li])
+        h->nonempty[c][li / 64] &= ~(1ull << (li % 64));
     h->free_pages -= sp->npages;
-    if (sp->committed)
+    if (c)
         h->free_committed_pages -= sp->npages;
 }
 
@@ -145,26 +146,27 @@ static int commit_meta(tcm_heap_t *h, uint32_t from, uint32_t to)
     return 0;
 }
 
-/* First fit over the exact lists, then best fit over the long runs; only
- * runs that end below the heap limit. */
-static uint32_t find_free(tcm_heap_t *h, uint32_t npages, uint64_t limit_pages)
+/* In one set of lists (backed or released): first fit over the exact
+ * lists, then best fit over the long runs; only runs that end below the
+ * heap limit. */
+static uint32_t find_free_in(tcm_heap_t *h, unsigned c, uint32_t npages, uint64_t limit_pages)
 {
     if (npages <= TCM_PH_NLISTS) {
         for (unsigned w = npages / 64; w <= TCM_PH_NLISTS / 64; w++) {
-            uint64_t bits = h->nonempty[w];
+            uint64_t bits = h->nonempty[c][w];
             if (w == npages / 64)
                 bits &= ~0ull << (npages % 64);
             while (bits) {
                 unsigned li = w * 64 + (unsigned)__builtin_ctzll(bits);
                 bits &= bits - 1;
-                for (uint32_t s = h->free_lists[li]; s; s = h->spans[s].next)
+                for (uint32_t s = h->free_lists[c][li]; s; s = h->spans[s].next)
                     if ((uint64_t)h->spans[s].first + npages <= limit_pages)
                         return s;
             }
         }
     }
     uint32_t best = 0;
-    for (uint32_t s = h->free_lists[0]; s; s = h->spans[s].next) {
+    for (uint32_t s = h->free_lists[c][0]; s; s = h->spans[s].next) {
         tcm_span_t *sp = &h->spans[s];
         if (sp->npages >= npages && (uint64_t)sp->first + npages <= limit_pages &&
             (!best || sp->npages < h->spans[best].npages ||
@@ -172,6 +174,17 @@ static uint32_t find_free(tcm_heap_t *h, uint32_t npages, uint64_t limit_pages)
             best = s;
     }
     return best;
+}
+
+/* Backed pages first: a cut from them needs no new memory, and what the
+ * heap keeps backed is what it reuses (larson between two processes: the
+ * runs it emptied were merged into released neighbours and lost their
+ * flag, so cuts took released pages while freed ones waited for the
+ * decay step, which punched them; ~25% less punched and faulted in again). */
+static uint32_t find_free(tcm_heap_t *h, uint32_t npages, uint64_t limit_pages)
+{
+    uint32_t s = find_free_in(h, 1, npages, limit_pages);
+    return s ? s : find_free_in(h, 0, npages, limit_pages);
 }
 
 /* Cut [first, first + n) off span s (not on any list); the rest goes back
@@ -205,6 +218,12 @@ static uint64_t limit_pages_of(const tcm_heap_t *h)
 static uint32_t take_run(tcm_heap_t *h, uint32_t unit, uint32_t max_units, uint64_t limit_pages, uint32_t *units)
 {
     uint32_t s = find_free(h, unit, limit_pages);
+    if (!s && h->free_committed_pages && (limit_pages <= h->top || limit_pages - h->top < unit)) {
+        /* at the limit: backed runs punched join their released
+         * neighbours, which may make the run that fits */
+        TCM_STAT_ADD(h->meta, bytes_released, tcm__ph_release_ht(h, 0));
+        s = find_free(h, unit, limit_pages);
+    }
     uint64_t room;
     if (s) {
         free_remove(h, s);
@@ -358,19 +377,19 @@ void tcm__span_unmap_ht(tcm_heap_t *h, uint32_t first, uint32_t npages)
     memset(h->page_span + first, 0, (size_t)npages * sizeof h->page_span[0]);
 }
 
-/* Put free span s on the free lists, merged with free neighbours. */
+/* Put free span s on the free lists, merged with its free neighbours in
+ * the same state (backed or released). */
 static void insert_coalesced(tcm_heap_t *h, uint32_t s)
 {
     tcm_span_t *sp = &h->spans[s];
     if (sp->first > 1) {
         uint32_t l = h->page_span[sp->first - 1];
-        if (l && h->spans[l].state == TCM_SPAN_FREE &&
+        if (l && h->spans[l].state == TCM_SPAN_FREE && h->spans[l].committed == sp->committed &&
             h->spans[l].first + h->spans[l].npages == sp->first) {
             free_remove(h, l);
             h->page_span[h->spans[l].first + h->spans[l].npages - 1] = 0;
             sp->first = h->spans[l].first;
             sp->npages += h->spans[l].npages;
-            sp->committed &= h->spans[l].committed;
             tcm__span_delete_ht(h, l);
             TCM_CRASH_POINT(coalesce);
         }
@@ -378,11 +397,11 @@ static void insert_coalesced(tcm_heap_t *h, uint32_t s)
     uint32_t end = sp->first + sp->npages;
     if (end < h->top) {
         uint32_t r = h->page_span[end];
-        if (r && h->spans[r].state == TCM_SPAN_FREE && h->spans[r].first == end) {
+        if (r && h->spans[r].state == TCM_SPAN_FREE && h->spans[r].committed == sp->committed &&
+            h->spans[r].first == end) {
             free_remove(h, r);
             h->page_span[end] = 0;
             sp->npages += h->spans[r].npages;
-            sp->committed &= h->spans[r].committed;
             tcm__span_delete_ht(h, r);
         }
     }
@@ -438,6 +457,9 @@ void tcm__ph_insert_free_runs_ht(tcm_heap_t *h, const uint32_t *runs, uint32_t n
     publish_free_stats(h);
 }
 
+/* Punch free run s out of tmpfs. A backed one becomes released and joins
+ * its released neighbours; returns the bytes it knew to be backed. A
+ * released one (whose backing a recovery could not tell) stays as it is. */
 static uint64_t release_span(tcm_heap_t *h, uint32_t s)
 {
     tcm_span_t *sp = &h->spans[s];
@@ -448,29 +470,36 @@ static uint64_t release_span(tcm_heap_t *h, uint32_t s)
         return 0;
     }
     TCM_CRASH_POINT(release);
-    uint64_t bytes = sp->committed ? tcm__page_off(sp->npages) : 0;
-    if (sp->committed)
-        h->free_committed_pages -= sp->npages;
+    if (!sp->committed)
+        return 0;
+    uint64_t bytes = tcm__page_off(sp->npages);
+    free_remove(h, s);
     sp->committed = 0;
+    insert_coalesced(h, s);
     return bytes;
 }
 
-/* Punch free runs, longest lists first, until at most keep_bytes of free
- * committed pages remain; returns the committed bytes it knows it punched.
- * keep_bytes == 0 also punches runs whose backing is unknown (merged from
- * committed and released parts). */
+/* Punch backed free runs, longest lists first, until at most keep_bytes of
+ * them remain; returns the bytes punched. keep_bytes == 0 also punches the
+ * released runs, which may hold backed pages a recovery could not tell
+ * apart. */
 uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes)
 {
     uint64_t released = 0;
     for (unsigned i = 0; i <= TCM_PH_NLISTS; i++) {
         unsigned li = i == 0 ? 0 : TCM_PH_NLISTS + 1 - i; /* 0, 128, 127, ... 1 */
-        for (uint32_t s = h->free_lists[li]; s; s = h->spans[s].next) {
-            if (h->free_committed_pages * TCM_PAGE_SIZE <= keep_bytes && keep_bytes)
+        /* the next one is backed too, so no merge below deletes it */
+        for (uint32_t s = h->free_lists[1][li], next; s; s = next) {
+            if (keep_bytes && h->free_committed_pages * TCM_PAGE_SIZE <= keep_bytes)
                 goto done;
-            if (h->spans[s].committed || keep_bytes == 0)
-                released += release_span(h, s);
+            next = h->spans[s].next;
+            released += release_span(h, s);
         }
     }
+    if (keep_bytes == 0)
+        for (unsigned li = 0; li <= TCM_PH_NLISTS; li++)
+            for (uint32_t s = h->free_lists[0][li]; s; s = h->spans[s].next)
+                release_span(h, s);
 done:
     note_cache_low(h);
     /* the object records of spans that went back with these pages */
@@ -595,22 +624,26 @@ uint64_t tcm__ph_rebuild_ht(tcm_heap_t *h)
     return repairs;
 }
 
-/* Page-heap part of the whole-heap check: lists agree with states,
- * neighbours are never both free, the page map points at the right spans. */
+/* Page-heap part of the whole-heap check: lists agree with states, free
+ * neighbours are never both backed or both released, the page map points
+ * at the right spans. */
 bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
 {
     uint64_t pages = 0, committed = 0;
-    for (unsigned li = 0; li <= TCM_PH_NLISTS; li++) {
-        bool bit = h->nonempty[li / 64] >> (li % 64) & 1;
-        if (bit != (h->free_lists[li] != 0)) {
-            snprintf(why, whylen, "free list %u: non-empty bit %d but head %u", li, bit, h->free_lists[li]);
+    for (unsigned i = 0; i < 2 * (TCM_PH_NLISTS + 1); i++) {
+        unsigned c = i / (TCM_PH_NLISTS + 1), li = i % (TCM_PH_NLISTS + 1); /* released lists, then backed */
+        bool bit = h->nonempty[c][li / 64] >> (li % 64) & 1;
+        if (bit != (h->free_lists[c][li] != 0)) {
+            snprintf(why, whylen, "free list %u (%s): non-empty bit %d but head %u", li, c ? "backed" : "released",
+                     bit, h->free_lists[c][li]);
             return false;
         }
-        for (uint32_t s = h->free_lists[li], prev = 0; s; prev = s, s = h->spans[s].next) {
+        for (uint32_t s = h->free_lists[c][li], prev = 0; s; prev = s, s = h->spans[s].next) {
             tcm_span_t *sp = &h->spans[s];
-            if (sp->state != TCM_SPAN_FREE || sp->prev != prev || list_index(sp->npages) != li || !sp->on_list) {
-                snprintf(why, whylen, "free list %u: span %u state %u npages %u", li, s,
-                         sp->state, sp->npages);
+            if (sp->state != TCM_SPAN_FREE || sp->prev != prev || list_index(sp->npages) != li || !sp->on_list ||
+                (sp->committed != 0) != c) {
+                snprintf(why, whylen, "free list %u (%s): span %u state %u npages %u committed %u", li,
+                         c ? "backed" : "released", s, sp->state, sp->npages, sp->committed);
                 return false;
             }
             if (h->page_span[sp->first] != s || h->page_span[sp->first + sp->npages - 1] != s) {
@@ -637,7 +670,7 @@ bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
         return false;
     }
     /* walk the heap in address order: every page below top is in one span */
-    uint32_t p = 1, prev_state = TCM_SPAN_UNUSED;
+    uint32_t p = 1, prev_state = TCM_SPAN_UNUSED, prev_committed = 0;
     uint64_t span_bytes = 0;
     while (p < h->top) {
         uint32_t s = h->page_span[p];
@@ -647,8 +680,9 @@ bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
             return false;
         }
         tcm_span_t *sp = &h->spans[s];
-        if (sp->state == TCM_SPAN_FREE && prev_state == TCM_SPAN_FREE) {
-            snprintf(why, whylen, "free span %u at page %u follows another free span", s, p);
+        if (sp->state == TCM_SPAN_FREE && prev_state == TCM_SPAN_FREE && sp->committed == prev_committed) {
+            snprintf(why, whylen, "free span %u at page %u follows another %s one", s, p,
+                     sp->committed ? "backed" : "released");
             return false;
         }
         if (sp->state == TCM_SPAN_FREE) {
@@ -677,6 +711,7 @@ bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
             return false;
         }
         prev_state = sp->state;
+        prev_committed = sp->committed;
         p += sp->npages;
     }
     uint64_t stat = atomic_load_explicit(&h->meta->stats.bytes_spans, memory_order_relaxed);

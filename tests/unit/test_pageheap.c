@@ -124,6 +124,8 @@ static void test_runs(void)
             for (uint64_t p = 0; p < npages; p++)
                 CHECK_EQ(h.page_span[(off >> TCM_PAGE_SHIFT) + p], spans[i]);
         }
+        if (step % 100 == 37) /* some free runs punched: released ones merge, backed ones wait */
+            tcm__ph_release_ht(&h, (uint64_t)(rand() % 4) * 64 * TCM_PAGE_SIZE);
         if (step % 50 == 0)
             validate();
         if (step % 1000 == 999)
@@ -136,7 +138,10 @@ static void test_runs(void)
             CHECK_EQ(tcm__large_free_ht(&h, tcm__page_off(h.spans[spans[i]].first), &bytes, &owner), TCM_ST_OK);
         }
     validate();
-    /* everything coalesced back into one run */
+    /* everything coalesced back into one run, once punched: backed and
+     * released runs are not merged */
+    tcm__ph_release_ht(&h, 0);
+    validate();
     CHECK_EQ(h.free_pages, h.top - 1);
     uint32_t s = h.page_span[1];
     CHECK_EQ(h.spans[s].state, TCM_SPAN_FREE);
@@ -558,6 +563,47 @@ static void test_cut(void)
     rebuild_and_compare();
 }
 
+/* A cut takes backed free pages before released ones, so that a run a
+ * process freed is used again rather than a punched one backed anew; a
+ * backed run and a released neighbour stay apart until it is punched too. */
+static void test_backed_first(void)
+{
+    uint64_t a, b, c, d, e, bytes;
+    uint32_t owner;
+    CHECK_EQ(large_alloc(8, 1, 1, &a), TCM_ST_OK);
+    CHECK_EQ(large_alloc(8, 1, 1, &b), TCM_ST_OK);
+    CHECK_EQ(large_alloc(16, 1, 1, &c), TCM_ST_OK);
+    CHECK_EQ(large_alloc(8, 1, 1, &d), TCM_ST_OK); /* keeps c off the top */
+    CHECK_EQ(tcm__large_free_ht(&h, a, &bytes, &owner), TCM_ST_OK);
+    tcm__ph_release_ht(&h, 0); /* a: 8 pages, released */
+    CHECK_EQ(tcm__large_free_ht(&h, c, &bytes, &owner), TCM_ST_OK); /* c: 16 pages, backed */
+    validate();
+    CHECK_EQ(h.free_committed_pages, 16);
+#ifndef _WIN32
+    int64_t before = tcm__backed_bytes(heap_fd);
+#endif
+    CHECK_EQ(large_alloc(8, 1, 1, &e), TCM_ST_OK);
+    CHECK_EQ(e, c); /* not a, though a is the exact fit */
+    CHECK_EQ(h.free_committed_pages, 8);
+#ifndef _WIN32
+    CHECK_EQ(tcm__backed_bytes(heap_fd), before); /* nothing backed anew */
+#endif
+    /* b, backed, next to a, released: two runs until b is punched */
+    CHECK_EQ(tcm__large_free_ht(&h, b, &bytes, &owner), TCM_ST_OK);
+    validate();
+    uint32_t ra = h.page_span[a >> TCM_PAGE_SHIFT], rb = h.page_span[b >> TCM_PAGE_SHIFT];
+    CHECK(ra != rb);
+    CHECK_EQ(h.spans[ra].npages, 8);
+    CHECK_EQ(h.spans[rb].committed, 1);
+    tcm__ph_release_ht(&h, 0);
+    validate();
+    ra = h.page_span[a >> TCM_PAGE_SHIFT];
+    CHECK_EQ(h.spans[ra].npages, 16);
+    CHECK_EQ(h.spans[ra].committed, 0);
+    CHECK_EQ(h.free_committed_pages, 0);
+    (void)d;
+}
+
 #define ON_A_NEW_HEAP(name) \
     static void case_##name(void) \
     { \
@@ -571,6 +617,7 @@ ON_A_NEW_HEAP(kept)
 ON_A_NEW_HEAP(cut)
 ON_A_NEW_HEAP(random)
 ON_A_NEW_HEAP(release)
+ON_A_NEW_HEAP(backed_first)
 ON_A_NEW_HEAP(limit)
 ON_A_NEW_HEAP(roots)
 
@@ -578,6 +625,7 @@ int main(void)
 {
     static const tt_case_t cases[] = {
         {"runs", case_runs}, {"objects", case_objects}, {"batch", case_batch}, {"kept", case_kept}, {"cut", case_cut}, {"random", case_random}, {"release", case_release},
+        {"backed first", case_backed_first},
         {"limit", case_limit}, {"roots", case_roots},
     };
     return tt_run_cases("pageheap", cases, sizeof cases / sizeof cases[0], 60000) != 0;
