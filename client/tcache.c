@@ -665,6 +665,20 @@ static void note_event(tcm_thread_t *thr, unsigned cls)
     thr->event_ns[cls] = tcm__now_ns();
 }
 
+/* A class of one-object spans (56 KiB and up) that is not busy keeps
+ * nothing in a thread's bin: a free hands its span straight back (without
+ * waiting) and a malloc takes one from tcmd. Each of these objects is a
+ * span, which tcmd's page heap cuts again for whichever class needs the
+ * pages; in a bin, only its own class (or the two below it) could use it,
+ * and a program that allocates many large sizes now and then kept one of
+ * each per thread (larson between two processes: ~3.5 MB, the largest
+ * part of its bins). A class used in a tight loop (the seed's 256 KiB x 64)
+ * is busy and caches as any other. */
+static bool quiet_span_class(const tcm_thread_t *thr, unsigned cls)
+{
+    return tcm__proc.classes[cls].span_objs == 1 && !busy_class(thr, cls);
+}
+
 TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
 {
     tcm_bin_t *b = &thr->tc->bins[cls];
@@ -825,11 +839,17 @@ TCM_NOINLINE void *tcm__malloc_slow(size_t size)
         if (p)
             return p;
     }
+    bool quiet = !b->count && quiet_span_class(thr, cls);
     if (!b->count && !refill(thr, cls)) {
         errno = ENOMEM;
         return NULL;
     }
-    return b->slots[--b->count];
+    void *p = b->slots[--b->count];
+    if (quiet && !b->count && b->max) { /* nothing stays for a free to fill */
+        thr->capacity -= (uint64_t)b->max * tcm__proc.classes[cls].size;
+        b->max = 0;
+    }
+    return p;
 }
 
 /* A thread's first touch of a small class is a free: most likely of another
@@ -903,6 +923,15 @@ TCM_NOINLINE void tcm__free_slow(void *p)
     if (b->max == 0 && thr->refill[cls] == REFILL_FIRST && pr->classes[cls].size < 2 * TCM_CACHELINE &&
         free_first(thr, cls, p))
         return;
+    if (b->count >= b->max && quiet_span_class(thr, cls) &&
+        tcm__back_slots(b->slots, &pr->caches[thr->index].backed[cls], b->count + 1) > b->count) {
+        /* listed in the bin until the RETURN is posted, as any object
+         * handed back: a death in between leaves it to reclaim */
+        note_event(thr, cls);
+        b->slots[b->count++] = p;
+        return_async(thr, cls, b, 1);
+        return;
+    }
     if (b->count >= b->max) {
         /* a bin grows with use, not with time: only one that overflows again soon */
         if (busy_class(thr, cls))

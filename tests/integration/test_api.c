@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "tcm.h"
@@ -265,6 +266,27 @@ static void test_miss_takes_larger_class(void)
     tcm_free(plain);
 }
 
+/* A class of one-object spans that is not busy keeps nothing in the
+ * thread's bin: the span goes back to tcmd, whose page heap serves any
+ * class from it. One used in a tight loop caches as any other. */
+static void test_quiet_span_class(void)
+{
+    const size_t big = 200 << 10; /* one object a span */
+    void *p = tcm_malloc(big);
+    CHECK(p != NULL);
+    uint64_t cached = tt_stat(&d, "bytes_client_caches");
+    struct timespec pause = {0, 20 * 1000000};
+    nanosleep(&pause, NULL); /* quiet: nothing of the class for 20 ms */
+    tcm_free(p);
+    CHECK_EQ(tt_stat(&d, "bytes_client_caches"), cached);
+    for (int i = 0; i < 100; i++) {
+        void *q = tcm_malloc(big);
+        CHECK(q != NULL);
+        tcm_free(q);
+    }
+    CHECK_GE(tt_stat(&d, "bytes_client_caches"), cached + big);
+}
+
 int main(void)
 {
     tt_daemon_start(&d, NULL);
@@ -280,6 +302,7 @@ int main(void)
         {"page-run cache bound", test_run_cache_bound},
         {"first free of a class", test_first_free_keeps_lines_apart},
         {"a miss takes a larger class", test_miss_takes_larger_class},
+        {"a quiet class of one-object spans keeps nothing", test_quiet_span_class},
     };
     int failed = tt_run_cases("api", cases, sizeof cases / sizeof cases[0], 60000);
     tcm_shutdown();
