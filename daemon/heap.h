@@ -109,7 +109,7 @@ typedef struct tcm_heap {
     uint8_t *tag_block_base;       /* in state: the tag blocks */
     uint64_t *slots_bits;          /* private: the reservation the slot sets' bitmaps live in */
     uint64_t slots_words;          /* its size in words */
-    uint64_t step_ns;              /* when the last step (decay_ms / TCM_DECAY_STEPS) began: decay by amount */
+    uint64_t step_ns;              /* when the last step (decay_ms / DECAY_AMOUNT_STEPS) began: decay by amount */
     /* derived, private: the spans of each class with free objects, on
      * lists by how full they are (tcm__central_list), those being drained
      * on one more (TCM_DRAIN_LIST); bit i of central_nonempty: list i is

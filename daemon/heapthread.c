@@ -24,6 +24,7 @@
 #define EXPENSIVE_CHECK_EVERY 4096u /* requests between whole-heap validations (assert level 3) */
 #define DECAY_AMOUNT_MIN (1u << 20)   /* free backed pages below this wait for the decay window */
 #define DECAY_AMOUNT_SHARE 32u        /* ... and so do free backed pages up to this share of the spans */
+#define DECAY_AMOUNT_STEPS 160u       /* decay_ms / this: how often the amount is checked (62 ms by default) */
 
 /* Punch free runs until at most keep_bytes of free committed pages are
  * left (0: every free page); returns what the segment's blocks dropped by,
@@ -65,10 +66,12 @@ static void decay(tcm_server_t *srv, uint64_t now)
 }
 
 /* Decay by amount, not only by time: at the end of each step (decay_ms /
- * TCM_DECAY_STEPS), when the free pages the heap segment still backs are
+ * DECAY_AMOUNT_STEPS), when the free pages the heap segment still backs are
  * more than a 32nd of the bytes in spans, they all go back (an eighth held
  * larson between two processes ~4 MB higher: free pages its caches and
- * emptied spans gave back waited for the window). A heap that
+ * emptied spans gave back waited for the window; a step of 250 ms instead
+ * of 62, ~1 MB higher on average: what a step gathers is there at a random
+ * moment half the time). A heap that
  * shrank (a process freed half of what it held, or its caches gave back
  * spans' worth) does not keep that committed for decay_ms; one that keeps
  * little beside what it uses is left to the window. Measured from the
@@ -77,7 +80,7 @@ static void decay(tcm_server_t *srv, uint64_t now)
 static void decay_step(tcm_server_t *srv, uint64_t now, uint64_t decay_ns)
 {
     tcm_heap_t *h = &srv->h;
-    if (now - h->step_ns < decay_ns / TCM_DECAY_STEPS)
+    if (now - h->step_ns < decay_ns / DECAY_AMOUNT_STEPS)
         return;
     h->step_ns = now;
     int64_t backed = tcm__backed_bytes(srv->heap_fd);
