@@ -373,9 +373,9 @@ static double run_once(const cfg_t *c, const bench_daemon_t *d, mem_t *m)
             m->client_caches = bench_daemon_query(d, "stats", "bytes_client_caches");
             if (getenv("TCM_BENCH_MEM_DEBUG")) {
                 bench_daemon_print(d, "classes");
-                /* what the memory cost in round trips and page work */
                 /* committed less this: free pages the heap still backs */
                 fprintf(stderr, "spans %lld\n", (long long)bench_daemon_query(d, "stats", "bytes_spans"));
+                /* what the memory cost in round trips and page work */
                 fprintf(stderr, "requests: refill %lld return %lld; bytes released %lld, decays %lld; %.3f s\n",
                         (long long)bench_daemon_query(d, "stats", "requests_refill"),
                         (long long)bench_daemon_query(d, "stats", "requests_return"),

@@ -341,6 +341,16 @@ static void fetch_ahead(tcm_thread_t *thr, unsigned cls)
         thr->tc->ahead_bytes -= (uint64_t)want * ci->size;
 }
 
+/* Set a bin's room (its max), with the thread's capacity, the sum of its
+ * bins' room in bytes, in step. */
+static void set_room(tcm_thread_t *thr, unsigned cls, uint32_t max)
+{
+    tcm_bin_t *b = &thr->tc->bins[cls];
+    uint64_t size = tcm__proc.classes[cls].size;
+    thr->capacity = thr->capacity - b->max * size + max * size;
+    b->max = max;
+}
+
 /* Let a bin hold `more` more objects if the thread's budget allows. */
 static void grow(tcm_thread_t *thr, unsigned cls, uint32_t more)
 {
@@ -354,9 +364,7 @@ static void grow(tcm_thread_t *thr, unsigned cls, uint32_t more)
         more = (uint32_t)(left / ci->size);
     if (b->max == 0 && more == 0)
         more = 1; /* every class may hold at least one object */
-    more = tcm__back_slots(b->slots, &tcm__proc.caches[thr->index].backed[cls], b->max + more) - b->max;
-    b->max += more;
-    thr->capacity += (uint64_t)more * ci->size;
+    set_room(thr, cls, tcm__back_slots(b->slots, &tcm__proc.caches[thr->index].backed[cls], b->max + more));
 }
 
 /* Halve bins until the thread fits its (new) budget. */
@@ -371,8 +379,7 @@ TCM_COLD static void shrink_to_budget(tcm_thread_t *thr)
             uint32_t keep = b->max / 2;
             if (b->count > keep) /* a smaller budget: memory back to the heap, not the transfer tier */
                 release_objects(cls, b, keep, true, NULL);
-            thr->capacity -= (uint64_t)(b->max - keep) * tcm__proc.classes[cls].size;
-            b->max = keep;
+            set_room(thr, cls, keep);
             changed = true;
         }
         if (!changed)
@@ -430,7 +437,6 @@ static uint64_t scavenge_interval_ns(void)
  * never reaches a slow path, and keeps everything. */
 TCM_COLD static void scavenge(tcm_thread_t *thr)
 {
-    const tcm_class_info_t *classes = tcm__proc.classes;
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         tcm_bin_t *b = &thr->tc->bins[cls];
         uint32_t low = thr->low[cls] < b->count ? thr->low[cls] : b->count;
@@ -441,12 +447,8 @@ TCM_COLD static void scavenge(tcm_thread_t *thr)
             if (max < b->count)
                 max = b->count;
             if (max < 1)
-                max = 1; /* as grow() leaves it: a bin that has been used is never back at max 0 */
-            if (max < b->max)
-                thr->capacity -= (uint64_t)(b->max - max) * classes[cls].size;
-            else
-                thr->capacity += (uint64_t)(max - b->max) * classes[cls].size;
-            b->max = max;
+                max = 1; /* as grow() leaves it (a quiet class of one-object spans goes to 0 on its own) */
+            set_room(thr, cls, max);
         }
         thr->low[cls] = b->count;
     }
@@ -840,18 +842,15 @@ TCM_NOINLINE void *tcm__malloc_slow(size_t size)
         void *p = take_larger(thr, cls);
         if (p)
             return p;
+        bool quiet = quiet_span_class(thr, cls);
+        if (!refill(thr, cls)) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        if (quiet && b->count == 1)
+            set_room(thr, cls, 0); /* nothing stays for a free to fill */
     }
-    bool quiet = !b->count && quiet_span_class(thr, cls);
-    if (!b->count && !refill(thr, cls)) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    void *p = b->slots[--b->count];
-    if (quiet && !b->count && b->max) { /* nothing stays for a free to fill */
-        thr->capacity -= (uint64_t)b->max * tcm__proc.classes[cls].size;
-        b->max = 0;
-    }
-    return p;
+    return b->slots[--b->count];
 }
 
 /* A thread's first touch of a small class is a free: most likely of another

@@ -122,6 +122,7 @@ void tcm__ph_init(tcm_heap_t *h)
 }
 
 static void insert_coalesced(tcm_heap_t *h, uint32_t s);
+static uint64_t release_backed(tcm_heap_t *h, uint64_t keep_bytes);
 
 /* Back the metadata that describes heap pages [from, to) -- page class,
  * page span and the span records, of which there are never more than
@@ -217,24 +218,22 @@ static uint64_t limit_pages_of(const tcm_heap_t *h)
  * above top. 0 when there is no room. */
 static uint32_t take_run(tcm_heap_t *h, uint32_t unit, uint32_t max_units, uint64_t limit_pages, uint32_t *units)
 {
+    uint64_t room = limit_pages > h->top ? limit_pages - h->top : 0; /* above top */
     uint32_t s = find_free(h, unit, limit_pages);
-    if (!s && h->free_committed_pages && (limit_pages <= h->top || limit_pages - h->top < unit)) {
+    if (!s && room < unit && h->free_committed_pages) {
         /* at the limit: backed runs punched join their released
          * neighbours, which may make the run that fits */
-        TCM_STAT_ADD(h->meta, bytes_released, tcm__ph_release_ht(h, 0));
+        TCM_STAT_ADD(h->meta, bytes_released, release_backed(h, 0));
         s = find_free(h, unit, limit_pages);
     }
-    uint64_t room;
     if (s) {
         free_remove(h, s);
         h->spans[s].state = TCM_SPAN_UNUSED; /* in transit: never merged into */
         room = limit_pages - h->spans[s].first;
         if (room > h->spans[s].npages)
             room = h->spans[s].npages;
-    } else {
-        room = limit_pages > h->top ? limit_pages - h->top : 0;
-        if (room < unit)
-            return 0;
+    } else if (room < unit) {
+        return 0;
     }
     uint32_t k = (uint32_t)(room / unit) < max_units ? (uint32_t)(room / unit) : max_units;
     if (!s) {
@@ -480,10 +479,8 @@ static uint64_t release_span(tcm_heap_t *h, uint32_t s)
 }
 
 /* Punch backed free runs, longest lists first, until at most keep_bytes of
- * them remain; returns the bytes punched. keep_bytes == 0 also punches the
- * released runs, which may hold backed pages a recovery could not tell
- * apart. */
-uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes)
+ * them remain (0: none); returns the bytes punched. */
+static uint64_t release_backed(tcm_heap_t *h, uint64_t keep_bytes)
 {
     uint64_t released = 0;
     for (unsigned i = 0; i <= TCM_PH_NLISTS; i++) {
@@ -491,16 +488,23 @@ uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes)
         /* the next one is backed too, so no merge below deletes it */
         for (uint32_t s = h->free_lists[1][li], next; s; s = next) {
             if (keep_bytes && h->free_committed_pages * TCM_PAGE_SIZE <= keep_bytes)
-                goto done;
+                return released;
             next = h->spans[s].next;
             released += release_span(h, s);
         }
     }
+    return released;
+}
+
+/* release_backed, and with keep_bytes == 0 the released runs too, which
+ * may hold backed pages a recovery could not tell apart. */
+uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes)
+{
+    uint64_t released = release_backed(h, keep_bytes);
     if (keep_bytes == 0)
         for (unsigned li = 0; li <= TCM_PH_NLISTS; li++)
             for (uint32_t s = h->free_lists[0][li]; s; s = h->spans[s].next)
                 release_span(h, s);
-done:
     note_cache_low(h);
     /* the object records of spans that went back with these pages */
     tcm__slots_trim_ht(h);
