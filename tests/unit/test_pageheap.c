@@ -604,6 +604,29 @@ static void test_backed_first(void)
     (void)d;
 }
 
+/* At the heap limit a run that fits only across a backed run and its
+ * released neighbour is still found: the cut punches the backed runs, which
+ * then merge with their neighbours. */
+static void test_limit_across_states(void)
+{
+    uint64_t a, b, c, got, bytes;
+    uint32_t owner;
+    CHECK_EQ(large_alloc(8, 1, 1, &a), TCM_ST_OK);
+    CHECK_EQ(large_alloc(8, 1, 1, &b), TCM_ST_OK);
+    CHECK_EQ(large_alloc(8, 1, 1, &c), TCM_ST_OK); /* keeps b off the top */
+    CHECK_EQ(tcm__large_free_ht(&h, a, &bytes, &owner), TCM_ST_OK);
+    tcm__ph_release_ht(&h, 0); /* a: released */
+    CHECK_EQ(tcm__large_free_ht(&h, b, &bytes, &owner), TCM_ST_OK); /* b: backed, a run of its own */
+    validate();
+    atomic_store(&h.meta->config.heap_limit, (uint64_t)h.top * TCM_PAGE_SIZE); /* nothing above top */
+    CHECK_EQ(large_alloc(16, 1, 1, &got), TCM_ST_OK);
+    CHECK_EQ(got, a);
+    CHECK_EQ(h.free_committed_pages, 0);
+    validate();
+    atomic_store(&h.meta->config.heap_limit, HEAP);
+    (void)c;
+}
+
 #define ON_A_NEW_HEAP(name) \
     static void case_##name(void) \
     { \
@@ -618,6 +641,7 @@ ON_A_NEW_HEAP(cut)
 ON_A_NEW_HEAP(random)
 ON_A_NEW_HEAP(release)
 ON_A_NEW_HEAP(backed_first)
+ON_A_NEW_HEAP(limit_across_states)
 ON_A_NEW_HEAP(limit)
 ON_A_NEW_HEAP(roots)
 
@@ -625,7 +649,7 @@ int main(void)
 {
     static const tt_case_t cases[] = {
         {"runs", case_runs}, {"objects", case_objects}, {"batch", case_batch}, {"kept", case_kept}, {"cut", case_cut}, {"random", case_random}, {"release", case_release},
-        {"backed first", case_backed_first},
+        {"backed first", case_backed_first}, {"limit across states", case_limit_across_states},
         {"limit", case_limit}, {"roots", case_roots},
     };
     return tt_run_cases("pageheap", cases, sizeof cases / sizeof cases[0], 60000) != 0;
