@@ -54,8 +54,8 @@ void tcm__ctlsock_close_fds(tcm_handle_t *fds, int n)
 
 /* One Hello on a new connection; the answer in *out (a Welcome or an
  * Error), and the descriptors that came with it in fds (-1 where none). */
-int tcm__ctlsock_handshake(const char *socket_path, uint32_t resume_id, uint64_t token, tcm_handle_t *fd_out,
-                     Tcm__Response **out, tcm_handle_t fds[NFDS])
+int tcm__ctlsock_handshake(const char *socket_path, uint32_t resume_id, uint64_t token, int timeout_ms,
+                           tcm_handle_t *fd_out, Tcm__Response **out, tcm_handle_t fds[NFDS])
 {
     int nfds = 0;
     for (int i = 0; i < NFDS; i++)
@@ -73,7 +73,7 @@ int tcm__ctlsock_handshake(const char *socket_path, uint32_t resume_id, uint64_t
     req.body_case = TCM__REQUEST__BODY_HELLO;
     req.hello = &hello;
     int rc = tcm__frame_send(fd, &req);
-    Tcm__Response *resp = rc ? NULL : tcm__frame_recv_fds(fd, 10000, fds, NFDS, &nfds);
+    Tcm__Response *resp = rc ? NULL : tcm__frame_recv_fds(fd, timeout_ms, fds, NFDS, &nfds);
     if (!resp) {
         rc = rc ? rc : -errno;
         tcm__close(fd);

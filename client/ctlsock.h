@@ -13,10 +13,11 @@ struct Tcm__Response; /* tcm.pb-c.h: callers that handshake include it (frame.h)
 enum { FD_HEAP, FD_META, FD_CHANNEL, NFDS };
 
 /* One Hello (a resume when resume_id is not 0) on a new connection to
- * socket_path: 0 with the connection in *fd_out, the answer in *out (a
- * Welcome or an Error) and the descriptors that came with it in fds (-1
- * where none), else -errno. */
-TCM_HIDDEN int tcm__ctlsock_handshake(const char *socket_path, uint32_t resume_id, uint64_t token,
+ * socket_path, answered within timeout_ms of the connect: 0 with the
+ * connection in *fd_out, the answer in *out (a Welcome or an Error) and the
+ * descriptors that came with it in fds (-1 where none), else -errno
+ * (-ETIMEDOUT for a server that took the connection and said nothing). */
+TCM_HIDDEN int tcm__ctlsock_handshake(const char *socket_path, uint32_t resume_id, uint64_t token, int timeout_ms,
                                       tcm_handle_t *fd_out, struct Tcm__Response **out, tcm_handle_t fds[NFDS]);
 TCM_HIDDEN void tcm__ctlsock_close_fds(tcm_handle_t *fds, int n);
 /* Tell the daemon this is a deliberate detach (the next close is one). */

@@ -137,17 +137,24 @@ TCM_COLD static int attach_locked(const char *socket_path)
     tcm_handle_t fd, fds[NFDS];
     Tcm__Response *resp;
     uint64_t deadline = 0;
-    while ((rc = tcm__ctlsock_handshake(socket_path, 0, 0, &fd, &resp, fds)) != 0) {
+    /* Only a process that was attached (or whose parent was, before a
+     * fork: it kept the heap mapped) has objects to keep and a tcmd to wait
+     * for. One that never was gives up at once when nothing listens, and
+     * after TCM_FRESH_ATTACH_MS when something listens but does not answer:
+     * a stale socket file must not hold every program up. */
+    bool rides = pr->heap != NULL;
+    while ((rc = tcm__ctlsock_handshake(socket_path, 0, 0, rides ? 10000 : TCM_FRESH_ATTACH_MS, &fd, &resp, fds)) !=
+           0) {
         uint64_t now = tcm__now_ns();
         /* once a restart is under way, the socket file may be missing for a moment */
-        if (!restarting(rc, socket_path) && !(deadline && rc == -ENOENT)) {
+        if (!rides || (!restarting(rc, socket_path) && !(deadline && rc == -ENOENT))) {
             tcm__note("attach to %s failed: %s", socket_path, strerror(-rc));
             return rc;
         }
         if (!deadline) {
             deadline = now + tcm__reconnect_timeout_ns();
-            tcm__note("tcmd on %s does not answer (restarting?): waiting up to %.0f s", socket_path,
-                      (double)(deadline - now) / 1e9);
+            fprintf(stderr, "tcm: tcmd on %s does not answer (restarting?): waiting up to %.0f s\n", socket_path,
+                    (double)(deadline - now) / 1e9);
         }
         if (now >= deadline)
             return rc;
@@ -230,6 +237,23 @@ int tcm__ensure_attached(void)
 
 const char *tcm__attach_failed_note;
 
+/* What an attach that failed with rc found, in a user's words. */
+static const char *attach_failure(int rc)
+{
+    switch (rc) {
+    case -ENOENT:
+        return "no tcmd there (no socket file)";
+    case -ECONNREFUSED:
+        return "nothing listens on it (tcmd is not running; the socket file is stale)";
+    case -ETIMEDOUT:
+        return "tcmd there did not answer in time";
+    case -EPERM:
+        return *tcm__server_refusal() ? tcm__server_refusal() : strerror(-rc);
+    default:
+        return strerror(-rc);
+    }
+}
+
 TCM_COLD int tcm_init(const char *socket_path)
 {
     static bool reported;
@@ -240,8 +264,7 @@ TCM_COLD int tcm_init(const char *socket_path)
         char path[108];
         reported = true;
         fprintf(stderr, "tcm: cannot attach to tcmd on %s: %s%s\n",
-                socket_path ? socket_path : tcm__default_socket(path, sizeof path),
-                rc == -EPERM && *tcm__server_refusal() ? tcm__server_refusal() : strerror(-rc),
+                socket_path ? socket_path : tcm__default_socket(path, sizeof path), attach_failure(rc),
                 tcm__attach_failed_note ? tcm__attach_failed_note : "");
     }
     return rc;

@@ -28,6 +28,10 @@ TCM_COLD uint64_t tcm__reconnect_timeout_ns(void)
     return TCM_RECONNECT_DEFAULT_S * 1000000000ull;
 }
 
+/* Whether this outage's wait was announced (then its end is too); under
+ * conn_lock. */
+static bool wait_announced;
+
 TCM_COLD int tcm__await_daemon(void)
 {
     tcm_proc_t *pr = &tcm__proc;
@@ -44,12 +48,14 @@ TCM_COLD int tcm__await_daemon(void)
     uint64_t now = tcm__now_ns();
     if (!pr->outage_deadline_ns) {
         pr->outage_deadline_ns = now + tcm__reconnect_timeout_ns();
-        tcm__note("lost the connection to tcmd on %s: waiting up to %.0f s for it to come back", pr->socket_path,
-                  (double)(pr->outage_deadline_ns - now) / 1e9);
+        wait_announced = pr->outage_deadline_ns > now; /* (a timeout of 0 waits for nothing) */
+        if (wait_announced)
+            fprintf(stderr, "tcm: lost the connection to tcmd on %s: waiting up to %.0f s for it to come back\n",
+                    pr->socket_path, (double)(pr->outage_deadline_ns - now) / 1e9);
     }
     tcm_handle_t fd, fds[NFDS];
     Tcm__Response *resp;
-    rc = tcm__ctlsock_handshake(pr->socket_path, pr->client_id, pr->token, &fd, &resp, fds);
+    rc = tcm__ctlsock_handshake(pr->socket_path, pr->client_id, pr->token, 10000, &fd, &resp, fds);
     tcm__ctlsock_close_fds(fds, NFDS); /* a resume keeps its mappings */
     if (rc == 0) {
         if (resp->body_case == TCM__RESPONSE__BODY_WELCOME && resp->welcome->resumed &&
@@ -60,7 +66,12 @@ TCM_COLD int tcm__await_daemon(void)
             atomic_fetch_add(&pr->conn_gen, 1);
             pr->outage_deadline_ns = 0;
             pr->daemon_lost = false;
-            tcm__note("reconnected to tcmd (pid %u) as client %u", resp->welcome->daemon_pid, pr->client_id);
+            if (wait_announced)
+                fprintf(stderr, "tcm: reconnected to tcmd (pid %u) as client %u\n", resp->welcome->daemon_pid,
+                        pr->client_id);
+            else
+                tcm__note("reconnected to tcmd (pid %u) as client %u", resp->welcome->daemon_pid, pr->client_id);
+            wait_announced = false;
         } else {
             fprintf(stderr, "tcm: the tcmd now on %s does not know this process: %s\n", pr->socket_path,
                     resp->body_case == TCM__RESPONSE__BODY_ERROR ? resp->error->message : "unexpected answer");

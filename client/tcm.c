@@ -177,6 +177,8 @@ int tcm_stat(const char *name, uint64_t *value)
     int err = tcm__ensure_attached();
     if (err)
         return err;
+    if (tcm__proc.daemon_lost)
+        return -ENOTCONN;
     const tcm_heap_stats_t *st = &tcm__proc.meta->stats;
 #define TCM_STAT_LOOKUP(field, kind, w, doc)                                                                 \
     if (strcmp(name, #field) == 0) {                                                                         \

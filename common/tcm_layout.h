@@ -104,6 +104,10 @@ _Static_assert(TCM_NCLASSES <= TCM_PAGE_CLASS_DRAIN && TCM_PAGE_CLASS_DRAIN + TC
 #define TCM_MAX_CLIENTS 1024u     /* client records in the state segment */
 #define TCM_MAX_THREADS 4096u     /* the most --max-threads can be */
 #define TCM_RECONNECT_DEFAULT_S 30 /* reconnect_timeout's default, and a client's wait before it reads tcmd's */
+/* How long a process that was never attached waits for a tcmd that took its
+ * connection to answer the Hello; an attached one waits reconnect_timeout
+ * for a restart. */
+#define TCM_FRESH_ATTACH_MS 2000
 
 /* ---- size classes (shared, computed by tcm__class_table_init) ---- */
 

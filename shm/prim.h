@@ -127,7 +127,10 @@ int tcm__keep_alive_in(tcm_handle_t fd, tcm_pid_t pid);
  * of path. 0 or -errno. */
 int tcm__socket_bind_name(const char *path, char *out, size_t len);
 int tcm__socket_publish(const char *bound, const char *path);
-/* Connect to the control socket of path; handle or -errno. */
+/* Connect to the control socket of path; handle or -errno. A server whose
+ * backlog stays full (stopped, or flooded) makes the connect wait at most
+ * TCM_CONNECT_TIMEOUT_MS, then -ETIMEDOUT. */
+#define TCM_CONNECT_TIMEOUT_MS 2000
 tcm_handle_t tcm__connect(const char *path);
 int tcm__peer_cred(tcm_handle_t sockfd, tcm_pid_t *pid, tcm_uid_t *uid, tcm_gid_t *gid);
 /* The peer of a connected stream socket has gone (EOF, hang-up or error);

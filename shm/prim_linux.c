@@ -25,6 +25,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
@@ -739,11 +740,17 @@ tcm_handle_t tcm__connect(const char *path)
 {
     struct sockaddr_un sa;
     int fd = unix_socket(path, &sa);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        int err = -errno;
+    if (fd < 0)
+        return fd;
+    /* an AF_UNIX connect to a full backlog sleeps for the send timeout */
+    struct timeval tv = {TCM_CONNECT_TIMEOUT_MS / 1000, TCM_CONNECT_TIMEOUT_MS % 1000 * 1000}, none = {0, 0};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int err = errno == EAGAIN || errno == EINPROGRESS ? -ETIMEDOUT : -errno;
         close(fd);
         return err;
     }
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
     return fd;
 }
 

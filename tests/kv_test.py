@@ -94,13 +94,13 @@ class Tcmd:
 
 
 class Server:
-    def __init__(self, *args, workers=WORKERS):
+    def __init__(self, *args, workers=WORKERS, env=None):
         self.port = free_port()
         self.log_path = os.path.join(tmp, "kv-%d.log" % self.port)
         self.log = open(self.log_path, "w")
         self.p = subprocess.Popen([KV, "--socket", SOCK, "--port", str(self.port), "--workers", str(workers),
                                    "--enable-debug-command", *args], stdout=self.log, stderr=self.log,
-                                  start_new_session=True)
+                                  start_new_session=True, env=dict(os.environ, **(env or {})))
         # up once every worker serves: the first PING may reach a worker
         # while the others are still attaching (seconds under TSan)
         for _ in range(400):
@@ -569,6 +569,27 @@ def test_tcmd_restart(srv, tcmd):
     ctl("check")
 
 
+def test_tcmd_gone(tcmd):
+    """tcmd gone for good (no restart within the reconnect timeout): a
+    write says so, not the maxmemory OOM text."""
+    srv = Server(workers=1, env={"TCM_RECONNECT_TIMEOUT": "1"})
+    try:
+        c = Conn(srv.port)
+        check(c.cmd("SET", "before", "x") == "OK", "a SET with tcmd up")
+        tcmd.kill()
+        reply = None
+        for i in range(20):  # a write that needs tcmd: a new 2 MiB page run each time
+            reply = c.cmd("SET", "big%d" % i, "v" * (2 << 20))
+            if isinstance(reply, RespError):
+                break
+        check(err(reply, "ERR tcmd not running"), f"a write with tcmd gone: {reply!r}")
+        tcmd.start()
+    finally:
+        if srv.p.poll() is None:
+            os.killpg(srv.p.pid, signal.SIGKILL)
+            srv.p.wait()
+
+
 def test_bad_input(srv):
     good = Conn(srv.port)
     good.cmd("SET", "precious", "intact")
@@ -732,6 +753,7 @@ def main():
         ("worker killed holding a lock", lambda srv, tcmd: test_kill_holding_lock(srv), "srv"),
         ("worker killed mid-change", lambda srv, tcmd: test_kill_mid_change(), "tcmd"),
         ("tcmd restarted under load", test_tcmd_restart, "srv"),
+        ("tcmd gone for good", lambda srv, tcmd: test_tcmd_gone(tcmd), "tcmd"),
         ("no tcmd", lambda srv, tcmd: test_no_daemon(), ""),
     ]
     only = os.environ.get("KV_TEST_ONLY")

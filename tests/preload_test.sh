@@ -125,6 +125,18 @@ if [[ $out == 499500 && $(wc -l < "$work/err") == 1 ]] && grep -q "cannot attach
 else
   fail "no tcmd: [$out] $(cat "$work/err")"
 fi
+# a stale socket file (its tcmd gone): no 30 s wait for a program that was
+# never attached, one line saying so
+"$py" -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$work/stale.sock"
+t0=$(date +%s%N)
+out=$(TCM_SOCKET=$work/stale.sock LD_PRELOAD=$lib ls / 2> "$work/err")
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+if [[ $out == "$(ls /)" && $(wc -l < "$work/err") == 1 ]] && grep -q "stale.*system malloc" "$work/err" &&
+   (( ms < 10000 )); then
+  ok "stale socket: ls / at once (${ms} ms), one line, then the system malloc"
+else
+  fail "stale socket: ${ms} ms [$out] $(cat "$work/err")"
+fi
 if TCM_SOCKET=$work/nobody.sock TCM_MALLOC_FALLBACK=0 LD_PRELOAD=$lib sort "$work/numbers" > /dev/null 2> "$work/err"; then
   fail "TCM_MALLOC_FALLBACK=0 without tcmd: sort succeeded"
 else

@@ -66,7 +66,9 @@ TCM_API void *tcm_root_get(const char *name);
 /* One heap-wide figure by its name in `tcmctl stats` (bytes_committed,
  * bytes_clients, clients_attached, ...), read from the daemon's published
  * statistics without a round trip; like any call, it attaches first if the
- * process is not attached. Returns 0 or -errno (-ENOENT: no such figure). */
+ * process is not attached. Returns 0 or -errno (-ENOENT: no such figure;
+ * -ENOTCONN: tcmd went away and did not come back within its reconnect
+ * timeout, so allocations that need it fail with ENOMEM). */
 TCM_API int tcm_stat(const char *name, uint64_t *value);
 
 #ifdef __cplusplus

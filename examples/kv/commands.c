@@ -62,7 +62,7 @@ static bool fit(cmd_ctx_t *x)
         return true;
     for (unsigned k = 0; kv_table_bytes(x->w->t) > max; k++)
         if (k == EVICT_MAX || !kv_evict_one(x->w->t, &x->w->seed)) {
-            out_err(x->c, "%s", ERR_OOM);
+            out_oom(x->c);
             return false;
         }
     return true;
@@ -77,7 +77,7 @@ static kv_entry_t *new_entry(cmd_ctx_t *x, uint64_t h, const kv_arg_t *k, const 
         if (e)
             return e;
         if (tries == EVICT_MAX || !kv_evict_one(x->w->t, &x->w->seed)) {
-            out_err(x->c, "%s", ERR_OOM);
+            out_oom(x->c);
             return NULL;
         }
     }
@@ -215,7 +215,7 @@ static bool replace_value(cmd_ctx_t *x, kv_stripe_t *s, uint64_t h, kv_entry_t *
 {
     kv_entry_t *e = kv_entry_new(h, x->a[1].p, x->a[1].n, NULL, n1 + n2);
     if (!e) {
-        out_err(x->c, "%s", ERR_OOM);
+        out_oom(x->c);
         return false;
     }
     memcpy(kv_val(e), v1, n1);
@@ -333,7 +333,7 @@ static void cmd_mget(cmd_ctx_t *x)
     if (!hashes || !locked) {
         free(hashes);
         free(locked);
-        out_err(x->c, "%s", ERR_OOM);
+        out_oom(x->c);
         return;
     }
     unsigned nl = lock_keys(x, 1, 1, hashes, locked);
@@ -378,7 +378,7 @@ static void cmd_mset(cmd_ctx_t *x)
             if (es[i])
                 kv_entry_free(es[i]);
         if (!hashes || !locked || !es)
-            out_err(x->c, "%s", ERR_OOM);
+            out_oom(x->c);
     }
     free(hashes);
     free(locked);
@@ -521,7 +521,7 @@ static void cmd_info(cmd_ctx_t *x)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) {
-        out_err(x->c, "%s", ERR_OOM);
+        out_oom(x->c);
         return;
     }
     if (SECTION("server"))
@@ -649,7 +649,7 @@ void kv_execute(worker_t *w, conn_t *c)
     if (n > w->argv_cap) {
         kv_arg_t *grown = realloc(w->argv, n * sizeof *grown);
         if (!grown) {
-            out_err(c, "%s", ERR_OOM);
+            out_oom(c);
             return;
         }
         w->argv = grown;

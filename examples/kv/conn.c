@@ -7,11 +7,14 @@
 #define _GNU_SOURCE
 #include "worker.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "tcm.h"
 
 /* ---- replies ---- */
 
@@ -127,6 +130,17 @@ void out_err(conn_t *c, const char *fmt, ...)
 const char *const ERR_INT = "ERR value is not an integer or out of range";
 const char *const ERR_SYNTAX = "ERR syntax error";
 const char *const ERR_OOM = "OOM command not allowed when used memory > 'maxmemory'.";
+
+/* A write that found no memory: the heap is full, or tcmd is gone (then
+ * no allocation can succeed, and the maxmemory text would mislead). */
+void out_oom(conn_t *c)
+{
+    uint64_t v;
+    if (tcm_stat("bytes_limit", &v) == -ENOTCONN)
+        out_err(c, "ERR tcmd not running: the shared heap is unreachable");
+    else
+        out_err(c, "%s", ERR_OOM);
+}
 
 /* ---- connections ---- */
 

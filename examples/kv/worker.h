@@ -66,6 +66,7 @@ void out_array(conn_t *c, long long n);
 void out_bulk(conn_t *c, const char *p, size_t n);
 void out_value(conn_t *c, const kv_entry_t *e); /* an entry's value, or the null bulk */
 void out_err(conn_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void out_oom(conn_t *c);
 
 extern const char *const ERR_INT;
 extern const char *const ERR_SYNTAX;

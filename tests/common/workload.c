@@ -68,12 +68,33 @@ static obj_t *make(uint64_t *seed)
     return o;
 }
 
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A process attaching for the first time gives up at once when tcmd is
+ * not there (a kill may have just happened); these workers start while
+ * tcmd is being killed and restarted, so they wait for it themselves. */
+static void attach_waiting(void)
+{
+    uint64_t t0 = now_ms();
+    int rc;
+    while ((rc = tcm_init(NULL)) == -ECONNREFUSED || rc == -ECONNRESET || rc == -EPIPE || rc == -ENOENT) {
+        CHECK_LT(now_ms() - t0, 60000);
+        usleep(20000);
+    }
+    CHECK_EQ(rc, 0);
+}
+
 static int worker(void *arg)
 {
     uint64_t id = (uint64_t)(uintptr_t)arg, seed = 0x2545f4914f6cdd1dull * id + 7;
     obj_t *live[LIVE] = {0};
     uint64_t tags[LIVE] = {0};
-    CHECK_EQ(tcm_init(NULL), 0);
+    attach_waiting();
     atomic_fetch_add(&wl->ready, 1);
     for (uint64_t op = 1; !atomic_load(&wl->stop); op++) {
         size_t i = rnd(&seed) % LIVE;
@@ -123,12 +144,6 @@ wl_shared_t *wl_shared(void)
     return wl;
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 void wl_wait_ops(wl_shared_t *sh, uint64_t more)
 {
@@ -183,7 +198,7 @@ uint64_t wl_stop(wl_shared_t *sh, int n, pid_t *pids)
         if (!off)
             continue;
         if (!attached)
-            CHECK_EQ(tcm_init(NULL), 0);
+            attach_waiting();
         attached = true;
         check_and_free(tcm_from_offset(off), 0);
     }

@@ -206,9 +206,12 @@ static int serve(void)
 }
 
 /* No daemon on $TCM_SOCKET: clear errors, no crash. */
-static int nodaemon(void)
+/* A process that never attached, facing no tcmd (want: the -errno of its
+ * tcm_init: -ENOENT no socket file, -ECONNREFUSED a stale one, -ETIMEDOUT
+ * a listener that never answers): every call fails at once. */
+static int nodaemon(int want)
 {
-    CHECK_EQ(tcm_init(NULL), -ENOENT);
+    CHECK_EQ(tcm_init(NULL), want);
     errno = 0;
     CHECK(tcm_malloc(10) == NULL);
     CHECK_EQ(errno, ENOMEM);
@@ -221,7 +224,9 @@ static int nodaemon(void)
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "nodaemon") == 0)
-        return nodaemon();
+        return nodaemon(-ENOENT);
+    if (argc == 3 && strcmp(argv[1], "nodaemon") == 0)
+        return nodaemon(-atoi(argv[2]));
     if (argc == 2 && strcmp(argv[1], "fill") == 0)
         return fill();
     if (argc == 2 && strcmp(argv[1], "serve") == 0)

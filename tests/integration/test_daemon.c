@@ -6,13 +6,16 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "frame.h"
 #include "tcm.h"
+#include "tcm_layout.h" /* TCM_FRESH_ATTACH_MS */
 #include "testutil.h"
 
 static tcm_test_daemon_t daemon_;
@@ -150,6 +153,47 @@ static void test_no_daemon(void)
     tt_wait_ok(pid, 10000);
 }
 
+/* Runs a fresh process (never attached) against socket sock, expecting
+ * tcm_init to fail with -err; its stderr (one line saying why) in out.
+ * Returns how long it took in ms. */
+static long fresh_attach_fails(const char *sock, int err, char *out, size_t len)
+{
+    char helper[256], cmd[768];
+    tt_path("tcm_test_helper", helper, sizeof helper);
+    snprintf(cmd, sizeof cmd, "TCM_SOCKET=%s %s nodaemon %d 2>&1", sock, helper, err);
+    uint64_t t0 = tcm__now_ns();
+    CHECK_EQ(tt_run(cmd, out, len), 0);
+    return (long)((tcm__now_ns() - t0) / 1000000);
+}
+
+/* A stale socket file (tcmd gone, file left) or a listener that never
+ * answers: a process that was never attached has nothing to wait for. It
+ * used to wait reconnect_timeout (30 s) without a word; now it fails at
+ * once (stale) or within TCM_FRESH_ATTACH_MS (silent), with one line. */
+static void test_no_silent_wait(void)
+{
+    char sock[108], out[4096];
+    snprintf(sock, sizeof sock, "/tmp/tcmtest-stale-%d.sock", (int)getpid());
+    CHECK_EQ(tcm__socket_placeholder(sock), 0); /* bound, never listening: a dead tcmd's file */
+    long ms = fresh_attach_fails(sock, ECONNREFUSED, out, sizeof out);
+    CHECK_LT(ms, 10000);
+    CHECK(strstr(out, "socket file is stale") != NULL);
+    CHECK(strstr(out, "waiting") == NULL);
+    unlink(sock);
+
+    int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    CHECK_EQ(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    CHECK_EQ(listen(lfd, 16), 0); /* takes connections, never answers */
+    ms = fresh_attach_fails(sock, ETIMEDOUT, out, sizeof out);
+    CHECK_GE(ms, TCM_FRESH_ATTACH_MS - 100);
+    CHECK_LT(ms, TCM_FRESH_ATTACH_MS + 8000);
+    CHECK(strstr(out, "did not answer") != NULL);
+    close(lfd);
+    unlink(sock);
+}
+
 static void test_detached_start(void)
 {
     /* without --foreground tcmd detaches once it listens */
@@ -179,6 +223,7 @@ int main(void)
         {"permissions", test_permissions},
         {"tcmctl", test_tcmctl},
         {"no daemon", test_no_daemon},
+        {"no silent wait", test_no_silent_wait},
         {"detached start", test_detached_start},
     };
     int failed = tt_run_cases("daemon", cases, sizeof cases / sizeof cases[0], 120000);
