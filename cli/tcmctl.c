@@ -297,9 +297,55 @@ static void print_view(const ctx_t *ctx, const tcm_view_t *v, ProtobufCMessage *
         tcm__view_print_table(stdout, v, rows, n);
 }
 
+/* clients --dead [N]: what departed clients left allocated, largest first */
+static int cmd_departed(const ctx_t *ctx, uint32_t limit)
+{
+    Tcm__DepartedRequest dr = TCM__DEPARTED_REQUEST__INIT;
+    dr.limit = limit;
+    Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_DEPARTED, &dr, TCM__RESPONSE__BODY_DEPARTED);
+    const Tcm__Departed *d = resp->departed;
+    if (ctx->json) {
+        printf("{\"holders\":%u,\"bytes_held\":%llu,\"departed\":[", d->holders, (unsigned long long)d->bytes_held);
+        for (size_t i = 0; i < d->n_holder; i++) {
+            printf("%s{", i ? "," : "");
+            tcm__json_members(stdout, &d->holder[i]->base, NULL, 0, js);
+            putchar('}');
+        }
+        printf("]}\n");
+    } else {
+        printf("%-5s %6s %8s %6s %6s %10s %19s %-16s %s\n", "kind", "id", "pid", "uid", "procs", "held", "departed",
+               "name", "executable");
+        for (size_t i = 0; i < d->n_holder; i++) {
+            const Tcm__DepartedHolder *h = d->holder[i];
+            char held[32], when[32];
+            tcm__format_size(h->bytes_held, held, sizeof held);
+            tcm__format_time(h->departed_unix, when, sizeof when);
+            printf("%-5s %6u %8u %6u %6u %10s %19s %-16s %s\n", h->group ? "group" : "proc", h->client_id, h->pid,
+                   h->uid, h->processes, held, when, tx(h->name), tx(h->exe));
+        }
+        char total[32];
+        tcm__format_size(d->bytes_held, total, sizeof total);
+        if (d->holders)
+            printf("(%u of %u shown; %s held by departed clients in all)\n", (unsigned)d->n_holder, d->holders,
+                   total);
+        else
+            printf("(no departed client holds anything)\n");
+    }
+    tcm__response__free_unpacked(resp, NULL);
+    return 0;
+}
+
 static int cmd_clients(const ctx_t *ctx, int argc, char **argv)
 {
-    (void)argc, (void)argv;
+    if (argc >= 1 && strcmp(argv[0], "--dead") == 0) {
+        char *end = "";
+        unsigned long n = argc == 2 ? strtoul(argv[1], &end, 10) : 0;
+        if (argc > 2 || *end || n > UINT32_MAX)
+            return command_usage("clients", stderr);
+        return cmd_departed(ctx, (uint32_t)n);
+    }
+    if (argc)
+        return command_usage("clients", stderr);
     Tcm__ClientsRequest cr = TCM__CLIENTS_REQUEST__INIT;
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_CLIENTS, &cr, TCM__RESPONSE__BODY_CLIENTS);
     print_view(ctx, &tcm__view_clients, (ProtobufCMessage *const *)resp->clients->client, resp->clients->n_client);
@@ -460,7 +506,9 @@ static const command_t commands[] = {
     {"health", "", "ping the heap thread too; exit 1 if it does not answer", cmd_health},
     {"stats", "[--watch SECONDS [--count N]]", "heap, request and refusal figures, service-time histogram",
      cmd_stats},
-    {"clients", "", "attached processes: pid, uid, threads, bytes held and cached, requests, errors",
+    {"clients", "[--dead [N]]",
+     "attached processes: pid, uid, threads, bytes held and cached, requests, errors; --dead: what departed ones "
+     "left allocated (the N largest, by process and by executable)",
      cmd_clients},
     {"classes", "", "size classes: spans, objects in use and free, batches moved", cmd_classes},
     {"config", "get [KEY] | set KEY VALUE",

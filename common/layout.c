@@ -169,6 +169,10 @@ void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages)
     uint64_t off = align_up(sizeof(tcm_state_hdr_t), 4096);
     l->off_clients = off;
     off = align_up(off + TCM_MAX_CLIENTS * sizeof(tcm_client_rec_t), 4096);
+    l->off_remap = off;
+    off = align_up(off + 65536 * sizeof(uint16_t), 4096);
+    l->off_holders = off;
+    off = align_up(off + (TCM_HOLDERS + TCM_HOLDER_GROUPS) * sizeof(tcm_holder_t), 4096);
     l->off_arenas = off;
     /* One arena per class, each 4 KiB aligned so that trimming one never
      * touches another's pages; room for as many spans of the class as the

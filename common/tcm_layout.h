@@ -73,7 +73,7 @@
     _Static_assert(offsetof(type, field) == (off),                                                 \
                    #type "." #field " is in a segment: bump TCM_LAYOUT_VERSION and fix its offset")
 
-#define TCM_LAYOUT_VERSION 11u /* 11: page classes 129-224 (a span being drained), drain arrays in each tcache */
+#define TCM_LAYOUT_VERSION 12u /* 12: owner tags apart from client records, the departed holders table */
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
 #define TCM_CHAN_MAGIC 0x4e4148434d4354ull /* "TCMCHAN" */
 #define TCM_STATE_MAGIC 0x4554415453434d54ull /* "TCMSTATE" */
@@ -102,6 +102,9 @@ _Static_assert(TCM_NCLASSES <= TCM_PAGE_CLASS_DRAIN && TCM_PAGE_CLASS_DRAIN + TC
 #define TCM_ROOTS 256u
 #define TCM_ROOT_NAME_MAX 48u     /* including the NUL */
 #define TCM_MAX_CLIENTS 1024u     /* client records in the state segment */
+#define TCM_HOLDERS 4096u         /* departed clients still holding objects, each under its own tag */
+#define TCM_HOLDER_GROUPS 256u    /* and the rest, one tag per executable (the first: every other one) */
+#define TCM_EXE_MAX 64u           /* an executable's path as kept (the end of a longer one) */
 #define TCM_MAX_THREADS 4096u     /* the most --max-threads can be */
 #define TCM_RECONNECT_DEFAULT_S 30 /* reconnect_timeout's default, and a client's wait before it reads tcmd's */
 /* How long a process that was never attached waits for a tcmd that took its
@@ -248,14 +251,17 @@ TCM_SHARED_OFFSET(tcm_config_t, decay_ms, 48); TCM_SHARED_OFFSET(tcm_config_t, r
     X(validations, C, H, "whole-heap validations run")                                            \
     X(validation_failures, C, H, "whole-heap validations that found an inconsistency")                 \
     X(decays, C, H, "times an idle page heap gave its cached pages back by itself")                  \
-    X(flush_requests, C, H, "times a full heap asked every process to give back what it caches")
+    X(flush_requests, C, H, "times a full heap asked every process to give back what it caches") \
+    X(departed_holders, G, H, "departed clients with objects still allocated, each under its own tag") \
+    X(departed_groups, G, H, "executables whose older departed holders share one tag")            \
+    X(holder_merges, C, H, "departed holders merged into their executable's group")
 
 typedef struct tcm_heap_stats {
 #define TCM_STAT_FIELD(name, kind, writer, doc) _Atomic uint64_t name;
     TCM_HEAP_STATS(TCM_STAT_FIELD)
 #undef TCM_STAT_FIELD
 } tcm_heap_stats_t;
-TCM_SHARED_SIZE(tcm_heap_stats_t, 240);
+TCM_SHARED_SIZE(tcm_heap_stats_t, 264);
 TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_reserved, 0); TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_limit, 8);
 TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_spans, 16); TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_clients, 24);
 TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_central_free, 32);
@@ -279,6 +285,8 @@ TCM_SHARED_OFFSET(tcm_heap_stats_t, last_recovery_us, 200);
 TCM_SHARED_OFFSET(tcm_heap_stats_t, validations, 208);
 TCM_SHARED_OFFSET(tcm_heap_stats_t, validation_failures, 216);
 TCM_SHARED_OFFSET(tcm_heap_stats_t, decays, 224); TCM_SHARED_OFFSET(tcm_heap_stats_t, flush_requests, 232);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, departed_holders, 240); TCM_SHARED_OFFSET(tcm_heap_stats_t, departed_groups, 248);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, holder_merges, 256);
 
 /* Named shared pointers. W: the heap thread, under a seqlock (seq odd while
  * being written; release fence after making it odd, release store of the
@@ -342,7 +350,7 @@ typedef struct tcm_meta_hdr {
     alignas(TCM_CACHELINE) tcm_config_t config;
     alignas(TCM_CACHELINE) tcm_heap_stats_t stats;
 } tcm_meta_hdr_t;
-TCM_SHARED_SIZE(tcm_meta_hdr_t, 896);
+TCM_SHARED_SIZE(tcm_meta_hdr_t, 960);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, magic, 0); TCM_SHARED_OFFSET(tcm_meta_hdr_t, version, 8);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, page_shift, 12); TCM_SHARED_OFFSET(tcm_meta_hdr_t, base, 16);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, heap_size, 24); TCM_SHARED_OFFSET(tcm_meta_hdr_t, npages, 32);
@@ -560,7 +568,7 @@ TCM_SHARED_OFFSET(tcm_daemon_stats_t, latency, 176);
 TCM_SHARED_OFFSET(tcm_daemon_stats_t, latency_sum_ns, 304);
 
 enum tcm_rec_state {
-    TCM_REC_FREE = 0,     /* record unused (gen keeps its last generation) */
+    TCM_REC_FREE = 0,     /* record unused */
     TCM_REC_CREATING = 1, /* main thread is making its channel: no Welcome sent yet */
     TCM_REC_ACTIVE = 2,   /* attached; the heap thread serves its ring */
     TCM_REC_EVICTED = 3,  /* detached by an operator: frees only, until it exits */
@@ -579,8 +587,8 @@ typedef struct tcm_client_rec {
     uint32_t id;
     uint32_t pid;               /* from SO_PEERCRED */
     uint32_t uid;
-    uint16_t tag;               /* owner tag of what it allocates */
-    uint8_t gen;                /* generation of this index's last tag (kept when FREE) */
+    uint16_t tag;               /* owner tag of what it allocates (holders.c: any free one) */
+    uint8_t reserved1;
     _Atomic uint8_t said_bye;   /* detached on purpose, not killed */
     uint32_t reserved0;
     uint64_t token;             /* resume secret, sent only in its Welcome */
@@ -600,13 +608,47 @@ typedef struct tcm_client_rec {
 TCM_SHARED_SIZE(tcm_client_rec_t, 160);
 TCM_SHARED_OFFSET(tcm_client_rec_t, state, 0); TCM_SHARED_OFFSET(tcm_client_rec_t, id, 4);
 TCM_SHARED_OFFSET(tcm_client_rec_t, pid, 8); TCM_SHARED_OFFSET(tcm_client_rec_t, uid, 12);
-TCM_SHARED_OFFSET(tcm_client_rec_t, tag, 16); TCM_SHARED_OFFSET(tcm_client_rec_t, gen, 18);
+TCM_SHARED_OFFSET(tcm_client_rec_t, tag, 16); TCM_SHARED_OFFSET(tcm_client_rec_t, reserved1, 18);
 TCM_SHARED_OFFSET(tcm_client_rec_t, said_bye, 19); TCM_SHARED_OFFSET(tcm_client_rec_t, reserved0, 20);
 TCM_SHARED_OFFSET(tcm_client_rec_t, token, 24); TCM_SHARED_OFFSET(tcm_client_rec_t, attached_unix, 32);
 TCM_SHARED_OFFSET(tcm_client_rec_t, tail, 40); TCM_SHARED_OFFSET(tcm_client_rec_t, bytes_out, 48);
 TCM_SHARED_OFFSET(tcm_client_rec_t, bytes_back, 56); TCM_SHARED_OFFSET(tcm_client_rec_t, requests, 64);
 TCM_SHARED_OFFSET(tcm_client_rec_t, errors, 72); TCM_SHARED_OFFSET(tcm_client_rec_t, proc_start, 80);
 TCM_SHARED_OFFSET(tcm_client_rec_t, chan_name, 88);
+
+enum tcm_holder_state {
+    TCM_HOLDER_FREE = 0,
+    TCM_HOLDER_HELD = 1,    /* a departed process whose objects are still allocated, under its own tag */
+    TCM_HOLDER_MERGING = 2, /* such a process's tag being rewritten to its group's (into) */
+    TCM_HOLDER_GROUP = 3,   /* the departed processes of one executable, under one tag */
+};
+#define TCM_HOLDER_WARNED 1u /* flags: its still-held bytes were logged */
+
+/* What a departed client still holds, under which tag (docs/DESIGN.md,
+ * "Departed holders"). W: the heap thread (a client's departure, merges,
+ * an entry whose bytes are all freed) under server.holders_lock, fields
+ * first and state last; the main thread (flags, under the lock); a
+ * recovering tcmd. R: the same; the control views. Its bytes are derived
+ * (the owner tags say them), not stored. */
+typedef struct tcm_holder {
+    _Atomic uint32_t state;  /* enum tcm_holder_state */
+    uint16_t tag;
+    uint16_t into;           /* MERGING: index of the GROUP entry it is merged into */
+    uint32_t id, pid, uid;   /* HELD, MERGING: the client's; GROUP: the last one merged */
+    uint32_t processes;      /* departed processes it stands for: 1, or a group's count */
+    uint64_t departed_unix;  /* when it left; a group's: the last merge */
+    uint32_t flags;
+    uint32_t reserved;
+    char comm[16];
+    char exe[TCM_EXE_MAX];   /* a GROUP's key */
+} tcm_holder_t;
+TCM_SHARED_SIZE(tcm_holder_t, 120);
+TCM_SHARED_OFFSET(tcm_holder_t, state, 0); TCM_SHARED_OFFSET(tcm_holder_t, tag, 4);
+TCM_SHARED_OFFSET(tcm_holder_t, into, 6); TCM_SHARED_OFFSET(tcm_holder_t, id, 8);
+TCM_SHARED_OFFSET(tcm_holder_t, pid, 12); TCM_SHARED_OFFSET(tcm_holder_t, uid, 16);
+TCM_SHARED_OFFSET(tcm_holder_t, processes, 20); TCM_SHARED_OFFSET(tcm_holder_t, departed_unix, 24);
+TCM_SHARED_OFFSET(tcm_holder_t, flags, 32); TCM_SHARED_OFFSET(tcm_holder_t, reserved, 36);
+TCM_SHARED_OFFSET(tcm_holder_t, comm, 40); TCM_SHARED_OFFSET(tcm_holder_t, exe, 56);
 
 enum tcm_intent_phase {
     TCM_INTENT_NONE = 0,
@@ -692,7 +734,8 @@ typedef struct tcm_state_hdr {
     uint64_t size;
     uint64_t off_clients;    /* tcm_client_rec_t[TCM_MAX_CLIENTS] */
     uint64_t off_arenas;     /* the object-record arenas, one per class (tcm__state_layout) */
-    uint64_t reserved1;
+    uint64_t off_holders;    /* tcm_holder_t[TCM_HOLDER_GROUPS + TCM_HOLDERS], backed a page at a time,
+                                after uint16_t remap[TCM_TAGS] (a merging tag's group tag, 0 none) */
     uint64_t created_unix;   /* birth of the heap */
     uint64_t adoptions;      /* times a tcmd adopted it */
     _Atomic uint32_t top;    /* heap thread: pages [top, npages) were never handed out */
@@ -709,7 +752,7 @@ TCM_SHARED_OFFSET(tcm_state_hdr_t, heap_size, 24); TCM_SHARED_OFFSET(tcm_state_h
 TCM_SHARED_OFFSET(tcm_state_hdr_t, max_threads, 36); TCM_SHARED_OFFSET(tcm_state_hdr_t, uid, 40);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, next_client_id, 44); TCM_SHARED_OFFSET(tcm_state_hdr_t, size, 48);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, off_clients, 56); TCM_SHARED_OFFSET(tcm_state_hdr_t, off_arenas, 64);
-TCM_SHARED_OFFSET(tcm_state_hdr_t, reserved1, 72); TCM_SHARED_OFFSET(tcm_state_hdr_t, created_unix, 80);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, off_holders, 72); TCM_SHARED_OFFSET(tcm_state_hdr_t, created_unix, 80);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, adoptions, 88); TCM_SHARED_OFFSET(tcm_state_hdr_t, top, 96);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, reserved, 100); TCM_SHARED_OFFSET(tcm_state_hdr_t, page, 128);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, req, 192); TCM_SHARED_OFFSET(tcm_state_hdr_t, cstats, 4928);
@@ -825,7 +868,7 @@ void tcm__meta_layout(tcm_meta_layout_t *l, uint32_t npages);
 
 /* State-segment geometry for a heap of npages pages. */
 typedef struct tcm_state_layout {
-    uint64_t off_clients, off_arenas, size;
+    uint64_t off_clients, off_remap, off_holders, off_arenas, size;
     uint64_t off_arena[TCM_NCLASSES];  /* class c's arena of object records (slots) */
     uint32_t slot_bytes[TCM_NCLASSES]; /* one slot: a span's object bits, then an owner word per 64 objects */
     uint32_t owners_off[TCM_NCLASSES]; /* where the owner words start in a slot */

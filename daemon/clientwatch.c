@@ -9,6 +9,7 @@
 
 #include "clientwatch.h"
 #include "heapthread.h"
+#include "holders.h"
 #include "log.h"
 #include "prim.h"
 #include "segments.h"
@@ -31,12 +32,14 @@ void tcm__client_conn_closed(tcm_conn_t *conn)
     tcm_server_t *srv = conn->srv;
     tcm_client_rec_t *rec = c->rec;
     if (atomic_load(&rec->said_bye) || !tcm__client_alive(c)) {
-        tcm__log(TCM_LOG_DEBUG, "client %u (pid %u): control connection closed", rec->id, rec->pid);
+        tcm__log_peer(TCM_LOG_DEBUG, tcm__log_source_uid(rec->uid), "client %u (pid %u): control connection closed",
+                      rec->id, rec->pid);
         tcm__client_gone(srv, c);
         return;
     }
-    tcm__log_peer(TCM_LOG_INFO, rec->pid, "client %u (pid %u): lost its control connection while running; kept, asked to "
-                     "reconnect", rec->id, rec->pid);
+    tcm__log_peer(TCM_LOG_INFO, tcm__log_source_uid(rec->uid),
+                  "client %u (pid %u): lost its control connection while running; kept, asked to reconnect", rec->id,
+                  rec->pid);
     TCM_STAT_ADD_MAIN(srv->meta, clients_disconnected, 1);
     atomic_store(&((tcm_chan_hdr_t *)c->chan)->resume_wanted, 1);
 }
@@ -82,7 +85,8 @@ static void on_proc_exit(uv_poll_t *poll, int status, int events)
     tcm_client_t *c = poll->data;
     (void)status, (void)events;
     uv_poll_stop(poll);
-    tcm__log(TCM_LOG_DEBUG, "client %u (pid %u): process ended", c->rec->id, c->rec->pid);
+    tcm__log_peer(TCM_LOG_DEBUG, tcm__log_source_uid(c->rec->uid), "client %u (pid %u): process ended", c->rec->id,
+                  c->rec->pid);
     tcm__client_gone(c->srv, c);
 }
 
@@ -130,6 +134,9 @@ static void on_liveness(uv_timer_t *timer)
         tcm__log(TCM_LOG_ERROR, "heap segment %s was truncated by a client: the contents of every object are lost",
                  srv->heap_name);
     }
+    /* what a departed process left is only called leaked once every live
+     * process had a decay window to give back what it cached of it */
+    tcm__holders_warn(srv, atomic_load(&srv->meta->config.decay_ms) / 1000 + TCM_HOLDER_WARN_SLACK_S);
     uint32_t hw = atomic_load(&srv->clients_hw);
     for (uint32_t i = 0; i < hw; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
@@ -140,8 +147,8 @@ static void on_liveness(uv_timer_t *timer)
             cut_off(srv, c);
         if (tcm__client_alive(c))
             continue;
-        tcm__log(TCM_LOG_INFO, "client %u (pid %u) has ended%s", c->rec->id, c->rec->pid,
-                 c->conn ? "" : " (it had no connection)");
+        tcm__log_peer(TCM_LOG_INFO, tcm__log_source_uid(c->rec->uid), "client %u (pid %u) has ended%s",
+                      c->rec->id, c->rec->pid, c->conn ? "" : " (it had no connection)");
         tcm__client_gone(srv, c);
     }
 }

@@ -13,6 +13,7 @@
 #include "config.h"
 #include "frame.h"
 #include "handlers.h"
+#include "holders.h"
 #include "log.h"
 #include "mailbox.h"
 #include "prim.h"
@@ -110,8 +111,8 @@ static void resume(tcm_conn_t *conn, const Tcm__Hello *hello)
         else
             TCM_STAT_ADD_MAIN(srv->meta, clients_reconnected, 1);
         send_welcome(conn, c, true);
-        tcm__log(TCM_LOG_INFO, "client %u (pid %u) %s", c->rec->id, c->rec->pid,
-                 after_restart ? "resumed" : "reconnected");
+        tcm__log_peer(TCM_LOG_INFO, tcm__log_source_uid(c->rec->uid), "client %u (pid %u) %s", c->rec->id,
+                      c->rec->pid, after_restart ? "resumed" : "reconnected");
         return;
     }
     tcm__log_peer(TCM_LOG_WARN, conn->pid, "control: pid %d asked to resume client %u: refused (%s)",
@@ -159,7 +160,8 @@ static void handle_hello(tcm_conn_t *conn, const Tcm__Hello *hello)
         tcm__conn_close(conn);
         return;
     }
-    tcm__log(TCM_LOG_INFO, "client %u attached: pid %u uid %u", c->rec->id, c->rec->pid, c->rec->uid);
+    tcm__log_peer(TCM_LOG_INFO, tcm__log_source_uid(c->rec->uid), "client %u attached: pid %u (%s) uid %u",
+                  c->rec->id, c->rec->pid, c->comm, c->rec->uid);
 }
 
 static void handle_ping(tcm_conn_t *conn, const Tcm__Ping *ping)
@@ -224,6 +226,47 @@ static void handle_clients(tcm_conn_t *conn)
     tcm__conn_reply(conn, TCM__RESPONSE__BODY_CLIENTS, &clients);
     free(rows);
     free(ptrs);
+}
+
+#define DEPARTED_ROWS_MAX 300 /* rows of a departed reply: under TCM_FRAME_MAX with the longest names */
+
+static void handle_departed(tcm_conn_t *conn, const Tcm__DepartedRequest *dr)
+{
+    tcm_holder_row_t *rows = malloc((TCM_HOLDERS + TCM_HOLDER_GROUPS) * sizeof *rows);
+    Tcm__DepartedHolder *out = calloc(DEPARTED_ROWS_MAX, sizeof *out);
+    Tcm__DepartedHolder **ptrs = calloc(DEPARTED_ROWS_MAX, sizeof *ptrs);
+    if (!rows || !out || !ptrs) {
+        free(rows), free(out), free(ptrs);
+        tcm__conn_error(conn, ENOMEM, "out of memory");
+        return;
+    }
+    size_t n = tcm__holders_rows(conn->srv, rows), shown = n;
+    if (shown > DEPARTED_ROWS_MAX)
+        shown = DEPARTED_ROWS_MAX;
+    if (dr->limit && dr->limit < shown)
+        shown = dr->limit;
+    Tcm__Departed d = TCM__DEPARTED__INIT;
+    for (size_t i = 0; i < n; i++)
+        d.bytes_held += rows[i].bytes;
+    for (size_t i = 0; i < shown; i++) {
+        const tcm_holder_t *e = &rows[i].e;
+        tcm__departed_holder__init(&out[i]);
+        out[i].group = atomic_load(&e->state) == TCM_HOLDER_GROUP;
+        out[i].client_id = e->id;
+        out[i].pid = e->pid;
+        out[i].uid = e->uid;
+        out[i].processes = e->processes;
+        out[i].bytes_held = rows[i].bytes;
+        out[i].departed_unix = e->departed_unix;
+        out[i].name = rows[i].e.comm;
+        out[i].exe = rows[i].e.exe;
+        ptrs[i] = &out[i];
+    }
+    d.holders = (uint32_t)n;
+    d.n_holder = shown;
+    d.holder = ptrs;
+    tcm__conn_reply(conn, TCM__RESPONSE__BODY_DEPARTED, &d);
+    free(rows), free(out), free(ptrs);
 }
 
 #define RELEASE_FLUSH_WAIT_MS 200 /* how long release waits for processes to give back what they cache */
@@ -535,6 +578,9 @@ void tcm__control_handle(tcm_conn_t *conn, const Tcm__Request *req)
         break;
     case TCM__REQUEST__BODY_CLIENTS:
         handle_clients(conn);
+        break;
+    case TCM__REQUEST__BODY_DEPARTED:
+        handle_departed(conn, req->departed);
         break;
     case TCM__REQUEST__BODY_RELEASE:
         if (tcm__conn_may_change(conn, "release"))

@@ -48,6 +48,7 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, tcm_handle_t heap_f
         st->size = h->sl.size;
         st->off_clients = h->sl.off_clients;
         st->off_arenas = h->sl.off_arenas;
+        st->off_holders = h->sl.off_holders;
         st->created_unix = (uint64_t)time(NULL);
         atomic_store(&st->top, 1); /* page 0 is the doorbell page */
         /* magic last (tcm__segments_open): a state segment without it is a

@@ -10,6 +10,7 @@
 
 #include "central.h"
 #include "heapthread.h"
+#include "holders.h"
 #include "log.h"
 #include "mailbox.h"
 #include "pageheap.h"
@@ -186,12 +187,13 @@ static bool serve_all(tcm_server_t *srv)
         tcm__heap_run_command_ht(srv);
         work = true;
     }
+    work |= tcm__holders_step_ht(srv); /* departed holders merged into their groups, a bounded step */
     return work;
 }
 
 static bool anything_pending(tcm_server_t *srv)
 {
-    if (atomic_load(&srv->stop) || atomic_load(&srv->mbox_cmd) != TCM_MBOX_NONE)
+    if (atomic_load(&srv->stop) || atomic_load(&srv->mbox_cmd) != TCM_MBOX_NONE || tcm__holders_pending(srv))
         return true;
     uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
     for (uint32_t i = 0; i < hw; i++) {

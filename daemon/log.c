@@ -88,6 +88,7 @@ void tcm__log_limited(int level, const char *fmt, ...)
 
 typedef struct peer_slot {
     long long source;
+    char who[48];       /* for the line that says what its window hid */
     uint64_t window_ns; /* start of its window; 0: free */
     uint64_t last_ns;   /* for eviction: least recently heard */
     uint32_t lines, suppressed;
@@ -108,16 +109,44 @@ static void logf_locked(int level, const char *fmt, ...)
     va_end(ap);
 }
 
+#define SOURCE_UID_BASE (-2ll)              /* down to -2 - UINT32_MAX */
+#define SOURCE_TEXT_BASE (-(1ll << 33))      /* and below: a hash of the text */
+static char last_text[48]; /* the text of the last text source (the label of its window) */
+
+long long tcm__log_source_uid(uint32_t uid)
+{
+    return SOURCE_UID_BASE - (long long)uid;
+}
+
+long long tcm__log_source_text(const char *text)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const unsigned char *s = (const unsigned char *)text; *s; s++)
+        h = (h ^ *s) * 1099511628211ull;
+    pthread_mutex_lock(&peer_lock);
+    snprintf(last_text, sizeof last_text, "%s", text);
+    pthread_mutex_unlock(&peer_lock);
+    return SOURCE_TEXT_BASE - (long long)(h >> 32);
+}
+
+static void label(peer_slot_t *p)
+{
+    if (p->source > 0)
+        snprintf(p->who, sizeof p->who, "pid %lld", p->source);
+    else if (p->source <= SOURCE_TEXT_BASE)
+        snprintf(p->who, sizeof p->who, "%s", last_text);
+    else if (p->source <= SOURCE_UID_BASE)
+        snprintf(p->who, sizeof p->who, "uid %lld", SOURCE_UID_BASE - p->source);
+    else
+        snprintf(p->who, sizeof p->who, "%s",
+                 p->source == TCM_LOG_PEER_METRICS ? "/metrics peers" : "peers not identified");
+}
+
 /* The slot's window is over (or it is being reused): say what it hid. */
 static void peer_close_window_locked(peer_slot_t *p)
 {
-    char who[48];
-    if (p->source > 0)
-        snprintf(who, sizeof who, "pid %lld", p->source);
-    else
-        snprintf(who, sizeof who, "%s", p->source == TCM_LOG_PEER_METRICS ? "/metrics peers" : "peers not identified");
     if (p->suppressed)
-        logf_locked(p->level, "(%s: %u more lines suppressed in the last %llu s)", who, p->suppressed,
+        logf_locked(p->level, "(%s: %u more lines suppressed in the last %llu s)", p->who, p->suppressed,
                     (unsigned long long)(PEER_WINDOW_NS / 1000000000ull));
     p->window_ns = 0;
     p->lines = p->suppressed = 0;
@@ -158,6 +187,7 @@ void tcm__log_peer(int level, long long source, const char *fmt, ...)
             peer_close_window_locked(p); /* a full table forgets the source heard least recently */
         p->source = source;
         p->window_ns = now;
+        label(p);
     }
     p->last_ns = now;
     if (!all_window_ns)

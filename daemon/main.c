@@ -13,6 +13,7 @@
 #include "config.h"
 #include "crash.h"
 #include "heapthread.h"
+#include "holders.h"
 #include "log.h"
 #include "metrics.h"
 #include "prim.h"
@@ -195,6 +196,7 @@ static int run(tcm_server_t *srv, tcm_handle_t ready_fd)
         tcm__log(TCM_LOG_WARN, "sigaction(SIGBUS) failed: a client that shrinks its channel can stop tcmd");
     if (tcm__segments_open(srv) != 0)
         goto out;
+    tcm__holders_init(srv, !srv->adopted);
     /* the doorbell page is the one page of the heap tcmd itself reads: a
      * client that truncates the heap segment destroys every object in it
      * (for every process), but not tcmd */

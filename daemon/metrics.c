@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "holders.h"
 #include "log.h"
 #include "metrics.h"
 #include "rows.h"
@@ -106,6 +107,43 @@ static void render_view(text_t *t, const tcm_view_t *v, ProtobufCMessage *const 
     }
 }
 
+static int by_exe(const void *a, const void *b)
+{
+    return strncmp(((const tcm_holder_row_t *)a)->e.exe, ((const tcm_holder_row_t *)b)->e.exe, TCM_EXE_MAX);
+}
+
+/* What departed clients left, summed per executable (a path is any bytes:
+ * a label value is escaped, and bytes that are not ASCII become '?'). */
+static void render_departed(tcm_server_t *srv, text_t *t)
+{
+    tcm_holder_row_t *rows = malloc((TCM_HOLDERS + TCM_HOLDER_GROUPS) * sizeof *rows);
+    if (!rows)
+        return;
+    size_t n = tcm__holders_rows(srv, rows);
+    qsort(rows, n, sizeof *rows, by_exe);
+    family(t, "tcm_departed_bytes", "gauge", "bytes departed clients left allocated, by executable");
+    for (size_t i = 0; i < n;) {
+        uint64_t bytes = 0;
+        size_t j = i;
+        for (; j < n && !strncmp(rows[j].e.exe, rows[i].e.exe, TCM_EXE_MAX); j++)
+            bytes += rows[j].bytes;
+        char exe[2 * TCM_EXE_MAX + 1], *o = exe;
+        const unsigned char *from = (const unsigned char *)rows[i].e.exe;
+        for (const unsigned char *c = from; *c && c < from + TCM_EXE_MAX; c++) {
+            if (*c == '\\' || *c == '"' || *c == '\n') {
+                *o++ = '\\';
+                *o++ = *c == '\n' ? 'n' : (char)*c;
+            } else {
+                *o++ = *c >= 0x80 || *c < 0x20 ? '?' : (char)*c;
+            }
+        }
+        *o = 0;
+        put(t, "tcm_departed_bytes{exe=\"%s\"} %llu\n", exe, (unsigned long long)bytes);
+        i = j;
+    }
+    free(rows);
+}
+
 static void render(tcm_server_t *srv, text_t *t)
 {
     tcm_stat_row_t rows[TCM_MAX_STAT_ROWS];
@@ -169,6 +207,7 @@ static void render(tcm_server_t *srv, text_t *t)
     free(classes);
     free(clients);
     free(rows_of);
+    render_departed(srv, t);
     family(t, "tcm_build_info", "gauge", "tcmd version");
     put(t, "tcm_build_info{version=\"%s\"} 1\n", TCM_VERSION_STRING);
 }

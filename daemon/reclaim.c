@@ -10,6 +10,7 @@
 
 #include "central.h"
 #include "crash.h"
+#include "holders.h"
 #include "log.h"
 #include "reclaim.h"
 #include "requests.h"
@@ -303,11 +304,14 @@ void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c)
     TCM_STAT_ADD(srv->meta, reclaimed_objects, objects);
     TCM_STAT_ADD(srv->meta, bytes_orphaned, held);
     atomic_fetch_add_explicit(&srv->tag_orphaned[rec->tag], held, memory_order_relaxed); /* before REAPED */
+    tcm__holder_depart_ht(srv, c, held);
     if (!bye)
         TCM_STAT_ADD(srv->meta, clients_died, 1);
-    tcm__log(bye && !held ? TCM_LOG_INFO : TCM_LOG_WARN,
-             "client %u (pid %u) %s: %llu cached objects reclaimed; %llu bytes it allocated are "
-             "still in use (by other processes, or leaked)",
-             rec->id, rec->pid, bye ? "detached" : "died without detaching", (unsigned long long)objects,
-             (unsigned long long)held);
+    /* Whether what it allocated is leaked is not known yet (other
+     * processes may hold it, or still have its objects in their caches):
+     * tcm__holders_warn says so later if it is still held. */
+    tcm__log_peer(bye ? TCM_LOG_INFO : TCM_LOG_WARN, tcm__log_source_uid(rec->uid),
+                  "client %u (pid %u, %.16s) %s: %llu cached objects reclaimed, %llu bytes it allocated still in use",
+                  rec->id, rec->pid, c->comm, bye ? "detached" : "died without detaching",
+                  (unsigned long long)objects, (unsigned long long)held);
 }

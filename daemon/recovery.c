@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "central.h"
+#include "holders.h"
 #include "log.h"
 #include "pageheap.h"
 #include "prim.h"
@@ -304,10 +305,11 @@ static void recount(tcm_server_t *srv)
         held[rec->tag] = 0;
         attached++;
     }
-    for (uint32_t t = 0; t < TCM_TAGS; t++) /* what is left: departed clients' */
-        atomic_store(&srv->tag_orphaned[t], held[t]);
+    for (uint32_t t = 0; t < TCM_TAGS; t++)
+        atomic_store(&srv->tag_orphaned[t], 0);
+    uint64_t departed = tcm__holders_recover(srv, held); /* what is left: departed clients' */
     TCM_STAT_SET(srv->meta, bytes_clients, total);
-    TCM_STAT_SET(srv->meta, bytes_orphaned, total - live);
+    TCM_STAT_SET(srv->meta, bytes_orphaned, departed);
     TCM_STAT_SET_MAIN(srv->meta, clients_attached, attached); /* (recovery runs on the main thread) */
     free(held);
 }

@@ -9,6 +9,7 @@
 #include "central.h"
 #include "crash.h"
 #include "heapfull.h"
+#include "holders.h"
 #include "log.h"
 #include "prim.h"
 #include "requests.h"
@@ -34,15 +35,14 @@ static void refuse(tcm_server_t *srv, tcm_client_t *c, const char *what, unsigne
  * client has gone, they were counted as orphaned when it left. */
 void tcm__credit_ht(tcm_server_t *srv, uint16_t tag, uint64_t bytes)
 {
-    tcm_client_t *c = atomic_load_explicit(&srv->clients[tag & (TCM_MAX_CLIENTS - 1)], memory_order_acquire);
-    if (c && c->rec->tag == tag) {
+    tcm_client_t *c = tcm__tag_client_ht(srv, tag);
+    if (c) {
         TCM_HT_ADD(c->rec->bytes_back, bytes);
         return;
     }
     uint64_t orphaned = atomic_load_explicit(&srv->meta->stats.bytes_orphaned, memory_order_relaxed);
     TCM_STAT_SET(srv->meta, bytes_orphaned, orphaned > bytes ? orphaned - bytes : 0);
-    uint64_t left = atomic_load_explicit(&srv->tag_orphaned[tag], memory_order_relaxed);
-    atomic_store_explicit(&srv->tag_orphaned[tag], left > bytes ? left - bytes : 0, memory_order_relaxed);
+    tcm__holder_credit_ht(srv, tag, bytes);
 }
 
 /* Free objects of one class, logged in st (the request intent's, for a

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "crash.h"
+#include "holders.h"
 #include "log.h"
 #include "prim.h"
 #include "ring.h"
@@ -205,9 +206,11 @@ static int map_segments(tcm_server_t *srv, const tcm_meta_layout_t *ml, const tc
         return -1;
     if (fresh) {
         /* the headers, class table, roots and client records now; the
-         * per-page parts grow with the heap */
+         * per-page parts grow with the heap, the departed holders' with
+         * use */
         if ((err = tcm__commit(srv->meta_fd, 0, ml->off_page_class)) != 0 ||
-            (err = tcm__commit(srv->state_fd, 0, sl->off_arenas)) != 0) {
+            (err = tcm__commit(srv->state_fd, 0, sl->off_remap)) != 0 ||
+            (err = tcm__commit(srv->state_fd, sl->off_holders, 4096)) != 0) { /* the first group's entry */
             tcm__log(TCM_LOG_ERROR, "fallocate(metadata) failed: %s", strerror(-err));
             return -1;
         }
@@ -358,50 +361,27 @@ static void publish(tcm_server_t *srv, tcm_client_t *c)
         atomic_store(&srv->clients_hw, c->index + 1);
 }
 
-/* The first generation after last of record idx whose tag owns nothing any
- * more, or 0 when every one still does. Objects and runs of a departed
- * client keep its tag until they are freed: a new client given that tag
- * would be credited with them (and the validator's census would disagree
- * with its counters). */
-static uint8_t free_generation(const tcm_server_t *srv, uint32_t idx, uint8_t last)
-{
-    for (uint32_t k = 1; k <= TCM_TAG_GENS; k++) {
-        uint32_t gen = (last + k - 1) % TCM_TAG_GENS + 1;
-        if (!atomic_load_explicit(&srv->tag_orphaned[gen << TCM_TAG_INDEX_BITS | idx], memory_order_relaxed))
-            return (uint8_t)gen;
-    }
-    return 0;
-}
-
 int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_client_t **out)
 {
     tcm_client_rec_t *recs = records(srv);
     uint32_t idx = TCM_MAX_CLIENTS;
-    uint8_t gen = 0;
-    bool records_left = false;
-    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++)
+    for (uint32_t i = 0; i < TCM_MAX_CLIENTS && idx == TCM_MAX_CLIENTS; i++)
         if (!atomic_load_explicit(&srv->clients[i], memory_order_acquire) &&
-            atomic_load(&recs[i].state) == TCM_REC_FREE) {
-            records_left = true;
-            if ((gen = free_generation(srv, i, recs[i].gen)) != 0) {
-                idx = i;
-                break;
-            }
-        }
-    if (idx == TCM_MAX_CLIENTS) {
-        if (records_left)
-            tcm__log_limited(TCM_LOG_ERROR, "no client record left: every free one has all %u generations "
-                             "still owning objects of departed clients", TCM_TAG_GENS);
+            atomic_load(&recs[i].state) == TCM_REC_FREE)
+            idx = i;
+    if (idx == TCM_MAX_CLIENTS)
         return -EMFILE;
-    }
     uint64_t start;
     tcm_handle_t proc = tcm__proc_watch(pid, &start);
     if (proc < 0)
         return proc;
     tcm_client_t *c = calloc(1, sizeof *c);
-    if (!c) {
+    uint16_t tag;
+    int err = c ? tcm__tag_take(srv, idx, &tag) : -ENOMEM;
+    if (err) {
+        free(c);
         tcm__close(proc);
-        return -ENOMEM;
+        return err;
     }
     tcm_client_rec_t *rec = &recs[idx];
     c->rec = rec;
@@ -409,8 +389,7 @@ int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_clie
     c->proc = proc;
     /* a FREE record is nobody's: fill it, then claim it */
     rec->id = ++srv->state->next_client_id;
-    rec->gen = gen;
-    rec->tag = (uint16_t)(rec->gen << TCM_TAG_INDEX_BITS | idx);
+    rec->tag = tag;
     rec->pid = (uint32_t)pid;
     rec->proc_start = start;
     rec->uid = (uint32_t)uid;
@@ -423,11 +402,12 @@ int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_clie
     atomic_store(&rec->requests, 0);
     atomic_store(&rec->errors, 0);
     snprintf(rec->chan_name, sizeof rec->chan_name, "/tcm.%.47s.ch.%u", srv->name, rec->id);
+    tcm__proc_names(pid, c->comm, sizeof c->comm, c->exe, sizeof c->exe);
     atomic_signal_fence(memory_order_seq_cst);
     atomic_store(&rec->state, TCM_REC_CREATING); /* a crash from here: recovery unlinks the channel */
     TCM_CRASH_POINT(client_create);
 
-    int err = c->chan_fd = tcm__shm_create(rec->chan_name, srv->chan_layout.size, 0600);
+    err = c->chan_fd = tcm__shm_create(rec->chan_name, srv->chan_layout.size, 0600);
     if (err < 0) {
         tcm__log(TCM_LOG_ERROR, "shm_open(%s) failed: %s", rec->chan_name, strerror(-err));
         goto out_free;
@@ -462,6 +442,7 @@ out_unlink:
     tcm__shm_unlink(rec->chan_name);
 out_free:
     atomic_store(&rec->state, TCM_REC_FREE);
+    tcm__tag_give_back(srv, tag);
     tcm__close(c->proc);
     free(c);
     return err;
@@ -528,6 +509,8 @@ int tcm__client_map(tcm_server_t *srv, uint32_t index, tcm_client_t **out)
     c->adopted = true;
     rec->chan_name[sizeof rec->chan_name - 1] = 0;
     c->proc = watch_adopted(rec);
+    if (c->proc >= 0) /* still the process that attached */
+        tcm__proc_names(rec->pid, c->comm, sizeof c->comm, c->exe, sizeof c->exe);
     c->chan_fd = tcm__shm_open(rec->chan_name, true);
     uint64_t size;
     tcm_uid_t uid;

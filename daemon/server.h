@@ -13,15 +13,11 @@
 #include "tcm_layout.h"
 #include "tcm_version.h"
 
-/* An owner tag is a client's record index plus a generation of that index,
- * so objects of a departed client are not credited to the next one there:
- * a record is never given a generation whose tag still owns something
- * (tag_orphaned below), so generations may wrap. */
-#define TCM_TAG_INDEX_BITS 10u
-#define TCM_TAG_GENS 63u /* generations 1..63; tag 0 is nobody */
+/* Owner tags (holders.c): each live client has one, each departed holder
+ * and each executable's group of them one; tag 0 is nobody. A tag is
+ * given out again only once it owns nothing. */
 #define TCM_TAGS (1u << 16)
-_Static_assert((TCM_TAG_GENS << TCM_TAG_INDEX_BITS | (TCM_MAX_CLIENTS - 1)) < TCM_TAGS, "a tag fits 16 bits");
-_Static_assert(TCM_MAX_CLIENTS == 1u << TCM_TAG_INDEX_BITS, "tags index the client records");
+_Static_assert(TCM_MAX_CLIENTS + TCM_HOLDERS + 2 * TCM_HOLDER_GROUPS < TCM_TAGS, "tags never run out");
 #define TCM_DEFAULT_BASE 0x7e8000000000ull
 #define TCM_DEFAULT_HEAP (1ull << 30)
 
@@ -47,6 +43,10 @@ typedef struct tcm_client {
     bool cut_off;             /* main thread: logged and disconnected for a broken channel */
     bool adopted;             /* main thread: taken over from a previous tcmd, not yet resumed */
     int zone;                 /* fault zone of the channel mapping (tcm__fault_zone_add) */
+    /* who it is, from /proc at attach or adoption, for what it leaves
+     * behind (holders.c); "" for a process that ended before a tcmd read it */
+    char comm[16];
+    char exe[TCM_EXE_MAX];
     /* Set by tcmd's SIGBUS handler when the channel was shrunk or punched
      * under it: the mapping now reads zeros, and the client is cut off. */
     _Atomic uint32_t chan_broken;
@@ -128,6 +128,26 @@ struct tcm_server {
      * the main thread when it picks a record's next generation: a departed
      * tag's count only falls, so a zero it reads stays zero. */
     _Atomic uint64_t tag_orphaned[TCM_TAGS];
+    /* Who each tag is (holders.c; derived, rebuilt by recovery): tags in
+     * use, the client record (index + 1) of a live client's, the holders
+     * entry (index + 1) of a departed one's; what a merge rewrites a tag
+     * to. holders_lock guards tag_used and the holders table's writes;
+     * tag_client is written under it and read by the heap thread without
+     * (a tag is set before its client is published). */
+    pthread_mutex_t holders_lock;
+    uint64_t tag_used[TCM_TAGS / 64];
+    uint32_t tag_next;                  /* where the search for a free tag starts */
+    _Atomic uint16_t tag_client[TCM_TAGS];
+    uint16_t tag_holder[TCM_TAGS];      /* heap thread */
+    uint16_t *remap;                    /* in the state segment: a merging tag's group tag (heap thread) */
+    tcm_holder_t *holders;              /* in the state segment: TCM_HOLDER_GROUPS groups, then holders */
+    uint64_t remap_backed;              /* pages of remap[] known backed, bit per 4 KiB */
+    uint64_t entries_backed[2];         /* pages of holders[] known backed */
+    uint32_t merging;                   /* heap thread: tags being merged */
+    uint32_t merge_cursor;              /* heap thread: the page the merge sweep goes on from */
+    uint32_t merge_pass;                /* heap thread: sweeps completed */
+    uint32_t merge_done_at[TCM_TAGS];   /* heap thread: a merging tag is done when merge_pass gets here */
+    uint32_t evict_cursor;              /* heap thread: where the next full-table eviction looks */
 
     /* clients: slots written by the main thread (attach) and the heap thread
      * (reap), read by both */

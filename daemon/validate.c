@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "central.h"
+#include "holders.h"
 #include "prim.h"
 #include "reclaim.h"
 #include "server.h"
@@ -48,11 +49,8 @@ static bool check_ownership(tcm_server_t *srv, char *why, size_t whylen)
     if (atomic_load(&srv->meta->stats.bytes_orphaned) != total - live)
         FAIL("bytes_orphaned is %llu, departed clients own %llu",
              (unsigned long long)atomic_load(&srv->meta->stats.bytes_orphaned), (unsigned long long)(total - live));
-    for (uint32_t t = 0; t < TCM_TAGS; t++)
-        if (held[t] != atomic_load(&srv->tag_orphaned[t]))
-            FAIL("departed owner tag %u (record %u, generation %u) owns %llu bytes, counted %llu", t,
-                 t & (TCM_MAX_CLIENTS - 1), t >> TCM_TAG_INDEX_BITS, (unsigned long long)held[t],
-                 (unsigned long long)atomic_load(&srv->tag_orphaned[t]));
+    if (!tcm__holders_validate(srv, held, why, whylen))
+        goto fail;
     free(held);
     return true;
 fail:

@@ -389,6 +389,30 @@ tcm_handle_t tcm__proc_watch(tcm_pid_t pid, uint64_t *start)
     return fd;
 }
 
+void tcm__proc_names(tcm_pid_t pid, char *comm, size_t commlen, char *exe, size_t exelen)
+{
+    char path[64], buf[PATH_MAX];
+    comm[0] = exe[0] = 0;
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n > 0) {
+            buf[n] = 0;
+            buf[strcspn(buf, "\n")] = 0;
+            snprintf(comm, commlen, "%s", buf);
+        }
+    }
+    snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
+    ssize_t n = readlink(path, buf, sizeof buf - 1);
+    if (n > 0 && exelen) {
+        buf[n] = 0;
+        size_t keep = (size_t)n < exelen - 1 ? (size_t)n : exelen - 1;
+        memcpy(exe, buf + n - keep, keep + 1);
+    }
+}
+
 bool tcm__proc_exited(tcm_handle_t watch)
 {
     if (watch < 0)

@@ -690,6 +690,23 @@ tcm_handle_t tcm__proc_watch(tcm_pid_t pid, uint64_t *start)
     return from_handle(h);
 }
 
+void tcm__proc_names(tcm_pid_t pid, char *comm, size_t commlen, char *exe, size_t exelen)
+{
+    comm[0] = exe[0] = 0;
+    HANDLE h = OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, (DWORD)pid);
+    if (!h)
+        return;
+    char buf[MAX_PATH];
+    DWORD n = sizeof buf;
+    if (QueryFullProcessImageNameA(h, 0, buf, &n) && n > 0 && exelen) {
+        size_t keep = n < exelen - 1 ? n : exelen - 1;
+        memcpy(exe, buf + n - keep, keep + 1);
+        const char *base = strrchr(buf, '\\');
+        snprintf(comm, commlen, "%s", base ? base + 1 : buf);
+    }
+    CloseHandle(h);
+}
+
 bool tcm__proc_exited(tcm_handle_t watch)
 {
     return watch < 0 || WaitForSingleObject(to_handle(watch), 0) != WAIT_TIMEOUT;

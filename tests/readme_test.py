@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "common"))
 from tcmtest import Helper, Tcmd  # noqa: E402
@@ -108,7 +109,7 @@ def readme_shapes(section):
                   lambda m: ", ".join(f"`{m.group(1)}_{w.strip()}`" for w in m.group(2).split(",")), section)
     while re.search(r"\([^()]*\)", text):
         text = re.sub(r"\([^()]*\)", "", text)
-    parts = re.split(r"(?:^- |\s)`([a-z]+)(?: [a-z]+)?`(?:/`[a-z]+`)?: ", text, flags=re.M)
+    parts = re.split(r"(?:^- |\s)`([a-z]+(?: --[a-z]+)?)(?: [a-z]+)?`(?:/`[a-z]+`)?: ", text, flags=re.M)
     shapes = {}
     for command, said in zip(parts[1::2], parts[2::2]):
         row = {}
@@ -165,8 +166,16 @@ def check_json_against_tcmd(shapes):
             return json.loads(r.stdout) if r.stdout else None
         if client.do("alloc 10 1000") != "ok" or client.do("root readme.root") != "ok":
             problems.append("the helper client could not allocate and set a root")
+        leaver = Helper(build, d.sock)  # leaves what it allocated: a departed holder
+        leaver.do("alloc 10 1000")
+        leaver.close()
+        for _ in range(100):
+            if (js("clients", "--dead") or {}).get("holders"):
+                break
+            time.sleep(0.05)
         cid = js("clients")[0]["client_id"]
         answers = {"ping": js("ping"), "health": js("health"), "stats": js("stats"), "clients": js("clients"),
+                   "clients --dead": js("clients", "--dead"),
                    "classes": js("classes"), "config": js("config", "get"), "roots": js("roots"),
                    "resize": js("resize", "1G"), "release": js("release"), "check": js("check"),
                    "detach": js("detach", str(cid))}

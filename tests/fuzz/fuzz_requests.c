@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "central.h"
+#include "holders.h"
 #include "pageheap.h"
 #include "prim.h"
 #include "reclaim.h"
@@ -77,8 +78,9 @@ static void reset(void)
     memset(&client, 0, sizeof client);
     client.rec = (tcm_client_rec_t *)((uint8_t *)srv.state + sl.off_clients);
     client.rec->id = 1;
-    client.rec->gen = 1;
-    client.rec->tag = 1u << TCM_TAG_INDEX_BITS;
+    srv.state_fd = -1; /* anonymous memory: nothing to commit */
+    tcm__holders_init(&srv, true);
+    tcm__tag_take(&srv, 0, &client.rec->tag);
     atomic_store(&client.rec->state, TCM_REC_ACTIVE);
     client.lay = srv.chan_layout;
     client.chan = anon(client.lay.size);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -647,12 +648,91 @@ static void test_sigkill_tier_handoff(void)
     CHECK_EQ(tt_tcmctl(&d, "config set decay_ms 10000", out, sizeof out), 0);
 }
 
+/* Departures in the log: one line each when they happen (info for a
+ * process that detached), and a warning about what one left only if it is
+ * still allocated a decay window later, naming only those bytes. A worker
+ * whose objects its neighbour freed is not called a leaker (the old tree
+ * warned "died without detaching ... still in use" at every exit). */
+static uint64_t *handed; /* [0]: count, then offsets */
+static tcm_test_daemon_t quiet; /* at log level info, as tcmd runs by default: its windows hold no debug lines */
+
+static int hands_over(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(quiet.socket), 0);
+    for (int i = 0; i < 100; i++)
+        handed[1 + i] = tcm_to_offset(tcm_malloc(64));
+    handed[0] = 100;
+    exit(0); /* a normal exit: Bye */
+}
+
+static int frees_them(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(quiet.socket), 0);
+    for (uint64_t i = 0; i < handed[0]; i++)
+        tcm_free(tcm_from_offset(handed[1 + i]));
+    return 0; /* exit: its caches, and with them those objects, go back */
+}
+
+static int leaks(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(quiet.socket), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK(tcm_malloc(64) != NULL);
+    exit(0);
+}
+
+static int count_lines(const char *needle, const char *also)
+{
+    FILE *f = fopen(quiet.log, "r");
+    CHECK(f != NULL);
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, needle) && (!also || strstr(line, also));
+    fclose(f);
+    return n;
+}
+
+static void test_departure_lines(void)
+{
+    char a[48], l[48];
+    const char *args[] = {"--log-level", "info", "--decay-ms", "1000", NULL};
+    tt_daemon_start(&quiet, args);
+    handed = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    pid_t pa = tt_fork(hands_over, NULL);
+    tt_wait_ok(pa, 20000);
+    pid_t pl = tt_fork(leaks, NULL);
+    tt_wait_ok(pl, 20000);
+    CHECK_EQ(tt_wait_stat(&quiet, "departed_holders", 2, 5000), 2);
+    tt_wait_ok(tt_fork(frees_them, NULL), 20000);
+    CHECK_EQ(tt_wait_stat(&quiet, "departed_holders", 1, 5000), 1); /* A's all freed: gone */
+    snprintf(a, sizeof a, "(pid %d,", (int)pa);
+    snprintf(l, sizeof l, "(pid %d,", (int)pl);
+    for (int i = 0; i < 200 && !count_lines(l, "still in use (held by other processes, or leaked"); i++)
+        usleep(50000);
+    CHECK_EQ(count_lines(l, "ended"), 1);            /* the leaker, once, a window after it left */
+    CHECK_EQ(count_lines(l, "640 bytes it allocated are still in use"), 1);
+    CHECK_EQ(count_lines(a, "ended"), 0);            /* not the one whose objects were freed */
+    CHECK_EQ(count_lines(a, "detached"), 1);
+    CHECK_EQ(count_lines(a, "info: client"), 1);     /* its departure: an info line */
+    CHECK_EQ(count_lines(a, "warn:"), 0);
+    munmap(handed, 4096);
+    tt_daemon_kill(&quiet); /* L's objects are still there: a stop would leave the heap; remove it */
+    char cmd[320], out[64];
+    snprintf(cmd, sizeof cmd, "rm -f /dev/shm/tcm.%s.* %s", quiet.name, quiet.socket);
+    tt_run(cmd, out, sizeof out);
+}
+
 int main(int argc, char **argv)
 {
     const char *args[] = {"--max-threads", "64", NULL};
     tt_daemon_start(&d, args);
     CHECK_EQ(tcm_init(d.socket), 0);
     static const tt_case_t cases[] = {
+        {"departure lines", test_departure_lines}, /* first: nothing before it fills the log's windows */
         {"fork", test_fork},
         {"thread exit", test_thread_exit},
         {"overflow threads", test_overflow_threads},
