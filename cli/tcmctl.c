@@ -297,6 +297,18 @@ static void print_view(const ctx_t *ctx, const tcm_view_t *v, ProtobufCMessage *
         tcm__view_print_table(stdout, v, rows, n);
 }
 
+/* A JSON array of messages, each an object of all its fields. */
+static void print_json_array(ProtobufCMessage *const *rows, size_t n)
+{
+    putchar('[');
+    for (size_t i = 0; i < n; i++) {
+        printf("%s{", i ? "," : "");
+        tcm__json_members(stdout, rows[i], NULL, 0, js);
+        putchar('}');
+    }
+    putchar(']');
+}
+
 /* clients --dead [N]: what departed clients left allocated, largest first */
 static int cmd_departed(const ctx_t *ctx, uint32_t limit)
 {
@@ -305,13 +317,9 @@ static int cmd_departed(const ctx_t *ctx, uint32_t limit)
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_DEPARTED, &dr, TCM__RESPONSE__BODY_DEPARTED);
     const Tcm__Departed *d = resp->departed;
     if (ctx->json) {
-        printf("{\"holders\":%u,\"bytes_held\":%llu,\"departed\":[", d->holders, (unsigned long long)d->bytes_held);
-        for (size_t i = 0; i < d->n_holder; i++) {
-            printf("%s{", i ? "," : "");
-            tcm__json_members(stdout, &d->holder[i]->base, NULL, 0, js);
-            putchar('}');
-        }
-        printf("]}\n");
+        printf("{\"holders\":%u,\"bytes_held\":%llu,\"departed\":", d->holders, (unsigned long long)d->bytes_held);
+        print_json_array((ProtobufCMessage *const *)d->holder, d->n_holder);
+        printf("}\n");
     } else {
         printf("%-5s %6s %8s %6s %6s %10s %19s %-16s %s\n", "kind", "id", "pid", "uid", "procs", "held", "departed",
                "name", "executable");
@@ -445,13 +453,8 @@ static int cmd_roots(const ctx_t *ctx, int argc, char **argv)
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_ROOTS, &rr, TCM__RESPONSE__BODY_ROOTS);
     const Tcm__Roots *r = resp->roots;
     if (ctx->json) {
-        printf("[");
-        for (size_t i = 0; i < r->n_root; i++) {
-            printf("%s{", i ? "," : "");
-            tcm__json_members(stdout, &r->root[i]->base, NULL, 0, js);
-            putchar('}');
-        }
-        printf("]\n");
+        print_json_array((ProtobufCMessage *const *)r->root, r->n_root);
+        putchar('\n');
     } else {
         for (size_t i = 0; i < r->n_root; i++)
             printf("%-48s 0x%llx\n", tx(r->root[i]->name), (unsigned long long)r->root[i]->offset);

@@ -108,10 +108,42 @@ static bool back(tcm_server_t *srv, uint64_t *bits, uint64_t base, uint64_t from
     return true;
 }
 
+static bool bit(const uint64_t *bits, uint64_t i)
+{
+    return bits[i / 64] >> (i % 64) & 1;
+}
+
+static void bit_set(uint64_t *bits, uint64_t i, bool on)
+{
+    if (on)
+        bits[i / 64] |= 1ull << (i % 64);
+    else
+        bits[i / 64] &= ~(1ull << (i % 64));
+}
+
 static bool back_entry(tcm_server_t *srv, uint32_t i)
 {
     return back(srv, srv->entries_backed, srv->h.sl.off_holders, (uint64_t)i * sizeof(tcm_holder_t),
                 sizeof(tcm_holder_t));
+}
+
+/* Entry i lies on backed pages: it may be read (an entry on a page never
+ * backed was never written: it is free). */
+static bool readable(const tcm_server_t *srv, uint32_t i)
+{
+    uint64_t from = (uint64_t)i * sizeof(tcm_holder_t), to = from + sizeof(tcm_holder_t) - 1;
+    return bit(srv->entries_backed, from / 4096) && bit(srv->entries_backed, to / 4096);
+}
+
+static uint32_t state_of(const tcm_server_t *srv, uint32_t i)
+{
+    return readable(srv, i) ? atomic_load_explicit(&srv->holders[i].state, memory_order_acquire) : TCM_HOLDER_FREE;
+}
+
+/* The group tag t is being merged into, or 0. */
+static uint16_t remap_of(const tcm_server_t *srv, uint32_t t)
+{
+    return bit(srv->tag_merging, t) ? srv->remap[t] : 0;
 }
 
 static bool set_remap(tcm_server_t *srv, uint16_t t, uint16_t to)
@@ -119,7 +151,24 @@ static bool set_remap(tcm_server_t *srv, uint16_t t, uint16_t to)
     if (to && !back(srv, &srv->remap_backed, srv->h.sl.off_remap, (uint64_t)t * 2, 2))
         return false;
     TCM_PERSIST_STORE(srv->remap[t], to);
+    bit_set(srv->tag_merging, t, to != 0);
     return true;
+}
+
+/* A free entry in [from, to): one already backed, else the first that can
+ * be; UINT32_MAX when none. Under holders_lock. */
+static uint32_t free_entry_locked(tcm_server_t *srv, uint32_t from, uint32_t to)
+{
+    uint32_t unbacked = UINT32_MAX;
+    for (uint32_t i = from; i < to; i++) {
+        if (!readable(srv, i)) {
+            if (unbacked == UINT32_MAX)
+                unbacked = i;
+        } else if (atomic_load_explicit(&srv->holders[i].state, memory_order_relaxed) == TCM_HOLDER_FREE) {
+            return i;
+        }
+    }
+    return unbacked != UINT32_MAX && back_entry(srv, unbacked) ? unbacked : UINT32_MAX;
 }
 
 /* ---- merging: a tag's objects go to another tag ---- */
@@ -134,24 +183,23 @@ static uint32_t remap_span(tcm_server_t *srv, uint32_t p)
     tcm_span_t *sp = &h->spans[h->page_span[p]];
     if (sp->first > p || sp->first + sp->npages <= p) /* a record that does not cover its page: not ours to fix */
         return p + 1;
-    const uint16_t *remap = srv->remap;
+    uint16_t to;
     if (sp->state == TCM_SPAN_LARGE) {
-        uint16_t t = (uint16_t)sp->owner;
-        if (remap[t])
-            TCM_PERSIST_STORE(sp->owner, remap[t]);
+        if ((to = remap_of(srv, (uint16_t)sp->owner)) != 0)
+            TCM_PERSIST_STORE(sp->owner, to);
     } else if (sp->state == TCM_SPAN_SMALL && sp->cls > 0 && sp->cls < TCM_NCLASSES) {
         uint32_t *owners = tcm__span_owners(h, sp);
         for (uint32_t w = 0; w < (h->classes[sp->cls].span_objs + 63) / 64; w++) {
             uint32_t ow = owners[w];
             if (!(ow & TCM_OWNER_BLOCK)) {
-                if (remap[(uint16_t)ow])
-                    TCM_PERSIST_STORE(owners[w], remap[(uint16_t)ow]);
+                if ((to = remap_of(srv, (uint16_t)ow)) != 0)
+                    TCM_PERSIST_STORE(owners[w], to);
                 continue;
             }
             uint16_t *tags = tcm__tag_block(h, ow);
             for (unsigned i = 0; i < 64; i++)
-                if (remap[tags[i]])
-                    TCM_PERSIST_STORE(tags[i], remap[tags[i]]);
+                if ((to = remap_of(srv, tags[i])) != 0)
+                    TCM_PERSIST_STORE(tags[i], to);
         }
     }
     return sp->first + sp->npages;
@@ -161,11 +209,14 @@ static uint32_t remap_span(tcm_server_t *srv, uint32_t p)
 static void finish_merges(tcm_server_t *srv, bool all)
 {
     pthread_mutex_lock(&srv->holders_lock);
-    for (uint32_t t = 1; t < TCM_TAGS && srv->merging; t++)
-        if (srv->remap[t] && (all || (int32_t)(srv->merge_pass - srv->merge_done_at[t]) >= 0)) {
-            set_remap(srv, (uint16_t)t, 0);
-            tag_mark(srv, t, false);
-            srv->merging--;
+    for (uint32_t w = 0; w < TCM_TAGS / 64 && srv->merging; w++)
+        for (uint64_t bits = srv->tag_merging[w]; bits; bits &= bits - 1) {
+            uint32_t t = w * 64 + (uint32_t)__builtin_ctzll(bits);
+            if (all || (int32_t)(srv->merge_pass - srv->merge_done_at[t]) >= 0) {
+                set_remap(srv, (uint16_t)t, 0);
+                tag_mark(srv, t, false);
+                srv->merging--;
+            }
         }
     pthread_mutex_unlock(&srv->holders_lock);
 }
@@ -219,22 +270,21 @@ static void entry_free_locked(tcm_server_t *srv, uint32_t i)
  * holders_lock; UINT32_MAX when not even the first can be backed. */
 static uint32_t group_for_locked(tcm_server_t *srv, const char *exe)
 {
-    uint32_t free_at = UINT32_MAX;
-    for (uint32_t g = 1; g < TCM_HOLDER_GROUPS; g++) {
-        tcm_holder_t *e = &srv->holders[g];
-        uint32_t st = atomic_load_explicit(&e->state, memory_order_relaxed);
-        if (st == TCM_HOLDER_GROUP && !strncmp(e->exe, exe, TCM_EXE_MAX))
+    for (uint32_t g = 1; g < TCM_HOLDER_GROUPS && exe[0]; g++)
+        if (state_of(srv, g) == TCM_HOLDER_GROUP && !strncmp(srv->holders[g].exe, exe, TCM_EXE_MAX))
             return g;
-        if (st == TCM_HOLDER_FREE && free_at == UINT32_MAX)
-            free_at = g;
+    uint32_t g = exe[0] ? free_entry_locked(srv, 1, TCM_HOLDER_GROUPS) : UINT32_MAX;
+    if (g == UINT32_MAX) { /* every other executable's */
+        if (state_of(srv, 0) == TCM_HOLDER_GROUP)
+            return 0;
+        if (!back_entry(srv, 0))
+            return UINT32_MAX;
+        g = 0;
     }
-    uint32_t g = exe[0] && free_at != UINT32_MAX ? free_at : 0;
     tcm_holder_t *e = &srv->holders[g];
-    if (atomic_load_explicit(&e->state, memory_order_relaxed) == TCM_HOLDER_GROUP)
-        return g; /* the first, made before */
     uint16_t tag;
-    if (!back_entry(srv, g) || tag_new_locked(srv, &tag) != 0)
-        return g ? group_for_locked(srv, "") : UINT32_MAX;
+    if (tag_new_locked(srv, &tag) != 0)
+        return UINT32_MAX;
     memset(e, 0, sizeof *e);
     e->tag = tag;
     snprintf(e->exe, sizeof e->exe, "%s", g ? exe : "(other executables)");
@@ -274,16 +324,12 @@ static bool merge_locked(tcm_server_t *srv, uint32_t i)
  * clock reaches (an older holder, merged into its group). */
 static uint32_t entry_for_locked(tcm_server_t *srv)
 {
+    uint32_t i = free_entry_locked(srv, FIRST_HOLDER, NENTRIES);
+    if (i != UINT32_MAX)
+        return i;
     for (uint32_t k = 0; k < TCM_HOLDERS; k++) {
-        uint32_t i = FIRST_HOLDER + (srv->evict_cursor + k) % TCM_HOLDERS;
-        if (atomic_load_explicit(&srv->holders[i].state, memory_order_relaxed) == TCM_HOLDER_FREE &&
-            back_entry(srv, i))
-            return i;
-    }
-    for (uint32_t k = 0; k < TCM_HOLDERS; k++) {
-        uint32_t i = FIRST_HOLDER + srv->evict_cursor++ % TCM_HOLDERS;
-        if (atomic_load_explicit(&srv->holders[i].state, memory_order_relaxed) == TCM_HOLDER_HELD &&
-            merge_locked(srv, i))
+        i = FIRST_HOLDER + srv->evict_cursor++ % TCM_HOLDERS;
+        if (state_of(srv, i) == TCM_HOLDER_HELD && merge_locked(srv, i))
             return i;
     }
     return UINT32_MAX;
@@ -327,7 +373,7 @@ void tcm__holder_depart_ht(tcm_server_t *srv, tcm_client_t *c, uint64_t held)
 
 void tcm__holder_credit_ht(tcm_server_t *srv, uint16_t tag, uint64_t bytes)
 {
-    uint16_t t = srv->remap[tag] ? srv->remap[tag] : tag;
+    uint16_t to = remap_of(srv, tag), t = to ? to : tag;
     uint64_t left = bytes_of(srv, t);
     left = left > bytes ? left - bytes : 0;
     atomic_store_explicit(&srv->tag_orphaned[t], left, memory_order_relaxed);
@@ -358,21 +404,35 @@ void tcm__holders_init(tcm_server_t *srv, bool fresh)
     srv->entries_backed[0] = fresh; /* the first group's page, backed with the segment */
 }
 
+/* Which pages of [off, off + pages * 4096) of the state segment hold
+ * anything: written ones (a page only fallocated, or a hole, reads as
+ * zeros: nothing in it to read). */
+static void find_backed(const tcm_server_t *srv, uint64_t off, uint64_t pages, uint64_t *bits)
+{
+    for (uint64_t p = 0; p < pages; p++)
+        bit_set(bits, p, srv->state_fd < 0 || tcm__backed_range(srv->state_fd, off + p * 4096, 4096) == 1);
+}
+
 uint64_t tcm__holders_recover(tcm_server_t *srv, uint64_t *held)
 {
     memset(srv->tag_used, 0, sizeof srv->tag_used);
     memset(srv->tag_holder, 0, sizeof srv->tag_holder);
+    memset(srv->tag_merging, 0, sizeof srv->tag_merging);
     memset(srv->merge_done_at, 0, sizeof srv->merge_done_at);
-    srv->remap_backed = 0; /* backed again before a write: a hole read here (0) was never written */
-    srv->entries_backed[0] = srv->entries_backed[1] = 0;
     srv->merging = 0;
     for (uint32_t t = 0; t < TCM_TAGS; t++)
         atomic_store(&srv->tag_client[t], 0);
+    /* the pages written before; the rest is backed again before a write */
+    memset(srv->entries_backed, 0, sizeof srv->entries_backed);
+    srv->remap_backed = 0;
+    find_backed(srv, srv->h.sl.off_remap, TCM_TAGS * sizeof(uint16_t) / 4096, &srv->remap_backed);
+    find_backed(srv, srv->h.sl.off_holders, (NENTRIES * sizeof(tcm_holder_t) + 4095) / 4096, srv->entries_backed);
     /* interrupted merges: their bytes are their groups' */
     for (uint32_t t = 1; t < TCM_TAGS; t++) {
-        uint16_t to = srv->remap[t];
-        if (!to)
+        if (!bit(&srv->remap_backed, (uint64_t)t * 2 / 4096) || !srv->remap[t])
             continue;
+        uint16_t to = srv->remap[t];
+        bit_set(srv->tag_merging, t, true);
         held[to] += held[t];
         held[t] = 0;
         tag_mark(srv, t, true);
@@ -389,7 +449,7 @@ uint64_t tcm__holders_recover(tcm_server_t *srv, uint64_t *held)
     uint64_t departed = 0, holders = 0, groups = 0;
     for (uint32_t i = 0; i < NENTRIES; i++) {
         tcm_holder_t *e = &srv->holders[i];
-        uint32_t st = atomic_load(&e->state);
+        uint32_t st = state_of(srv, i);
         if (st == TCM_HOLDER_FREE)
             continue;
         bool is_group = i < FIRST_HOLDER;
@@ -436,11 +496,13 @@ uint64_t tcm__holders_recover(tcm_server_t *srv, uint64_t *held)
 
 bool tcm__holders_validate(tcm_server_t *srv, uint64_t *held, char *why, size_t whylen)
 {
-    for (uint32_t t = 1; t < TCM_TAGS; t++)
-        if (srv->remap[t]) { /* not swept yet: its group's */
-            held[srv->remap[t]] += held[t];
+    for (uint32_t t = 1; t < TCM_TAGS; t++) {
+        uint16_t to = remap_of(srv, t);
+        if (to) { /* not swept yet: its group's */
+            held[to] += held[t];
             held[t] = 0;
         }
+    }
     for (uint32_t t = 1; t < TCM_TAGS; t++) {
         uint64_t want = bytes_of(srv, t);
         if (held[t] != want) {
@@ -471,7 +533,7 @@ size_t tcm__holders_rows(tcm_server_t *srv, tcm_holder_row_t *rows)
     pthread_mutex_lock(&srv->holders_lock);
     for (uint32_t i = 0; i < NENTRIES; i++) {
         const tcm_holder_t *e = &srv->holders[i];
-        if (atomic_load_explicit(&e->state, memory_order_acquire) == TCM_HOLDER_FREE)
+        if (state_of(srv, i) == TCM_HOLDER_FREE)
             continue;
         rows[n].e = *e;
         rows[n].bytes = bytes_of(srv, e->tag);
@@ -488,8 +550,8 @@ void tcm__holders_warn(tcm_server_t *srv, uint64_t warn_after_s)
     pthread_mutex_lock(&srv->holders_lock);
     for (uint32_t i = FIRST_HOLDER; i < NENTRIES; i++) {
         tcm_holder_t *e = &srv->holders[i];
-        if (atomic_load_explicit(&e->state, memory_order_acquire) != TCM_HOLDER_HELD ||
-            (e->flags & TCM_HOLDER_WARNED) || now < e->departed_unix + warn_after_s)
+        if (state_of(srv, i) != TCM_HOLDER_HELD || (e->flags & TCM_HOLDER_WARNED) ||
+            now < e->departed_unix + warn_after_s)
             continue;
         e->flags |= TCM_HOLDER_WARNED;
         uint64_t bytes = bytes_of(srv, e->tag);

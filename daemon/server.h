@@ -139,10 +139,13 @@ struct tcm_server {
     uint32_t tag_next;                  /* where the search for a free tag starts */
     _Atomic uint16_t tag_client[TCM_TAGS];
     uint16_t tag_holder[TCM_TAGS];      /* heap thread */
-    uint16_t *remap;                    /* in the state segment: a merging tag's group tag (heap thread) */
-    tcm_holder_t *holders;              /* in the state segment: TCM_HOLDER_GROUPS groups, then holders */
-    uint64_t remap_backed;              /* pages of remap[] known backed, bit per 4 KiB */
-    uint64_t entries_backed[2];         /* pages of holders[] known backed */
+    /* In the state segment; a page of either is read only once it is known
+     * backed (a read of a hole in a shared tmpfs mapping allocates it). */
+    uint16_t *remap;                    /* a merging tag's group tag (heap thread) */
+    tcm_holder_t *holders;              /* TCM_HOLDER_GROUPS groups, then holders */
+    uint64_t remap_backed;              /* pages of remap[] backed, bit per 4 KiB */
+    uint64_t entries_backed[2];         /* pages of holders[] backed */
+    uint64_t tag_merging[TCM_TAGS / 64]; /* heap thread: remap[t] names t's group */
     uint32_t merging;                   /* heap thread: tags being merged */
     uint32_t merge_cursor;              /* heap thread: the page the merge sweep goes on from */
     uint32_t merge_pass;                /* heap thread: sweeps completed */
