@@ -33,6 +33,8 @@ static void *bg_main(void *arg)
             break;
         uint32_t flush = atomic_load(&pr->chan_hdr->flush_gen);
         uint64_t now = tcm__now_ns(), gen = atomic_load(&pr->meta->config.gen);
+        if (pr->tick)
+            pr->tick(now);
         if (flush != seen_flush) {
             seen_flush = flush;
             tcm__xfer_trim(true);

@@ -68,6 +68,10 @@ bool tcm__post(tcm_slot_t *slot, uint32_t slot_index)
     atomic_store_explicit(&slot->state, TCM_SLOT_POSTED, memory_order_release);
     while (!tcm__ring_push(pr->ring, pr->lay.ring_cap, slot_index))
         tcm__yield(); /* cannot happen: the ring has a cell for every slot */
+    if (pr->serve) {
+        pr->serve();
+        return true;
+    }
     tcm__bell_ring((_Atomic uint32_t *)&pr->meta->heap_sleeping, pr->bell);
     return true;
 }

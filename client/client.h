@@ -149,6 +149,13 @@ typedef struct tcm_proc {
      * then faults in as it would have anyway. NULL: no map (calloc failed). */
     _Atomic uint64_t *mapped;
 
+    /* A private heap (the drop-in's, client/local.c), laid out and served
+     * in this process: serve() answers what was just posted on the ring,
+     * before tcm__post returns; tick() is its decay, from the background
+     * thread. NULL: tcmd serves the ring. */
+    void (*serve)(void);
+    void (*tick)(uint64_t now_ns);
+
     /* the background thread (background.c) */
     pthread_t bg_thread;
     _Atomic bool bg_running;   /* written under attach_lock, read by exiting threads */

@@ -1,6 +1,9 @@
 /* fork.c — fork handling: the parent's locks and background thread across
  * fork, and a child that discards the caches and connection it inherited
- * (they are the parent's) and attaches as a new client on first use. */
+ * (they are the parent's) and attaches as a new client on first use. With
+ * a private heap (the drop-in's, local.c) the child's copy of the heap and
+ * of every cache is its own: it keeps them, and the locks are held across
+ * the fork so that none of them is copied in the middle of a change. */
 #include <string.h>
 
 #include "background.h"
@@ -14,16 +17,33 @@
  * forks single-threaded (which ThreadSanitizer, for one, requires). */
 static bool bg_was_running;
 
+/* The locks of the process's caches (the transfer tier, the page-run
+ * cache, the thread-cache records), taken across the fork of a process
+ * with a private heap. */
+static void cache_locks(bool take)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    pthread_mutex_t *locks[] = {&pr->tcache_lock, &pr->spare_lock, &pr->large_lock};
+    for (unsigned i = 0; i < sizeof locks / sizeof locks[0]; i++)
+        (take ? pthread_mutex_lock : pthread_mutex_unlock)(locks[i]);
+    for (unsigned c = 0; c < TCM_NCLASSES; c++)
+        (take ? pthread_mutex_lock : pthread_mutex_unlock)(&pr->xfer_lock[c]);
+}
+
 TCM_COLD static void fork_prepare(void)
 {
     bg_was_running = tcm__proc.bg_running;
     tcm__bg_stop();
     pthread_mutex_lock(&tcm__proc.attach_lock);
     pthread_mutex_lock(&tcm__proc.conn_lock);
+    if (tcm__proc.serve)
+        cache_locks(true);
 }
 
 TCM_COLD static void fork_parent(void)
 {
+    if (tcm__proc.serve)
+        cache_locks(false);
     pthread_mutex_unlock(&tcm__proc.conn_lock);
     pthread_mutex_unlock(&tcm__proc.attach_lock);
     if (bg_was_running)
@@ -54,6 +74,12 @@ TCM_COLD static void fork_child(void)
      * child does not have */
     pthread_mutex_unlock(&pr->conn_lock);
     pthread_mutex_unlock(&pr->attach_lock);
+    if (pr->serve) { /* a private heap: everything here is the child's own, as it was at the fork */
+        cache_locks(false);
+        pr->bg_running = false; /* started again at the child's next request (local.c) */
+        pr->pid = tcm__pid();
+        return;
+    }
     pthread_mutex_init(&pr->large_lock, NULL);
     pthread_mutex_init(&pr->tcache_lock, NULL);
     pthread_mutex_init(&pr->spare_lock, NULL);

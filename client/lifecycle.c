@@ -25,7 +25,7 @@ TCM_COLD static void at_exit(void)
     tcm__in_library++; /* never decremented: the process is going */
     /* the kernel closes the socket; the daemon reclaims every cache. A tcmd
      * that replaced the one we knew should hear the Bye too. */
-    if (!atomic_load(&tcm__proc.attached) || tcm__proc.pid != tcm__pid())
+    if (!atomic_load(&tcm__proc.attached) || tcm__proc.pid != tcm__pid() || tcm__proc.serve)
         return;
     if (tcm__daemon_gone()) {
         tcm__proc.outage_deadline_ns = tcm__now_ns(); /* one try, no waiting */
@@ -40,6 +40,50 @@ static void once_init(void)
         pthread_mutex_init(&tcm__proc.xfer_lock[c], NULL);
     tcm__fork_handlers_install();
     atexit(at_exit);
+}
+
+/* The parts of the metadata the client reads, once heap and meta are set. */
+static void use_meta(tcm_proc_t *pr)
+{
+    const uint8_t *mb = (const uint8_t *)pr->meta;
+    pr->classes = (const tcm_class_info_t *)(mb + pr->meta->off_classes);
+    pr->page_span = (const uint32_t *)(mb + pr->meta->off_page_span);
+    pr->spans = (const tcm_span_t *)(mb + pr->meta->off_spans);
+    pr->roots = (const tcm_root_t *)(mb + pr->meta->off_roots);
+    pr->bell = (tcm_bell_t *)pr->heap;
+    pr->heap_id = pr->meta->heap_id;
+}
+
+/* The channel is mapped at pr->chan for lay: the rest of it, and this
+ * process's private records of what it caches. */
+static int use_channel(tcm_proc_t *pr)
+{
+    pr->chan_hdr = (tcm_chan_hdr_t *)pr->chan;
+    pr->ring = (tcm_ring_t *)(pr->chan + pr->lay.off_ring);
+    pr->slots = (tcm_slot_t *)(pr->chan + pr->lay.off_slots);
+    memset(pr->xfer_backed, 0, sizeof pr->xfer_backed);
+    free(pr->caches); /* a fork child's copy of its parent's */
+    pr->caches = calloc(pr->lay.max_threads, sizeof *pr->caches);
+    /* a fork child's copy says what its parent mapped (a shared mapping's
+     * pages are not mapped in the child), a heap mapped before may be
+     * another: none of it is known mapped now */
+    free((void *)pr->mapped);
+    pr->mapped = calloc((pr->heap_size >> TCM_PAGE_SHIFT) / 64 + 1, sizeof *pr->mapped);
+    return pr->caches ? 0 : -ENOMEM;
+}
+
+/* Attached: the hot path's globals, and the background thread. */
+static void go_live(tcm_proc_t *pr)
+{
+    pr->pid = tcm__pid();
+    pr->daemon_lost = false;
+    pr->outage_deadline_ns = 0;
+    atomic_store(&tcm__page_class, (const uint8_t *)pr->meta + pr->meta->off_page_class);
+    atomic_store(&tcm__heap_base, (uintptr_t)pr->heap);
+    atomic_store(&tcm__heap_bytes, pr->heap_size);
+    atomic_store(&tcm__heap_granules, pr->heap_size >> TCM_GRANULE_SHIFT);
+    atomic_store(&pr->attached, true);
+    tcm__bg_start();
 }
 
 /* Map the segments of a Welcome from the descriptors that came with it
@@ -81,13 +125,7 @@ static int map_segments(const Tcm__Welcome *w, tcm_handle_t *fds, char *err, siz
         if (!pr->meta)
             goto fail_heap;
         pr->meta_size = msize;
-        const uint8_t *mb = (const uint8_t *)pr->meta;
-        pr->classes = (const tcm_class_info_t *)(mb + pr->meta->off_classes);
-        pr->page_span = (const uint32_t *)(mb + pr->meta->off_page_span);
-        pr->spans = (const tcm_span_t *)(mb + pr->meta->off_spans);
-        pr->roots = (const tcm_root_t *)(mb + pr->meta->off_roots);
-        pr->bell = (tcm_bell_t *)pr->heap;
-        pr->heap_id = pr->meta->heap_id;
+        use_meta(pr);
     }
     for (unsigned c = 0; c < TCM_NCLASSES; c++)
         if (pr->classes[c].size != w->class_size[c] || tcm__class_size(c) != w->class_size[c]) {
@@ -107,9 +145,6 @@ static int map_segments(const Tcm__Welcome *w, tcm_handle_t *fds, char *err, siz
         pr->chan = NULL;
         return -EPROTO;
     }
-    pr->ring = (tcm_ring_t *)(pr->chan + pr->lay.off_ring);
-    pr->slots = (tcm_slot_t *)(pr->chan + pr->lay.off_slots);
-    memset(pr->xfer_backed, 0, sizeof pr->xfer_backed);
     return 0;
 
 fail_heap:
@@ -125,9 +160,32 @@ static bool restarting(int err, const char *socket_path)
     return (err == -ECONNREFUSED && tcm__path_exists(socket_path)) || err == -ECONNRESET || err == -EPIPE;
 }
 
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+TCM_COLD int tcm__attach_private(uint8_t *heap, uint64_t heap_size, const tcm_meta_hdr_t *meta, uint64_t meta_size,
+                                 uint8_t *chan, uint32_t max_threads, void (*serve)(void), void (*tick)(uint64_t))
+{
+    tcm_proc_t *pr = &tcm__proc;
+    pthread_once(&once, once_init);
+    pr->heap = heap;
+    pr->heap_size = heap_size;
+    pr->meta = meta;
+    pr->meta_size = meta_size;
+    use_meta(pr);
+    tcm__chan_layout(&pr->lay, pr->classes, max_threads);
+    pr->chan = chan;
+    if (use_channel(pr) != 0)
+        return -ENOMEM;
+    pr->client_id = pr->chan_hdr->client_id;
+    pr->sock = -1;
+    pr->serve = serve;
+    pr->tick = tick;
+    go_live(pr);
+    return 0;
+}
+
 TCM_COLD static int attach_locked(const char *socket_path)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
     tcm_proc_t *pr = &tcm__proc;
     char path[108], err[320] = "";
     pthread_once(&once, once_init);
@@ -187,14 +245,7 @@ TCM_COLD static int attach_locked(const char *socket_path)
         fprintf(stderr, "tcm: cannot attach to tcmd on %s: %s\n", socket_path, err);
         goto out_resp;
     }
-    free(pr->caches); /* a fork child's copy of its parent's */
-    pr->caches = calloc(pr->lay.max_threads, sizeof *pr->caches);
-    /* a fork child's copy says what its parent mapped (a shared mapping's
-     * pages are not mapped in the child), a heap mapped before may be
-     * another: none of it is known mapped now */
-    free((void *)pr->mapped);
-    pr->mapped = calloc((pr->heap_size >> TCM_PAGE_SHIFT) / 64 + 1, sizeof *pr->mapped);
-    if (!pr->caches) {
+    if (use_channel(pr) != 0) {
         tcm__unmap(pr->chan, pr->lay.size);
         pr->chan = NULL;
         rc = -ENOMEM;
@@ -204,19 +255,11 @@ TCM_COLD static int attach_locked(const char *socket_path)
     pr->token = resp->welcome->token;
     pr->sock = fd;
     tcm__file_id(fd, &pr->sock_id);
-    pr->pid = tcm__pid();
-    pr->daemon_lost = false;
-    pr->outage_deadline_ns = 0;
     if (socket_path != pr->socket_path)
         snprintf(pr->socket_path, sizeof pr->socket_path, "%s", socket_path);
-    atomic_store(&tcm__page_class, (const uint8_t *)pr->meta + pr->meta->off_page_class);
-    atomic_store(&tcm__heap_base, (uintptr_t)pr->heap);
-    atomic_store(&tcm__heap_bytes, pr->heap_size);
-    atomic_store(&tcm__heap_granules, pr->heap_size >> TCM_GRANULE_SHIFT);
-    atomic_store(&pr->attached, true);
     tcm__response__free_unpacked(resp, NULL);
     tcm__ctlsock_close_fds(fds, NFDS); /* the mappings keep the segments */
-    tcm__bg_start();
+    go_live(pr);
     return 0;
 
 out_resp:
@@ -228,10 +271,18 @@ out_resp:
 
 /* Attach on first use: to the daemon this process (or, after fork, its
  * parent) attached to before, else to the default socket. */
+int (*tcm__attach_first)(void);
+
 int tcm__ensure_attached(void)
 {
     if (tcm_likely(atomic_load_explicit(&tcm__proc.attached, memory_order_acquire)))
         return 0;
+    if (tcm__attach_first) {
+        pthread_mutex_lock(&tcm__proc.attach_lock);
+        int rc = atomic_load(&tcm__proc.attached) ? 0 : tcm__attach_first();
+        pthread_mutex_unlock(&tcm__proc.attach_lock);
+        return rc;
+    }
     return tcm_init(tcm__proc.socket_path[0] ? tcm__proc.socket_path : NULL);
 }
 

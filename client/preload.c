@@ -1,12 +1,15 @@
 /* preload.c — libtcm-malloc.so: tcm as the process's malloc, by
- * LD_PRELOAD. Three kinds of pointer, told apart by address in free():
- * the shared heap's (tcm's hot path), a small bootstrap region (what is
- * allocated before the system malloc is found), and the system malloc's
- * (tcm__next_symbol): what the library's own code allocates (tcm__in_library),
- * everything once tcm cannot serve (no tcmd: one line on stderr, then the
- * system malloc for the rest of the process; a full heap: that allocation;
- * TCM_MALLOC_FALLBACK=0 makes those fail with ENOMEM instead), and a fork
- * child's (below). */
+ * LD_PRELOAD. By default the heap is the process's own (local.c): tcm's
+ * tiers over private memory, served in the process, gone with it, copied
+ * on write by fork. TCM_MALLOC_FORK=shared makes it tcmd's shared heap
+ * instead, which fork children share (libtcm's behaviour). Three kinds of
+ * pointer, told apart by address in free(): the heap's (tcm's hot path), a
+ * small bootstrap region (what is allocated before the system malloc is
+ * found), and the system malloc's (tcm__next_symbol): what the library's
+ * own code allocates (tcm__in_library), and everything once tcm cannot
+ * serve (no heap: one line on stderr, then the system malloc for the rest
+ * of the process; a full heap: that allocation; TCM_MALLOC_FALLBACK=0 makes
+ * those fail with ENOMEM instead). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -15,6 +18,7 @@
 
 #include "client.h"
 #include "lifecycle.h"
+#include "local.h"
 #include "preload.h"
 #include "prim.h"
 #include "tcache.h"
@@ -96,78 +100,43 @@ static inline void resolve(void)
 enum { USE_TCM, USE_SYSTEM };
 static _Atomic int mode = USE_TCM;
 static bool fallback = true;        /* TCM_MALLOC_FALLBACK */
-static bool fork_shares;            /* TCM_MALLOC_FORK=shared */
-static bool heap_is_parents;        /* a child of a fork: the heap is its private snapshot */
+static bool shares;                 /* TCM_MALLOC_FORK=shared: tcmd's heap, not a private one */
 static _Atomic bool said_full;
 
-/* fork. The heap is shared memory, so a child that went on using it would
- * free and overwrite its parent's objects (bash crashes at its first
- * pipeline). Unless TCM_MALLOC_FORK=shared, the child makes the heap and
- * the metadata at their addresses a private copy of what they held at the
- * fork (what copy-on-write would have given it), allocates from the
- * system malloc from then on and frees nothing in the snapshot; the parent
- * waits (at most FORK_WAIT_NS) until the copy is made, so that what the
- * child sees is the heap at the fork. With TCM_MALLOC_FORK=shared the
- * child attaches as a new client and shares the objects (libtcm's own
- * behaviour). */
-#define FORK_WAIT_NS 10000000000ll
-static _Atomic uint32_t *fork_words; /* [0]: forks asked for, [1]: snapshots made (shared with children) */
-static void before_fork(void);
-static void parent_after_fork(void);
-static void child_after_fork(void);
+/* The tcm_* functions a program calls: libtcm.so's when the program links
+ * it and the heap here is private (its shared memory is libtcm's to
+ * serve), else this library's own (client/dropin_names.h). */
+static struct {
+#define TCM_NEXT_FIELD(f) __typeof__(tcm__own_##f) *f;
+    TCM_DROPIN_NAMES(TCM_NEXT_FIELD)
+#undef TCM_NEXT_FIELD
+} api;
 
 TCM_COLD static void read_settings_once(void)
 {
     const char *f = getenv("TCM_MALLOC_FALLBACK");
     fallback = !(f && strcmp(f, "0") == 0);
     const char *k = getenv("TCM_MALLOC_FORK");
-    fork_shares = k && strcmp(k, "shared") == 0;
-    fork_words = tcm__shared_anon(64);
+    shares = k && strcmp(k, "shared") == 0;
     tcm__attach_failed_note =
         fallback ? "; going on with the system malloc" : "; allocations fail (TCM_MALLOC_FALLBACK=0)";
-    tcm__at_fork(before_fork, parent_after_fork, child_after_fork);
-}
-static TCM_TLS uint32_t fork_gen; /* the forking thread's (and its child's copy of it) */
-static TCM_TLS bool fork_snapshots;
-
-TCM_COLD static void before_fork(void)
-{
-    fork_snapshots = !fork_shares && fork_words && atomic_load(&tcm__proc.attached) &&
-                     atomic_load(&mode) == USE_TCM;
-    if (fork_snapshots)
-        fork_gen = atomic_fetch_add(&fork_words[0], 1) + 1;
+    if (!shares)
+        tcm__local_use();
 }
 
-TCM_COLD static void parent_after_fork(void)
+/* At a program's first call of a tcm_* function (dlsym allocates: from the
+ * system malloc, as libtcm's own code does). */
+TCM_COLD static void resolve_api_once(void)
 {
-    if (!fork_snapshots)
-        return;
-    uint64_t start = tcm__now_ns();
-    uint32_t got;
-    while ((int32_t)((got = atomic_load(&fork_words[1])) - fork_gen) < 0 &&
-           tcm__now_ns() - start < (uint64_t)FORK_WAIT_NS)
-        tcm__wait(&fork_words[1], got, 100000000);
-}
-
-TCM_COLD static void child_after_fork(void)
-{
-    if (!fork_snapshots)
-        return;
-    tcm_proc_t *pr = &tcm__proc;
-    atomic_store(&mode, USE_SYSTEM);
-    heap_is_parents = true;
-    /* allocates nothing: the system malloc may not be usable yet here
-     * (its own fork handler may run after this one) */
-    int err = tcm__privatize(pr->heap, pr->heap_size, TCM_PAGE_SHIFT, atomic_load(&tcm__page_class),
-                             TCM_PAGE_CLASS_FREE);
-    if (!err)
-        err = tcm__privatize((void *)pr->meta, pr->meta_size, 0, NULL, 0);
-    atomic_store(&fork_words[1], fork_gen);
-    tcm__wake(&fork_words[1], 1);
-    if (err) {
-        fprintf(stderr, "tcm-malloc: fork: cannot make the child's copy of the heap: %s\n", strerror(-err));
-        _Exit(127);
-    }
+    tcm__in_library++;
+#define TCM_NEXT_RESOLVE(f)                                                                        \
+    if (!shares)                                                                                   \
+        api.f = (__typeof__(api.f))tcm__next_symbol("tcm_" #f);                                    \
+    if (!api.f)                                                                                    \
+        api.f = tcm__own_##f;
+    TCM_DROPIN_NAMES(TCM_NEXT_RESOLVE)
+#undef TCM_NEXT_RESOLVE
+    tcm__in_library--;
 }
 
 /* The settings, read at the first allocation tcm serves or refuses: the
@@ -193,8 +162,9 @@ TCM_NOINLINE static void *system_alloc(size_t size, size_t align)
     return align > 16 ? sys_memalign(align, size) : sys_malloc(size);
 }
 
-/* tcm could not serve: without tcmd (never attached, or lost for good) the
- * rest of the process uses the system malloc; a full heap only this once. */
+/* tcm could not serve: without a heap (a private one that could not be
+ * made, tcmd not there or lost for good) the rest of the process uses the
+ * system malloc; a full heap only this once. */
 TCM_COLD static void *after_refusal(size_t size, size_t align)
 {
     if (!fallback) {
@@ -207,8 +177,8 @@ TCM_COLD static void *after_refusal(size_t size, size_t align)
         if (atomic_exchange(&mode, USE_SYSTEM) == USE_TCM)
             fprintf(stderr, "tcm-malloc: tcmd is gone: going on with the system malloc\n");
     } else if (!atomic_exchange(&said_full, true)) {
-        fprintf(stderr, "tcm-malloc: the shared heap is full: allocations it refuses come from the system "
-                        "malloc\n");
+        fprintf(stderr, "tcm-malloc: the %s heap is full: allocations it refuses come from the system malloc\n",
+                shares ? "shared" : "private (TCM_MALLOC_HEAP_SIZE)");
     }
     return system_alloc(size, align);
 }
@@ -242,13 +212,10 @@ static void *malloc_missed(size_t size)
 
 /* A free the hot path did not take: a heap object whose bin is full, or a
  * pointer that is not the heap's (the hot path's one range check routes
- * both here). A fork child's thread has no cache, so every free of its
- * snapshot comes here too. */
+ * both here). */
 TCM_NOINLINE static void free_missed(void *p)
 {
     if (in_heap(p)) {
-        if (heap_is_parents)
-            return; /* the snapshot's: nothing to give back */
         tcm__in_library++;
         tcm__free_slow(p); /* a misaligned one: tcm's "invalid pointer" */
         tcm__in_library--;
@@ -389,3 +356,55 @@ void *tcm__preload_aligned(size_t align, size_t size)
 {
     return aligned(align, size);
 }
+
+/* ---- tcm.h's functions, for a program that calls them (see api) */
+
+static void resolve_api(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    read_settings();
+    pthread_once(&once, resolve_api_once);
+}
+
+#undef tcm_init
+#undef tcm_shutdown
+#undef tcm_malloc
+#undef tcm_calloc
+#undef tcm_realloc
+#undef tcm_aligned_alloc
+#undef tcm_free
+#undef tcm_free_sized
+#undef tcm_usable_size
+#undef tcm_to_offset
+#undef tcm_from_offset
+#undef tcm_root_set
+#undef tcm_root_get
+#undef tcm_stat
+
+/* Each exported tcm_X calls api.X (the drop-in's own, or libtcm.so's). */
+#define TCM_WRAP(ret, f, params, args)                                                             \
+    TCM_EXPORT ret tcm_##f params                                                                  \
+    {                                                                                              \
+        resolve_api();                                                                             \
+        return api.f args;                                                                         \
+    }
+#define TCM_WRAP_VOID(f, params, args)                                                             \
+    TCM_EXPORT void tcm_##f params                                                                 \
+    {                                                                                              \
+        resolve_api();                                                                             \
+        api.f args;                                                                                \
+    }
+TCM_WRAP(int, init, (const char *socket_path), (socket_path))
+TCM_WRAP_VOID(shutdown, (void), ())
+TCM_WRAP(void *, malloc, (size_t size), (size))
+TCM_WRAP(void *, calloc, (size_t n, size_t size), (n, size))
+TCM_WRAP(void *, realloc, (void *p, size_t size), (p, size))
+TCM_WRAP(void *, aligned_alloc, (size_t alignment, size_t size), (alignment, size))
+TCM_WRAP_VOID(free, (void *p), (p))
+TCM_WRAP_VOID(free_sized, (void *p, size_t size), (p, size))
+TCM_WRAP(size_t, usable_size, (const void *p), (p))
+TCM_WRAP(uint64_t, to_offset, (const void *p), (p))
+TCM_WRAP(void *, from_offset, (uint64_t off), (off))
+TCM_WRAP(int, root_set, (const char *name, void *p), (name, p))
+TCM_WRAP(void *, root_get, (const char *name), (name))
+TCM_WRAP(int, stat, (const char *name, uint64_t *value), (name, value))

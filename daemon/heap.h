@@ -85,6 +85,8 @@ typedef struct tcm_heap {
     uint8_t *arena[TCM_NCLASSES];  /* in state: class c's object records (slots), sl.slot_bytes[c] each */
     tcm_class_stats_t *cstats;     /* in state */
     tcm_handle_t heap_fd;
+    uint8_t *anon;                 /* a private heap (the drop-in's, client/local.c): its mapping, which
+                                      commits pages as they are touched and discards them; NULL: heap_fd */
     tcm_handle_t meta_fd;                   /* -1: not shm objects (unit tests); nothing to commit */
     tcm_handle_t state_fd;
     tcm_meta_layout_t ml;

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "central.h"
+#include "decay.h"
 #include "heapthread.h"
 #include "holders.h"
 #include "log.h"
@@ -23,103 +24,6 @@
 #include "validate.h"
 
 #define EXPENSIVE_CHECK_EVERY 4096u /* requests between whole-heap validations (assert level 3) */
-#define DECAY_AMOUNT_MIN (1u << 20)   /* free backed pages below this wait for the decay window */
-#define DECAY_AMOUNT_SHARE 32u        /* ... and so do free backed pages up to this share of the spans */
-#define DECAY_AMOUNT_STEPS 160u       /* decay_ms / this: how often the amount is checked (62 ms by default) */
-
-/* Punch free runs until at most keep_bytes of free committed pages are
- * left (0: every free page); returns what the segment's blocks dropped by,
- * measured, not estimated. */
-static uint64_t release_measured(tcm_server_t *srv, uint64_t keep_bytes)
-{
-    int64_t before = tcm__backed_bytes(srv->heap_fd);
-    tcm__ph_release_ht(&srv->h, keep_bytes);
-    int64_t after = tcm__backed_bytes(srv->heap_fd);
-    uint64_t released = before > after ? (uint64_t)(before - after) : 0;
-    TCM_STAT_ADD(srv->meta, bytes_released, released);
-    return released;
-}
-
-/* Every free page, the empty spans a recovery found among them. */
-static uint64_t release_all(tcm_server_t *srv)
-{
-    tcm__central_drop_empty_ht(&srv->h); /* spans to the page heap, still committed */
-    return release_measured(srv, 0);
-}
-
-/* Memory comes back by itself: a page heap nobody has cut from or freed to
- * for decay_ms gives back the free pages it keeps committed (up to
- * page_cache_cap) and any empty span, once per quiet
- * spell. */
-static void decay(tcm_server_t *srv, uint64_t now)
-{
-    uint64_t decay_ns = atomic_load_explicit(&srv->meta->config.decay_ms, memory_order_relaxed) * 1000000ull;
-    tcm_heap_t *h = &srv->h;
-    if (!decay_ns || now - h->last_change_ns < decay_ns || srv->decayed_at == h->last_change_ns)
-        return;
-    srv->decayed_at = h->last_change_ns;
-    uint64_t released = release_all(srv);
-    h->last_change_ns = srv->decayed_at; /* what the release itself freed is not activity */
-    TCM_STAT_ADD(srv->meta, decays, 1);
-    if (released)
-        tcm__log(TCM_LOG_DEBUG, "decay: the page heap was quiet for %llu ms: %llu bytes given back",
-                 (unsigned long long)(decay_ns / 1000000), (unsigned long long)released);
-}
-
-/* Decay by amount, not only by time: at the end of each step (decay_ms /
- * DECAY_AMOUNT_STEPS), when the free pages the heap segment still backs are
- * more than a 32nd of the bytes in spans, they all go back (an eighth held
- * larson between two processes ~4 MB higher: free pages its caches and
- * emptied spans gave back waited for the window; a step of 250 ms instead
- * of 62, ~1 MB higher on average: what a step gathers is there at a random
- * moment half the time). A heap that
- * shrank (a process freed half of what it held, or its caches gave back
- * spans' worth) does not keep that committed for decay_ms; one that keeps
- * little beside what it uses is left to the window. Measured from the
- * segment's blocks, not summed from the runs' states: after a recovery a
- * released run may hold backed pages. */
-static void decay_step(tcm_server_t *srv, uint64_t now, uint64_t decay_ns)
-{
-    tcm_heap_t *h = &srv->h;
-    if (now - h->step_ns < decay_ns / DECAY_AMOUNT_STEPS)
-        return;
-    h->step_ns = now;
-    int64_t backed = tcm__backed_bytes(srv->heap_fd);
-    uint64_t spans = atomic_load_explicit(&srv->meta->stats.bytes_spans, memory_order_relaxed);
-    uint64_t free_backed = backed > 0 && (uint64_t)backed > spans ? (uint64_t)backed - spans : 0;
-    if (free_backed <= spans / DECAY_AMOUNT_SHARE || free_backed < DECAY_AMOUNT_MIN)
-        return;
-    uint64_t released = release_measured(srv, 0);
-    if (released) {
-        TCM_STAT_ADD(srv->meta, decays, 1);
-        tcm__log(TCM_LOG_DEBUG, "decay: %llu bytes of free pages given back (more than a 32nd of the %llu "
-                 "bytes in spans)", (unsigned long long)released, (unsigned long long)spans);
-    }
-}
-
-/* Busy or not: the free pages that stayed in the page cache through a whole
- * decay_ms window (its low-water mark) were not needed, and go back. A heap
- * that keeps cutting and freeing never has a quiet spell, but what it does
- * not reuse still leaves within two windows. */
-static void decay_window(tcm_server_t *srv, uint64_t now)
-{
-    uint64_t decay_ns = atomic_load_explicit(&srv->meta->config.decay_ms, memory_order_relaxed) * 1000000ull;
-    tcm_heap_t *h = &srv->h;
-    if (!decay_ns)
-        return;
-    decay_step(srv, now, decay_ns);
-    if (now - h->window_ns < decay_ns)
-        return;
-    uint64_t unused = h->cache_low_pages < h->free_committed_pages ? h->cache_low_pages : h->free_committed_pages;
-    uint64_t released = unused ? release_measured(srv, (h->free_committed_pages - unused) * TCM_PAGE_SIZE) : 0;
-    if (released) {
-        TCM_STAT_ADD(srv->meta, decays, 1);
-        tcm__log(TCM_LOG_DEBUG, "decay: %llu bytes of the page cache unused for %llu ms given back",
-                 (unsigned long long)released, (unsigned long long)(decay_ns / 1000000));
-    }
-    h->cache_low_pages = h->free_committed_pages;
-    h->window_ns = now;
-}
 
 void tcm__heap_run_command_ht(tcm_server_t *srv)
 {
@@ -131,7 +35,7 @@ void tcm__heap_run_command_ht(tcm_server_t *srv)
     }
     uint64_t result = 0;
     if (cmd == TCM_MBOX_RELEASE) {
-        result = release_all(srv); /* measured, not estimated: what the tmpfs object stopped using */
+        result = tcm__release_all_ht(srv); /* measured, not estimated: what the tmpfs object stopped using */
     } else if (cmd == TCM_MBOX_RESIZE) {
         /* refuse to cut below the end of the highest page run in use */
         uint64_t end = tcm__ph_in_use_end_ht(&srv->h);
@@ -246,14 +150,14 @@ static void *heap_thread_main(void *arg)
     while (!atomic_load_explicit(&srv->stop, memory_order_acquire)) {
         if (serve_all(srv)) {
             idle_since = 0;
-            decay_window(srv, tcm__now_ns());
+            tcm__decay_window_ht(srv, tcm__now_ns());
             if (TCM_EXPENSIVE_CHECKS)
                 expensive_check(srv, &next_check);
             continue;
         }
         uint64_t now = tcm__now_ns();
-        decay(srv, now);
-        decay_window(srv, now);
+        tcm__decay_ht(srv, now);
+        tcm__decay_window_ht(srv, now);
         if (!idle_since)
             idle_since = now;
         if (now - idle_since < atomic_load_explicit(&srv->spin_ns, memory_order_relaxed)) {

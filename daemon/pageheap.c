@@ -259,7 +259,7 @@ static int commit_run(tcm_heap_t *h, uint32_t s)
     tcm_span_t *sp = &h->spans[s];
     if (sp->committed)
         return 0;
-    int err = tcm__commit(h->heap_fd, tcm__page_off(sp->first), tcm__page_off(sp->npages));
+    int err = h->anon ? 0 : tcm__commit(h->heap_fd, tcm__page_off(sp->first), tcm__page_off(sp->npages));
     if (err) {
         tcm__log(TCM_LOG_WARN, "fallocate(heap, %u pages at page %u) failed: %s", sp->npages, sp->first,
                  strerror(-err));
@@ -462,7 +462,8 @@ void tcm__ph_insert_free_runs_ht(tcm_heap_t *h, const uint32_t *runs, uint32_t n
 static uint64_t release_span(tcm_heap_t *h, uint32_t s)
 {
     tcm_span_t *sp = &h->spans[s];
-    int err = tcm__release(h->heap_fd, tcm__page_off(sp->first), tcm__page_off(sp->npages));
+    int err = h->anon ? tcm__discard(h->anon + tcm__page_off(sp->first), tcm__page_off(sp->npages))
+                      : tcm__release(h->heap_fd, tcm__page_off(sp->first), tcm__page_off(sp->npages));
     if (err) {
         tcm__log(TCM_LOG_WARN, "fallocate(PUNCH_HOLE, page %u, %u pages) failed: %s", sp->first,
                  sp->npages, strerror(-err));

@@ -332,7 +332,7 @@ static void unmap_channel(tcm_client_t *c)
     tcm__close(c->proc);
 }
 
-static void init_channel(tcm_client_t *c)
+void tcm__channel_init(tcm_client_t *c)
 {
     const tcm_chan_layout_t *l = &c->lay;
     tcm_chan_hdr_t *hdr = (tcm_chan_hdr_t *)c->chan;
@@ -426,7 +426,7 @@ int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_clie
         err = -ENOMEM;
         goto out_unmap;
     }
-    init_channel(c);
+    tcm__channel_init(c);
     atomic_store_explicit(&rec->state, TCM_REC_ACTIVE, memory_order_release);
     publish(srv, c);
     TCM_STAT_ADD_MAIN(srv->meta, clients_attached, 1);

@@ -17,6 +17,8 @@ int tcm__client_map(tcm_server_t *srv, uint32_t index, tcm_client_t **out); /* a
 void tcm__client_destroy(tcm_server_t *srv, tcm_client_t *c);              /* unlinks, frees the record */
 void tcm__client_unmap(tcm_server_t *srv, tcm_client_t *c);                /* keeps both */
 bool tcm__client_alive(tcm_client_t *c); /* its process is still running (any thread) */
+/* The header and ring of a new channel at c->chan, laid out as c->lay. */
+void tcm__channel_init(tcm_client_t *c);
 
 
 /* The slot, or NULL when it cannot be backed (index out of range, /dev/shm

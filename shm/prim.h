@@ -44,19 +44,14 @@ void *tcm__map(tcm_handle_t fd, uint64_t size, void *at, bool writable, char *er
 void tcm__unmap(void *p, uint64_t size);
 /* Private zero-filled memory that only costs what is touched; NULL on failure. */
 void *tcm__reserve(uint64_t size);
-/* Zero-filled memory shared with the children this process forks. */
-void *tcm__shared_anon(uint64_t size);
-/* Replace the shared mapping [at, at + size) by a private copy of itself
- * (a snapshot, at the same address): with a page_map (one byte per
- * 1 << page_shift bytes), the pages whose entry is not skip, all of which
- * must have memory behind them; without, the pages that have memory
- * behind them. 0 or -errno. */
-int tcm__privatize(void *at, uint64_t size, unsigned page_shift, const uint8_t *page_map, uint8_t skip);
 
 /* Backing store of a heap range: commit before handing pages out, so a full
  * /dev/shm is ENOMEM rather than SIGBUS; release so tmpfs really frees. */
 int tcm__commit(tcm_handle_t fd, uint64_t off, uint64_t len);
 int tcm__release(tcm_handle_t fd, uint64_t off, uint64_t len);
+/* The pages of [addr, addr + len) of a private mapping go back to the OS
+ * (they read as zeros when next touched). 0 or -errno. */
+int tcm__discard(void *addr, uint64_t len);
 /* Back [addr, addr + len) of a shared mapping now: -ENOMEM on a full
  * /dev/shm instead of a SIGBUS at the first write. */
 int tcm__populate(void *addr, uint64_t len);

@@ -150,75 +150,6 @@ void *tcm__reserve(uint64_t size)
     return p == MAP_FAILED ? NULL : p;
 }
 
-void *tcm__shared_anon(uint64_t size)
-{
-    void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
-/* The runs page_map marks in use, one copy each: no mincore over the
- * whole heap (16 ms for 1 GiB of tmpfs), and every page in use has memory
- * behind it (tcm commits before it hands pages out). */
-static void copy_in_use(char *to, const char *from, size_t len, unsigned page_shift, const uint8_t *page_map,
-                        uint8_t skip)
-{
-    size_t npages = len >> page_shift;
-    for (size_t i = 0; i < npages;) {
-        if (page_map[i] == skip) {
-            i++;
-            continue;
-        }
-        size_t j = i;
-        while (j < npages && page_map[j] != skip)
-            j++;
-        memcpy(to + (i << page_shift), from + (i << page_shift), (j - i) << page_shift);
-        i = j;
-    }
-}
-
-/* The pages that have memory behind them (mincore: in the page cache). No
- * malloc: a fork child's handler runs this before the allocator under it
- * (another process's malloc library) is usable. */
-static void copy_resident(char *to, const char *from, size_t len)
-{
-    size_t sys_page = (size_t)sysconf(_SC_PAGESIZE), npages = len / sys_page;
-    unsigned char *resident = mmap(NULL, npages ? npages : 1, PROT_READ | PROT_WRITE,
-                                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (resident == MAP_FAILED)
-        resident = NULL;
-    bool all = !resident || mincore((void *)from, len, resident) != 0;
-    for (size_t i = 0; i < npages; i++)
-        if (all || (resident[i] & 1))
-            memcpy(to + i * sys_page, from + i * sys_page, sys_page);
-    if (resident)
-        munmap(resident, npages ? npages : 1);
-}
-
-int tcm__privatize(void *at, uint64_t size, unsigned page_shift, const uint8_t *page_map, uint8_t skip)
-{
-    size_t len = (size_t)size;
-    void *moved = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (moved == MAP_FAILED)
-        return -errno;
-    if (mremap(at, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, moved) == MAP_FAILED) {
-        int err = -errno;
-        munmap(moved, len);
-        return err;
-    }
-    if (mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) ==
-        MAP_FAILED) {
-        int err = -errno;
-        munmap(moved, len);
-        return err;
-    }
-    if (page_map)
-        copy_in_use(at, moved, len, page_shift, page_map, skip);
-    else
-        copy_resident(at, moved, len);
-    munmap(moved, len);
-    return 0;
-}
-
 int tcm__commit(tcm_handle_t fd, uint64_t off, uint64_t len)
 {
     if (fallocate(fd, 0, (off_t)off, (off_t)len) == 0)
@@ -244,6 +175,11 @@ int tcm__populate(void *addr, uint64_t len)
     if (hi <= lo || madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) == 0)
         return 0;
     return errno == EINVAL ? 0 : -errno; /* kernels before 5.14: nothing to check with */
+}
+
+int tcm__discard(void *addr, uint64_t len)
+{
+    return madvise(addr, (size_t)len, MADV_DONTNEED) == 0 ? 0 : -errno;
 }
 
 int64_t tcm__backed_bytes(tcm_handle_t fd)

@@ -346,17 +346,6 @@ void *tcm__reserve(uint64_t size)
     return VirtualAlloc(NULL, (SIZE_T)size, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
 }
 
-void *tcm__shared_anon(uint64_t size)
-{
-    return tcm__reserve(size); /* no fork: nobody to share it with */
-}
-
-int tcm__privatize(void *at, uint64_t size, unsigned page_shift, const uint8_t *page_map, uint8_t skip)
-{
-    (void)at, (void)size, (void)page_shift, (void)page_map, (void)skip;
-    return -ENOSYS; /* only a fork child needs a snapshot */
-}
-
 /* A view of the segment behind fd for [off, off + len): this process's own,
  * or a temporary one (*temp set) when it has none that is writable enough. */
 static char *view_for(tcm_handle_t fd, uint64_t off, uint64_t len, bool writable, char **temp)
@@ -419,6 +408,11 @@ static int64_t on_range(tcm_handle_t fd, uint64_t off, uint64_t len, enum range_
 int tcm__commit(tcm_handle_t fd, uint64_t off, uint64_t len)
 {
     return (int)on_range(fd, off, len, COMMIT);
+}
+
+int tcm__discard(void *addr, uint64_t len)
+{
+    return VirtualAlloc(addr, (SIZE_T)len, MEM_RESET, PAGE_READWRITE) ? 0 : -EINVAL;
 }
 
 int tcm__release(tcm_handle_t fd, uint64_t off, uint64_t len)

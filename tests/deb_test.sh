@@ -35,7 +35,7 @@ fi
 sock=$work/tcmd.sock
 TCM_TEST_CRASH_AT=client_create:1 start_tcmd "$work/root/usr/bin" "$sock" --name "deb$$" --log "$work/tcmd.log"
 "$work/root/usr/bin/tcmctl" --socket "$sock" --json ping | grep -q "\"daemon_pid\":$daemon"
-out=$(TCM_SOCKET=$sock TCM_MALLOC_FALLBACK=0 TCM_RECONNECT_TIMEOUT=1 LD_PRELOAD=$work/root/usr/lib/x86_64-linux-gnu/libtcm-malloc.so \
+out=$(TCM_SOCKET=$sock TCM_MALLOC_FORK=shared TCM_MALLOC_FALLBACK=0 TCM_RECONNECT_TIMEOUT=1 LD_PRELOAD=$work/root/usr/lib/x86_64-linux-gnu/libtcm-malloc.so \
       sort <<< $'b\na')
 [[ $out == $'a\nb' ]] || { echo "sort under the packaged libtcm-malloc printed '$out'"; cat "$work/tcmd.log"; exit 1; }
 kill -0 "$daemon" 2>/dev/null || { echo "tcmd died on TCM_TEST_CRASH_AT=client_create:1"; cat "$work/tcmd.log"; exit 1; }

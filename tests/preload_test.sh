@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # libtcm-malloc.so as the malloc of real programs: each runs with and without
-# LD_PRELOAD against a real tcmd and must print the same; tcmd must have seen
-# each as a client (so tcm served it, not the fallback). Then redis-server
-# under redis-benchmark with BGSAVE forks, the start-up cases (no tcmd: one
-# line and the system malloc; TCM_MALLOC_FALLBACK=0: fail), and tcmd killed
-# while a program runs.
+# LD_PRELOAD and must print the same, served by tcm: by default from a heap
+# private to the process (its note under TCM_VERBOSE=1), with
+# TCM_MALLOC_FORK=shared from a real tcmd's shared heap (tcmd must have seen
+# it as a client). Then what is private stays private (outside the shared
+# heap, copied on write by fork, nothing left in tcmd's heap by a thousand
+# programs), redis-server under redis-benchmark with BGSAVE forks (the RDB
+# is the data set at the fork), the start-up cases of the shared mode (no
+# tcmd: one line and the system malloc; TCM_MALLOC_FALLBACK=0: fail), and
+# tcmd killed while a program runs.
 set -euo pipefail
 build=$1
 source "$(dirname "$0")/common/lib.sh"
@@ -17,18 +21,36 @@ stat() { "$build/tcmctl" --json stats | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
 ok() { echo "ok   $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL $1"; failed=$((failed + 1)); }
 
-# same output with and without the preload, no fallback line, and a client more
+# same output with and without the preload, no fallback line, served by tcm:
+# a private heap made (the note TCM_VERBOSE=1 prints), nothing asked of tcmd
 same() {
   local name=$1 cmd=$2
   local plain with clients=$(stat clients_total)
   plain=$(bash -c "$cmd" 2>&1) || { fail "$name: fails without the preload: $plain"; return; }
-  if ! with=$(LD_PRELOAD=$lib bash -c "$cmd" 2> "$work/err"); then
+  if ! with=$(TCM_VERBOSE=1 LD_PRELOAD=$lib bash -c "$cmd" 2> "$work/err"); then
     fail "$name: exit status under the preload: $(cat "$work/err")"; return
   fi
   if [[ $with != "$plain" ]]; then fail "$name: output differs: [$with] vs [$plain]"; return; fi
-  if [[ -s $work/err ]] && grep -q "tcm" "$work/err"; then fail "$name: $(cat "$work/err")"; return; fi
-  (( $(stat clients_total) > clients )) || { fail "$name: tcmd saw no client"; return; }
+  if grep "tcm" "$work/err" | grep -qv "private heap at"; then fail "$name: $(cat "$work/err")"; return; fi
+  grep -q "private heap at" "$work/err" || { fail "$name: no private heap made"; return; }
+  (( $(stat clients_total) == clients )) || { fail "$name: it attached to tcmd"; return; }
   ok "$name"
+}
+
+# the same with TCM_MALLOC_FORK=shared: tcmd's heap, a client more (programs
+# that do not fork: a child that uses what it inherited would change its
+# parent's memory, which this mode is for sharing)
+same_shared() {
+  local name=$1 cmd=$2
+  local plain with clients=$(stat clients_total)
+  plain=$(bash -c "$cmd" 2>&1) || { fail "$name: fails without the preload: $plain"; return; }
+  if ! with=$(TCM_MALLOC_FORK=shared LD_PRELOAD=$lib bash -c "$cmd" 2> "$work/err"); then
+    fail "$name (shared): exit status under the preload: $(cat "$work/err")"; return
+  fi
+  if [[ $with != "$plain" ]]; then fail "$name (shared): output differs: [$with] vs [$plain]"; return; fi
+  if [[ -s $work/err ]] && grep -q "tcm" "$work/err"; then fail "$name (shared): $(cat "$work/err")"; return; fi
+  (( $(stat clients_total) > clients )) || { fail "$name (shared): tcmd saw no client"; return; }
+  ok "$name (TCM_MALLOC_FORK=shared)"
 }
 
 py=$(python3 -c 'import sys; print(sys.executable)')  # the interpreter itself, not a wrapper script
@@ -51,6 +73,38 @@ SQL
 same "sqlite3" "sqlite3 :memory: < $work/q.sql"
 same "C++ containers" "$build/tests/tcm_preload_cxx"
 same "300 threads, destructors that free, a handler that frees, exit from a thread" "$build/tests/tcm_preload_threads"
+same_shared "python3 dict and sort" \
+  "$py -c 'd = {str(i): i * i for i in range(300000)}; ks = sorted(d, key=lambda k: d[k] % 1000); print(len(ks), ks[:3], sum(d.values()))'"
+same_shared "perl text" "perl -ne 'chomp; \$h{\$_ % 997} .= \$_ . q(,); END { print scalar(keys %h), q( ), length(join q(), map { \$h{\$_} } sort { \$a <=> \$b } keys %h), qq(\n); print \`echo forked\` }' $work/numbers"
+same_shared "300 threads" "$build/tests/tcm_preload_threads"
+same_shared "C++ containers" "$build/tests/tcm_preload_cxx"
+
+# private: malloc's memory is not in tcmd's shared heap (which any client
+# maps), fork copies it on write and the child goes on allocating from it,
+# and a thousand programs leave nothing in tcmd's heap
+base=$(( $("$build/tcmctl" --json config get base | grep -o '"base":{"value":"[0-9a-fx]*"' | grep -o '0x[0-9a-f]*') ))
+size=$(stat bytes_reserved)
+read -r small large < <(LD_PRELOAD=$lib "$build/tests/tcm_preload_private" where)
+if (( small && large && (small < base || small >= base + size) && (large < base || large >= base + size) )); then
+  ok "private: malloc's blocks lie outside the shared heap"
+else
+  fail "private: blocks at $small and $large, the shared heap at $base (+$size)"
+fi
+out=$(LD_PRELOAD=$lib "$build/tests/tcm_preload_private" fork 2>&1)
+if [[ $out == ok ]]; then
+  ok "private: a fork child sees the heap as it was at the fork, keeps its writes, allocates from it"
+else
+  fail "private fork: $out"
+fi
+held=$(stat bytes_clients) committed=$(stat bytes_committed) clients=$(stat clients_total)
+for _ in $(seq 1000); do LD_PRELOAD=$lib ls /usr/bin > /dev/null; done
+"$build/tcmctl" release > /dev/null
+if [[ $(stat bytes_clients) == "$held" && $(stat clients_total) == "$clients" ]] &&
+   (( $(stat bytes_committed) <= committed )); then
+  ok "private: 1000 programs leave nothing in tcmd's heap"
+else
+  fail "private: after 1000 programs, bytes_clients $held -> $(stat bytes_clients), committed $committed -> $(stat bytes_committed), clients $clients -> $(stat clients_total)"
+fi
 
 # redis-server: writes under redis-benchmark while it forks for BGSAVE; the
 # snapshot loads into a plain redis-server with every key
@@ -59,10 +113,11 @@ same "300 threads, destructors that free, a handler that frees, exit from a thre
 # client's ephemeral port) before redis binds it: redis then exits saying
 # so, and another port is tried.
 start_redis() {
-  local log=$1 preload=${2:-}
+  local log=$1 preload=${2:-} rdb=${3:-dump.rdb}
   for _ in 1 2 3; do
     port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    LD_PRELOAD=$preload redis-server --port "$port" --save "" --dir "$work" --dbfilename dump.rdb > "$log" 2>&1 &
+    LD_PRELOAD=$preload redis-server --port "$port" --save "" --dir "$work" --dbfilename "$rdb" \
+      --enable-debug-command local > "$log" 2>&1 &
     redis=$!
     for _ in $(seq 100); do redis-cli -p "$port" ping > /dev/null 2>&1 && break; sleep 0.05; done
     kill -0 "$redis" 2> /dev/null || ! grep -q "Address already in use" "$log" || continue
@@ -85,13 +140,19 @@ bench=$!
 # a save counts once it is over (rdb_saves grew) and went well; the status
 # alone reads "ok" before any save
 rdb_saves() { redis-cli -p "$port" info persistence | sed -n 's/^rdb_saves:\([0-9]*\).*/\1/p'; }
-saves=0
-for _ in 1 2 3; do
+saves=0 digest_at_fork=
+for i in 1 2 3; do
   before=$(rdb_saves)
-  redis-cli -p "$port" bgsave > /dev/null
+  if ((i == 1)); then # the data set's digest at the fork: writes paused for it, going on while the child saves
+    digest_at_fork=$(printf 'CLIENT PAUSE 5000 WRITE\nDEBUG DIGEST\nBGSAVE\nCLIENT UNPAUSE\n' |
+                     redis-cli -p "$port" | sed -n 2p)
+  else
+    redis-cli -p "$port" bgsave > /dev/null
+  fi
   for _ in $(seq 100); do [[ $(redis-cli -p "$port" info persistence | grep -c 'rdb_bgsave_in_progress:1') == 0 ]] && break; sleep 0.05; done
   (( $(rdb_saves) > before )) && redis-cli -p "$port" info persistence | grep -q 'rdb_last_bgsave_status:ok' &&
     saves=$((saves + 1))
+  ((i == 1)) && cp "$work/dump.rdb" "$work/at-fork.rdb"
 done
 wait "$bench"
 redis-cli -p "$port" bgsave > /dev/null
@@ -111,14 +172,20 @@ start_redis "$work/redis2.log" # plain, loading the snapshot
 loaded=$(redis-cli -p "$port" dbsize)
 redis-cli -p "$port" shutdown nosave > /dev/null 2>&1 || true
 wait "$redis" || true
-if [[ $saves == 3 && $keys -gt 10000 && $loaded == "$keys" ]]; then
-  ok "redis-server, BGSAVE under load ($keys keys saved and loaded back)"
+start_redis "$work/redis3.log" "" at-fork.rdb # plain, loading what the first BGSAVE child wrote
+digest_saved=$(redis-cli -p "$port" debug digest)
+redis-cli -p "$port" shutdown nosave > /dev/null 2>&1 || true
+wait "$redis" || true
+if [[ $saves == 3 && $keys -gt 10000 && $loaded == "$keys" && -n $digest_at_fork &&
+      $digest_saved == "$digest_at_fork" ]]; then
+  ok "redis-server, BGSAVE under load ($keys keys saved and loaded back; a save's digest is the data set's at its fork)"
 else
-  fail "redis-server: $saves of 3 BGSAVEs ok, $keys keys, $loaded loaded; $(tail -5 "$work/redis.log"; tail -5 "$work/redis2.log")${stuck:+
+  fail "redis-server: $saves of 3 BGSAVEs ok, $keys keys, $loaded loaded, digest at the fork [$digest_at_fork], of the save [$digest_saved]; $(tail -5 "$work/redis.log"; tail -5 "$work/redis2.log")${stuck:+
 $stuck}"
 fi
 
-# no tcmd: one line, and the program goes on with the system malloc
+# the shared mode without tcmd: one line, and the program goes on with the system malloc
+export TCM_MALLOC_FORK=shared
 out=$(TCM_SOCKET=$work/nobody.sock LD_PRELOAD=$lib "$py" -c 'print(sum(range(1000)))' 2> "$work/err")
 if [[ $out == 499500 && $(wc -l < "$work/err") == 1 ]] && grep -q "cannot attach.*system malloc" "$work/err"; then
   ok "no tcmd: one line, then the system malloc"

@@ -24,14 +24,17 @@ extern "C" {
 #endif
 
 #if defined(_WIN32)
-#define TCM_API
+#define TCM_API_ATTR
 #define TCM_MALLOC_ATTR __attribute__((malloc))
 #elif defined(__GNUC__)
-#define TCM_API __attribute__((visibility("default")))
+#define TCM_API_ATTR __attribute__((visibility("default")))
 #define TCM_MALLOC_ATTR __attribute__((malloc))
 #else
-#define TCM_API
+#define TCM_API_ATTR
 #define TCM_MALLOC_ATTR
+#endif
+#ifndef TCM_API /* (libtcm-malloc.so keeps its own copies of these hidden: client/dropin_names.h) */
+#define TCM_API TCM_API_ATTR
 #endif
 
 /* Attach explicitly. socket_path NULL: $TCM_SOCKET, else the default.

@@ -1,0 +1,192 @@
+/* local.c — the drop-in's private heap (libtcm-malloc.so only; docs/DESIGN.md,
+ * "The drop-in"). What a program allocates with malloc no other process
+ * can reach, so it lives in the process's own memory: tcm's page heap and
+ * central lists (daemon/) laid out in private anonymous mappings, served in
+ * the process itself. A thread that posts a request on the channel takes
+ * serve_lock and runs the heap thread's code on it before tcm__post
+ * returns; the background thread runs the decay. Everything above
+ * (thread caches, transfer tier, page-run cache) is libtcm's, unchanged.
+ * Exit gives it all back with the process's memory, and fork is the
+ * kernel's copy-on-write: the child's copy is its own. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "background.h"
+#include "client.h"
+#include "decay.h"
+#include "diag.h"
+#include "heap.h"
+#include "holders.h"
+#include "lifecycle.h"
+#include "local.h"
+#include "log.h"
+#include "prim.h"
+#include "requests.h"
+#include "ring.h"
+#include "segments.h"
+#include "server.h"
+#include "util.h"
+
+/* Address space a private heap reserves (TCM_MALLOC_HEAP_SIZE overrides):
+ * backed only as used; past it, allocations come from the system malloc. */
+#define LOCAL_HEAP_DEFAULT (64ull << 30)
+#define LOCAL_THREADS 1024u         /* thread caches, as tcmd's default max_threads */
+#define LOCAL_ALIGN (2ull << 20)    /* where the heap starts: a huge page may back its first span */
+
+static tcm_server_t *srv;           /* the heap thread's view, in the process's memory */
+static tcm_client_t client;         /* the one client: this process */
+static pthread_mutex_t serve_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool restart_bg;             /* a fork child: its background thread starts at its next request */
+
+static void serve(void)
+{
+    pthread_mutex_lock(&serve_lock);
+    tcm__serve_client_ht(srv, &client, false);
+    tcm__decay_window_ht(srv, tcm__now_ns());
+    pthread_mutex_unlock(&serve_lock);
+    if (tcm_unlikely(restart_bg) && pthread_mutex_trylock(&tcm__proc.attach_lock) == 0) {
+        if (restart_bg && !tcm__proc.bg_running)
+            tcm__bg_start();
+        restart_bg = false;
+        pthread_mutex_unlock(&tcm__proc.attach_lock);
+    }
+}
+
+static void tick(uint64_t now)
+{
+    pthread_mutex_lock(&serve_lock);
+    tcm__decay_ht(srv, now);
+    tcm__decay_window_ht(srv, now);
+    pthread_mutex_unlock(&serve_lock);
+}
+
+/* Nothing is half-served at the fork (fork.c takes the caches' locks
+ * first: a thread may post while it holds one). */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&serve_lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&serve_lock);
+}
+
+static void fork_child(void)
+{
+    pthread_mutex_unlock(&serve_lock);
+    restart_bg = true;
+}
+
+static uint64_t setting(const char *text)
+{
+    uint64_t v = 0;
+    tcm__parse_size(text, &v);
+    return v;
+}
+
+/* tcmd's defaults, as a tcmd would publish them */
+static void configure(tcm_meta_hdr_t *m, uint64_t heap_size)
+{
+    atomic_store(&m->config.heap_limit, heap_size);
+    atomic_store(&m->config.tcache_budget, setting(TCM_DEFAULT_TCACHE_BUDGET));
+    atomic_store(&m->config.xfer_budget, setting(TCM_DEFAULT_XFER_BUDGET));
+    atomic_store(&m->config.run_cache, setting(TCM_DEFAULT_RUN_CACHE));
+    atomic_store(&m->config.page_cache_cap, setting(TCM_DEFAULT_PAGE_CACHE_CAP));
+    atomic_store(&m->config.decay_ms, setting(TCM_DEFAULT_DECAY_MS));
+    atomic_store(&m->config.gen, 1);
+}
+
+static void *reserve_aligned(uint64_t size, uint64_t align)
+{
+    uint8_t *p = tcm__reserve(size + align);
+    if (!p)
+        return NULL;
+    uint8_t *start = (uint8_t *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
+    if (start > p)
+        tcm__unmap(p, (uint64_t)(start - p));
+    if (start + size < p + size + align)
+        tcm__unmap(start + size, (uint64_t)(p + size + align - (start + size)));
+    return start;
+}
+
+/* The process's client record and channel, as tcmd makes them at attach. */
+static int make_client(void)
+{
+    tcm_client_t *c = &client;
+    tcm_client_rec_t *rec = (tcm_client_rec_t *)((uint8_t *)srv->state + srv->h.sl.off_clients);
+    rec->id = 1;
+    rec->pid = tcm__pid();
+    if (tcm__tag_take(srv, 0, &rec->tag) != 0)
+        return -ENOMEM;
+    c->rec = rec;
+    c->index = 0;
+    c->chan_fd = c->proc = -1;
+    c->lay = srv->chan_layout;
+    c->chan = tcm__reserve(c->lay.size);
+    if (!c->chan)
+        return -ENOMEM;
+    c->ring = (tcm_ring_t *)(c->chan + c->lay.off_ring);
+    c->slots = (tcm_slot_t *)(c->chan + c->lay.off_slots);
+    memset(c->slots_backed, 0xff, sizeof c->slots_backed); /* private memory: backed when touched */
+    tcm__channel_init(c);
+    atomic_store(&rec->state, TCM_REC_ACTIVE);
+    atomic_store(&srv->clients[0], c);
+    atomic_store(&srv->clients_hw, 1);
+    return 0;
+}
+
+/* Lay the heap out and attach this process to it; under attach_lock. */
+static int attach_local(void)
+{
+    uint64_t size = LOCAL_HEAP_DEFAULT;
+    const char *env = getenv("TCM_MALLOC_HEAP_SIZE");
+    if (env && *env && (tcm__parse_size(env, &size) != 0 || size < (4u << 20)))
+        size = LOCAL_HEAP_DEFAULT;
+    size &= ~(uint64_t)(TCM_PAGE_SIZE - 1);
+    uint32_t npages = (uint32_t)(size >> TCM_PAGE_SHIFT);
+    tcm_meta_layout_t ml;
+    tcm_state_layout_t sl;
+    tcm__meta_layout(&ml, npages);
+    tcm__state_layout(&sl, npages);
+    uint8_t *heap = reserve_aligned(size, LOCAL_ALIGN);
+    srv = tcm__reserve(sizeof *srv);
+    tcm_meta_hdr_t *meta = tcm__reserve(ml.size);
+    tcm_state_hdr_t *state = tcm__reserve(sl.size);
+    if (!heap || !srv || !meta || !state) {
+        fprintf(stderr, "tcm-malloc: cannot reserve a private heap of %llu MiB%s\n", (unsigned long long)(size >> 20),
+                tcm__attach_failed_note ? tcm__attach_failed_note : "");
+        return -ENOMEM;
+    }
+    tcm__log_set_level(TCM_LOG_ERROR); /* a refusal is the client's fatal error, said once, there */
+    srv->heap_size = size;
+    srv->base = (uintptr_t)heap;
+    srv->max_threads = LOCAL_THREADS;
+    srv->heap = heap;
+    srv->meta = meta;
+    srv->state = state;
+    srv->heap_fd = srv->meta_fd = srv->state_fd = -1;
+    if (tcm__heap_attach(&srv->h, meta, state, -1, -1, -1, size, (uintptr_t)heap, LOCAL_THREADS, true) != 0)
+        return -ENOMEM;
+    srv->h.anon = heap;
+    srv->dstats = &state->dstats;
+    meta->magic = TCM_META_MAGIC;
+    state->magic = TCM_STATE_MAGIC;
+    configure(meta, size);
+    tcm__chan_layout(&srv->chan_layout, srv->h.classes, LOCAL_THREADS);
+    tcm__holders_init(srv, true);
+    int err = make_client();
+    if (err)
+        return err;
+    tcm__at_fork(fork_prepare, fork_parent, fork_child); /* before libtcm's: see fork_prepare */
+    tcm__note("private heap at %p (%llu MiB of address space)", (void *)heap, (unsigned long long)(size >> 20));
+    return tcm__attach_private(heap, size, meta, ml.size, client.chan, LOCAL_THREADS, serve, tick);
+}
+
+void tcm__local_use(void)
+{
+    tcm__attach_first = attach_local;
+}

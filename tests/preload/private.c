@@ -1,0 +1,113 @@
+/* What a program under libtcm-malloc.so allocates is its own (the drop-in's
+ * private heap): run under LD_PRELOAD by preload_test.sh.
+ *   tcm_preload_private where   prints where malloc puts a small and a large
+ *                               block (the test checks both lie outside
+ *                               tcmd's shared heap)
+ *   tcm_preload_private fork    a child sees its parent's memory as it was
+ *                               at the fork, its writes stay its own, and
+ *                               it goes on allocating from the same heap
+ *                               (not the system malloc); prints "ok" */
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define N 4096
+
+/* The mapping of /proc/self/maps that holds p: its start and end. */
+static int mapping_of(const void *p, uintptr_t *lo, uintptr_t *hi)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    int found = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR, lo, hi) == 2 && (uintptr_t)p >= *lo && (uintptr_t)p < *hi) {
+            found = 0;
+            break;
+        }
+    fclose(f);
+    return found;
+}
+
+static int fail(const char *what)
+{
+    fprintf(stderr, "tcm_preload_private: %s\n", what);
+    return 1;
+}
+
+static int fork_case(void)
+{
+    char **v = malloc(N * sizeof *v);
+    for (int i = 0; i < N; i++) {
+        v[i] = malloc(32 + i % 200);
+        snprintf(v[i], 32, "parent %d", i);
+    }
+    uintptr_t lo, hi;
+    if (mapping_of(v[0], &lo, &hi) != 0)
+        return fail("no mapping holds the parent's block");
+    int pipefd[2];
+    if (pipe(pipefd) != 0)
+        return fail("pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        char c;
+        if (read(pipefd[0], &c, 1) != 1) /* the parent has changed its memory since the fork */
+            _exit(2);
+        for (int i = 0; i < N; i++) {
+            char want[32];
+            snprintf(want, sizeof want, "parent %d", i);
+            if (strcmp(v[i], want) != 0)
+                _exit(3); /* not the heap as it was at the fork */
+        }
+        for (int i = 0; i < N; i += 2) {
+            free(v[i]); /* the child's copy: freed in the child only */
+            v[i] = malloc(64);
+            snprintf(v[i], 64, "child %d", i);
+            uintptr_t clo, chi;
+            if (mapping_of(v[i], &clo, &chi) != 0 || clo != lo)
+                _exit(4); /* not from the heap it inherited */
+        }
+        _exit(0);
+    }
+    for (int i = 0; i < N; i++)
+        snprintf(v[i], 32, "later %d", i);
+    if (write(pipefd[1], "x", 1) != 1)
+        return fail("write");
+    int st;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "tcm_preload_private: the child exited with status 0x%x\n", st);
+        return 1;
+    }
+    for (int i = 0; i < N; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "later %d", i);
+        if (strcmp(v[i], want) != 0)
+            return fail("the child's writes reached the parent");
+        free(v[i]);
+    }
+    free(v);
+    printf("ok\n");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "where") == 0) {
+        char *small = malloc(100), *large = malloc(4 << 20);
+        memset(large, 0x5a, 4 << 20);
+        printf("%p %p\n", (void *)small, (void *)large);
+        free(small);
+        free(large);
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "fork") == 0)
+        return fork_case();
+    fprintf(stderr, "usage: tcm_preload_private where|fork\n");
+    return 2;
+}
