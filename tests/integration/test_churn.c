@@ -228,7 +228,9 @@ int main(int argc, char **argv)
             (unsigned long long)state_end, (unsigned long long)rss_warm, (unsigned long long)rss_end,
             file_size(d.log));
     CHECK_LE(state_end, state_half + (1u << 20));
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__) /* (their runtimes keep freed memory a while) */
     CHECK_LE(rss_end, rss_warm + 8192); /* not per lifetime: 40% of them at most 8 MiB, whatever their number */
+#endif
     CHECK_LT(file_size(d.log), 2l << 20);
     tt_check_heap(&d);
 
