@@ -7,7 +7,9 @@
 # for LIFETIMES client lifetimes (default 1 000 000; the suite runs 70 000),
 # tcmd killed and adopted halfway; it prints what the departed left, the
 # departed-holders table, the state segment and tcmd's log at the end.
-#   scripts/chaos.sh --churn [LIFETIMES]
+#   scripts/chaos.sh --churn [LIFETIMES [--mixed]]
+# (--mixed: some lifetimes also fork an attaching child or exec a drop-in
+# program; see tests/integration/test_churn.c)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD=${BUILD:-build-ci}
@@ -15,7 +17,7 @@ if [[ ${1:-} == --churn ]]; then
   lifetimes=${2:-1000000}
   cmake --build "$BUILD" --target test_churn >/dev/null
   echo "chaos.sh: churn, $lifetimes lifetimes ($BUILD)"
-  exec "$BUILD/tests/test_churn" "$lifetimes"
+  exec "$BUILD/tests/test_churn" "$lifetimes" ${3:-}
 fi
 seconds=${1:-600}
 seed=${2:-$(date +%s)}

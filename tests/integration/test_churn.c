@@ -8,10 +8,16 @@
  * --dead); tcmd's log, its departed-holders table and its segments stay
  * bounded; a tcmd restart in the middle rebuilds all of it; the validator
  * agrees at the end.
+ * With --mixed, some lifetimes also fork a child that attaches and leaves
+ * an object of its own, and (without a sanitizer) some exec ls under the
+ * drop-in, whose malloc never reaches tcmd; one 70 000-lifetime run of that
+ * mix once found a handed-over object changed (not reproduced since), so
+ * it is not in the suite until that is understood.
  *
- *   test_churn [LIFETIMES]   (default 70 000) */
+ *   test_churn [LIFETIMES [--mixed]]   (default 70 000) */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -41,6 +47,7 @@ typedef struct shared {
 
 static shared_t *sh;
 static tcm_test_daemon_t d;
+static bool mixed; /* --mixed: fork children and exec'd drop-in programs among the lifetimes */
 
 /* One lifetime: attach, allocate, and end in one of several ways. */
 static void lifetime(uint64_t i)
@@ -55,6 +62,31 @@ static void lifetime(uint64_t i)
         _exit(1);
     }
     *p = i;
+    if (mixed && i % 8 == 3) { /* a fork child attaches too, and leaves one of its own */
+        pid_t pid = fork();
+        if (pid == 0) {
+            uint64_t *q = tcm_malloc(16);
+            if (!q)
+                _exit(1);
+            *q = i;
+            atomic_fetch_add(&sh->left, 1);
+            exit(0);
+        }
+        int st;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            atomic_fetch_add(&sh->attach_failed, 1);
+    }
+#ifdef TCM_MALLOC_PATH
+    if (mixed && i % 8 == 4) { /* exec a program under the drop-in: the client it was stays until the process ends */
+        atomic_fetch_add(&sh->left, 1);
+        setenv("LD_PRELOAD", TCM_MALLOC_PATH, 1);
+        dup2(open("/dev/null", O_WRONLY), 1);
+        execl("/bin/ls", "ls", "/", (char *)NULL);
+        _exit(1);
+    }
+#endif
     switch (i % 8) {
     case 0: /* killed while holding it */
         atomic_fetch_add(&sh->left, 1);
@@ -109,7 +141,10 @@ static int survivor(void *arg)
             if (!off)
                 continue;
             uint64_t *p = tcm_from_offset(off);
-            CHECK(*p % 8 == 2); /* a 16-byte object handed out once: still what its owner wrote */
+            if (*p % 8 != 2) /* a 16-byte object handed out once: still what its owner wrote */
+                fprintf(stderr, "churn: the object handed over at offset 0x%llx holds %llu\n",
+                        (unsigned long long)off, (unsigned long long)*p);
+            CHECK_EQ(*p % 8, 2);
             tcm_free(p);
             atomic_fetch_add(&sh->freed, 1);
             any = true;
@@ -167,6 +202,7 @@ static void run_lifetimes(uint64_t from, uint64_t n)
 int main(int argc, char **argv)
 {
     uint64_t lifetimes = argc > 1 ? strtoull(argv[1], NULL, 10) : 70000;
+    mixed = argc > 2 && strcmp(argv[2], "--mixed") == 0;
     sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(sh != MAP_FAILED);
     tt_daemon_start(&d, NULL);
