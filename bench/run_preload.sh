@@ -3,7 +3,8 @@
 # preload of tcm, jemalloc, tcmalloc and mimalloc and under plain glibc, in
 # one run: median wall time and median peak RSS (GNU time's %M: the heap's
 # shared pages a process touched count in it too; for tcm, plus the heap
-# pages the run made tcmd commit, after a release before it) of RUNS runs each,
+# pages the run made tcmd commit, after a release before it: none with the
+# drop-in's private heap, whose pages are in the RSS) of RUNS runs each,
 # alternating allocators within a run, each round in a rotated order (the preload is the workload's, not
 # GNU time's: a preloaded time would add its fork to the figure). Workloads:
 # bench/preload/*.c.

@@ -9,6 +9,11 @@
 
 struct Tcm__Response; /* tcm.pb-c.h: callers that handshake include it (frame.h) */
 
+/* How long a process that was attached waits for the answer to a Hello
+ * (a tcmd busy adopting a heap answers late; one never attached waits
+ * TCM_FRESH_ATTACH_MS). */
+#define TCM_HANDSHAKE_MS 10000
+
 /* The descriptors a Welcome carries, in this order. */
 enum { FD_HEAP, FD_META, FD_CHANNEL, NFDS };
 

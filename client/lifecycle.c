@@ -201,8 +201,8 @@ TCM_COLD static int attach_locked(const char *socket_path)
      * after TCM_FRESH_ATTACH_MS when something listens but does not answer:
      * a stale socket file must not hold every program up. */
     bool rides = pr->heap != NULL;
-    while ((rc = tcm__ctlsock_handshake(socket_path, 0, 0, rides ? 10000 : TCM_FRESH_ATTACH_MS, &fd, &resp, fds)) !=
-           0) {
+    int answer_ms = rides ? TCM_HANDSHAKE_MS : TCM_FRESH_ATTACH_MS;
+    while ((rc = tcm__ctlsock_handshake(socket_path, 0, 0, answer_ms, &fd, &resp, fds)) != 0) {
         uint64_t now = tcm__now_ns();
         /* once a restart is under way, the socket file may be missing for a moment */
         if (!rides || (!restarting(rc, socket_path) && !(deadline && rc == -ENOENT))) {

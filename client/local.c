@@ -33,13 +33,13 @@
 /* Address space a private heap reserves (TCM_MALLOC_HEAP_SIZE overrides):
  * backed only as used; past it, allocations come from the system malloc. */
 #define LOCAL_HEAP_DEFAULT (64ull << 30)
-#define LOCAL_THREADS 1024u         /* thread caches, as tcmd's default max_threads */
 #define LOCAL_ALIGN (2ull << 20)    /* where the heap starts: a huge page may back its first span */
 
 static tcm_server_t *srv;           /* the heap thread's view, in the process's memory */
 static tcm_client_t client;         /* the one client: this process */
 static pthread_mutex_t serve_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool restart_bg;             /* a fork child: its background thread starts at its next request */
+static _Atomic bool restart_bg;     /* a fork child: its background thread starts at its next request */
+static uint32_t local_threads;      /* thread caches: tcmd's default max_threads */
 
 static void serve(void)
 {
@@ -47,10 +47,10 @@ static void serve(void)
     tcm__serve_client_ht(srv, &client, false);
     tcm__decay_window_ht(srv, tcm__now_ns());
     pthread_mutex_unlock(&serve_lock);
-    if (tcm_unlikely(restart_bg) && pthread_mutex_trylock(&tcm__proc.attach_lock) == 0) {
-        if (restart_bg && !tcm__proc.bg_running)
+    if (tcm_unlikely(atomic_load_explicit(&restart_bg, memory_order_relaxed)) &&
+        pthread_mutex_trylock(&tcm__proc.attach_lock) == 0) {
+        if (atomic_exchange(&restart_bg, false) && !tcm__proc.bg_running)
             tcm__bg_start();
-        restart_bg = false;
         pthread_mutex_unlock(&tcm__proc.attach_lock);
     }
 }
@@ -78,7 +78,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     pthread_mutex_unlock(&serve_lock);
-    restart_bg = true;
+    atomic_store(&restart_bg, true);
 }
 
 static uint64_t setting(const char *text)
@@ -144,8 +144,11 @@ static int attach_local(void)
 {
     uint64_t size = LOCAL_HEAP_DEFAULT;
     const char *env = getenv("TCM_MALLOC_HEAP_SIZE");
-    if (env && *env && (tcm__parse_size(env, &size) != 0 || size < (4u << 20)))
+    /* within what the layout indexes: page numbers are 32-bit */
+    if (env && *env &&
+        (tcm__parse_size(env, &size) != 0 || size < (4u << 20) || size > (uint64_t)UINT32_MAX << TCM_PAGE_SHIFT))
         size = LOCAL_HEAP_DEFAULT;
+    local_threads = (uint32_t)setting(TCM_DEFAULT_MAX_THREADS);
     size &= ~(uint64_t)(TCM_PAGE_SIZE - 1);
     uint32_t npages = (uint32_t)(size >> TCM_PAGE_SHIFT);
     tcm_meta_layout_t ml;
@@ -164,26 +167,26 @@ static int attach_local(void)
     tcm__log_set_level(TCM_LOG_ERROR); /* a refusal is the client's fatal error, said once, there */
     srv->heap_size = size;
     srv->base = (uintptr_t)heap;
-    srv->max_threads = LOCAL_THREADS;
+    srv->max_threads = local_threads;
     srv->heap = heap;
     srv->meta = meta;
     srv->state = state;
     srv->heap_fd = srv->meta_fd = srv->state_fd = -1;
-    if (tcm__heap_attach(&srv->h, meta, state, -1, -1, -1, size, (uintptr_t)heap, LOCAL_THREADS, true) != 0)
+    if (tcm__heap_attach(&srv->h, meta, state, -1, -1, -1, size, (uintptr_t)heap, local_threads, true) != 0)
         return -ENOMEM;
     srv->h.anon = heap;
     srv->dstats = &state->dstats;
     meta->magic = TCM_META_MAGIC;
     state->magic = TCM_STATE_MAGIC;
     configure(meta, size);
-    tcm__chan_layout(&srv->chan_layout, srv->h.classes, LOCAL_THREADS);
+    tcm__chan_layout(&srv->chan_layout, srv->h.classes, local_threads);
     tcm__holders_init(srv, true);
     int err = make_client();
     if (err)
         return err;
     tcm__at_fork(fork_prepare, fork_parent, fork_child); /* before libtcm's: see fork_prepare */
     tcm__note("private heap at %p (%llu MiB of address space)", (void *)heap, (unsigned long long)(size >> 20));
-    return tcm__attach_private(heap, size, meta, ml.size, client.chan, LOCAL_THREADS, serve, tick);
+    return tcm__attach_private(heap, size, meta, ml.size, client.chan, local_threads, serve, tick);
 }
 
 void tcm__local_use(void)

@@ -55,7 +55,7 @@ TCM_COLD int tcm__await_daemon(void)
     }
     tcm_handle_t fd, fds[NFDS];
     Tcm__Response *resp;
-    rc = tcm__ctlsock_handshake(pr->socket_path, pr->client_id, pr->token, 10000, &fd, &resp, fds);
+    rc = tcm__ctlsock_handshake(pr->socket_path, pr->client_id, pr->token, TCM_HANDSHAKE_MS, &fd, &resp, fds);
     tcm__ctlsock_close_fds(fds, NFDS); /* a resume keeps its mappings */
     if (rc == 0) {
         if (resp->body_case == TCM__RESPONSE__BODY_WELCOME && resp->welcome->resumed &&

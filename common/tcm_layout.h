@@ -107,9 +107,10 @@ _Static_assert(TCM_NCLASSES <= TCM_PAGE_CLASS_DRAIN && TCM_PAGE_CLASS_DRAIN + TC
 #define TCM_EXE_MAX 64u           /* an executable's path as kept (the end of a longer one) */
 #define TCM_MAX_THREADS 4096u     /* the most --max-threads can be */
 #define TCM_RECONNECT_DEFAULT_S 30 /* reconnect_timeout's default, and a client's wait before it reads tcmd's */
-/* The defaults of the settings published in tcm_config_t, as tcmd's
- * settings table (daemon/config.c) shows them; a drop-in's private heap
- * (client/local.c), which no tcmd configures, uses them too. */
+/* Defaults of tcmd's settings, as its settings table (daemon/config.c)
+ * shows them, that a drop-in's private heap (client/local.c), which no
+ * tcmd configures, uses too. */
+#define TCM_DEFAULT_MAX_THREADS "1024"
 #define TCM_DEFAULT_TCACHE_BUDGET "32M"
 #define TCM_DEFAULT_XFER_BUDGET "64M"
 #define TCM_DEFAULT_RUN_CACHE "128M"

@@ -85,7 +85,7 @@ static const setting_t settings[] = {
     {{"base", false, "address of the heap in every process"}, T_ADDR, 1u << 21, 0x7ff000000000ull,
      "0x7e8000000000", "ADDR", FIELD(base)},
     {{"max_threads", false, "thread caches per client process (more threads share its transfer tier)"}, T_UINT, 1,
-     TCM_MAX_THREADS, "1024", "N", HOOKS(set_max_threads, show_max_threads)},
+     TCM_MAX_THREADS, TCM_DEFAULT_MAX_THREADS, "N", HOOKS(set_max_threads, show_max_threads)},
     {{"heap_limit", true, "bytes the heap may hand out (tcmctl resize; default: the heap size)"}, T_SIZE, 1u << 20,
      HEAP_SIZE_MAX, "", "SIZE", HOOKS(set_heap_limit, show_heap_limit), META(heap_limit, 1)},
     {{"tcache_budget", true, "bytes all thread caches of one process may hold"}, T_SIZE, 256u << 10, 1ull << 40,

@@ -19,7 +19,7 @@
  * is written fields first, state last; a merge stores remap[] before it
  * frees the entry), everything else (tag_used, tag_client, tag_holder,
  * tag_orphaned, the sweep's position) is rebuilt by recovery, which
- * finishes every merge in one sweep before serving. */
+ * finishes every merge before serving. */
 #define _GNU_SOURCE
 #include "holders.h"
 
@@ -35,17 +35,27 @@
 #define FIRST_HOLDER TCM_HOLDER_GROUPS /* entries [0, groups) are groups; [0] every other executable */
 #define MERGE_SPANS_PER_STEP 256       /* spans the sweep looks at per heap-thread turn */
 
+static bool bit(const uint64_t *bits, uint64_t i)
+{
+    return bits[i / 64] >> (i % 64) & 1;
+}
+
+static void bit_set(uint64_t *bits, uint64_t i, bool on)
+{
+    if (on)
+        bits[i / 64] |= 1ull << (i % 64);
+    else
+        bits[i / 64] &= ~(1ull << (i % 64));
+}
+
 static bool tag_used(const tcm_server_t *srv, uint32_t t)
 {
-    return srv->tag_used[t / 64] >> (t % 64) & 1;
+    return bit(srv->tag_used, t);
 }
 
 static void tag_mark(tcm_server_t *srv, uint32_t t, bool used)
 {
-    if (used)
-        srv->tag_used[t / 64] |= 1ull << (t % 64);
-    else
-        srv->tag_used[t / 64] &= ~(1ull << (t % 64));
+    bit_set(srv->tag_used, t, used);
 }
 
 /* under holders_lock */
@@ -95,7 +105,7 @@ tcm_client_t *tcm__tag_client_ht(tcm_server_t *srv, uint16_t tag)
 static bool back(tcm_server_t *srv, uint64_t *bits, uint64_t base, uint64_t from, uint64_t len)
 {
     for (uint64_t page = from / 4096; page <= (from + len - 1) / 4096; page++) {
-        if (bits[page / 64] >> (page % 64) & 1)
+        if (bit(bits, page))
             continue;
         int err = srv->state_fd >= 0 ? tcm__commit(srv->state_fd, base + page * 4096, 4096) : 0;
         if (err) {
@@ -103,22 +113,9 @@ static bool back(tcm_server_t *srv, uint64_t *bits, uint64_t base, uint64_t from
                              strerror(-err));
             return false;
         }
-        bits[page / 64] |= 1ull << (page % 64);
+        bit_set(bits, page, true);
     }
     return true;
-}
-
-static bool bit(const uint64_t *bits, uint64_t i)
-{
-    return bits[i / 64] >> (i % 64) & 1;
-}
-
-static void bit_set(uint64_t *bits, uint64_t i, bool on)
-{
-    if (on)
-        bits[i / 64] |= 1ull << (i % 64);
-    else
-        bits[i / 64] &= ~(1ull << (i % 64));
 }
 
 static bool back_entry(tcm_server_t *srv, uint32_t i)
@@ -324,7 +321,10 @@ static bool merge_locked(tcm_server_t *srv, uint32_t i)
  * clock reaches (an older holder, merged into its group). */
 static uint32_t entry_for_locked(tcm_server_t *srv)
 {
-    uint32_t i = free_entry_locked(srv, FIRST_HOLDER, NENTRIES);
+    /* a full table (every departure of a churn once it is) evicts at once */
+    uint32_t i = atomic_load_explicit(&srv->meta->stats.departed_holders, memory_order_relaxed) < TCM_HOLDERS
+                     ? free_entry_locked(srv, FIRST_HOLDER, NENTRIES)
+                     : UINT32_MAX;
     if (i != UINT32_MAX)
         return i;
     for (uint32_t k = 0; k < TCM_HOLDERS; k++) {
@@ -465,6 +465,8 @@ uint64_t tcm__holders_recover(tcm_server_t *srv, uint64_t *held)
         held[e->tag] = 0;
         *(is_group ? &groups : &holders) += 1;
     }
+    TCM_STAT_SET(srv->meta, departed_holders, holders);
+    TCM_STAT_SET(srv->meta, departed_groups, groups);
     /* what no entry names (a departure a crash cut short): every other executable's */
     uint64_t unknown = 0;
     for (uint32_t t = 1; t < TCM_TAGS; t++)
@@ -488,8 +490,6 @@ uint64_t tcm__holders_recover(tcm_server_t *srv, uint64_t *held)
     }
     sweep_all(srv); /* twice: a tag merged into one that was itself merged above */
     sweep_all(srv);
-    TCM_STAT_SET(srv->meta, departed_holders, holders);
-    TCM_STAT_SET(srv->meta, departed_groups, groups + (unknown != 0 && !groups));
     srv->tag_next = 1;
     return departed;
 }
@@ -556,7 +556,7 @@ void tcm__holders_warn(tcm_server_t *srv, uint64_t warn_after_s)
         e->flags |= TCM_HOLDER_WARNED;
         uint64_t bytes = bytes_of(srv, e->tag);
         if (bytes)
-            tcm__log_peer(TCM_LOG_WARN, tcm__log_source_text(e->exe),
+            tcm__log_peer_text(TCM_LOG_WARN, e->exe,
                           "client %u (pid %u, %s, %s) ended %llu s ago; %llu bytes it allocated are still in use "
                           "(held by other processes, or leaked: tcmctl clients --dead)",
                           e->id, e->pid, e->comm, e->exe, (unsigned long long)(now - e->departed_unix),

@@ -111,30 +111,27 @@ static void logf_locked(int level, const char *fmt, ...)
 
 #define SOURCE_UID_BASE (-2ll)              /* down to -2 - UINT32_MAX */
 #define SOURCE_TEXT_BASE (-(1ll << 33))      /* and below: a hash of the text */
-static char last_text[48]; /* the text of the last text source (the label of its window) */
 
 long long tcm__log_source_uid(uint32_t uid)
 {
     return SOURCE_UID_BASE - (long long)uid;
 }
 
-long long tcm__log_source_text(const char *text)
+static long long source_text(const char *text)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (const unsigned char *s = (const unsigned char *)text; *s; s++)
         h = (h ^ *s) * 1099511628211ull;
-    pthread_mutex_lock(&peer_lock);
-    snprintf(last_text, sizeof last_text, "%s", text);
-    pthread_mutex_unlock(&peer_lock);
     return SOURCE_TEXT_BASE - (long long)(h >> 32);
 }
 
-static void label(peer_slot_t *p)
+/* What a window's summary line calls its source: text for a text source. */
+static void label(peer_slot_t *p, const char *text)
 {
     if (p->source > 0)
         snprintf(p->who, sizeof p->who, "pid %lld", p->source);
-    else if (p->source <= SOURCE_TEXT_BASE)
-        snprintf(p->who, sizeof p->who, "%s", last_text);
+    else if (text)
+        snprintf(p->who, sizeof p->who, "%s", text);
     else if (p->source <= SOURCE_UID_BASE)
         snprintf(p->who, sizeof p->who, "uid %lld", SOURCE_UID_BASE - p->source);
     else
@@ -167,10 +164,8 @@ static void peer_expire_locked(uint64_t now)
     }
 }
 
-void tcm__log_peer(int level, long long source, const char *fmt, ...)
+static void vlog_peer(int level, long long source, const char *text, const char *fmt, va_list ap)
 {
-    if (level > log_level)
-        return;
     uint64_t now = tcm__now_ns() | 1; /* never 0, which marks a free slot */
     pthread_mutex_lock(&peer_lock);
     peer_expire_locked(now);
@@ -187,7 +182,7 @@ void tcm__log_peer(int level, long long source, const char *fmt, ...)
             peer_close_window_locked(p); /* a full table forgets the source heard least recently */
         p->source = source;
         p->window_ns = now;
-        label(p);
+        label(p, text);
     }
     p->last_ns = now;
     if (!all_window_ns)
@@ -202,12 +197,29 @@ void tcm__log_peer(int level, long long source, const char *fmt, ...)
         all_lines++;
         if (p->lines == 1)
             p->level = level;
-        va_list ap;
-        va_start(ap, fmt);
         vlog(level, fmt, ap);
-        va_end(ap);
     }
     pthread_mutex_unlock(&peer_lock);
+}
+
+void tcm__log_peer(int level, long long source, const char *fmt, ...)
+{
+    if (level > log_level)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vlog_peer(level, source, NULL, fmt, ap);
+    va_end(ap);
+}
+
+void tcm__log_peer_text(int level, const char *text, const char *fmt, ...)
+{
+    if (level > log_level)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vlog_peer(level, source_text(text), text, fmt, ap);
+    va_end(ap);
 }
 
 void tcm__log_peer_tick(void)

@@ -25,11 +25,12 @@ void tcm__log_limited(int level, const char *fmt, ...) TCM_PRINTF(2, 3);
 void tcm__log_peer(int level, long long source, const char *fmt, ...) TCM_PRINTF(3, 4);
 #define TCM_LOG_PEER_UNKNOWN 0   /* a source for peers without a pid (a failed accept) */
 #define TCM_LOG_PEER_METRICS (-1) /* one source for all /metrics peers (TCP: no pid) */
-/* Sources other than a pid: a user (the lines a process's arrival and
- * departure write: a fork loop has a new pid each time), and an
- * executable (what departed processes of one program left). */
+/* A source other than a pid: a user (the lines a process's arrival and
+ * departure write: a fork loop has a new pid each time). */
 long long tcm__log_source_uid(uint32_t uid);
-long long tcm__log_source_text(const char *text);
+/* tcm__log_peer with a text for its source (an executable: what departed
+ * processes of one program left), which the summary line names. */
+void tcm__log_peer_text(int level, const char *text, const char *fmt, ...) TCM_PRINTF(3, 4);
 /* Ends the windows that are over (their suppressed counts are printed even
  * when their source went quiet); the main loop calls it every second. */
 void tcm__log_peer_tick(void);

@@ -84,7 +84,8 @@ tcm_handle_t tcm__proc_watch(tcm_pid_t pid, uint64_t *start);
 bool tcm__proc_exited(tcm_handle_t watch);
 bool tcm__proc_watch_pollable(void);
 /* Process pid's short name (Linux: comm) and executable path, each cut to
- * fit (a path keeps its end, its most telling part); "" where unknown. */
+ * fit (a path keeps its end, its most telling part), control characters
+ * as '?'; "" where unknown. */
 void tcm__proc_names(tcm_pid_t pid, char *comm, size_t commlen, char *exe, size_t exelen);
 
 /* Which open file a descriptor is, so that a library can tell its own

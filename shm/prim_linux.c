@@ -347,6 +347,12 @@ void tcm__proc_names(tcm_pid_t pid, char *comm, size_t commlen, char *exe, size_
         size_t keep = (size_t)n < exelen - 1 ? (size_t)n : exelen - 1;
         memcpy(exe, buf + n - keep, keep + 1);
     }
+    /* the process chose both (prctl, the file's name): no control
+     * character reaches a log line or a table through them */
+    for (char *c = comm; *c; c++)
+        *c = (unsigned char)*c < 0x20 || *c == 0x7f ? '?' : *c;
+    for (char *c = exe; *c; c++)
+        *c = (unsigned char)*c < 0x20 || *c == 0x7f ? '?' : *c;
 }
 
 bool tcm__proc_exited(tcm_handle_t watch)
