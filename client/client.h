@@ -103,6 +103,11 @@ typedef struct tcm_proc {
     tcm_file_id_t sock_id;
     uint32_t client_id;
     uint64_t token;             /* what a resume presents */
+    /* the client this process was until it detached (tcm_shutdown): a new
+     * Hello names it, so that tcmd ends it even before the Bye arrives */
+    uint32_t left_client_id;
+    uint64_t left_token;
+    uint32_t left_pid;
     uint64_t heap_id;           /* of the heap mapped now */
     char socket_path[108];
 

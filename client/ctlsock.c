@@ -69,6 +69,10 @@ int tcm__ctlsock_handshake(const char *socket_path, uint32_t resume_id, uint64_t
     hello.pid = tcm__pid();
     hello.resume_client_id = resume_id;
     hello.resume_token = token;
+    if (!resume_id && tcm__proc.left_pid == tcm__pid()) {
+        hello.left_client_id = tcm__proc.left_client_id;
+        hello.left_token = tcm__proc.left_token;
+    }
     req.version = TCM_PROTO_VERSION;
     req.body_case = TCM__REQUEST__BODY_HELLO;
     req.hello = &hello;

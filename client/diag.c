@@ -30,7 +30,7 @@ TCM_COLD void tcm__warn_once(const char *what)
 
 TCM_COLD void tcm__note(const char *fmt, ...)
 {
-    const char *v = getenv("TCM_VERBOSE");
+    const char *v = tcm__env("TCM_VERBOSE");
     if (!v || !*v || *v == '0')
         return;
     va_list ap;

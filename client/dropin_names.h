@@ -10,7 +10,8 @@
 #define TCM_API __attribute__((visibility("hidden")))
 #define TCM_DROPIN_NAMES(X)                                                                        \
     X(init) X(shutdown) X(malloc) X(calloc) X(realloc) X(aligned_alloc) X(free) X(free_sized)         \
-    X(usable_size) X(to_offset) X(from_offset) X(root_set) X(root_get) X(stat)
+    X(usable_size) X(to_offset) X(from_offset) X(root_set) X(root_create) X(root_replace) X(root_get) \
+    X(stat)
 #define tcm_init tcm__own_init
 #define tcm_shutdown tcm__own_shutdown
 #define tcm_malloc tcm__own_malloc
@@ -24,6 +25,8 @@
 #define tcm_from_offset tcm__own_from_offset
 #define tcm_root_set tcm__own_root_set
 #define tcm_root_get tcm__own_root_get
+#define tcm_root_create tcm__own_root_create
+#define tcm_root_replace tcm__own_root_replace
 #define tcm_stat tcm__own_stat
 
 #endif

@@ -329,6 +329,9 @@ void tcm__detach_locked(void)
         tcm__await_daemon();
     }
     tcm__ctlsock_say_bye();
+    pr->left_client_id = pr->client_id;
+    pr->left_token = pr->token;
+    pr->left_pid = tcm__pid();
     pr->epoch++;
     /* closing the socket after Bye is the detach: the daemon reclaims what
      * is left. The channel stays mapped (the daemon unlinks it) so that a

@@ -33,6 +33,7 @@
 /* Address space a private heap reserves (TCM_MALLOC_HEAP_SIZE overrides):
  * backed only as used; past it, allocations come from the system malloc. */
 #define LOCAL_HEAP_DEFAULT (64ull << 30)
+#define LOCAL_ROOTS 256u             /* the process's own roots (its tcm_root_* through the drop-in's copies) */
 #define LOCAL_ALIGN (2ull << 20)    /* where the heap starts: a huge page may back its first span */
 
 static tcm_server_t *srv;           /* the heap thread's view, in the process's memory */
@@ -143,7 +144,7 @@ static int make_client(void)
 static int attach_local(void)
 {
     uint64_t size = LOCAL_HEAP_DEFAULT;
-    const char *env = getenv("TCM_MALLOC_HEAP_SIZE");
+    const char *env = tcm__env("TCM_MALLOC_HEAP_SIZE");
     /* within what the layout indexes: page numbers are 32-bit */
     if (env && *env &&
         (tcm__parse_size(env, &size) != 0 || size < (4u << 20) || size > (uint64_t)UINT32_MAX << TCM_PAGE_SHIFT))
@@ -153,7 +154,7 @@ static int attach_local(void)
     uint32_t npages = (uint32_t)(size >> TCM_PAGE_SHIFT);
     tcm_meta_layout_t ml;
     tcm_state_layout_t sl;
-    tcm__meta_layout(&ml, npages);
+    tcm__meta_layout(&ml, npages, LOCAL_ROOTS);
     tcm__state_layout(&sl, npages);
     uint8_t *heap = reserve_aligned(size, LOCAL_ALIGN);
     srv = tcm__reserve(sizeof *srv);
@@ -168,11 +169,13 @@ static int attach_local(void)
     srv->heap_size = size;
     srv->base = (uintptr_t)heap;
     srv->max_threads = local_threads;
+    srv->nroots = LOCAL_ROOTS;
+    srv->roots_per_uid = LOCAL_ROOTS;
     srv->heap = heap;
     srv->meta = meta;
     srv->state = state;
     srv->heap_fd = srv->meta_fd = srv->state_fd = -1;
-    if (tcm__heap_attach(&srv->h, meta, state, -1, -1, -1, size, (uintptr_t)heap, local_threads, true) != 0)
+    if (tcm__heap_attach(&srv->h, meta, state, LOCAL_ROOTS, -1, -1, -1, size, (uintptr_t)heap, local_threads, true) != 0)
         return -ENOMEM;
     srv->h.anon = heap;
     srv->dstats = &state->dstats;

@@ -114,9 +114,9 @@ static struct {
 
 TCM_COLD static void read_settings_once(void)
 {
-    const char *f = getenv("TCM_MALLOC_FALLBACK");
+    const char *f = tcm__env("TCM_MALLOC_FALLBACK");
     fallback = !(f && strcmp(f, "0") == 0);
-    const char *k = getenv("TCM_MALLOC_FORK");
+    const char *k = tcm__env("TCM_MALLOC_FORK");
     shares = k && strcmp(k, "shared") == 0;
     tcm__attach_failed_note =
         fallback ? "; going on with the system malloc" : "; allocations fail (TCM_MALLOC_FALLBACK=0)";
@@ -379,6 +379,8 @@ static void resolve_api(void)
 #undef tcm_from_offset
 #undef tcm_root_set
 #undef tcm_root_get
+#undef tcm_root_create
+#undef tcm_root_replace
 #undef tcm_stat
 
 /* Each exported tcm_X calls api.X (the drop-in's own, or libtcm.so's). */
@@ -407,4 +409,6 @@ TCM_WRAP(uint64_t, to_offset, (const void *p), (p))
 TCM_WRAP(void *, from_offset, (uint64_t off), (off))
 TCM_WRAP(int, root_set, (const char *name, void *p), (name, p))
 TCM_WRAP(void *, root_get, (const char *name), (name))
+TCM_WRAP(int, root_create, (const char *name, void *p), (name, p))
+TCM_WRAP(int, root_replace, (const char *name, void *expected, void *desired), (name, expected, desired))
 TCM_WRAP(int, stat, (const char *name, uint64_t *value), (name, value))

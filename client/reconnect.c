@@ -20,7 +20,7 @@
  * seconds, else what tcmd published, else tcmd's default. */
 TCM_COLD uint64_t tcm__reconnect_timeout_ns(void)
 {
-    const char *env = getenv("TCM_RECONNECT_TIMEOUT");
+    const char *env = tcm__env("TCM_RECONNECT_TIMEOUT");
     if (env && *env)
         return (uint64_t)(strtod(env, NULL) * 1e9);
     if (tcm__proc.meta)

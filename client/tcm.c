@@ -128,7 +128,8 @@ void *tcm_from_offset(uint64_t off)
     return tcm__proc.heap + off;
 }
 
-int tcm_root_set(const char *name, void *p)
+/* One ROOT_SET round trip: p to name in mode, if it held expected (REPLACE). */
+static int root_call(const char *name, void *p, uint32_t mode, void *expected)
 {
     size_t len = name ? strlen(name) : 0;
     if (len == 0 || len >= TCM_ROOT_NAME_MAX)
@@ -136,13 +137,15 @@ int tcm_root_set(const char *name, void *p)
     int err = tcm__ensure_attached();
     if (err)
         return err;
-    uint64_t off = UINT64_MAX;
-    if (p && !heap_offset(p, &off))
+    uint64_t off = UINT64_MAX, want = UINT64_MAX;
+    if ((p && !heap_offset(p, &off)) || (expected && !heap_offset(expected, &want)))
         return -EINVAL;
     uint32_t idx;
     tcm_slot_t *slot = tcm__slot_acquire(&idx);
     slot->op = TCM_OP_ROOT_SET;
+    slot->cls = mode;
     slot->arg = off;
+    slot->arg2 = want;
     memset(slot->offs, 0, TCM_ROOT_NAME_MAX);
     memcpy(slot->offs, name, len);
     int st = tcm__call(slot, idx);
@@ -150,24 +153,38 @@ int tcm_root_set(const char *name, void *p)
     switch (st) {
     case TCM_ST_OK: return 0;
     case TCM_ST_NO_ROOM: return -ENOSPC;
+    case TCM_ST_EXISTS: return -EEXIST;
+    case TCM_ST_CHANGED: return -EAGAIN;
+    case TCM_ST_ROOT_SHARE: return -EDQUOT;
+    case TCM_ST_NOT_HOLDER: return -EPERM;
     case TCM_ST_NOMEM: return -ENOTCONN;
     default: return -EINVAL;
     }
+}
+
+int tcm_root_set(const char *name, void *p)
+{
+    return root_call(name, p, TCM_ROOT_SET, NULL);
+}
+
+int tcm_root_create(const char *name, void *p)
+{
+    return p ? root_call(name, p, TCM_ROOT_CREATE, NULL) : -EINVAL;
+}
+
+int tcm_root_replace(const char *name, void *expected, void *desired)
+{
+    return root_call(name, desired, TCM_ROOT_REPLACE, expected);
 }
 
 void *tcm_root_get(const char *name)
 {
     if (!name || !*name || strlen(name) >= TCM_ROOT_NAME_MAX || tcm__ensure_attached() != 0)
         return NULL;
-    for (unsigned i = 0; i < TCM_ROOTS; i++) {
-        bool used;
-        uint64_t off;
-        char cur[TCM_ROOT_NAME_MAX];
-        tcm__root_read(&tcm__proc.roots[i], &used, &off, cur);
-        if (used && strcmp(cur, name) == 0)
-            return off < tcm__proc.heap_size ? tcm__proc.heap + off : NULL;
-    }
-    return NULL;
+    uint64_t off;
+    if (tcm__root_find(tcm__proc.roots, tcm__proc.meta->nroots, name, &off) < 0)
+        return NULL;
+    return off < tcm__proc.heap_size ? tcm__proc.heap + off : NULL;
 }
 
 int tcm_stat(const char *name, uint64_t *value)

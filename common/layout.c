@@ -146,13 +146,13 @@ void tcm__chan_layout(tcm_chan_layout_t *l, const tcm_class_info_t tab[TCM_NCLAS
     l->size = align_up(l->off_xfer + xoff, 4096);
 }
 
-void tcm__meta_layout(tcm_meta_layout_t *l, uint32_t npages)
+void tcm__meta_layout(tcm_meta_layout_t *l, uint32_t npages, uint32_t nroots)
 {
     uint64_t off = align_up(sizeof(tcm_meta_hdr_t), 4096);
     l->off_classes = off;
     off = align_up(off + TCM_NCLASSES * sizeof(tcm_class_info_t), 4096);
     l->off_roots = off;
-    off = align_up(off + TCM_ROOTS * sizeof(tcm_root_t), 4096);
+    off = align_up(off + (uint64_t)nroots * sizeof(tcm_root_t), 4096);
     l->off_page_class = off;
     off = align_up(off + npages, 4096);
     l->off_page_span = off;
@@ -199,14 +199,23 @@ void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages)
     l->size = off;
 }
 
-void tcm__root_read(const tcm_root_t *r, bool *used, uint64_t *off, char name[TCM_ROOT_NAME_MAX])
+uint32_t tcm__root_hash(const char *name, uint32_t mask)
+{
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h & mask;
+}
+
+uint32_t tcm__root_read(const tcm_root_t *r, uint64_t *off, char name[TCM_ROOT_NAME_MAX])
 {
     uint64_t words[TCM_ROOT_NAME_MAX / 8];
+    uint32_t holder;
     for (;;) {
         uint32_t seq = atomic_load_explicit(&r->seq, memory_order_acquire);
         if (seq & 1)
             continue;
-        *used = atomic_load_explicit(&r->used, memory_order_relaxed) != 0;
+        holder = atomic_load_explicit(&r->holder, memory_order_relaxed);
         *off = atomic_load_explicit(&r->off, memory_order_relaxed);
         for (unsigned i = 0; i < TCM_ROOT_NAME_MAX / 8; i++)
             words[i] = atomic_load_explicit(&r->name[i], memory_order_relaxed);
@@ -216,6 +225,21 @@ void tcm__root_read(const tcm_root_t *r, bool *used, uint64_t *off, char name[TC
     }
     memcpy(name, words, TCM_ROOT_NAME_MAX);
     name[TCM_ROOT_NAME_MAX - 1] = 0;
+    return holder;
+}
+
+int tcm__root_find(const tcm_root_t *roots, uint32_t nroots, const char *name, uint64_t *off)
+{
+    uint32_t mask = nroots - 1, at = tcm__root_hash(name, mask);
+    for (uint32_t i = 0; i < nroots; i++, at = (at + 1) & mask) {
+        char cur[TCM_ROOT_NAME_MAX];
+        uint32_t holder = tcm__root_read(&roots[at], off, cur);
+        if (!holder)
+            break;
+        if (tcm__root_live(holder) && strcmp(cur, name) == 0)
+            return (int)at;
+    }
+    return -1;
 }
 
 uint32_t tcm__root_write_begin(tcm_root_t *r)
@@ -227,16 +251,16 @@ uint32_t tcm__root_write_begin(tcm_root_t *r)
     return seq;
 }
 
-void tcm__root_write_data(tcm_root_t *r, const char *name, uint64_t off)
+void tcm__root_write_data(tcm_root_t *r, const char *name, uint64_t off, uint32_t holder)
 {
     uint64_t words[TCM_ROOT_NAME_MAX / 8] = {0};
-    bool clear = off == UINT64_MAX;
-    if (!clear)
+    bool del = off == UINT64_MAX;
+    if (!del)
         memcpy(words, name, strnlen(name, TCM_ROOT_NAME_MAX - 1));
     for (unsigned i = 0; i < TCM_ROOT_NAME_MAX / 8; i++)
         atomic_store_explicit(&r->name[i], words[i], memory_order_relaxed);
-    atomic_store_explicit(&r->off, clear ? 0 : off, memory_order_relaxed);
-    atomic_store_explicit(&r->used, clear ? 0 : 1, memory_order_relaxed);
+    atomic_store_explicit(&r->off, del ? 0 : off, memory_order_relaxed);
+    atomic_store_explicit(&r->holder, del ? TCM_ROOT_DELETED : holder, memory_order_relaxed);
 }
 
 void tcm__root_write_end(tcm_root_t *r, uint32_t seq)
@@ -244,10 +268,10 @@ void tcm__root_write_end(tcm_root_t *r, uint32_t seq)
     atomic_store_explicit(&r->seq, seq + 1, memory_order_release);
 }
 
-void tcm__root_write(tcm_root_t *r, const char *name, uint64_t off)
+void tcm__root_write(tcm_root_t *r, const char *name, uint64_t off, uint32_t holder)
 {
     uint32_t seq = tcm__root_write_begin(r);
-    tcm__root_write_data(r, name, off);
+    tcm__root_write_data(r, name, off, holder);
     tcm__root_write_end(r, seq);
 }
 
@@ -257,22 +281,25 @@ bool tcm__root_repair(tcm_root_t *r, uint64_t heap_size, bool *kept)
     *kept = false;
     if (!(seq & 1))
         return false;
-    /* The writer stores the name, then the offset, then used: a root being
-     * set under its own name is whole with either offset; a new one is
-     * still unused; one being cleared has offset 0 or an empty name. So a
-     * root that reads as valid is the old value or the new one. */
+    /* The writer stores the name, then the offset, then the holder: a root
+     * being set under its own name is whole with either offset; a new one
+     * is still unused or a tombstone; one being deleted has offset 0 or an
+     * empty name. So a root that reads as valid is the old value or the
+     * new one; one that does not becomes a tombstone (never "unused": a
+     * probe may have to go on past it). */
     uint64_t words[TCM_ROOT_NAME_MAX / 8];
     for (unsigned i = 0; i < TCM_ROOT_NAME_MAX / 8; i++)
         words[i] = atomic_load_explicit(&r->name[i], memory_order_relaxed);
     const char *name = (const char *)words;
     uint64_t off = atomic_load_explicit(&r->off, memory_order_relaxed);
-    uint32_t used = atomic_load_explicit(&r->used, memory_order_relaxed);
+    uint32_t holder = atomic_load_explicit(&r->holder, memory_order_relaxed);
     size_t len = strnlen(name, TCM_ROOT_NAME_MAX);
-    if (used == 0 || (used == 1 && len > 0 && len < TCM_ROOT_NAME_MAX && off >= TCM_PAGE_SIZE && off < heap_size)) {
-        *kept = used == 1;
+    if (!tcm__root_live(holder) ||
+        (len > 0 && len < TCM_ROOT_NAME_MAX && off >= TCM_PAGE_SIZE && off < heap_size)) {
+        *kept = tcm__root_live(holder);
         tcm__root_write_end(r, seq);
     } else {
-        tcm__root_write(r, "", UINT64_MAX);
+        tcm__root_write(r, "", UINT64_MAX, 0);
     }
     return true;
 }

@@ -73,7 +73,7 @@
     _Static_assert(offsetof(type, field) == (off),                                                 \
                    #type "." #field " is in a segment: bump TCM_LAYOUT_VERSION and fix its offset")
 
-#define TCM_LAYOUT_VERSION 12u /* 12: owner tags apart from client records, the departed holders table */
+#define TCM_LAYOUT_VERSION 13u /* 13: roots hashed, sized by a setting, each held by a user */
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
 #define TCM_CHAN_MAGIC 0x4e4148434d4354ull /* "TCMCHAN" */
 #define TCM_STATE_MAGIC 0x4554415453434d54ull /* "TCMSTATE" */
@@ -99,7 +99,8 @@ _Static_assert(TCM_NCLASSES <= TCM_PAGE_CLASS_DRAIN && TCM_PAGE_CLASS_DRAIN + TC
 #define TCM_DECAY_STEPS 40u       /* decay_ms / this: how often thread caches give back what sat unused,
                                      and the shortest time a page heap window can be cut to */
 #define TCM_ASYNC_SLOTS 4u        /* per thread cache, besides its own slot: requests it does not wait for */
-#define TCM_ROOTS 256u
+#define TCM_ROOTS_MAX (1u << 16) /* the roots setting's bounds: a table of 4 MiB at most */
+#define TCM_ROOTS_MIN 16u
 #define TCM_ROOT_NAME_MAX 48u     /* including the NUL */
 #define TCM_MAX_CLIENTS 1024u     /* client records in the state segment */
 #define TCM_HOLDERS 4096u         /* departed clients still holding objects, each under its own tag */
@@ -297,34 +298,52 @@ TCM_SHARED_OFFSET(tcm_heap_stats_t, decays, 224); TCM_SHARED_OFFSET(tcm_heap_sta
 TCM_SHARED_OFFSET(tcm_heap_stats_t, departed_holders, 240); TCM_SHARED_OFFSET(tcm_heap_stats_t, departed_groups, 248);
 TCM_SHARED_OFFSET(tcm_heap_stats_t, holder_merges, 256);
 
-/* Named shared pointers. W: the heap thread, under a seqlock (seq odd while
- * being written; release fence after making it odd, release store of the
- * even value). R: clients, the main thread and the heap thread (a ROOT_SET
- * looks for the name) retry while seq is odd or changed. Every field is
- * read and written with relaxed atomic accesses (the name a word at a
- * time) through tcm__root_read/tcm__root_write only.
+/* Named shared pointers: an open-addressing table of meta->nroots entries
+ * (a power of two), probed linearly from tcm__root_hash(name); a probe
+ * stops at an entry never used, so a deleted one stays as a tombstone
+ * (TCM_ROOT_DELETED) that a later name may take. W: the heap thread, under
+ * a seqlock (seq odd while being written; release fence after making it
+ * odd, release store of the even value). R: clients, the main thread and
+ * the heap thread (a ROOT_SET looks for the name) retry while seq is odd
+ * or changed. Every field is read and written with relaxed atomic accesses
+ * (the name a word at a time) through tcm__root_read/tcm__root_write only.
  * Authoritative. */
+#define TCM_ROOT_DELETED UINT32_MAX
 typedef struct tcm_root {
     _Atomic uint32_t seq;
-    _Atomic uint32_t used;
+    _Atomic uint32_t holder; /* 0: never used; TCM_ROOT_DELETED; else tcm__root_holder(uid), whose share it is */
     _Atomic uint64_t off;
     _Atomic uint64_t name[TCM_ROOT_NAME_MAX / 8]; /* the bytes of a NUL-padded name */
 } tcm_root_t;
 TCM_SHARED_SIZE(tcm_root_t, 64);
-TCM_SHARED_OFFSET(tcm_root_t, seq, 0); TCM_SHARED_OFFSET(tcm_root_t, used, 4);
+TCM_SHARED_OFFSET(tcm_root_t, seq, 0); TCM_SHARED_OFFSET(tcm_root_t, holder, 4);
 TCM_SHARED_OFFSET(tcm_root_t, off, 8); TCM_SHARED_OFFSET(tcm_root_t, name, 16);
 
+/* The holder value of a root that uid sets (uids past UINT32_MAX - 2 share one). */
+static inline uint32_t tcm__root_holder(uint32_t uid)
+{
+    return uid < TCM_ROOT_DELETED - 2 ? uid + 1 : TCM_ROOT_DELETED - 1;
+}
+static inline bool tcm__root_live(uint32_t holder)
+{
+    return holder != 0 && holder != TCM_ROOT_DELETED;
+}
+/* Where a name's probe starts (FNV-1a), in a table of mask + 1 entries. */
+uint32_t tcm__root_hash(const char *name, uint32_t mask);
 /* A consistent copy of a root (name NUL-terminated); retries while it is
- * being written. */
-void tcm__root_read(const tcm_root_t *r, bool *used, uint64_t *off, char name[TCM_ROOT_NAME_MAX]);
+ * being written. Returns its holder. */
+uint32_t tcm__root_read(const tcm_root_t *r, uint64_t *off, char name[TCM_ROOT_NAME_MAX]);
+/* The entry of name in a table of nroots, or -1 (a probe reads at most
+ * nroots entries). */
+int tcm__root_find(const tcm_root_t *roots, uint32_t nroots, const char *name, uint64_t *off);
 /* The seqlock write (heap thread); completes one a crash left with an odd
- * sequence. off == UINT64_MAX clears the root. */
-void tcm__root_write(tcm_root_t *r, const char *name, uint64_t off);
+ * sequence. off == UINT64_MAX deletes the root (a tombstone). */
+void tcm__root_write(tcm_root_t *r, const char *name, uint64_t off, uint32_t holder);
 /* The same write in its three steps, so that tcmd can place its test crash
  * points between them: begin makes the sequence odd (or finds it odd) and
  * returns it, data stores name, offset and used, end makes it even. */
 uint32_t tcm__root_write_begin(tcm_root_t *r);
-void tcm__root_write_data(tcm_root_t *r, const char *name, uint64_t off);
+void tcm__root_write_data(tcm_root_t *r, const char *name, uint64_t off, uint32_t holder);
 void tcm__root_write_end(tcm_root_t *r, uint32_t seq);
 /* A root left with an odd sequence by a write nobody will redo (recovery,
  * after the request intent): made even, kept when what it holds is whole
@@ -351,10 +370,11 @@ typedef struct tcm_meta_hdr {
     uint64_t off_page_class; /* uint8_t[npages]: class of an allocated page */
     uint64_t off_page_span;  /* uint32_t[npages]: span index of a page */
     uint64_t off_spans;      /* tcm_span_t[npages + 1] */
-    uint64_t off_roots;      /* tcm_root_t[TCM_ROOTS] */
+    uint64_t off_roots;      /* tcm_root_t[nroots] */
     uint64_t heap_id;        /* random, fixed at creation: tells a heap from a replaced one of the same name */
-    uint32_t unused_central_head[TCM_NCLASSES]; /* was each class's one central list; tcmd's own now
-                                                    (tcm_heap_t.central), rebuilt at every start */
+    uint32_t nroots;         /* entries of the roots table, a power of two (the roots setting at creation) */
+    uint32_t unused_central_head[TCM_NCLASSES - 1]; /* was each class's one central list; tcmd's own now
+                                                        (tcm_heap_t.central), rebuilt at every start */
     alignas(TCM_CACHELINE) _Atomic uint32_t heap_sleeping; /* heap thread asleep */
     alignas(TCM_CACHELINE) tcm_config_t config;
     alignas(TCM_CACHELINE) tcm_heap_stats_t stats;
@@ -367,7 +387,7 @@ TCM_SHARED_OFFSET(tcm_meta_hdr_t, nclasses, 36); TCM_SHARED_OFFSET(tcm_meta_hdr_
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_classes, 48); TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_page_class, 56);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_page_span, 64); TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_spans, 72);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_roots, 80); TCM_SHARED_OFFSET(tcm_meta_hdr_t, heap_id, 88);
-TCM_SHARED_OFFSET(tcm_meta_hdr_t, unused_central_head, 96); TCM_SHARED_OFFSET(tcm_meta_hdr_t, heap_sleeping, 512);
+TCM_SHARED_OFFSET(tcm_meta_hdr_t, nroots, 96); TCM_SHARED_OFFSET(tcm_meta_hdr_t, unused_central_head, 100); TCM_SHARED_OFFSET(tcm_meta_hdr_t, heap_sleeping, 512);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, config, 576); TCM_SHARED_OFFSET(tcm_meta_hdr_t, stats, 640);
 
 /* ---- channel segment ---- */
@@ -378,9 +398,16 @@ enum tcm_op {
     TCM_OP_RETURN = 2,      /* cls, count, offs[count] -> result = refused */
     TCM_OP_ALLOC_PAGES = 3, /* arg = npages, arg2 = alignment pages -> result = offset */
     TCM_OP_FREE_PAGES = 4,  /* arg = offset */
-    TCM_OP_ROOT_SET = 5,    /* name in offs bytes, arg = offset or UINT64_MAX to delete */
+    TCM_OP_ROOT_SET = 5,    /* name in offs bytes, arg = offset or UINT64_MAX to delete, cls = enum
+                               tcm_root_mode, arg2 = (REPLACE) the offset expected, UINT64_MAX: none */
 };
 #define TCM_NOPS 6u
+
+enum tcm_root_mode {
+    TCM_ROOT_SET = 0,     /* whatever it held */
+    TCM_ROOT_CREATE = 1,  /* only a name not in the table */
+    TCM_ROOT_REPLACE = 2, /* only if it holds arg2 */
+};
 
 enum tcm_slot_state {
     TCM_SLOT_IDLE = 0,
@@ -684,7 +711,7 @@ typedef struct tcm_req_intent {
     uint32_t span;              /* ALLOC/FREE_PAGES: span record */
     uint32_t first, npages;     /* ALLOC/FREE_PAGES: the run */
     uint32_t root;              /* ROOT_SET: root index */
-    uint32_t reserved;
+    uint32_t holder;            /* ROOT_SET: the holder it writes */
     uint64_t arg;               /* ROOT_SET: offset, UINT64_MAX to delete */
     char name[TCM_ROOT_NAME_MAX]; /* ROOT_SET */
     uint64_t offs[TCM_MAX_BATCH];
@@ -698,7 +725,7 @@ TCM_SHARED_OFFSET(tcm_req_intent_t, cls, 28); TCM_SHARED_OFFSET(tcm_req_intent_t
 TCM_SHARED_OFFSET(tcm_req_intent_t, n, 36); TCM_SHARED_OFFSET(tcm_req_intent_t, owner, 40);
 TCM_SHARED_OFFSET(tcm_req_intent_t, span, 44); TCM_SHARED_OFFSET(tcm_req_intent_t, first, 48);
 TCM_SHARED_OFFSET(tcm_req_intent_t, npages, 52); TCM_SHARED_OFFSET(tcm_req_intent_t, root, 56);
-TCM_SHARED_OFFSET(tcm_req_intent_t, reserved, 60); TCM_SHARED_OFFSET(tcm_req_intent_t, arg, 64);
+TCM_SHARED_OFFSET(tcm_req_intent_t, holder, 60); TCM_SHARED_OFFSET(tcm_req_intent_t, arg, 64);
 TCM_SHARED_OFFSET(tcm_req_intent_t, name, 72); TCM_SHARED_OFFSET(tcm_req_intent_t, offs, 120);
 TCM_SHARED_OFFSET(tcm_req_intent_t, st, 4216);
 
@@ -780,7 +807,11 @@ TCM_SHARED_OFFSET(tcm_state_hdr_t, dstats, 8032);
     X(NOT_OBJECT, "not the start of an object of that class")                 \
     X(DOUBLE_FREE, "object is already free")                                  \
     X(BAD_NAME, "root name empty, too long or not terminated")                \
-    X(NO_ROOM, "root table full")
+    X(NO_ROOM, "root table full")                                             \
+    X(EXISTS, "root exists")                                                  \
+    X(CHANGED, "root does not hold the pointer expected")                     \
+    X(ROOT_SHARE, "the user holds its share of roots (roots_per_uid)")        \
+    X(NOT_HOLDER, "root is another user's")
 
 enum tcm_status {
 #define TCM_STATUS_ENUM(name, msg) TCM_ST_##name,
@@ -789,6 +820,15 @@ enum tcm_status {
     TCM_ST__COUNT
 };
 _Static_assert(TCM_ST__COUNT <= 16, "tcm_daemon_stats_t.refused has 16 entries");
+
+/* An answer to a well-formed request, not a refusal of a bad one (not
+ * counted, not logged): the heap is full, or a root's table, name,
+ * expected pointer, share or holder says no. */
+static inline bool tcm__status_is_answer(int st)
+{
+    return st == TCM_ST_NOMEM || st == TCM_ST_NO_ROOM || st == TCM_ST_EXISTS || st == TCM_ST_CHANGED ||
+           st == TCM_ST_ROOT_SHARE || st == TCM_ST_NOT_HOLDER;
+}
 
 const char *tcm__status_name(int status);
 const char *tcm__status_msg(int status);
@@ -873,7 +913,7 @@ typedef struct tcm_meta_layout {
     uint64_t off_classes, off_page_class, off_page_span, off_spans, off_roots, size;
 } tcm_meta_layout_t;
 
-void tcm__meta_layout(tcm_meta_layout_t *l, uint32_t npages);
+void tcm__meta_layout(tcm_meta_layout_t *l, uint32_t npages, uint32_t nroots);
 
 /* State-segment geometry for a heap of npages pages. */
 typedef struct tcm_state_layout {

@@ -20,7 +20,7 @@ static bool refuse_access(tcm_conn_t *conn, const char *what);
  * lets in may read. */
 bool tcm__conn_may_change(tcm_conn_t *conn, const char *what)
 {
-    if (conn->uid == tcm__uid() || conn->uid == 0)
+    if (tcm__is_operator(conn->uid))
         return true;
     return refuse_access(conn, what);
 }
@@ -31,7 +31,7 @@ bool tcm__conn_may_attach(tcm_conn_t *conn)
 {
     tcm_server_t *srv = conn->srv;
     tcm_handle_t fd;
-    if (conn->uid == tcm__uid() || conn->uid == 0 ||
+    if (tcm__is_operator(conn->uid) ||
         (srv->allow_group_set && tcm__conn_os_handle(conn, &fd) == 0 &&
          tcm__peer_in_group(fd, conn->gid, srv->allow_group)))
         return true;

@@ -92,7 +92,13 @@ static void on_proc_exit(uv_poll_t *poll, int status, int events)
 
 void tcm__client_watch(tcm_server_t *srv, tcm_client_t *c)
 {
+    static bool told;
     c->srv = srv;
+    if (!tcm__proc_watch_pollable() && c->proc >= 0 && !told) {
+        told = true;
+        tcm__log(TCM_LOG_INFO, "pidfd_open is refused here (an old kernel, a seccomp filter): client processes "
+                 "are watched through /proc, once a second");
+    }
     if (!tcm__proc_watch_pollable() || c->proc < 0 || c->proc_polled)
         return;
     if (uv_poll_init(srv->loop, &c->proc_poll, c->proc) != 0)

@@ -104,6 +104,17 @@ static const setting_t settings[] = {
      TCM_STRINGIFY(TCM_RECONNECT_DEFAULT_S), "N", FIELD(reconnect_timeout), META(reconnect_ms, 1000)},
     {{"decay_ms", true, "free pages unused this long go back to the OS, caches unused this long to tcmd (0: never)"},
      T_UINT, 0, 86400000, TCM_DEFAULT_DECAY_MS, "N", FIELD(decay_ms), META(decay_ms, 1)},
+    {{"clients_per_uid", true, "client records (attached processes) one user may hold at once"}, T_UINT, 1,
+     TCM_MAX_CLIENTS, TCM_STRINGIFY(TCM_DEFAULT_CLIENTS_PER_UID), "N", FIELD(clients_per_uid)},
+    {{"conns_per_uid", true, "control connections one user may hold open (root and tcmd's user get "
+      TCM_STRINGIFY(TCM_CONTROL_OPERATOR_RESERVE) " more)"}, T_UINT, 1, TCM_CONTROL_MAX_CONNS,
+     TCM_STRINGIFY(TCM_DEFAULT_CONNS_PER_UID), "N", FIELD(conns_per_uid)},
+    {{"conn_idle_s", true, "seconds a control connection that is not an attached client's may stay silent (0: no limit)"},
+     T_UINT, 0, 86400, TCM_STRINGIFY(TCM_DEFAULT_CONN_IDLE_S), "N", FIELD(conn_idle_s)},
+    {{"roots", false, "entries of a new heap's table of named roots (a power of two)"}, T_UINT, TCM_ROOTS_MIN,
+     TCM_ROOTS_MAX, TCM_STRINGIFY(TCM_DEFAULT_ROOTS), "N", FIELD(roots)},
+    {{"roots_per_uid", true, "roots one user may hold at once"}, T_UINT, 1, TCM_ROOTS_MAX,
+     TCM_STRINGIFY(TCM_DEFAULT_ROOTS_PER_UID), "N", FIELD(roots_per_uid)},
     {{"log_level", true, "error, warn, info or debug"}, T_LEVEL, 0, 3, "info", "LEVEL", HOOKS(set_level, show_level)},
     {{"allow_group", false, "group (name or id) whose members may attach besides tcmd's own user"}, T_GROUP, 0,
      UINT32_MAX, "", "GROUP", HOOKS(set_allow_group, show_allow_group)},
@@ -440,6 +451,10 @@ int tcm__config_check(const tcm_server_t *srv, char *err, size_t errlen)
                  (unsigned long long)srv->heap_size, (unsigned long long)srv->base,
                  (unsigned long long)(srv->base + srv->heap_size), ADDR_SPACE_END,
                  tcm__format_size(ADDR_SPACE_END - srv->base, a, sizeof a));
+        return -EINVAL;
+    }
+    if (srv->roots & (srv->roots - 1)) {
+        snprintf(err, errlen, "roots must be a power of two (%llu is not)", (unsigned long long)srv->roots);
         return -EINVAL;
     }
     return 0;

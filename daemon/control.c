@@ -17,10 +17,6 @@
 #include "server.h"
 #include "transport.h"
 
-/* Control connections at once: every attached client holds one, and
- * tcmctl and attaching processes need some more; past it a connection is
- * refused at once. */
-#define TCM_CONTROL_MAX_CONNS (4u * TCM_MAX_CLIENTS)
 /* Descriptors besides connections, channels and pidfds: the segments, the
  * log, libuv's own, the descriptors a Welcome sends (briefly open). */
 #define TCM_FD_RESERVE 256u
@@ -31,7 +27,7 @@
  * (each connection may become a client of three). */
 static void fit_descriptors(tcm_server_t *srv)
 {
-    uint64_t want = TCM_CONTROL_MAX_CONNS + 2ull * TCM_MAX_CLIENTS + TCM_METRICS_MAX_CONNS + TCM_FD_RESERVE, now = 0;
+    uint64_t want = TCM_CONTROL_MAX_CONNS + TCM_CONTROL_OPERATOR_RESERVE + 2ull * TCM_MAX_CLIENTS + TCM_METRICS_MAX_CONNS + TCM_FD_RESERVE, now = 0;
     int err = tcm__fd_limit_raise(want, &now);
     srv->control_max_conns = TCM_CONTROL_MAX_CONNS;
     if (!err && now >= want)

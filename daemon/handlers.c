@@ -120,6 +120,70 @@ static void resume(tcm_conn_t *conn, const Tcm__Hello *hello)
     tcm__conn_error(conn, ESRCH, why);
 }
 
+/* The live client of process pid, if any, and how many uid has. */
+static tcm_client_t *census(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, uint32_t *of_uid)
+{
+    tcm_client_t *same = NULL;
+    uint32_t hw = atomic_load(&srv->clients_hw);
+    *of_uid = 0;
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        uint32_t state = c ? atomic_load(&c->rec->state) : TCM_REC_FREE;
+        if (state != TCM_REC_ACTIVE && state != TCM_REC_EVICTED)
+            continue;
+        *of_uid += c->rec->uid == (uint32_t)uid;
+        if (c->rec->pid == (uint32_t)pid)
+            same = c;
+    }
+    return same;
+}
+
+/* The client a process was has ended: it detached (its Bye may still be
+ * on the way), or exec replaced the image that attached. */
+static void end_previous(tcm_client_t *c, bool detached)
+{
+    if (detached)
+        atomic_store(&c->rec->said_bye, 1);
+    if (c->conn) {
+        tcm_conn_t *old = c->conn;
+        c->conn = NULL;
+        old->client = NULL;
+        tcm__conn_close(old);
+    }
+    tcm__client_gone(c->srv, c);
+}
+
+/* One client per process. A process that already is one may attach again
+ * once it has detached from it (its Hello names the client it left), or
+ * once the image that attached is gone (exec replaced it: its channel is
+ * no longer mapped there); that client then ends as if its process had
+ * (its caches reclaimed, what it held a departed holder's). 0 to go on,
+ * or an error answered. */
+static int one_per_process(tcm_conn_t *conn, const Tcm__Hello *hello, tcm_client_t *same)
+{
+    if (!tcm__client_alive(same)) { /* its process ended (the pid is another's now) */
+        tcm__client_gone(conn->srv, same);
+        return 0;
+    }
+    if (hello->left_client_id == same->rec->id && hello->left_token == same->rec->token) {
+        end_previous(same, true);
+        return 0;
+    }
+    int mapped = tcm__proc_maps_shm(conn->pid, same->rec->chan_name);
+    if (mapped == 0) {
+        tcm__log_peer(TCM_LOG_INFO, tcm__log_source_uid(same->rec->uid),
+                      "client %u (pid %u): its process attaches again after exec; the client it was has ended",
+                      same->rec->id, same->rec->pid);
+        end_previous(same, false);
+        return 0;
+    }
+    char msg[160];
+    snprintf(msg, sizeof msg, "pid %d is client %u already: one client per process%s", (int)conn->pid,
+             same->rec->id, mapped < 0 ? " (tcmd cannot read its mappings to tell an exec)" : "");
+    tcm__conn_error(conn, EEXIST, msg);
+    return -EEXIST;
+}
+
 static void handle_hello(tcm_conn_t *conn, const Tcm__Hello *hello)
 {
     tcm_server_t *srv = conn->srv;
@@ -140,8 +204,23 @@ static void handle_hello(tcm_conn_t *conn, const Tcm__Hello *hello)
         resume(conn, hello);
         return;
     }
+    uint32_t of_uid;
+    tcm_client_t *same = census(srv, conn->pid, conn->uid, &of_uid);
+    if (same && one_per_process(conn, hello, same) != 0)
+        return;
+    if (of_uid - (same != NULL) >= srv->clients_per_uid) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "uid %u has %u clients attached, its share (clients_per_uid)", (unsigned)conn->uid,
+                 of_uid);
+        tcm__log_peer(TCM_LOG_WARN, tcm__log_source_uid(conn->uid), "control: pid %d refused: %s", (int)conn->pid,
+                      msg);
+        tcm__conn_error(conn, EMFILE, msg);
+        return;
+    }
+    tcm_handle_t sock = -1;
+    tcm__conn_os_handle(conn, &sock);
     tcm_client_t *c;
-    int err = tcm__client_create(srv, conn->pid, conn->uid, &c);
+    int err = tcm__client_create(srv, sock, conn->pid, conn->uid, &c);
     if (err) {
         tcm__conn_error(conn, (uint32_t)-err, err == -EMFILE   ? "too many clients"
                                               : err == -ESRCH ? "the process that connected has ended"
@@ -493,18 +572,24 @@ static void handle_resize(tcm_conn_t *conn, const Tcm__Resize *rs)
         change(conn, "heap_limit", value, true);
 }
 
+#define ROOTS_ROWS_MAX 960 /* rows of a roots reply: under TCM_FRAME_MAX (64 KiB) with the longest names */
+
 static void handle_roots(tcm_conn_t *conn)
 {
     tcm_server_t *srv = conn->srv;
-    static Tcm__RootInfo infos[TCM_ROOTS];
-    static Tcm__RootInfo *ptrs[TCM_ROOTS];
-    static char names[TCM_ROOTS][TCM_ROOT_NAME_MAX];
+    Tcm__RootInfo *infos = calloc(ROOTS_ROWS_MAX, sizeof *infos);
+    Tcm__RootInfo **ptrs = calloc(ROOTS_ROWS_MAX, sizeof *ptrs);
+    char (*names)[TCM_ROOT_NAME_MAX] = calloc(ROOTS_ROWS_MAX, sizeof *names);
+    if (!infos || !ptrs || !names) {
+        free(infos), free(ptrs), free(names);
+        tcm__conn_error(conn, ENOMEM, "out of memory");
+        return;
+    }
     size_t n = 0;
-    for (unsigned i = 0; i < TCM_ROOTS; i++) {
-        bool used;
+    for (unsigned i = 0; i < srv->h.nroots && n < ROOTS_ROWS_MAX; i++) {
         uint64_t off;
-        tcm__root_read(&srv->h.roots[i], &used, &off, names[n]);
-        if (!used)
+        uint32_t holder = tcm__root_read(&srv->h.roots[i], &off, names[n]);
+        if (!tcm__root_live(holder))
             continue;
         tcm__root_info__init(&infos[n]);
         infos[n].name = names[n];
@@ -516,6 +601,7 @@ static void handle_roots(tcm_conn_t *conn)
     roots.n_root = n;
     roots.root = ptrs;
     tcm__conn_reply(conn, TCM__RESPONSE__BODY_ROOTS, &roots);
+    free(infos), free(ptrs), free(names);
 }
 
 static void handle_detach(tcm_conn_t *conn, const Tcm__Detach *d)

@@ -5,16 +5,17 @@
 
 #include "heap.h"
 #include "pageheap.h"
+#include "roots.h"
 #include "prim.h"
 
-int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, tcm_handle_t heap_fd, tcm_handle_t meta_fd,
+int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tcm_handle_t heap_fd, tcm_handle_t meta_fd,
                      tcm_handle_t state_fd, uint64_t heap_size, uint64_t base, uint32_t max_threads, bool fresh)
 {
     uint32_t npages = (uint32_t)(heap_size >> TCM_PAGE_SHIFT);
     tcm_meta_hdr_t *m = meta;
     tcm_state_hdr_t *st = state;
     uint8_t *mb = meta, *sb = state;
-    tcm__meta_layout(&h->ml, npages);
+    tcm__meta_layout(&h->ml, npages, nroots);
     tcm__state_layout(&h->sl, npages);
     if (fresh) {
         m->magic = TCM_META_MAGIC;
@@ -30,6 +31,7 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, tcm_handle_t heap_f
         m->off_page_span = h->ml.off_page_span;
         m->off_spans = h->ml.off_spans;
         m->off_roots = h->ml.off_roots;
+        m->nroots = nroots;
         m->heap_id = tcm__random64();
         tcm__class_table_init((tcm_class_info_t *)(mb + h->ml.off_classes));
         /* the settings themselves come from tcm__config_publish */
@@ -61,6 +63,7 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, tcm_handle_t heap_f
     h->page_span = (uint32_t *)(mb + h->ml.off_page_span);
     h->spans = (tcm_span_t *)(mb + h->ml.off_spans);
     h->roots = (tcm_root_t *)(mb + h->ml.off_roots);
+    h->nroots = nroots;
     for (unsigned c = 0; c < TCM_NCLASSES; c++)
         h->arena[c] = sb + h->sl.off_arena[c];
     h->cstats = st->cstats;
@@ -96,6 +99,6 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, tcm_handle_t heap_f
     }
     tcm__ph_init(h);
     h->top = atomic_load(&st->top);
-    return 0;
+    return tcm__roots_count_ht(h);
 }
 

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "prim.h"
+#include "shares.h"
 #include "tcm_layout.h"
 
 /* Central lists per class: spans with free objects by the share of their
@@ -82,6 +83,8 @@ typedef struct tcm_heap {
     uint32_t *page_span;           /* in meta */
     tcm_span_t *spans;             /* in meta, [npages + 1] */
     tcm_root_t *roots;             /* in meta */
+    uint32_t nroots;               /* entries of roots (meta->nroots) */
+    tcm_shares_t root_shares;      /* live roots per holder (uid + 1), from the table at start */
     uint8_t *arena[TCM_NCLASSES];  /* in state: class c's object records (slots), sl.slot_bytes[c] each */
     tcm_class_stats_t *cstats;     /* in state */
     tcm_handle_t heap_fd;
@@ -123,7 +126,7 @@ typedef struct tcm_heap {
 /* Point h at a metadata and a state segment of a heap of heap_size bytes
  * (heap.c, called by segments.c). fresh: lay them out; else they hold an adopted heap whose
  * derived parts the caller rebuilds. */
-int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, tcm_handle_t heap_fd, tcm_handle_t meta_fd,
+int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tcm_handle_t heap_fd, tcm_handle_t meta_fd,
                      tcm_handle_t state_fd, uint64_t heap_size, uint64_t base, uint32_t max_threads, bool fresh);
 
 /* A small span's object record: its object bits (1 = handed out) ... */

@@ -15,6 +15,7 @@
 #include "prim.h"
 #include "reclaim.h"
 #include "recovery.h"
+#include "roots.h"
 #include "requests.h"
 #include "ring.h"
 #include "segments.h"
@@ -158,7 +159,7 @@ static bool intent_sane(tcm_server_t *srv, const tcm_req_intent_t *ri, tcm_clien
     const tcm_heap_t *h = &srv->h;
     *c = ri->client < TCM_MAX_CLIENTS ? atomic_load(&srv->clients[ri->client]) : NULL;
     if (!*c || ri->slot >= (*c)->lay.nslots || ri->cls >= TCM_NCLASSES || ri->count > TCM_MAX_BATCH ||
-        ri->n > TCM_MAX_BATCH || ri->root >= TCM_ROOTS)
+        ri->n > TCM_MAX_BATCH || ri->root >= h->nroots)
         return false;
     if (ri->op == TCM_OP_FREE_PAGES &&
         (ri->span == 0 || ri->span > h->npages || ri->first == 0 || ri->npages == 0 ||
@@ -245,7 +246,7 @@ static void resolve_request_intent(tcm_server_t *srv, report_t *r)
         if (atomic_load(&h->roots[ri->root].seq) & 1)
             tcm__log(TCM_LOG_WARN, "recovery: root %u was half-written (odd sequence): written again from the "
                      "request", ri->root);
-        tcm__root_write(&h->roots[ri->root], ri->name, ri->arg); /* completes the odd sequence */
+        tcm__root_write(&h->roots[ri->root], ri->name, ri->arg, ri->holder); /* completes the odd sequence */
         break;
     default:
         break;
@@ -263,15 +264,14 @@ static void resolve_request_intent(tcm_server_t *srv, report_t *r)
  * tcm_root_get, the next ROOT_SET's scan, the validator -- would spin. */
 static void repair_roots(tcm_server_t *srv, report_t *r)
 {
-    for (unsigned i = 0; i < TCM_ROOTS; i++) {
+    for (unsigned i = 0; i < srv->h.nroots; i++) {
         tcm_root_t *root = &srv->h.roots[i];
         bool kept;
         if (!tcm__root_repair(root, srv->heap_size, &kept))
             continue;
-        bool used;
         uint64_t off;
         char name[TCM_ROOT_NAME_MAX];
-        tcm__root_read(root, &used, &off, name);
+        tcm__root_read(root, &off, name);
         if (kept)
             tcm__log(TCM_LOG_WARN, "recovery: root %u was half-written (odd sequence) with no request to redo: "
                      "kept as \"%s\" -> 0x%llx", i, name, (unsigned long long)off);
@@ -330,6 +330,8 @@ int tcm__recover(tcm_server_t *srv)
     resolve_page_intent(srv, &r);
     resolve_request_intent(srv, &r);
     repair_roots(srv, &r);
+    if (tcm__roots_count_ht(h) != 0)
+        tcm__log(TCM_LOG_WARN, "recovery: no memory to count the roots' holders: shares unchecked");
     uint32_t rings = 0;
     for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);

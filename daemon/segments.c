@@ -44,10 +44,18 @@ static const char *adoption_problem(tcm_server_t *srv, const char *seg, tcm_hand
     else if (uid != tcm__uid())
         snprintf(why, len, "%s is owned by uid %u, this tcmd runs as uid %u", seg, (unsigned)uid,
                  tcm__uid());
-    else if (size != want_size) {
+    else if (size > want_size && (err = tcm__shm_cut(fd, want_size)) == 0) {
+        /* grown by someone who kept its descriptor (a client may ftruncate
+         * what it was handed): nothing of the heap lies beyond want_size */
+        tcm__log(TCM_LOG_WARN, "%s had grown to %llu bytes (a client extended it): cut back to its %llu bytes",
+                 seg, (unsigned long long)size, (unsigned long long)want_size);
+        return NULL;
+    } else if (size != want_size) {
         char a[32], b[32];
-        snprintf(why, len, "%s is %s, a heap of --heap-size %s needs %s", seg, tcm__format_size(size, a, sizeof a),
-                 tcm__format_size(srv->heap_size, b, sizeof b), tcm__format_size(want_size, b, sizeof b));
+        snprintf(why, len, "%s is %s (%llu bytes), a heap of --heap-size %s needs %llu bytes%s%s", seg,
+                 tcm__format_size(size, a, sizeof a), (unsigned long long)size,
+                 tcm__format_size(srv->heap_size, b, sizeof b), (unsigned long long)want_size,
+                 err ? ": cutting it back failed: " : "", err ? strerror(-err) : "");
     } else
         return NULL;
     return why;
@@ -113,6 +121,26 @@ static int name_lock(tcm_server_t *srv)
         return srv->lock_fd;
     }
     return 0;
+}
+
+/* The roots table's size: the roots setting for a new heap; an adopted
+ * one keeps the size it was made with. */
+static uint32_t left_nroots(tcm_server_t *srv)
+{
+    uint32_t n = (uint32_t)srv->roots;
+    char why[160];
+    const tcm_meta_hdr_t *m = srv->meta_fd >= 0 ? tcm__map(srv->meta_fd, sizeof *m, NULL, false, why, sizeof why)
+                                                : NULL;
+    if (m && m->magic == TCM_META_MAGIC && m->version == TCM_LAYOUT_VERSION && m->nroots >= TCM_ROOTS_MIN &&
+        m->nroots <= TCM_ROOTS_MAX && !(m->nroots & (m->nroots - 1))) {
+        if (m->nroots != n)
+            tcm__log(TCM_LOG_INFO, "the heap left under the name '%s' has a table of %u roots: kept (roots %u "
+                     "applies to a new heap)", srv->name, m->nroots, n);
+        n = m->nroots;
+    }
+    if (m)
+        tcm__unmap((void *)m, sizeof *m);
+    return n;
 }
 
 /* Segments a previous tcmd left under the name (some of heap_fd, meta_fd,
@@ -215,7 +243,7 @@ static int map_segments(tcm_server_t *srv, const tcm_meta_layout_t *ml, const tc
             return -1;
         }
     }
-    if (tcm__heap_attach(&srv->h, srv->meta, srv->state, srv->heap_fd, srv->meta_fd, srv->state_fd,
+    if (tcm__heap_attach(&srv->h, srv->meta, srv->state, srv->nroots, srv->heap_fd, srv->meta_fd, srv->state_fd,
                          srv->heap_size, srv->base, srv->max_threads, fresh) != 0) {
         tcm__log(TCM_LOG_ERROR, "cannot reserve memory for a heap of %llu pages",
                  (unsigned long long)(srv->heap_size >> TCM_PAGE_SHIFT));
@@ -232,10 +260,6 @@ int tcm__segments_open(tcm_server_t *srv)
     uint32_t npages = (uint32_t)(srv->heap_size >> TCM_PAGE_SHIFT);
     tcm_meta_layout_t ml;
     tcm_state_layout_t sl;
-    tcm__meta_layout(&ml, npages);
-    tcm__state_layout(&sl, npages);
-    srv->meta_size = ml.size;
-    srv->state_size = sl.size;
 
     /* We hold the name. Segments under it are a previous tcmd's heap. */
     if (srv->discard_heap) {
@@ -245,6 +269,11 @@ int tcm__segments_open(tcm_server_t *srv)
     srv->heap_fd = tcm__shm_open(srv->heap_name, true);
     srv->meta_fd = tcm__shm_open(srv->meta_name, true);
     srv->state_fd = tcm__shm_open(srv->state_name, true);
+    srv->nroots = left_nroots(srv);
+    tcm__meta_layout(&ml, npages, srv->nroots);
+    tcm__state_layout(&sl, npages);
+    srv->meta_size = ml.size;
+    srv->state_size = sl.size;
     bool fresh = srv->heap_fd < 0 && srv->meta_fd < 0 && srv->state_fd < 0;
     if (!fresh && check_left_segments(srv, &ml, &sl, &fresh) != 0)
         goto fail;
@@ -361,7 +390,7 @@ static void publish(tcm_server_t *srv, tcm_client_t *c)
         atomic_store(&srv->clients_hw, c->index + 1);
 }
 
-int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_client_t **out)
+int tcm__client_create(tcm_server_t *srv, tcm_handle_t sock, tcm_pid_t pid, tcm_uid_t uid, tcm_client_t **out)
 {
     tcm_client_rec_t *recs = records(srv);
     uint32_t idx = TCM_MAX_CLIENTS;
@@ -372,7 +401,7 @@ int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_clie
     if (idx == TCM_MAX_CLIENTS)
         return -EMFILE;
     uint64_t start;
-    tcm_handle_t proc = tcm__proc_watch(pid, &start);
+    tcm_handle_t proc = tcm__peer_proc_watch(sock, pid, &start);
     if (proc < 0)
         return proc;
     tcm_client_t *c = calloc(1, sizeof *c);

@@ -12,7 +12,7 @@ int tcm__segments_open(tcm_server_t *srv);     /* create, or adopt what a previo
 void tcm__segments_close(tcm_server_t *srv);   /* unlinks them unless keep_segments */
 /* A new client for process pid (the kernel's, from SO_PEERCRED): -ESRCH
  * when that process has already gone, -EMFILE when the table is full. */
-int tcm__client_create(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, tcm_client_t **out);
+int tcm__client_create(tcm_server_t *srv, tcm_handle_t sock, tcm_pid_t pid, tcm_uid_t uid, tcm_client_t **out);
 int tcm__client_map(tcm_server_t *srv, uint32_t index, tcm_client_t **out); /* an adopted record */
 void tcm__client_destroy(tcm_server_t *srv, tcm_client_t *c);              /* unlinks, frees the record */
 void tcm__client_unmap(tcm_server_t *srv, tcm_client_t *c);                /* keeps both */

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "heap.h"
+#include "shares.h"
 #include "tcm_layout.h"
 #include "tcm_version.h"
 
@@ -18,6 +19,20 @@
  * given out again only once it owns nothing. */
 #define TCM_TAGS (1u << 16)
 _Static_assert(TCM_MAX_CLIENTS + TCM_HOLDERS + 2 * TCM_HOLDER_GROUPS < TCM_TAGS, "tags never run out");
+/* Shares of what tcmd has (the settings' help states them; DESIGN, "Fair
+ * shares"). Control connections at once: every attached client holds one,
+ * tcmctl and attaching processes need some more; past it a connection is
+ * refused at once, except root's and tcmd's user's, which have a reserve
+ * beyond the total and beyond their per-user share. */
+#define TCM_CONTROL_MAX_CONNS (4u * TCM_MAX_CLIENTS)
+#define TCM_CONTROL_OPERATOR_RESERVE 32
+#define TCM_DEFAULT_CONNS_PER_UID 2048
+#define TCM_DEFAULT_CLIENTS_PER_UID 768
+#define TCM_DEFAULT_CONN_IDLE_S 60
+#define TCM_DEFAULT_ROOTS 1024
+#define TCM_DEFAULT_ROOTS_PER_UID 256
+_Static_assert(TCM_DEFAULT_CONNS_PER_UID < TCM_CONTROL_MAX_CONNS && TCM_DEFAULT_CLIENTS_PER_UID < TCM_MAX_CLIENTS,
+               "one user's default share leaves room for the others");
 #define TCM_DEFAULT_BASE 0x7e8000000000ull
 #define TCM_DEFAULT_HEAP (1ull << 30)
 
@@ -88,6 +103,12 @@ struct tcm_server {
     uint64_t page_cache_cap;
     uint64_t reconnect_timeout; /* seconds */
     uint64_t decay_ms;
+    uint64_t clients_per_uid;   /* live client records one uid may hold */
+    uint64_t conns_per_uid;     /* control connections one uid may hold open */
+    uint64_t conn_idle_s;       /* a connection that is no client's is closed after this long silent */
+    uint64_t roots;             /* entries of a new heap's roots table */
+    uint64_t roots_per_uid;     /* live roots one uid may hold */
+    uint32_t nroots;            /* entries of this heap's (an adopted one keeps its own) */
 
     bool discard_heap;        /* --discard-heap: replace segments left by a previous tcmd */
     bool allow_group_set;     /* --allow-group: its members may attach too */
@@ -184,6 +205,7 @@ struct tcm_server {
     uv_timer_t conn_sweep;    /* control peers stuck on unread replies; log windows */
     uint32_t control_conns;   /* open control connections (main thread) */
     uint32_t control_max_conns; /* past it a new one is refused (control.c, after the descriptor limit) */
+    tcm_shares_t conn_shares; /* open control connections per uid (main thread) */
     uint32_t metrics_conns;   /* open /metrics connections (metrics.c) */
     uv_timer_t metrics_sweep; /* /metrics connections past their time */
     struct tcm_http_conn *metrics_head; /* the open /metrics connections */

@@ -142,8 +142,8 @@ size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
         row(rows, &n, max, name, "ring requests served, by operation", atomic_load(&srv->dstats->ops[op]), true);
     }
     for (int st = 1; st < TCM_ST__COUNT; st++) {
-        if (st == TCM_ST_NOMEM || st == TCM_ST_NO_ROOM)
-            continue; /* answers, not refusals */
+        if (tcm__status_is_answer(st))
+            continue;
         snprintf(name, sizeof name, "refused_%s", tcm__status_name(st));
         for (char *p = name; *p; p++)
             *p = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);

@@ -44,6 +44,8 @@ static void on_close(uv_handle_t *handle)
 {
     tcm_conn_t *conn = handle->data;
     conn->srv->control_conns--;
+    if (conn->counted)
+        tcm__shares_drop(&conn->srv->conn_shares, conn->uid);
     conn->handle_closed = true;
     if (!conn->waiting)
         free_conn(conn);
@@ -196,6 +198,7 @@ static void handle_frames(tcm_conn_t *conn)
             tcm__conn_close(conn);
             return;
         }
+        conn->heard_ns = tcm__now_ns();
         Tcm__Request *req = tcm__request__unpack(NULL, n, payload); /* copies what it keeps */
         memmove(conn->buf, conn->buf + 4 + n, conn->len - 4 - n);
         conn->len -= 4 + n;
@@ -257,14 +260,12 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     handle_frames(conn);
 }
 
-/* One connection past the cap: told why in one frame (without waiting for
+/* One connection past a cap: told why in one frame (without waiting for
  * it to be read) and closed, so refusing costs what accepting does. */
-static void refuse_connection(tcm_conn_t *conn)
+static void refuse_connection(tcm_conn_t *conn, const char *why)
 {
-    tcm_server_t *srv = conn->srv;
-    char msg[96];
-    snprintf(msg, sizeof msg, "tcmd has %u control connections open, its limit: try again later",
-             srv->control_max_conns);
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s: try again later", why);
     Tcm__Response resp = TCM__RESPONSE__INIT;
     Tcm__Error err = TCM__ERROR__INIT;
     err.code = EBUSY;
@@ -278,8 +279,8 @@ static void refuse_connection(tcm_conn_t *conn)
         (void)uv_try_write((uv_stream_t *)&conn->pipe, &b, 1);
         free(buf);
     }
-    tcm__log_peer(TCM_LOG_WARN, conn->pid, "control: pid %d refused: %u connections open, the limit",
-                  (int)conn->pid, srv->control_max_conns);
+    tcm__log_peer(TCM_LOG_WARN, tcm__log_source_uid(conn->uid), "control: pid %d uid %u refused: %s", (int)conn->pid,
+                  (unsigned)conn->uid, why);
     conn->closing = true;
     uv_close((uv_handle_t *)&conn->pipe, on_close);
 }
@@ -309,14 +310,30 @@ static void on_connection(uv_stream_t *server, int status)
         uv_close((uv_handle_t *)&conn->pipe, on_close);
         return;
     }
-    if (srv->control_conns > srv->control_max_conns) {
-        refuse_connection(conn);
+    /* the total, then the user's share; the operator has a reserve beyond both */
+    uint32_t reserve = tcm__is_operator(conn->uid) ? TCM_CONTROL_OPERATOR_RESERVE : 0,
+             mine = tcm__shares_of(&srv->conn_shares, conn->uid);
+    char why[128];
+    if (srv->control_conns > srv->control_max_conns + reserve) {
+        snprintf(why, sizeof why, "tcmd has %u control connections open, its limit", srv->control_max_conns);
+        refuse_connection(conn, why);
         return;
     }
+    if (mine >= srv->conns_per_uid + reserve) {
+        snprintf(why, sizeof why, "uid %u has %u control connections open, its share (conns_per_uid)",
+                 (unsigned)conn->uid, mine);
+        refuse_connection(conn, why);
+        return;
+    }
+    tcm__shares_add(&srv->conn_shares, conn->uid);
+    conn->counted = true;
+    conn->heard_ns = tcm__now_ns();
     uv_read_start((uv_stream_t *)&conn->pipe, on_alloc, on_read);
 }
 
-/* Every second: close peers stuck on unread replies; end log windows. */
+/* Every second: close peers stuck on unread replies, and connections that
+ * are no client's and have said nothing for conn_idle_s (an attached
+ * client's is its link to tcmd, however quiet); end log windows. */
 static void stall_walk(uv_handle_t *handle, void *arg)
 {
     tcm_server_t *srv = arg;
@@ -324,6 +341,14 @@ static void stall_walk(uv_handle_t *handle, void *arg)
         return;
     tcm_conn_t *conn = handle->data;
     uint64_t now = tcm__now_ns(), since = conn->paused_ns > conn->drained_ns ? conn->paused_ns : conn->drained_ns;
+    uint64_t idle_ns = srv->conn_idle_s * 1000000000ull;
+    if (!conn->client && !conn->waiting && idle_ns && now - conn->heard_ns > idle_ns) {
+        tcm__log_peer(TCM_LOG_INFO, tcm__log_source_uid(conn->uid),
+                      "control: pid %d uid %u silent for %llu s (conn_idle_s): connection closed", (int)conn->pid,
+                      (unsigned)conn->uid, (unsigned long long)srv->conn_idle_s);
+        tcm__conn_close(conn);
+        return;
+    }
     if (!conn->paused || now - since < TCM_CONN_STALL_NS)
         return;
     tcm__log_peer(TCM_LOG_WARN, conn->pid, "control: pid %d has not read its replies for %llu s (%zu bytes "
@@ -344,6 +369,8 @@ int tcm__transport_listen(tcm_server_t *srv, const tcm_transport_cbs_t *cbs)
 {
     int err;
     srv->control_cbs = cbs;
+    if ((err = tcm__shares_init(&srv->conn_shares, 4 * TCM_CONTROL_MAX_CONNS)) != 0)
+        return err;
     uv_timer_init(srv->loop, &srv->conn_sweep);
     srv->conn_sweep.data = srv;
     uv_timer_start(&srv->conn_sweep, on_sweep, 1000, 1000);

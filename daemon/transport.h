@@ -26,6 +26,8 @@ struct tcm_conn {
     bool paused;          /* too many replies unread: not read, its frames wait (control.c) */
     uint64_t paused_ns;   /* when it was paused */
     uint64_t drained_ns;  /* when a reply last went out of its queue */
+    uint64_t heard_ns;    /* when it was accepted or last sent a request: an idle one is closed */
+    bool counted;         /* in srv->conn_shares */
 };
 
 void tcm__conn_reply(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body);

@@ -17,6 +17,7 @@
 #include "reclaim.h"
 #include "server.h"
 #include "validate.h"
+#include "shares.h"
 #include "validate_heap.h"
 
 #define FAIL(...)                                                                                  \
@@ -60,16 +61,21 @@ fail:
 
 static bool check_roots(tcm_server_t *srv, char *why, size_t whylen)
 {
-    for (unsigned i = 0; i < TCM_ROOTS; i++) {
+    for (unsigned i = 0; i < srv->h.nroots; i++) {
         const tcm_root_t *r = &srv->h.roots[i];
         if (atomic_load(&r->seq) & 1)
             FAIL("root %u is half-written (odd sequence %u)", i, atomic_load(&r->seq));
-        bool used;
-        uint64_t off;
+        uint64_t off, found;
         char name[TCM_ROOT_NAME_MAX];
-        tcm__root_read(r, &used, &off, name);
-        if (used && (!name[0] || off >= srv->heap_size || off < TCM_PAGE_SIZE))
+        uint32_t holder = tcm__root_read(r, &off, name);
+        if (!tcm__root_live(holder))
+            continue;
+        if (!name[0] || off >= srv->heap_size || off < TCM_PAGE_SIZE)
             FAIL("root %u: bad name or offset 0x%llx", i, (unsigned long long)off);
+        if (tcm__root_find(srv->h.roots, srv->h.nroots, name, &found) != (int)i)
+            FAIL("root %u (\"%s\") is not where a lookup of its name ends", i, name);
+        if (tcm__shares_of(&srv->h.root_shares, holder) == 0)
+            FAIL("root %u (\"%s\") is in no user's share", i, name);
     }
     return true;
 fail:

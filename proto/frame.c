@@ -85,9 +85,44 @@ Tcm__Response *tcm__frame_recv_fds(tcm_handle_t fd, int timeout_ms, tcm_handle_t
     return resp;
 }
 
+/* What a set-user-ID process may attach to: the environment is its
+ * caller's, so neither TCM_SOCKET, TCM_DAEMON_UID nor XDG_RUNTIME_DIR
+ * count there; root's client configuration may name a socket and the uid
+ * its tcmd runs as ("socket = PATH", "daemon_uid = N"). */
+#ifndef TCM_CLIENT_CONF
+#define TCM_CLIENT_CONF "/etc/tcm/client.conf"
+#endif
+
+/* key's value in root's client configuration (buf), or NULL. */
+static const char *client_conf(const char *key, char *buf, size_t len)
+{
+    char text[1024];
+    if (tcm__read_root_file(TCM_CLIENT_CONF, text, sizeof text) != 0)
+        return NULL;
+    size_t klen = strlen(key);
+    for (char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        line += strspn(line, " \t");
+        if (strncmp(line, key, klen) != 0)
+            continue;
+        char *v = line + klen;
+        v += strspn(v, " \t");
+        if (*v != '=')
+            continue;
+        v++;
+        v += strspn(v, " \t");
+        size_t n = strcspn(v, " \t\r\n#");
+        if (!n || n >= len)
+            return NULL;
+        memcpy(buf, v, n);
+        buf[n] = 0;
+        return buf;
+    }
+    return NULL;
+}
+
 const char *tcm__runtime_socket(char *buf, size_t len)
 {
-    const char *rt = getenv("XDG_RUNTIME_DIR");
+    const char *rt = tcm__env("XDG_RUNTIME_DIR");
     if (rt && *rt)
         snprintf(buf, len, "%s/tcm/tcmd.sock", rt);
     else
@@ -97,11 +132,13 @@ const char *tcm__runtime_socket(char *buf, size_t len)
 
 const char *tcm__default_socket(char *buf, size_t len)
 {
-    const char *env = getenv("TCM_SOCKET");
+    const char *env = tcm__env("TCM_SOCKET");
     if (env && *env) {
         snprintf(buf, len, "%s", env);
         return buf;
     }
+    if (tcm__secure_exec() && client_conf("socket", buf, len))
+        return buf;
     return tcm__runtime_socket(buf, len);
 }
 
@@ -136,7 +173,9 @@ static bool dir_is_owned_by(const char *path, tcm_uid_t uid, char *dir, size_t l
  * root, or, on a socket path given explicitly, as the user who owns the
  * socket's directory when only that user can write there (a service
  * account's /run/tcm with --allow-group). Never so on the built-in
- * runtime path, whose directory anyone may have made first. */
+ * runtime path, whose directory anyone may have made first. A set-user-ID
+ * or set-group-ID process (whose caller may not read its memory) trusts
+ * only root and the daemon_uid of root's client configuration. */
 tcm_handle_t tcm__connect_server(const char *path)
 {
     refusal[0] = 0;
@@ -151,9 +190,16 @@ tcm_handle_t tcm__connect_server(const char *path)
         tcm__close(fd);
         return err;
     }
-    const char *want = getenv("TCM_DAEMON_UID");
-    char dir[256], runtime[256];
-    if (want && *want) {
+    char dir[256], runtime[256], conf_uid[16];
+    bool secure = tcm__secure_exec();
+    const char *want = secure ? client_conf("daemon_uid", conf_uid, sizeof conf_uid) : tcm__env("TCM_DAEMON_UID");
+    if (secure && server != 0 && (!want || strtoul(want, NULL, 10) != server)) {
+        snprintf(refusal, sizeof refusal,
+                 "tcmd there runs as uid %u (pid %d): a set-user-ID or set-group-ID process trusts only root and "
+                 "the daemon_uid of " TCM_CLIENT_CONF, (unsigned)server, (int)pid);
+    } else if (secure) {
+        /* trusted as above */
+    } else if (want && *want) {
         char *end;
         unsigned long v = strtoul(want, &end, 10);
         if (*end || v > UINT32_MAX)

@@ -64,6 +64,8 @@ int64_t tcm__resident_bytes(const void *addr, uint64_t len);
 int tcm__backed_range(tcm_handle_t fd, uint64_t off, uint64_t len);
 /* Size and owner of a shared-memory object. */
 int tcm__shm_stat(tcm_handle_t fd, uint64_t *size, tcm_uid_t *uid, unsigned *mode);
+/* Cut a segment back to size (what lies beyond is dropped). 0 or -errno. */
+int tcm__shm_cut(tcm_handle_t fd, uint64_t size);
 
 /* Wakeups on a 32-bit word in shared memory (futex, not process-private).
  * A word has one waiter at a time, which never wakes it itself (a slot's
@@ -81,6 +83,15 @@ tcm_handle_t tcm__lock_name(const char *name); /* handle (keep open) or -errno *
  * such process). tcm__proc_exited: the watched process has ended (never
  * blocks). A pollable watch (Linux) becomes readable when it ends. */
 tcm_handle_t tcm__proc_watch(tcm_pid_t pid, uint64_t *start);
+/* The same for the peer of a connected control socket (pid from
+ * tcm__peer_cred), from the connection itself where the OS can (Linux
+ * 6.5+: SO_PEERPIDFD), so that a pid reused since connect() is not taken
+ * for the peer. */
+tcm_handle_t tcm__peer_proc_watch(tcm_handle_t sockfd, tcm_pid_t pid, uint64_t *start);
+/* Whether process pid maps the shared-memory object shm_name (as given to
+ * tcm__shm_create): 1 or 0, or -errno where that cannot be read (another
+ * user's process, a platform without /proc/PID/maps: -ENOSYS). */
+int tcm__proc_maps_shm(tcm_pid_t pid, const char *shm_name);
 bool tcm__proc_exited(tcm_handle_t watch);
 bool tcm__proc_watch_pollable(void);
 /* Process pid's short name (Linux: comm) and executable path, each cut to
@@ -184,6 +195,15 @@ void tcm__format_time(uint64_t secs, char *buf, size_t len);
 uint32_t tcm__pid(void);
 tcm_uid_t tcm__uid(void);     /* effective: whose segments and socket these are */
 tcm_uid_t tcm__login_uid(void); /* real: whose default socket directory */
+/* A set-user-ID (or otherwise secure-execution) process: its environment
+ * is its caller's, not to be trusted (Linux: AT_SECURE). */
+bool tcm__secure_exec(void);
+/* getenv, NULL for every name in a secure-execution process. */
+const char *tcm__env(const char *name);
+/* Read a small configuration file only root can have written (owned by
+ * root, not writable by group or others, not a link): its bytes, NUL
+ * terminated, or -errno (-EPERM: another owner or mode). */
+int tcm__read_root_file(const char *path, char *buf, size_t len);
 bool tcm__path_exists(const char *path);
 bool tcm__is_terminal(tcm_handle_t fd);
 /* path made absolute, links resolved (SIGHUP rereads it after a chdir); 0 or -errno. */

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/auxv.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -47,6 +48,11 @@ tcm_handle_t tcm__shm_create(const char *name, uint64_t size, unsigned mode)
         return err;
     }
     return fd;
+}
+
+int tcm__shm_cut(tcm_handle_t fd, uint64_t size)
+{
+    return ftruncate(fd, (off_t)size) == 0 ? 0 : -errno;
 }
 
 tcm_handle_t tcm__shm_open(const char *name, bool writable)
@@ -325,6 +331,51 @@ tcm_handle_t tcm__proc_watch(tcm_pid_t pid, uint64_t *start)
     return fd;
 }
 
+int tcm__proc_maps_shm(tcm_pid_t pid, const char *shm_name)
+{
+    char path[64], want[160], line[4096];
+    snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+    int n = snprintf(want, sizeof want, "/dev/shm%s", shm_name);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return errno == ENOENT ? -ESRCH : -errno;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        char *p = strchr(line, '/'), *end = p ? p + strcspn(p, "\n") : NULL;
+        if (p && end - p >= n && !strncmp(p, want, (size_t)n) && (p[n] == 0 || p[n] == '\n' || p[n] == ' '))
+            found = 1;
+    }
+    int err = ferror(f) ? -EIO : 0;
+    fclose(f);
+    return err ? err : found;
+}
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77 /* Linux 6.5 */
+#endif
+
+/* The connecting process itself, where the kernel can say (SO_PEERPIDFD):
+ * its pid cannot have been reused between connect() and now. Its start
+ * time is read from the pid, then the pidfd is asked whether that process
+ * still runs (while it does, the pid is its). */
+tcm_handle_t tcm__peer_proc_watch(tcm_handle_t sockfd, tcm_pid_t pid, uint64_t *start)
+{
+    int fd = -1;
+    socklen_t len = sizeof fd;
+    if (atomic_load_explicit(&proc_watch_by_dir, memory_order_relaxed) ||
+        getsockopt(sockfd, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) != 0 || fd < 0)
+        return tcm__proc_watch(pid, start);
+    char state;
+    int err = proc_stat(-1, pid, &state, start);
+    if (!err && tcm__proc_exited(fd))
+        err = -ESRCH;
+    if (err) {
+        close(fd);
+        return err;
+    }
+    return fd;
+}
+
 void tcm__proc_names(tcm_pid_t pid, char *comm, size_t commlen, char *exe, size_t exelen)
 {
     char path[64], buf[PATH_MAX];
@@ -355,6 +406,33 @@ void tcm__proc_names(tcm_pid_t pid, char *comm, size_t commlen, char *exe, size_
         *c = (unsigned char)*c < 0x20 || *c == 0x7f ? '?' : *c;
 }
 
+/* Whether a thread of the process (a /proc/PID directory) is still
+ * running: its main thread may have ended (pthread_exit) and wait as a
+ * zombie while the others go on, as a pidfd knows. */
+static bool proc_thread_left(int dirfd)
+{
+    int tfd = openat(dirfd, "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *dir = tfd >= 0 ? fdopendir(tfd) : NULL;
+    if (!dir) {
+        if (tfd >= 0)
+            close(tfd);
+        return false;
+    }
+    bool left = false;
+    for (struct dirent *e; !left && (e = readdir(dir)) != NULL;) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        int one = openat(tfd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        char state;
+        uint64_t start;
+        left = one >= 0 && proc_stat(one, 0, &state, &start) == 0 && state != 'Z' && state != 'X';
+        if (one >= 0)
+            close(one);
+    }
+    closedir(dir);
+    return left;
+}
+
 bool tcm__proc_exited(tcm_handle_t watch)
 {
     if (watch < 0)
@@ -363,7 +441,9 @@ bool tcm__proc_exited(tcm_handle_t watch)
         char state;
         uint64_t start;
         int err = proc_stat(watch, 0, &state, &start);
-        return err == -ESRCH || (!err && (state == 'Z' || state == 'X'));
+        if (err == -ESRCH)
+            return true;
+        return !err && (state == 'Z' || state == 'X') && !proc_thread_left(watch);
     }
     struct pollfd pfd = {.fd = watch, .events = POLLIN};
     return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL));
@@ -780,6 +860,31 @@ tcm_uid_t tcm__uid(void)
 tcm_uid_t tcm__login_uid(void)
 {
     return (uint32_t)getuid();
+}
+
+bool tcm__secure_exec(void)
+{
+    return getauxval(AT_SECURE) != 0;
+}
+
+const char *tcm__env(const char *name)
+{
+    return secure_getenv(name);
+}
+
+int tcm__read_root_file(const char *path, char *buf, size_t len)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    int err = fstat(fd, &st) != 0 ? -errno : !S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) ? -EPERM : 0;
+    ssize_t n = err ? 0 : read(fd, buf, len - 1);
+    if (!err && n < 0)
+        err = -errno;
+    close(fd);
+    buf[err ? 0 : n] = 0;
+    return err;
 }
 
 int tcm__absolute_path(const char *path, char *out, size_t len)

@@ -473,6 +473,12 @@ static uint32_t sid_rid(PSID sid)
     return n ? (uint32_t)*GetSidSubAuthority(sid, n - 1u) : 0;
 }
 
+int tcm__shm_cut(tcm_handle_t fd, uint64_t size)
+{
+    (void)fd, (void)size;
+    return -ENOSYS; /* a section's size is fixed: it cannot have grown */
+}
+
 int tcm__shm_stat(tcm_handle_t fd, uint64_t *size, tcm_uid_t *uid, unsigned *mode)
 {
     HANDLE h = to_handle(fd);
@@ -682,6 +688,36 @@ tcm_handle_t tcm__proc_watch(tcm_pid_t pid, uint64_t *start)
     }
     *start = (uint64_t)created.dwHighDateTime << 32 | created.dwLowDateTime;
     return from_handle(h);
+}
+
+bool tcm__secure_exec(void)
+{
+    return false; /* no set-user-ID programs */
+}
+
+const char *tcm__env(const char *name)
+{
+    return getenv(name);
+}
+
+int tcm__read_root_file(const char *path, char *buf, size_t len)
+{
+    (void)path;
+    buf[0] = 0;
+    (void)len;
+    return -ENOSYS;
+}
+
+int tcm__proc_maps_shm(tcm_pid_t pid, const char *shm_name)
+{
+    (void)pid, (void)shm_name;
+    return -ENOSYS;
+}
+
+tcm_handle_t tcm__peer_proc_watch(tcm_handle_t sockfd, tcm_pid_t pid, uint64_t *start)
+{
+    (void)sockfd; /* a pipe client's process id is what the pipe says: no pidfd to ask for */
+    return tcm__proc_watch(pid, start);
 }
 
 void tcm__proc_names(tcm_pid_t pid, char *comm, size_t commlen, char *exe, size_t exelen)

@@ -35,13 +35,15 @@ sock = log = daemon = mport = None  # the current part's tcmd (case)
 RSS_BOUND_KB = 64 << 10   # tcmd's RSS while a peer floods without reading
 PING_BOUND_S = 0.050      # a ping round trip (connect, ask, answer) meanwhile: the median of a series
 PING_WORST_S = 0.500      # any one ping: a loaded 2-core box may deschedule tcmd for a tick or two
-CONTROL_CAP = 4096        # daemon/control.c TCM_CONTROL_MAX_CONNS
+CONTROL_CAP = 4096        # daemon/server.h TCM_CONTROL_MAX_CONNS
+PER_UID = 2048            # daemon/server.h TCM_DEFAULT_CONNS_PER_UID
+RESERVE = 32              # daemon/server.h TCM_CONTROL_OPERATOR_RESERVE
 METRICS_CAP = 64          # daemon/metrics.h TCM_METRICS_MAX_CONNS
-FDS_WANTED = 4096 + 2 * 1024 + 64 + 256  # what control.c asks RLIMIT_NOFILE for
+FDS_WANTED = 4096 + 32 + 2 * 1024 + 64 + 256  # what control.c asks RLIMIT_NOFILE for
 
 
 def part(name):
-    """HOSTILE_ONLY=flood|connections|logs runs one part (each also fails alone without its fix)."""
+    """HOSTILE_ONLY=flood|connections|idle|records|logs runs one part (each also fails alone without its fix)."""
     only = os.environ.get("HOSTILE_ONLY")
     return not only or only == name
 
@@ -51,16 +53,56 @@ check = tally.check
 
 
 @contextlib.contextmanager
-def case(name):
+def case(name, *args):
     """One part against a tcmd of its own, started as under a common default
     soft descriptor limit (lower_nofile) with /metrics on a free port; its
-    heap is checked and its exit too at the end of the part."""
+    heap is checked and its exit too at the end of the part. Members of
+    group 65534 may attach (the peers that are not the operator)."""
     global sock, log, daemon, mport
     mport = free_port()
-    with tally.case(build, name, timed=True, timeout=240, prefix="hostile", args=("--metrics-port", str(mport)),
+    with tally.case(build, name, timed=True, timeout=240, prefix="hostile",
+                    args=("--metrics-port", str(mport), "--allow-group", str(PEER_GID), *args),
                     preexec_fn=lower_nofile) as d:
         sock, log, daemon = d.sock, d.log, d.p
+        os.chmod(d.dir, 0o711)  # the other users reach the socket in it
         yield d
+
+
+PEER_GID = 65534
+
+
+def as_peer(uid, code, nofile=None):
+    """A python peer running code as uid (group PEER_GID), stdin and stdout
+    piped; code sees SOCK, PING and HELLO, and reply(s) -> bytes."""
+    def become():
+        if nofile:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        os.setgroups([])
+        os.setgid(PEER_GID)
+        os.setuid(uid)
+    prologue = f"""
+import os, socket, struct, sys, time
+SOCK, PING, HELLO = {sock!r}, {PING!r}, {HELLO!r}
+def connect():
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(SOCK)
+    s.settimeout(10)
+    return s
+def reply(s):
+    def exact(n):
+        d = b""
+        while len(d) < n:
+            m = s.recv(n - len(d))
+            if not m:
+                raise ConnectionError("closed")
+            d += m
+        return d
+    return exact(struct.unpack(">I", exact(4))[0])
+"""
+    # (the system's python: another user may not reach the caller's)
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    return subprocess.Popen([python, "-c", prologue + code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, preexec_fn=become)
 
 
 # ---- the wire: Request {version = 1, body}, behind a 4-byte big-endian length
@@ -86,6 +128,7 @@ def frame(payload):
 PING = frame(b"\x08\x01" + field(3, b""))
 STATS = frame(b"\x08\x01" + field(4, b""))
 GARBAGE = frame(b"\xff\xff\xff\xff")
+HELLO = frame(b"\x08\x01" + field(2, b"\x08\x01"))  # Hello{version}
 RESUME = frame(b"\x08\x01" + field(2, b"\x08\x01" + b"\x18" + varint(54321)))  # Hello{resume_client_id}
 
 
@@ -210,41 +253,73 @@ if part("flood"):
         flooder.close()
         check(min(ping_s() for _ in range(3)) < PING_BOUND_S, "ping after the flooder went")
 
+OPEN_CONNS = """
+conns, counts = [], {"pong": 0, "share": 0, "limit": 0, "other": 0}
+for _ in range(N):
+    s = connect()
+    conns.append(s)
+    try:
+        s.sendall(PING)  # (a refused one may be closed already: its error frame waits to be read)
+    except OSError:
+        pass
+    try:
+        r = reply(s)
+    except (ConnectionError, OSError):
+        counts["other"] += 1
+        continue
+    kind = "pong" if r[:1] == b"\\x12" else "share" if b"conns_per_uid" in r else "limit" if b"limit" in r else "other"
+    counts[kind] += 1
+print(counts["pong"], counts["share"], counts["limit"], counts["other"], flush=True)
+sys.stdin.readline()
+"""
+
+
+def open_conns(uid, n):
+    """A peer of uid opens n connections, each asked a ping: (peer, pongs, refused for its share, refused for
+    the total, other)."""
+    p = as_peer(uid, OPEN_CONNS.replace("N)", f"{n})"), nofile=n + 64)
+    got = [int(x) for x in p.stdout.readline().split()] or [0, 0, 0, 0]
+    return (p, *got)
+
+
+def let_go(p):
+    p.stdin.write("\n")
+    p.stdin.flush()
+    p.wait(timeout=20)
+
+
 if part("connections"):
     with case("thousands of control connections, hundreds of idle /metrics ones"):
         with open(f"/proc/{daemon.pid}/limits") as f:
             limit = int(re.search(r"Max open files\s+(\d+)", f.read()).group(1))
         check(limit >= min(FDS_WANTED, hard), f"tcmd raised its descriptor limit from 1024 to {limit}")
-        n_under = min(3000, own_fds - 512)
-        conns = []
-        for _ in range(n_under):
-            conns.append(connect())
+        # one user takes its share and no more
+        a, pong, share, total, other = open_conns(65534, PER_UID + 100)
+        print(f"  uid 65534 asked for {PER_UID + 100}: {pong} answered, {share} refused for its share, {total} for "
+              f"the total, {other} other")
+        check(pong == PER_UID and share == 100, f"one user holds {PER_UID} connections (conns_per_uid), no more")
         pings = [ping_s() for _ in range(5)]
         check(statistics.median(pings) < PING_BOUND_S and max(pings) < PING_WORST_S,
-              f"ping with {n_under} connections open ({[round(p * 1e3, 1) for p in pings]} ms)")
+              f"root's ping with {PER_UID} connections open ({[round(p * 1e3, 1) for p in pings]} ms)")
         client = subprocess.Popen([HELPER, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                   env=dict(os.environ, TCM_SOCKET=sock))
         first = client.stdout.readline().split()
-        check(len(first) >= 2 and first[1].isdigit(), f"a client attaches with {n_under} connections open ({first})")
+        check(len(first) >= 2 and first[1].isdigit(), f"a client attaches with {PER_UID} connections open ({first})")
         client.stdin.write("alloc 100 1000\n")
         client.stdin.flush()
         check(client.stdout.readline().strip() == "ok", "the attached client allocates")
-        # past the cap: an error frame, then closed
-        refused = 0
-        if own_fds > CONTROL_CAP + 400:
-            for _ in range(CONTROL_CAP + 100 - n_under):
-                conns.append(connect())
-            for s in conns[-50:]:
-                try:
-                    reply = recv_frame(s)
-                    refused += b"limit" in reply
-                except (ConnectionError, OSError):
-                    pass
-            check(refused >= 40, f"connections past the cap are told and closed ({refused} of the last 50)")
-        else:
-            print(f"SKIP: connections past the cap (this test may open only {own_fds} descriptors)")
-        for s in conns:
-            s.close()
+        # a second user fills the rest of the table: past the total, an error frame; the operator still gets in
+        b, pong_b, share_b, total_b, other_b = open_conns(65533, CONTROL_CAP - PER_UID + 100)
+        print(f"  uid 65533 asked for {CONTROL_CAP - PER_UID + 100}: {pong_b} answered, {total_b} refused for the "
+              f"total, {share_b} for its share, {other_b} other")
+        check(total_b >= 100 and pong_b + pong + 1 >= CONTROL_CAP - 2,
+              f"connections past the total ({CONTROL_CAP}) are told and closed ({total_b})")
+        pings = [ping_s() for _ in range(5)]
+        check(max(pings) < PING_WORST_S, f"root's ping with the table full: the operator's reserve "
+              f"({[round(p * 1e3, 1) for p in pings]} ms)")
+        check(wait_tcmd(TCMCTL, sock, 10), "tcmctl ping with the table full")
+        let_go(a)
+        let_go(b)
         check(wait_tcmd(TCMCTL, sock, 10), "ping once they are closed")
         client.stdin.write("exit\n")
         client.stdin.flush()
@@ -263,6 +338,74 @@ if part("connections"):
         page = subprocess.run(["curl", "-sf", f"http://127.0.0.1:{mport}/metrics"], capture_output=True, text=True,
                               timeout=10)
         check(page.returncode == 0 and "tcm_build_info" in page.stdout, "/metrics serves afterwards")
+
+if part("idle"):
+    with case("connections that say nothing", "--conn-idle-s", "2"):
+        quiet = connect()
+        talker = connect()
+        helper = subprocess.Popen([HELPER, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, TCM_SOCKET=sock))
+        check(helper.stdout.readline().startswith("pid "), "a client attaches")
+        t0, closed_quiet, talker_ok = time.monotonic(), False, True
+        while time.monotonic() - t0 < 5:
+            talker.sendall(PING)
+            talker_ok &= recv_frame(talker)[:1] == b"\x12"
+            closed_quiet |= eof_within(quiet, 0.5)
+        check(closed_quiet, "a connection silent for conn_idle_s is closed")
+        check(talker_ok and not eof_within(talker, 0.1), "one that keeps asking stays open")
+        helper.stdin.write("alloc 10 100\n")
+        helper.stdin.flush()
+        check(helper.stdout.readline().strip() == "ok", "an attached client's quiet connection stays (it allocates)")
+        check(f"pid {helper.pid} uid" not in log_text(), "and tcmd never closed it")
+        helper.stdin.write("exit\n")
+        helper.stdin.flush()
+        helper.wait(timeout=10)
+        quiet.close()
+        talker.close()
+
+HELLO_KIDS = """
+kids, answers = [], []
+for _ in range(N):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        s = connect()
+        s.sendall(HELLO)
+        try:
+            x = reply(s)
+            a = b"welcome" if x[:1] == b"\\x0a" else b"share" if b"clients_per_uid" in x else b"other"
+        except (ConnectionError, OSError):
+            a = b"closed"
+        os.write(w, a)
+        time.sleep(60)
+        os._exit(0)
+    os.close(w)
+    answers.append(os.read(r, 64).decode())
+    kids.append(pid)
+print(" ".join(answers), flush=True)
+sys.stdin.readline()
+for k in kids:
+    os.kill(k, 9)
+    os.waitpid(k, 0)
+"""
+
+if part("records"):
+    with case("client records: one per process, a share per user", "--clients-per-uid", "3"):
+        again = subprocess.run([os.path.join(build, "tests", "tcm-hostile"), "hello-again"], capture_output=True, text=True,
+                               timeout=30, env=dict(os.environ, TCM_SOCKET=sock))
+        check("one client per process" in again.stdout, f"a second Hello from one process is refused "
+              f"({again.stdout.strip()} {again.stderr.strip()})")
+        peer = as_peer(65534, HELLO_KIDS.replace("range(N)", "range(5)"))
+        answers = peer.stdout.readline().split()
+        check(answers.count("welcome") == 3 and answers.count("share") == 2,
+              f"five processes of one user: three attach (clients_per_uid), two are refused ({answers})")
+        helper = subprocess.Popen([HELPER, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, TCM_SOCKET=sock))
+        check(helper.stdout.readline().startswith("pid "), "another user's process still attaches")
+        helper.stdin.write("exit\n")
+        helper.stdin.flush()
+        helper.wait(timeout=10)
+        let_go(peer)
 
 if part("logs"):
     with case("a peer floods malformed frames and resume requests"):

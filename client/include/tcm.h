@@ -61,9 +61,23 @@ TCM_API size_t tcm_usable_size(const void *p);
 TCM_API uint64_t tcm_to_offset(const void *p);
 TCM_API void *tcm_from_offset(uint64_t off);
 
-/* Named shared pointers kept by the daemon (names of 1..47 bytes).
- * tcm_root_set(name, NULL) removes the name. Returns 0 or -errno. */
+/* Named shared pointers kept by the daemon (names of 1..47 bytes), in a
+ * table of tcmd's `roots` setting; a root counts in the share of the user
+ * who created it (tcmd's `roots_per_uid`) until it is removed, and only
+ * that user (or root, or tcmd's user) may change it. Each is a release: a
+ * process that reads the pointer with tcm_root_get (an acquire) sees what
+ * the setter wrote before it. Each returns 0 or -errno: -EINVAL (bad name,
+ * a pointer outside the heap), -ENOSPC (table full), -EDQUOT (the user
+ * holds its share), -EPERM (another user's root), -ENOTCONN (no tcmd).
+ * tcm_root_set: whatever the name held; p NULL removes the name.
+ * tcm_root_create: only a name that is not there (-EEXIST otherwise), so
+ * that one of several processes that race to publish wins.
+ * tcm_root_replace: only if the name holds expected (NULL: the name is
+ * absent), atomically; -EAGAIN when it held something else. desired NULL
+ * removes it. */
 TCM_API int tcm_root_set(const char *name, void *p);
+TCM_API int tcm_root_create(const char *name, void *p);
+TCM_API int tcm_root_replace(const char *name, void *expected, void *desired);
 TCM_API void *tcm_root_get(const char *name);
 
 /* One heap-wide figure by its name in `tcmctl stats` (bytes_committed,

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -17,6 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/syscall.h>
+
 #include "check.h"
 #include "frame.h"
 
@@ -24,6 +29,26 @@ static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
     nanosleep(&ts, NULL);
+}
+
+/* A seccomp filter on this process and what it execs: pidfd_open fails
+ * with EPERM and getsockopt(SO_PEERPIDFD) with ENOPROTOOPT (a kernel
+ * before 6.5), everything else is allowed. */
+static void refuse_pidfd_open(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_open, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getsockopt, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])), /* optname (low word) */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 77 /* SO_PEERPIDFD */, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOPROTOOPT & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+        _exit(126);
 }
 
 static pid_t spawn_daemon(tcm_test_daemon_t *d, const char *const *extra, const char *const *env)
@@ -43,8 +68,12 @@ static pid_t spawn_daemon(tcm_test_daemon_t *d, const char *const *extra, const 
         dup2(null, 0);
         dup2(null, 1);
         dup2(null, 2);
-        for (int i = 0; env && env[i]; i++)
-            putenv((char *)env[i]);
+        for (int i = 0; env && env[i]; i++) {
+            if (strcmp(env[i], TT_NO_PIDFD) == 0)
+                refuse_pidfd_open();
+            else
+                putenv((char *)env[i]);
+        }
         execv(TCMD_PATH, (char *const *)argv);
         perror("execv tcmd");
         _exit(127);
@@ -130,6 +159,29 @@ bool tt_segment_exists(const tcm_test_daemon_t *d, const char *suffix)
     char path[160];
     snprintf(path, sizeof path, "/dev/shm/tcm.%s.%s", d->name, suffix);
     return access(path, F_OK) == 0;
+}
+
+bool tt_log_contains(const tcm_test_daemon_t *d, const char *what)
+{
+    FILE *f = fopen(d->log, "r");
+    if (!f)
+        return false;
+    size_t cap = 1 << 16, n = 0;
+    char *log = malloc(cap);
+    for (size_t got; log && (got = fread(log + n, 1, cap - n - 1, f)) > 0;) {
+        n += got;
+        if (n + 1 == cap)
+            log = realloc(log, cap *= 2);
+    }
+    fclose(f);
+    if (!log)
+        return false;
+    log[n] = 0;
+    bool found = strstr(log, what) != NULL;
+    if (!found)
+        fprintf(stderr, "tcmd's log has no \"%s\":\n%s\n", what, log);
+    free(log);
+    return found;
 }
 
 int tt_run(const char *cmd, char *out, size_t outlen)

@@ -17,6 +17,10 @@ typedef struct tcm_test_daemon {
 /* Start tcmd --foreground with extra arguments (NULL-terminated list). */
 void tt_daemon_start(tcm_test_daemon_t *d, const char *const *extra_args);
 void tt_daemon_start_env(tcm_test_daemon_t *d, const char *const *extra_args, const char *const *env);
+/* An environment entry that is not passed on: tcmd runs under a seccomp
+ * filter that refuses pidfd_open with EPERM (as old kernels, sandboxes
+ * and valgrind do), so its liveness watch is the /proc fallback. */
+#define TT_NO_PIDFD "tt:no-pidfd"
 /* Start another tcmd on d's socket and name (after the last one is gone),
  * with extra arguments and environment entries ("KEY=VALUE", NULL-ended). */
 void tt_daemon_restart(tcm_test_daemon_t *d, const char *const *extra_args, const char *const *env);
@@ -29,6 +33,8 @@ void tt_daemon_kill(tcm_test_daemon_t *d);
 int tt_daemon_wait_exit(tcm_test_daemon_t *d, int timeout_ms);
 /* Does shm object /tcm.NAME.SUFFIX exist? */
 bool tt_segment_exists(const tcm_test_daemon_t *d, const char *suffix);
+/* Whether tcmd's log has the text (it says so on stderr, with the log, if not). */
+bool tt_log_contains(const tcm_test_daemon_t *d, const char *what);
 /* Run a shell command; its stdout in out; returns the exit status. */
 int tt_run(const char *cmd, char *out, size_t outlen);
 /* Run tcmctl --socket d->socket ARGS; output in out; returns the exit status. */

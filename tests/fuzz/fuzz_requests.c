@@ -53,7 +53,7 @@ static void reset(void)
         snprintf(name, sizeof name, "/tcmfuzz-%d", (int)getpid());
         heap_fd = tcm__shm_create(name, HEAP, 0600);
         tcm__shm_unlink(name);
-        tcm__meta_layout(&ml, HEAP >> TCM_PAGE_SHIFT);
+        tcm__meta_layout(&ml, HEAP >> TCM_PAGE_SHIFT, 256);
         tcm__state_layout(&sl, HEAP >> TCM_PAGE_SHIFT);
     } else {
         munmap(srv.meta, ml.size);
@@ -62,14 +62,17 @@ static void reset(void)
         munmap(srv.h.slots_bits, srv.h.slots_words * sizeof(uint64_t));
         tcm__release(heap_fd, 0, HEAP);
     }
+    tcm__shares_free(&srv.h.root_shares);
     memset(&srv, 0, sizeof srv);
     srv.heap_size = HEAP;
     srv.base = BASE;
     srv.max_threads = THREADS;
+    srv.nroots = 256;
+    srv.roots_per_uid = 200; /* of 300 names: a share runs out too */
     srv.heap_fd = heap_fd;
     srv.meta = anon(ml.size);
     srv.state = anon(sl.size);
-    tcm__heap_attach(&srv.h, srv.meta, srv.state, heap_fd, -1, -1, HEAP, BASE, THREADS, true);
+    tcm__heap_attach(&srv.h, srv.meta, srv.state, 256, heap_fd, -1, -1, HEAP, BASE, THREADS, true);
     srv.dstats = &srv.state->dstats;
     atomic_store(&srv.meta->config.page_cache_cap, 1u << 20); /* punches happen too */
     atomic_store(&srv.meta->config.heap_limit, HEAP);

@@ -21,13 +21,15 @@
  *               at once: its client is dead while its ring keeps filling
  *   churn-closed close its descriptors, then allocate and free across size
  *               classes (refills and returns through tcmd) for SECONDS
- *   roots       set roots with new names in a loop for SECONDS (the table
- *               fills; every later set is answered NO_ROOM)
+ *   roots       set roots with new names in a loop for SECONDS (its user's
+ *               share fills; every later set is answered EDQUOT)
  *   hold        an ordinary client with objects in its caches and none in
  *               use: waits for "exit" (a chaos run SIGKILLs it first)
  *   flood-stats send stats requests for SECONDS and never read a reply
  *               (a connection tcmd closes is replaced by a new one)
  *   conns       open N (argv[2]) control connections, wait for "exit"
+ *   hello-again  attach, then send a Hello of its own on a new connection;
+ *               print tcmd's answer (the error's text, or "welcome")
  *   flood-resume send resume requests for clients it is not, with made-up
  *               tokens, each on a new connection, for SECONDS
  * The last three are peers, not clients: they speak the control protocol
@@ -413,6 +415,41 @@ static int flood_resume_mode(double seconds)
     return 0;
 }
 
+/* Already a client through libtcm, it sends a Hello of its own on a new
+ * connection: a second client for one process. Prints the answer: the
+ * error's text, or "welcome". */
+static int hello_again_mode(void)
+{
+    if (tcm_init(NULL) != 0 || !tcm_malloc(64))
+        die("attach");
+    int fd = peer();
+    Tcm__Request req = TCM__REQUEST__INIT;
+    Tcm__Hello hello = TCM__HELLO__INIT;
+    hello.version = TCM_PROTO_VERSION;
+    req.version = TCM_PROTO_VERSION;
+    req.body_case = TCM__REQUEST__BODY_HELLO;
+    req.hello = &hello;
+    if (tcm__frame_send(fd, &req) != 0)
+        die("send");
+    static uint8_t buf[1 << 16];
+    size_t len = 0;
+    const uint8_t *payload;
+    size_t n;
+    while (tcm__frame_next(buf, len, &payload, &n) == 0) {
+        ssize_t got = recv(fd, buf + len, sizeof buf - len, 0);
+        if (got <= 0)
+            die("recv");
+        len += (size_t)got;
+    }
+    Tcm__Response *resp = tcm__response__unpack(NULL, n, payload);
+    if (!resp)
+        die("unpack");
+    printf("%s\n", resp->body_case == TCM__RESPONSE__BODY_ERROR ? resp->error->message : "welcome");
+    tcm__response__free_unpacked(resp, NULL);
+    tcm_shutdown();
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -440,6 +477,8 @@ int main(int argc, char **argv)
         return conns_mode(argc > 2 ? atoi(argv[2]) : 2000);
     if (strcmp(mode, "flood-resume") == 0)
         return flood_resume_mode(seconds);
+    if (strcmp(mode, "hello-again") == 0)
+        return hello_again_mode();
     if (strcmp(mode, "hold") == 0) {
         warm_up();
         say("ready");

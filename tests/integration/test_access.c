@@ -3,7 +3,8 @@
  * such a client: it allocates and frees, it cannot open any segment by
  * name, cannot make its metadata mapping writable, dies writing to it, and
  * rides through a tcmd restart like any client. A process outside the
- * group cannot attach. Needs root (to change users); skipped otherwise. */
+ * group cannot attach. A member's roots count in its own share and it
+ * cannot change another user's. Needs root (to change users); skipped otherwise. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -142,12 +143,70 @@ static void test_other_user(void)
     tt_daemon_stop(&d);
 }
 
+/* A member fills its share of roots and leaves; it cannot change root's.
+ * (The tree before: one process filled the whole ownerless table, and
+ * every later tcm_root_set anywhere got ENOSPC.) */
+static int roots_member(void *arg)
+{
+    (void)arg;
+    become(NOBODY, GROUP);
+    void *p = tcm_malloc(64);
+    CHECK(p != NULL);
+    char name[32];
+    int i, err = 0;
+    for (i = 0; i < 100 && !err; i++) {
+        snprintf(name, sizeof name, "member.%d", i);
+        err = tcm_root_set(name, p);
+    }
+    CHECK_EQ(err, -EDQUOT);
+    CHECK_EQ(i - 1, 8); /* --roots-per-uid 8 */
+    CHECK(tcm_root_get("operator.table") != NULL);
+    CHECK_EQ(tcm_root_set("operator.table", p), -EPERM);
+    CHECK_EQ(tcm_root_replace("operator.table", tcm_root_get("operator.table"), NULL), -EPERM);
+    CHECK_EQ(tcm_root_create("operator.table", p), -EEXIST);
+    return 0; /* its roots stay: it published them */
+}
+
+static void test_roots_share(void)
+{
+    const char *args[] = {"--allow-group", "65534", "--roots-per-uid", "8", NULL};
+    tt_daemon_start(&d, args);
+    CHECK_EQ(tcm_init(d.socket), 0);
+    void *mine = tcm_malloc(64);
+    CHECK_EQ(tcm_root_create("operator.table", mine), 0);
+    tt_wait_ok(tt_fork(roots_member, NULL), 20000);
+    CHECK(tcm_root_get("operator.table") == mine); /* untouched */
+    CHECK(tcm_root_get("member.3") != NULL);
+    CHECK_EQ(tcm_root_create("operator.more", mine), 0); /* root's share is its own */
+    CHECK_EQ(tcm_root_set("member.3", NULL), 0);          /* the operator may remove a member's */
+    CHECK(tcm_root_get("member.3") == NULL);
+    char out[1 << 14];
+    CHECK_EQ(tt_tcmctl(&d, "roots", out, sizeof out), 0);
+    CHECK(strstr(out, "member.7") != NULL && strstr(out, "operator.more") != NULL);
+    tt_check_heap(&d);
+    /* a restart counts the shares again from the table */
+    tt_daemon_kill(&d);
+    tt_daemon_restart(&d, args, NULL);
+    tt_check_heap(&d);
+    for (int i = 0; i < 8; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "member.%d", i);
+        tcm_root_set(name, NULL);
+    }
+    tcm_root_set("operator.table", NULL);
+    tcm_root_set("operator.more", NULL);
+    tcm_free(mine);
+    tcm_shutdown();
+    tt_daemon_stop(&d);
+}
+
 int main(void)
 {
     if (geteuid() != 0) {
         printf("access: skipped (needs root to run clients as another user)\n");
         return 77;
     }
-    static const tt_case_t cases[] = {{"a member of --allow-group", test_other_user}};
-    return tt_run_cases("access", cases, 1, 120000) != 0;
+    static const tt_case_t cases[] = {{"a member of --allow-group", test_other_user},
+                                      {"each user's share of roots", test_roots_share}};
+    return tt_run_cases("access", cases, 2, 120000) != 0;
 }

@@ -111,19 +111,41 @@ static void test_offsets_and_roots(void)
     longname[sizeof longname - 1] = 0;
     CHECK_EQ(tcm_root_set(longname, p), -EINVAL);
     CHECK_EQ(tcm_root_set("api.bad", &local), -EINVAL);
-    /* the table is bounded: fill it, get ENOSPC, nothing else breaks */
+    /* create only where the name is free; replace only what it holds */
+    CHECK_EQ(tcm_root_create("api.once", p), 0);
+    CHECK_EQ(tcm_root_create("api.once", q), -EEXIST);
+    CHECK(tcm_root_get("api.once") == p);
+    CHECK_EQ(tcm_root_replace("api.once", q, q), -EAGAIN); /* it holds p, not q */
+    CHECK_EQ(tcm_root_replace("api.once", p, q), 0);
+    CHECK(tcm_root_get("api.once") == q);
+    CHECK_EQ(tcm_root_replace("api.once", q, NULL), 0); /* removed */
+    CHECK(tcm_root_get("api.once") == NULL);
+    CHECK_EQ(tcm_root_replace("api.once", NULL, p), 0); /* absent, as expected: created */
+    CHECK_EQ(tcm_root_replace("api.once", NULL, q), -EAGAIN);
+    CHECK_EQ(tcm_root_set("api.once", NULL), 0);
+    CHECK_EQ(tcm_root_create("api.once", NULL), -EINVAL);
+    /* one user's share is bounded (roots_per_uid, 256 by default): fill
+     * it, get EDQUOT, nothing else breaks; names found past deleted ones */
     char name[32];
     int i, err = 0;
     for (i = 0; i < 1000 && !err; i++) {
         snprintf(name, sizeof name, "fill.%d", i);
         err = tcm_root_set(name, p);
     }
-    CHECK_EQ(err, -ENOSPC);
+    CHECK_EQ(err, -EDQUOT);
+    CHECK_EQ(i - 1, 256);
     CHECK(tcm_root_get("fill.0") == p);
-    for (int j = 0; j < i; j++) {
+    for (int j = 0; j < i; j += 2) {
         snprintf(name, sizeof name, "fill.%d", j);
         tcm_root_set(name, NULL);
     }
+    for (int j = 1; j < i - 1; j += 2) {
+        snprintf(name, sizeof name, "fill.%d", j);
+        CHECK(tcm_root_get(name) == p);
+        tcm_root_set(name, NULL);
+    }
+    CHECK_EQ(tcm_root_set("fill.again", p), 0); /* the share came back */
+    CHECK_EQ(tcm_root_set("fill.again", NULL), 0);
     tcm_free(p);
     tcm_free(q);
 }

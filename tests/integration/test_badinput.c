@@ -127,6 +127,16 @@ static void test_idle_connections(void)
     ping_ok();
 }
 
+/* Another process (this one is the raw client: one client per process). */
+static int other_client(void *arg)
+{
+    (void)arg;
+    void *p = tcm_malloc(100);
+    CHECK(p != NULL);
+    tcm_free(p);
+    return 0;
+}
+
 static void test_ring_garbage(void)
 {
     tt_raw_t r;
@@ -181,9 +191,7 @@ static void test_ring_garbage(void)
     atomic_store(&r.ring->cells[head & (r.lay.ring_cap - 1)].seq, head + 12345);
     tcm__bell_ring((_Atomic uint32_t *)&r.meta->heap_sleeping, r.bell);
     CHECK_GE(tt_stat(&d, "refused"), refused0 + 8 + 4);
-    void *p = tcm_malloc(100); /* another client is served as usual */
-    CHECK(p != NULL);
-    tcm_free(p);
+    tt_wait_ok(tt_fork(other_client, NULL), 20000); /* another client is served as usual */
     ping_ok();
     close(r.sock); /* the daemon reclaims the raw client */
     CHECK(tt_daemon_alive(&d));

@@ -46,16 +46,7 @@ static void killed_and_restarted(void)
 
 static void log_has(const char *what)
 {
-    static char log[1 << 16];
-    FILE *f = fopen(d.log, "r");
-    CHECK(f != NULL);
-    size_t n = fread(log, 1, sizeof log - 1, f);
-    log[n] = 0;
-    fclose(f);
-    if (!strstr(log, what)) {
-        fprintf(stderr, "tcmd's log has no \"%s\":\n%s\n", what, log);
-        abort();
-    }
+    CHECK(tt_log_contains(&d, what));
 }
 
 /* ---- the root seqlock ---- */

@@ -443,7 +443,7 @@ static void churn_closed(void)
     teardown();
 }
 
-/* Root writes as fast as a client can post them: the table fills and
+/* Root writes as fast as a client can post them: its share fills and
  * everything after is answered, nobody waits. */
 static void roots(void)
 {

@@ -726,6 +726,78 @@ static void test_departure_lines(void)
     tt_run(cmd, out, sizeof out);
 }
 
+/* Liveness without pidfds is still the process: a program whose main
+ * thread called pthread_exit while another runs is alive (its leader is a
+ * zombie). The tree before took it for dead where pidfd_open is refused,
+ * and its caches were reclaimed and handed out again while it used them. */
+static _Atomic int *leader_gone;
+static tcm_test_daemon_t nd; /* a tcmd without pidfds */
+
+static void *outlives_main(void *arg)
+{
+    (void)arg;
+    static void *held[1000];
+    for (int i = 0; i < 1000; i++) {
+        CHECK((held[i] = tcm_malloc(64)) != NULL);
+        memset(held[i], 0x5a, 64);
+    }
+    while (!atomic_load(leader_gone))
+        usleep(1000);
+    usleep(2500000); /* past two rounds of tcmd's liveness timer */
+    for (int i = 0; i < 1000; i++)
+        for (int k = 0; k < 64; k++)
+            CHECK_EQ(((unsigned char *)held[i])[k], 0x5a); /* nobody else was handed them */
+    for (int i = 0; i < 1000; i++)
+        tcm_free(held[i]);
+    exit(0);
+}
+
+static int main_thread_exits(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(nd.socket), 0);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, outlives_main, NULL), 0);
+    atomic_store(leader_gone, 1);
+    pthread_exit(NULL);
+}
+
+static int allocates_meanwhile(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(nd.socket), 0);
+    static void *held[4000];
+    for (int i = 0; i < 4000; i++) {
+        CHECK((held[i] = tcm_malloc(64)) != NULL);
+        memset(held[i], 0xa5, 64);
+    }
+    usleep(2000000);
+    for (int i = 0; i < 4000; i++)
+        tcm_free(held[i]);
+    return 0;
+}
+
+static void test_leader_exits_no_pidfd(void)
+{
+    const char *env[] = {TT_NO_PIDFD, NULL};
+    tt_daemon_start_env(&nd, NULL, env);
+    leader_gone = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    pid_t pid = tt_fork(main_thread_exits, NULL);
+    while (!atomic_load(leader_gone))
+        usleep(1000);
+    pid_t other = tt_fork(allocates_meanwhile, NULL);
+    usleep(1500000);
+    CHECK_EQ(tt_stat(&nd, "clients_died"), 0);
+    tt_wait_ok(pid, 30000);
+    tt_wait_ok(other, 30000);
+    CHECK_EQ(tt_wait_stat(&nd, "clients_attached", 0, 5000), 0);
+    CHECK_EQ(tt_stat(&nd, "bytes_clients"), 0);
+    CHECK(tt_log_contains(&nd, "pidfd"));
+    tt_check_heap(&nd);
+    tt_daemon_stop(&nd);
+    munmap(leader_gone, 4096);
+}
+
 int main(int argc, char **argv)
 {
     const char *args[] = {"--max-threads", "64", NULL};
@@ -745,6 +817,7 @@ int main(int argc, char **argv)
         {"sigkill in flight", test_sigkill_in_flight},
         {"sigkill returned again", test_sigkill_returned_again},
         {"sigkill tier handoff", test_sigkill_tier_handoff},
+        {"main thread exits, no pidfds", test_leader_exits_no_pidfd},
     };
     int failed = tt_run_named_cases("lifecycle", cases, sizeof cases / sizeof cases[0], 120000, argv + 1, argc - 1);
     tcm_shutdown();

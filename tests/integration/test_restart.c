@@ -315,8 +315,8 @@ static void expect_refused(tcm_test_daemon_t *d, const char *const *args, const 
 }
 
 /* Segments of another size, base, thread count, layout version or owner are
- * refused with a message that says what differs; --discard-heap replaces
- * them. */
+ * refused with a message that says what differs; a heap segment a client
+ * grew is cut back; --discard-heap replaces them. */
 static void test_refusals(void)
 {
     tcm_test_daemon_t d;
@@ -350,9 +350,27 @@ static void test_refusals(void)
         expect_refused(&d, small, "owned by uid 65534");
         CHECK_EQ(chown(path, 0, (gid_t)-1), 0);
     }
+    /* a heap segment shrunk is refused, with the exact sizes (the tree
+     * before said "64.0M ... needs 64.0M"); one a client grew is cut back
+     * and adopted (the tree before refused it: only --discard-heap, every
+     * process's heap lost, started the service) */
+    char heap_path[160], out[256];
+    snprintf(heap_path, sizeof heap_path, "/dev/shm/tcm.%s.heap", d.name);
+    CHECK_EQ(truncate(heap_path, (64 << 20) - 8192), 0);
+    expect_refused(&d, small, "(67100672 bytes), a heap of --heap-size 64.0M needs 67108864 bytes");
+    CHECK_EQ(truncate(heap_path, (64 << 20) + 8192), 0);
+    tt_daemon_restart(&d, small, NULL);
+    CHECK_EQ(tt_run("true", out, sizeof out), 0);
+    struct stat hs;
+    CHECK_EQ(stat(heap_path, &hs), 0);
+    CHECK_EQ(hs.st_size, 64 << 20);
+    CHECK(tt_log_contains(&d, "had grown to 67117056 bytes"));
+    tt_check_heap(&d);
+    tt_daemon_kill(&d);
+
     /* with the right options the heap is adopted, root and all */
     tt_daemon_restart(&d, small, NULL);
-    CHECK_EQ(tt_stat(&d, "restarts"), 1);
+    CHECK_EQ(tt_stat(&d, "restarts"), 2);
     CHECK(tcm_root_get("kept") != NULL);
     tcm_shutdown();
     tt_daemon_kill(&d);

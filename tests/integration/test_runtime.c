@@ -7,6 +7,7 @@
  * unless TCM_DAEMON_UID names it. And the ordinary cases still work: the
  * runtime directory created owner-only (group-searchable with
  * --allow-group), an existing own one reused, a socket straight in /tmp.
+ * A set-user-ID program ignores the environment's choice of tcmd.
  * The runtime path is steered with XDG_RUNTIME_DIR into a private
  * directory, so that the real /tmp/tcm-0 is never touched. Needs root (to
  * act as nobody); skipped otherwise. */
@@ -467,8 +468,72 @@ static void test_normal(void)
     remove_top();
 }
 
-int main(void)
+/* (e) A set-user-ID program linked with libtcm, run by nobody: the
+ * environment (TCM_SOCKET, TCM_DAEMON_UID) is nobody's, so it counts for
+ * nothing, and a socket nobody serves is refused even on a path the
+ * program names; root's tcmd is still served. The same program without
+ * the set-user-ID bit attaches to nobody's tcmd as before. (The tree
+ * before read TCM_SOCKET with getenv: a user pointed a set-uid-root
+ * program at their own tcmd and read its allocations from the heap.) */
+static int probe(const char *sock)
 {
+    int rc = tcm_init(sock && *sock ? sock : NULL);
+    printf("%d\n", rc);
+    return 0;
+}
+
+/* Runs copy (a copy of this program) as nobody with the environment
+ * naming nobody's tcmd at env_sock; its tcm_init(arg) result. */
+static int run_probe(const char *copy, const char *env_sock, const char *arg)
+{
+    int pipefd[2];
+    CHECK_EQ(pipe(pipefd), 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(pipefd[1], 1);
+        become_nobody();
+        setenv("TCM_SOCKET", env_sock, 1);
+        setenv("TCM_DAEMON_UID", "65534", 1);
+        execl(copy, copy, "probe", arg, (char *)NULL);
+        _exit(127);
+    }
+    close(pipefd[1]);
+    char buf[32] = {0};
+    CHECK(read(pipefd[0], buf, sizeof buf - 1) > 0);
+    close(pipefd[0]);
+    tt_wait_ok(pid, 20000);
+    return atoi(buf);
+}
+
+static void test_setuid(void)
+{
+    make_top();
+    char sock[192], rsock[192], plain[160], suid[160], cmd[1024], out[256];
+    const char *args[] = {"--foreground", "--socket", sock, "--log", "/dev/null", NULL};
+    pid_t pid = nobody_serves_in(args, sock, sizeof sock, "svc", 0755);
+    snprintf(rsock, sizeof rsock, "%s.root.sock", top);
+    const char *rargs[] = {"--foreground", "--socket", rsock, "--log", "/dev/null", NULL};
+    pid_t rpid = spawn_tcmd(rargs, NULL, false, "/dev/null");
+    wait_socket(rsock, rpid);
+    snprintf(plain, sizeof plain, "%s/probe", top);
+    snprintf(suid, sizeof suid, "%s/probe-suid", top);
+    snprintf(cmd, sizeof cmd, "cp /proc/%d/exe %s && cp %s %s && chmod 0755 %s && chmod 04755 %s", (int)getpid(),
+             plain, plain, suid, plain, suid);
+    CHECK_EQ(tt_run(cmd, out, sizeof out), 0);
+    CHECK_EQ(run_probe(plain, sock, ""), 0);     /* nobody's own program: the environment's tcmd */
+    CHECK(run_probe(suid, sock, "") != 0);       /* set-uid: TCM_SOCKET is not its own */
+    CHECK_EQ(run_probe(suid, sock, sock), -EPERM); /* nor TCM_DAEMON_UID: nobody's tcmd refused */
+    CHECK_EQ(run_probe(suid, sock, rsock), 0);   /* root's tcmd, on the path the program names */
+    stop_tcmd(pid);
+    stop_tcmd(rpid);
+    remove_top();
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "probe") == 0)
+        return probe(argc > 2 ? argv[2] : NULL);
     if (geteuid() != 0) {
         printf("runtime: skipped (needs root to act as another user)\n");
         return 77;
@@ -479,6 +544,7 @@ int main(void)
         {"(b) a link or another user's file at the log path", test_log_refused},
         {"(c) a server of another uid", test_wrong_server},
         {"(d) own, existing and --allow-group directories", test_normal},
+        {"(e) a set-user-ID program", test_setuid},
     };
     return tt_run_cases("runtime", cases, sizeof cases / sizeof cases[0], 120000) != 0;
 }

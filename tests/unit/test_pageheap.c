@@ -86,11 +86,11 @@ static void setup(void)
     tcm__shm_unlink(name);
     tcm_meta_layout_t ml;
     tcm_state_layout_t sl;
-    tcm__meta_layout(&ml, (uint32_t)(HEAP >> TCM_PAGE_SHIFT));
+    tcm__meta_layout(&ml, (uint32_t)(HEAP >> TCM_PAGE_SHIFT), 64);
     tcm__state_layout(&sl, (uint32_t)(HEAP >> TCM_PAGE_SHIFT));
     void *meta = tcm__reserve(ml.size), *state = tcm__reserve(sl.size);
     CHECK(meta != NULL && state != NULL);
-    CHECK_EQ(tcm__heap_attach(&h, meta, state, heap_fd, -1, -1, HEAP, 0x7e0000000000ull, 16, true), 0);
+    CHECK_EQ(tcm__heap_attach(&h, meta, state, 64, heap_fd, -1, -1, HEAP, 0x7e0000000000ull, 16, true), 0);
     atomic_store(&h.meta->config.page_cache_cap, UINT64_MAX); /* release only when asked */
 }
 
@@ -253,50 +253,78 @@ static void test_limit(void)
 }
 
 /* The root seqlock: a write completes one a crash left half-done (odd
- * sequence), and a read sees whole values only. */
+ * sequence), and a read sees whole values only; a deleted root is a
+ * tombstone a lookup goes on past. */
 static void test_roots(void)
 {
     tcm_root_t *r = &h.roots[3];
-    bool used;
     uint64_t off;
     char name[TCM_ROOT_NAME_MAX];
-    tcm__root_write(r, "table", 0x4000);
-    tcm__root_read(r, &used, &off, name);
-    CHECK(used && off == 0x4000 && strcmp(name, "table") == 0);
+    tcm__root_write(r, "table", 0x4000, 7);
+    CHECK_EQ(tcm__root_read(r, &off, name), 7);
+    CHECK(off == 0x4000 && strcmp(name, "table") == 0);
     atomic_store(&r->seq, atomic_load(&r->seq) + 1); /* killed half-way through a write */
     atomic_store(&r->name[0], 0x6161616161616161ull);
-    tcm__root_write(r, "other", 0x8000); /* the redo */
+    tcm__root_write(r, "other", 0x8000, 7); /* the redo */
     CHECK_EQ(atomic_load(&r->seq) % 2, 0);
-    tcm__root_read(r, &used, &off, name);
-    CHECK(used && off == 0x8000 && strcmp(name, "other") == 0);
-    tcm__root_write(r, "", UINT64_MAX);
-    tcm__root_read(r, &used, &off, name);
-    CHECK(!used && off == 0 && name[0] == 0);
+    CHECK_EQ(tcm__root_read(r, &off, name), 7);
+    CHECK(off == 0x8000 && strcmp(name, "other") == 0);
+    tcm__root_write(r, "", UINT64_MAX, 0);
+    CHECK_EQ(tcm__root_read(r, &off, name), TCM_ROOT_DELETED);
+    CHECK(off == 0 && name[0] == 0);
 
     /* an odd sequence nobody will redo: whole values are kept, a root half
-     * cleared is cleared, an unused one stays unused; an even one is left */
+     * deleted is deleted, an unused one stays unused; an even one is left */
     bool kept;
-    tcm__root_write(r, "table", 0x4000);
+    tcm__root_write(r, "table", 0x4000, 7);
     CHECK(!tcm__root_repair(r, HEAP, &kept));
     uint32_t seq = tcm__root_write_begin(r);
-    tcm__root_write_data(r, "table", 0x6000); /* killed before the even store */
+    tcm__root_write_data(r, "table", 0x6000, 7); /* killed before the even store */
     CHECK(tcm__root_repair(r, HEAP, &kept));
     CHECK(kept);
     CHECK_EQ(atomic_load(&r->seq), seq + 1);
-    tcm__root_read(r, &used, &off, name);
-    CHECK(used && off == 0x6000 && strcmp(name, "table") == 0);
+    CHECK_EQ(tcm__root_read(r, &off, name), 7);
+    CHECK(off == 0x6000 && strcmp(name, "table") == 0);
     tcm__root_write_begin(r);
-    atomic_store(&r->name[0], 0); /* killed while clearing it: name gone, still used */
+    atomic_store(&r->name[0], 0); /* killed while deleting it: name gone, still held */
     CHECK(tcm__root_repair(r, HEAP, &kept));
     CHECK(!kept);
-    tcm__root_read(r, &used, &off, name);
-    CHECK(!used && off == 0 && name[0] == 0);
-    tcm__root_write_begin(r); /* killed before a new root's first store */
-    CHECK(tcm__root_repair(r, HEAP, &kept));
+    CHECK_EQ(tcm__root_read(r, &off, name), TCM_ROOT_DELETED);
+    CHECK(off == 0 && name[0] == 0);
+    tcm_root_t *fresh = &h.roots[5];
+    tcm__root_write_begin(fresh); /* killed before a new root's first store */
+    CHECK(tcm__root_repair(fresh, HEAP, &kept));
     CHECK(!kept);
-    CHECK_EQ(atomic_load(&r->seq) % 2, 0);
-    tcm__root_read(r, &used, &off, name);
-    CHECK(!used);
+    CHECK_EQ(atomic_load(&fresh->seq) % 2, 0);
+    CHECK_EQ(tcm__root_read(fresh, &off, name), 0);
+
+    /* the hash table: names that start their probe at one entry each find
+     * their own, past a tombstone between them */
+    for (unsigned i = 0; i < h.nroots; i++)
+        tcm__root_write(&h.roots[i], "", UINT64_MAX, 0);
+    memset(h.roots, 0, h.nroots * sizeof *h.roots);
+    char a[16], b[16];
+    uint32_t mask = h.nroots - 1, want = 0, n = 0;
+    for (unsigned i = 0; n < 2; i++) { /* two names with one home */
+        char cand[16];
+        snprintf(cand, sizeof cand, "n%u", i);
+        if (n == 0) {
+            want = tcm__root_hash(cand, mask);
+            snprintf(a, sizeof a, "%s", cand);
+            n++;
+        } else if (tcm__root_hash(cand, mask) == want) {
+            snprintf(b, sizeof b, "%s", cand);
+            n++;
+        }
+    }
+    tcm__root_write(&h.roots[want], a, 0x4000, 1);
+    tcm__root_write(&h.roots[(want + 1) & mask], b, 0x8000, 1);
+    CHECK_EQ(tcm__root_find(h.roots, h.nroots, b, &off), (int)((want + 1) & mask));
+    tcm__root_write(&h.roots[want], "", UINT64_MAX, 0); /* a deleted, b still found past it */
+    CHECK_EQ(tcm__root_find(h.roots, h.nroots, a, &off), -1);
+    CHECK_EQ(tcm__root_find(h.roots, h.nroots, b, &off), (int)((want + 1) & mask));
+    CHECK_EQ(off, 0x8000);
+    memset(h.roots, 0, h.nroots * sizeof *h.roots);
 }
 
 /* Each case on a heap of its own, set up in its own process. */

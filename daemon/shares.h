@@ -1,0 +1,29 @@
+/* shares.h — what each user holds of something tcmd has a fixed amount of
+ * (control connections, client records, roots): a count per uid, kept as
+ * the things come and go, so that a share is checked in O(1) whatever the
+ * number of users. One thread per table. */
+#ifndef TCM_SHARES_H
+#define TCM_SHARES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Open addressing; an entry leaves when its count reaches 0, so the table
+ * holds only users that hold something: cap is at least twice the most
+ * things there can be at once. */
+typedef struct tcm_shares {
+    uint32_t mask;     /* cap - 1 */
+    uint32_t *uid;
+    uint32_t *count;   /* 0: the entry is empty */
+} tcm_shares_t;
+
+int tcm__shares_init(tcm_shares_t *t, uint32_t cap); /* cap a power of two; 0 or -ENOMEM */
+void tcm__shares_free(tcm_shares_t *t);
+uint32_t tcm__shares_of(const tcm_shares_t *t, uint32_t uid);
+void tcm__shares_add(tcm_shares_t *t, uint32_t uid);
+void tcm__shares_drop(tcm_shares_t *t, uint32_t uid);
+
+/* Root, and the user tcmd runs as: the operator (DESIGN, "Threat model"). */
+bool tcm__is_operator(uint32_t uid);
+
+#endif
