@@ -70,23 +70,70 @@ static void reap(tcm_server_t *srv, uint32_t i, tcm_client_t *c)
     uv_async_send(&srv->reaped_async);
 }
 
-/* One pass over every client; true if anything was done. */
+/* Shares of the heap thread's time. Every user (uid) whose clients have
+ * requests posted gets TCM_UID_TURN_NS of serving per turn, however many
+ * processes or clients it has; its clients are served in turn order from
+ * where the last turn cut its share short, so that within a user each
+ * process gets its turn too. A user with nothing posted costs a look at
+ * its rings. So another user's request waits at most one turn: the shares
+ * of the users with work, plus one request each (a request's cost is
+ * bounded by its objects: at most TCM_MAX_BATCH). */
+#define TCM_UID_TURN_NS (250u * 1000u)
+#define TURN_UIDS 2048u /* more than twice the users a turn can see: one per client at most */
+_Static_assert(TURN_UIDS >= 2 * TCM_MAX_CLIENTS, "a turn's user table never fills");
+
+static struct uid_turn {
+    uint32_t uid, stamp; /* stamp: the turn it belongs to; older ones are free */
+    uint64_t left_ns;
+} uid_turns[TURN_UIDS];
+static uint32_t turn_stamp;
+static uint32_t turn_start; /* the client the next turn begins with */
+
+static void new_turn(void)
+{
+    if (++turn_stamp == 0) { /* every 2^32 turns: no stale entry may look current */
+        memset(uid_turns, 0, sizeof uid_turns);
+        turn_stamp = 1;
+    }
+}
+
+static uint64_t *uid_share(uint32_t uid)
+{
+    uint32_t i = (uid * 0x9e3779b1u) & (TURN_UIDS - 1);
+    while (uid_turns[i].stamp == turn_stamp && uid_turns[i].uid != uid)
+        i = (i + 1) & (TURN_UIDS - 1);
+    if (uid_turns[i].stamp != turn_stamp)
+        uid_turns[i] = (struct uid_turn){uid, turn_stamp, TCM_UID_TURN_NS};
+    return &uid_turns[i].left_ns;
+}
+
+/* One turn over every client; true if anything was done. */
 static bool serve_all(tcm_server_t *srv)
 {
-    bool work = false;
+    bool work = false, cut = false;
     uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
-    for (uint32_t i = 0; i < hw; i++) {
+    uint32_t start = turn_start < hw ? turn_start : 0, next = start;
+    new_turn();
+    for (uint32_t k = 0; k < hw; k++) {
+        uint32_t i = start + k < hw ? start + k : start + k - hw;
         tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
         if (!c)
             continue;
         uint32_t state = atomic_load_explicit(&c->rec->state, memory_order_acquire);
         if (state == TCM_REC_ACTIVE || state == TCM_REC_EVICTED) {
-            work |= tcm__serve_client_ht(srv, c, state == TCM_REC_EVICTED);
+            uint64_t *left = uid_share(c->rec->uid);
+            if (*left)
+                work |= tcm__serve_client_budget_ht(srv, c, state == TCM_REC_EVICTED, left) != 0;
+            if (!*left && !cut && tcm__ring_ready(c->ring, c->lay.ring_cap, c->rec->tail)) {
+                cut = true; /* its user's share ran out with this one still waiting: it goes first next */
+                next = i;
+            }
         } else if (state == TCM_REC_DEAD) {
             reap(srv, i, c);
             work = true;
         }
     }
+    turn_start = next;
     if (atomic_load_explicit(&srv->mbox_cmd, memory_order_acquire) != TCM_MBOX_NONE) {
         tcm__heap_run_command_ht(srv);
         work = true;

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "prim.h"
 #include "requests.h"
+#include "roots.h"
 #include "ring.h"
 #include "segments.h"
 #include "server.h"
@@ -175,49 +176,6 @@ static int op_free_pages(tcm_server_t *srv, tcm_client_t *c, uint64_t off)
     return TCM_ST_OK;
 }
 
-static int op_root_set(tcm_server_t *srv, tcm_slot_t *slot, uint64_t off)
-{
-    char name[TCM_ROOT_NAME_MAX];
-    memcpy(name, slot->offs, sizeof name);
-    size_t len = strnlen(name, sizeof name);
-    if (len == 0 || len == sizeof name)
-        return TCM_ST_BAD_NAME;
-    if (off != UINT64_MAX && (off >= srv->heap_size || off < TCM_PAGE_SIZE))
-        return TCM_ST_BAD_OFFSET;
-    tcm_root_t *roots = srv->h.roots;
-    int found = -1, empty = -1;
-    for (unsigned i = 0; i < TCM_ROOTS; i++) {
-        bool used;
-        uint64_t cur;
-        char cur_name[TCM_ROOT_NAME_MAX];
-        tcm__root_read(&roots[i], &used, &cur, cur_name);
-        if (used && strcmp(cur_name, name) == 0) {
-            found = (int)i;
-            break;
-        }
-        if (!used && empty < 0)
-            empty = (int)i;
-    }
-    if (found < 0 && off == UINT64_MAX)
-        return TCM_ST_OK;
-    if (found < 0 && (found = empty) < 0)
-        return TCM_ST_NO_ROOM;
-    tcm_req_intent_t *ri = &srv->state->req;
-    ri->root = (uint32_t)found;
-    ri->arg = off;
-    memcpy(ri->name, name, sizeof name);
-    tcm__req_set_phase(ri, TCM_INTENT_APPLYING);
-    TCM_CRASH_POINT(root_set);
-    /* the seqlock write step by step, for the crash points inside it: a
-     * kill there leaves the sequence odd, which the redo completes */
-    uint32_t seq = tcm__root_write_begin(&roots[found]);
-    TCM_CRASH_POINT(root_odd);
-    tcm__root_write_data(&roots[found], name, off);
-    TCM_CRASH_POINT(root_data);
-    tcm__root_write_end(&roots[found], seq);
-    return TCM_ST_OK;
-}
-
 static void count_latency(tcm_server_t *srv, uint64_t dt)
 {
     unsigned bucket = 0;
@@ -229,14 +187,15 @@ static void count_latency(tcm_server_t *srv, uint64_t dt)
 
 /* The entry at ring position pos names slot_index. frees_only: the client
  * is gone or evicted, so nothing is handed out to it. */
-static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint32_t slot_index, bool frees_only)
+/* Returns the nanoseconds it took (what a turn's shares are counted in). */
+static uint64_t serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint32_t slot_index, bool frees_only)
 {
     tcm_slot_t *slot = tcm__client_slot(c, slot_index);
     if (!slot || atomic_load_explicit(&slot->state, memory_order_acquire) != TCM_SLOT_POSTED) {
         refuse(srv, c, "ring entry", 0, slot_index, TCM_ST_BAD_SLOT);
         c->rec->tail = pos + 1; /* nothing to answer: a crash here only frees the cell later */
         tcm__ring_release(c->ring, c->lay.ring_cap, pos);
-        return;
+        return 0;
     }
     /* read each request field once: the slot is client memory */
     uint32_t op = slot->op, cls = slot->cls, count = slot->count, req_seq = slot->req_seq;
@@ -278,14 +237,13 @@ static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint32_t
         st = op_free_pages(srv, c, arg);
         break;
     case TCM_OP_ROOT_SET:
-        st = op_root_set(srv, slot, arg);
+        st = tcm__root_set_ht(srv, c, slot, arg, cls, arg2);
         break;
     default:
         st = TCM_ST_BAD_OP;
         break;
     }
-    if (st != TCM_ST_OK && st != TCM_ST_NOMEM && st != TCM_ST_NO_ROOM && op != TCM_OP_RETURN &&
-        op != TCM_OP_FREE_PAGES)
+    if (st != TCM_ST_OK && !tcm__status_is_answer(st) && op != TCM_OP_RETURN && op != TCM_OP_FREE_PAGES)
         refuse(srv, c, "request", cls, arg, st);
     tcm__req_answer(slot, st);
     TCM_CRASH_POINT(answered);
@@ -293,17 +251,26 @@ static void serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint32_t
     /* after the commit: each is a transaction of its own */
     if (nemptied)
         tcm__central_release_spans_ht(&srv->h, emptied, nemptied);
-    count_latency(srv, tcm__now_ns() - t0);
+    uint64_t dt = tcm__now_ns() - t0;
+    count_latency(srv, dt);
+    return dt;
+}
+
+uint32_t tcm__serve_client_budget_ht(tcm_server_t *srv, tcm_client_t *c, bool frees_only, uint64_t *budget_ns)
+{
+    uint32_t slot_index, n = 0;
+    uint64_t pos = c->rec->tail;
+    while (n < TCM_PER_CLIENT_BURST && *budget_ns && tcm__ring_peek(c->ring, c->lay.ring_cap, pos, &slot_index)) {
+        uint64_t dt = serve_one(srv, c, pos, slot_index, frees_only) + 1;
+        *budget_ns = dt < *budget_ns ? *budget_ns - dt : 0;
+        pos = c->rec->tail;
+        n++;
+    }
+    return n;
 }
 
 bool tcm__serve_client_ht(tcm_server_t *srv, tcm_client_t *c, bool frees_only)
 {
-    uint32_t slot_index, n = 0;
-    uint64_t pos = c->rec->tail;
-    while (n < TCM_PER_CLIENT_BURST && tcm__ring_peek(c->ring, c->lay.ring_cap, pos, &slot_index)) {
-        serve_one(srv, c, pos, slot_index, frees_only);
-        pos = c->rec->tail;
-        n++;
-    }
-    return n != 0;
+    uint64_t unlimited = UINT64_MAX;
+    return tcm__serve_client_budget_ht(srv, c, frees_only, &unlimited) != 0;
 }

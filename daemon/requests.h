@@ -16,6 +16,10 @@
  * requests of one ring before the next ring. */
 #define TCM_PER_CLIENT_BURST 64u
 bool tcm__serve_client_ht(tcm_server_t *srv, tcm_client_t *c, bool frees_only);
+/* The same within a budget of heap-thread time: requests are served while
+ * *budget_ns lasts (at least one, when any is posted and the budget is
+ * not spent), each's time taken from it. Returns how many were served. */
+uint32_t tcm__serve_client_budget_ht(tcm_server_t *srv, tcm_client_t *c, bool frees_only, uint64_t *budget_ns);
 void tcm__credit_ht(tcm_server_t *srv, uint16_t tag, uint64_t bytes);
 /* Free objects a dead client cached (quietly: refusals are expected);
  * returns how many were freed. */

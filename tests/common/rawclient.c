@@ -22,22 +22,26 @@ void tt_raw_attach(tt_raw_t *r, const char *socket)
     req.body_case = TCM__REQUEST__BODY_HELLO;
     req.hello = &hello;
     CHECK_EQ(tcm__frame_send(r->sock, &req), 0);
-    Tcm__Response *resp = tcm__frame_recv(r->sock, 5000);
+    /* the segments come as descriptors (heap, metadata, channel), which is
+     * all a client of another user can open */
+    tcm_handle_t fds[3] = {-1, -1, -1};
+    int nfds = 0;
+    Tcm__Response *resp = tcm__frame_recv_fds(r->sock, 5000, fds, 3, &nfds);
     CHECK(resp && resp->body_case == TCM__RESPONSE__BODY_WELCOME);
+    CHECK_EQ(nfds, 3);
     const Tcm__Welcome *w = resp->welcome;
-    int fd = tcm__shm_open(w->meta_name, false);
-    CHECK_GE(fd, 0);
+    int fd = fds[1];
     r->meta = tcm__map(fd, 4096 * 64, NULL, false, err, sizeof err);
     CHECK(r->meta);
     close(fd);
-    CHECK_GE(fd = tcm__shm_open(w->heap_name, true), 0);
+    fd = fds[0];
     r->bell = tcm__map(fd, 4096, NULL, true, err, sizeof err); /* page 0 only, anywhere */
     CHECK(r->bell);
     close(fd);
     tcm_class_info_t tab[TCM_NCLASSES];
     tcm__class_table_init(tab);
     tcm__chan_layout(&r->lay, tab, w->max_threads);
-    CHECK_GE(fd = tcm__shm_open(w->channel_name, true), 0);
+    fd = fds[2];
     r->chan = tcm__map(fd, r->lay.size, NULL, true, err, sizeof err);
     CHECK(r->chan);
     close(fd);
