@@ -37,7 +37,7 @@ target_link_libraries(tcm_platform PUBLIC pthread synchronization bcrypt psapi a
 
 # tcmd's heap: the page heap and the central lists, as tcmd runs them
 add_library(tcm_heap STATIC daemon/heap.c daemon/pageheap.c daemon/central.c daemon/objrec.c daemon/log.c daemon/crash.c
-  daemon/validate_heap.c)
+  daemon/validate_heap.c daemon/shares.c)
 target_include_directories(tcm_heap PUBLIC daemon)
 target_link_libraries(tcm_heap PUBLIC tcm_platform)
 
@@ -51,7 +51,7 @@ if(TCM_WIN_CONTROL)
   add_library(tcmd_core STATIC daemon/config.c daemon/control.c daemon/transport.c daemon/access.c
     daemon/clientwatch.c daemon/handlers.c daemon/heapthread.c
     daemon/mailbox.c daemon/metrics.c daemon/reclaim.c daemon/recovery.c daemon/requests.c daemon/heapfull.c daemon/rows.c
-    daemon/segments.c daemon/stats.c daemon/validate.c daemon/holders.c daemon/decay.c)
+    daemon/segments.c daemon/stats.c daemon/validate.c daemon/holders.c daemon/decay.c daemon/roots.c)
   target_link_libraries(tcmd_core PUBLIC tcm_heap tcm_proto uv_a)
   add_executable(tcmd daemon/main.c)
   target_link_libraries(tcmd PRIVATE tcmd_core)

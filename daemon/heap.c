@@ -5,7 +5,6 @@
 
 #include "heap.h"
 #include "pageheap.h"
-#include "roots.h"
 #include "prim.h"
 
 int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tcm_handle_t heap_fd, tcm_handle_t meta_fd,
@@ -102,3 +101,17 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tc
     return tcm__roots_count_ht(h);
 }
 
+int tcm__roots_count_ht(tcm_heap_t *h)
+{
+    tcm__shares_free(&h->root_shares);
+    /* at most one holder per live root: twice the table never fills */
+    int err = tcm__shares_init(&h->root_shares, 2 * h->nroots);
+    if (err)
+        return err;
+    for (uint32_t i = 0; i < h->nroots; i++) {
+        uint32_t holder = atomic_load_explicit(&h->roots[i].holder, memory_order_relaxed);
+        if (tcm__root_live(holder))
+            tcm__shares_add(&h->root_shares, holder);
+    }
+    return 0;
+}

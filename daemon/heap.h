@@ -126,6 +126,9 @@ typedef struct tcm_heap {
 /* Point h at a metadata and a state segment of a heap of heap_size bytes
  * (heap.c, called by segments.c). fresh: lay them out; else they hold an adopted heap whose
  * derived parts the caller rebuilds. */
+/* Each root holder's live roots, counted from the table (at attach, and
+ * after recovery). 0 or -ENOMEM. */
+int tcm__roots_count_ht(tcm_heap_t *h);
 int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tcm_handle_t heap_fd, tcm_handle_t meta_fd,
                      tcm_handle_t state_fd, uint64_t heap_size, uint64_t base, uint32_t max_threads, bool fresh);
 

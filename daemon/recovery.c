@@ -15,7 +15,6 @@
 #include "prim.h"
 #include "reclaim.h"
 #include "recovery.h"
-#include "roots.h"
 #include "requests.h"
 #include "ring.h"
 #include "segments.h"

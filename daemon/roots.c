@@ -83,18 +83,3 @@ int tcm__root_set_ht(tcm_server_t *srv, tcm_client_t *c, const tcm_slot_t *slot,
         tcm__shares_drop(&h->root_shares, holder);
     return TCM_ST_OK;
 }
-
-int tcm__roots_count_ht(tcm_heap_t *h)
-{
-    tcm__shares_free(&h->root_shares);
-    /* at most one holder per live root: twice the table never fills */
-    int err = tcm__shares_init(&h->root_shares, 2 * h->nroots);
-    if (err)
-        return err;
-    for (uint32_t i = 0; i < h->nroots; i++) {
-        uint32_t holder = atomic_load_explicit(&h->roots[i].holder, memory_order_relaxed);
-        if (tcm__root_live(holder))
-            tcm__shares_add(&h->root_shares, holder);
-    }
-    return 0;
-}

@@ -11,8 +11,5 @@
  * Returns a ring status. */
 int tcm__root_set_ht(tcm_server_t *srv, tcm_client_t *c, const tcm_slot_t *slot, uint64_t off, uint32_t mode,
                      uint64_t expected);
-/* Each holder's live roots, counted from the table (at start, after
- * recovery). 0 or -ENOMEM. */
-int tcm__roots_count_ht(tcm_heap_t *h);
 
 #endif
