@@ -3,6 +3,10 @@
 #include <errno.h>
 #include <string.h>
 
+#ifndef EDQUOT /* (MinGW's errno.h has no disk quotas) */
+#define EDQUOT 122
+#endif
+
 #include "background.h"
 #include "channel.h"
 #include "client.h"

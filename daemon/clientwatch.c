@@ -62,6 +62,8 @@ static void on_proc_closed(uv_handle_t *handle)
 static void on_reaped(uv_async_t *async)
 {
     tcm_server_t *srv = async->data;
+    if (srv->views_busy)
+        return; /* a view reads them now: freed when the last one is made (tcm__views_done) */
     pthread_mutex_lock(&srv->reaped_lock);
     tcm_client_t *list = srv->reaped;
     srv->reaped = NULL;
@@ -172,6 +174,12 @@ void tcm__clientwatch_start(tcm_server_t *srv)
     }
     uv_async_init(srv->loop, &srv->reaped_async, on_reaped);
     srv->reaped_async.data = srv;
+}
+
+void tcm__views_done(tcm_server_t *srv)
+{
+    if (!--srv->views_busy)
+        uv_async_send(&srv->reaped_async);
 }
 
 void tcm__clientwatch_drain(tcm_server_t *srv)

@@ -18,5 +18,8 @@ void tcm__client_conn_closed(tcm_conn_t *conn);
  * reaped ones; at close, free what the heap thread reaped last. */
 void tcm__clientwatch_start(tcm_server_t *srv);
 void tcm__clientwatch_drain(tcm_server_t *srv);
+/* A view that read the clients off the main loop is made (one per
+ * srv->views_busy taken): reaped clients may be freed once none is left. */
+void tcm__views_done(tcm_server_t *srv);
 
 #endif

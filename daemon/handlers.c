@@ -254,15 +254,36 @@ static void handle_ping(tcm_conn_t *conn, const Tcm__Ping *ping)
     tcm__conn_reply(conn, TCM__RESPONSE__BODY_PONG, &pong);
 }
 
-static void handle_stats(tcm_conn_t *conn)
+/* The stats and clients views read every client's caches from its
+ * channel: cheap for an ordinary client, megabytes for one whose channel
+ * claims a thousand thread caches. So they are made on libuv's thread
+ * pool, and the main loop (pings, attaches, other peers) never waits for
+ * them; the asking connection waits for its answer, as for the heap
+ * thread's commands. While one is being made, the clients it reads are
+ * not freed (srv->views_busy, clientwatch.c). */
+typedef struct view_job {
+    uv_work_t work;
+    tcm_conn_t *conn;
+    bool clients; /* the clients view, else stats */
+    size_t n;
+    tcm_stat_row_t rows[TCM_MAX_STAT_ROWS];
+    Tcm__ClientInfo *crows; /* [TCM_MAX_CLIENTS] */
+} view_job_t;
+
+static void make_view(uv_work_t *w)
+{
+    view_job_t *j = w->data;
+    tcm_server_t *srv = j->conn->srv;
+    j->n = j->clients ? tcm__clients_view(srv, j->crows) : tcm__stats_snapshot(srv, j->rows, TCM_MAX_STAT_ROWS);
+}
+
+static void reply_stats(tcm_conn_t *conn, const tcm_stat_row_t *rows, size_t n)
 {
     tcm_server_t *srv = conn->srv;
-    tcm_stat_row_t rows[TCM_MAX_STAT_ROWS];
-    size_t n = tcm__stats_snapshot(srv, rows, TCM_MAX_STAT_ROWS);
     Tcm__Stat st[TCM_MAX_STAT_ROWS], *stp[TCM_MAX_STAT_ROWS];
     for (size_t i = 0; i < n; i++) {
         tcm__stat__init(&st[i]);
-        st[i].name = rows[i].name;
+        st[i].name = (char *)rows[i].name;
         st[i].help = (char *)rows[i].help;
         st[i].value = rows[i].value;
         st[i].fvalue = rows[i].fvalue;
@@ -287,24 +308,70 @@ static void handle_stats(tcm_conn_t *conn)
     tcm__conn_reply(conn, TCM__RESPONSE__BODY_STATS, &stats);
 }
 
-static void handle_clients(tcm_conn_t *conn)
+static void reply_clients(tcm_conn_t *conn, Tcm__ClientInfo *rows, size_t n)
 {
-    Tcm__ClientInfo *rows = calloc(TCM_MAX_CLIENTS, sizeof *rows);
-    Tcm__ClientInfo **ptrs = calloc(TCM_MAX_CLIENTS, sizeof *ptrs);
-    if (!rows || !ptrs) {
-        free(rows);
-        free(ptrs);
+    Tcm__ClientInfo **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    if (!ptrs) {
         tcm__conn_error(conn, ENOMEM, "out of memory");
         return;
     }
     Tcm__Clients clients = TCM__CLIENTS__INIT;
-    clients.n_client = tcm__clients_view(conn->srv, rows);
-    for (size_t i = 0; i < clients.n_client; i++)
+    clients.n_client = n;
+    for (size_t i = 0; i < n; i++)
         ptrs[i] = &rows[i];
     clients.client = ptrs;
     tcm__conn_reply(conn, TCM__RESPONSE__BODY_CLIENTS, &clients);
-    free(rows);
     free(ptrs);
+}
+
+static void view_made(uv_work_t *w, int status)
+{
+    view_job_t *j = w->data;
+    tcm_conn_t *conn = j->conn;
+    tcm__views_done(conn->srv);
+    if (status != 0)
+        tcm__conn_error(conn, ECANCELED, "tcmd is shutting down");
+    else if (j->clients)
+        reply_clients(conn, j->crows, j->n);
+    else
+        reply_stats(conn, j->rows, j->n);
+    free(j->crows);
+    free(j);
+    tcm__conn_resume(conn); /* (frees it if it closed meanwhile) */
+}
+
+static void queue_view(tcm_conn_t *conn, bool clients)
+{
+    view_job_t *j = calloc(1, sizeof *j);
+    if (j && clients && !(j->crows = calloc(TCM_MAX_CLIENTS, sizeof *j->crows))) {
+        free(j);
+        j = NULL;
+    }
+    if (!j) {
+        tcm__conn_error(conn, ENOMEM, "out of memory");
+        return;
+    }
+    j->conn = conn;
+    j->clients = clients;
+    j->work.data = j;
+    if (uv_queue_work(conn->srv->loop, &j->work, make_view, view_made) != 0) {
+        free(j->crows);
+        free(j);
+        tcm__conn_error(conn, EAGAIN, "cannot queue the view");
+        return;
+    }
+    conn->srv->views_busy++;
+    tcm__conn_wait(conn);
+}
+
+static void handle_stats(tcm_conn_t *conn)
+{
+    queue_view(conn, false);
+}
+
+static void handle_clients(tcm_conn_t *conn)
+{
+    queue_view(conn, true);
 }
 
 #define DEPARTED_ROWS_MAX 300 /* rows of a departed reply: under TCM_FRAME_MAX with the longest names */

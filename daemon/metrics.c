@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "holders.h"
+#include "clientwatch.h"
 #include "log.h"
 #include "metrics.h"
 #include "rows.h"
@@ -36,6 +37,7 @@ typedef struct tcm_http_conn {
     size_t len;
     bool answered;
     bool closing;
+    bool waiting;   /* for the page being rendered */
 } http_conn_t;
 
 typedef struct text {
@@ -272,6 +274,79 @@ static void respond(http_conn_t *c, const char *status, const char *ctype, const
     }
 }
 
+static void respond_page(http_conn_t *c)
+{
+    tcm_server_t *srv = c->srv;
+    respond(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", srv->metrics_page ? srv->metrics_page : "",
+            srv->metrics_page ? srv->metrics_page_len : 0);
+}
+
+/* The page reads every client's caches (the clients view): rendered on
+ * libuv's thread pool, as the control socket's views are (handlers.c), and
+ * sent to every connection that waited for it. */
+typedef struct render_job {
+    uv_work_t work;
+    tcm_server_t *srv;
+    text_t t;
+    uint64_t ns;
+} render_job_t;
+
+static void render_work(uv_work_t *w)
+{
+    render_job_t *j = w->data;
+    j->ns = tcm__now_ns();
+    render(j->srv, &j->t);
+}
+
+static void render_done(uv_work_t *w, int status)
+{
+    render_job_t *j = w->data;
+    tcm_server_t *srv = j->srv;
+    srv->metrics_rendering = false;
+    tcm__views_done(srv);
+    if (status == 0 && j->t.p) {
+        free(srv->metrics_page);
+        srv->metrics_page = j->t.p;
+        srv->metrics_page_len = j->t.len;
+        srv->metrics_page_ns = j->ns;
+    } else {
+        free(j->t.p);
+    }
+    free(j);
+    for (http_conn_t *c = srv->metrics_head, *next; c; c = next) {
+        next = c->next;
+        if (c->waiting && !c->answered && !c->closing) {
+            c->waiting = false;
+            respond_page(c);
+        }
+    }
+}
+
+static void queue_render(tcm_server_t *srv)
+{
+    if (srv->metrics_rendering)
+        return;
+    render_job_t *j = calloc(1, sizeof *j);
+    if (j) {
+        j->srv = srv;
+        j->work.data = j;
+    }
+    if (!j || uv_queue_work(srv->loop, &j->work, render_work, render_done) != 0) {
+        free(j);
+        for (http_conn_t *c = srv->metrics_head, *next; c; c = next) {
+            next = c->next;
+            if (c->waiting && !c->answered && !c->closing) {
+                static const char msg[] = "cannot render the page now\n";
+                c->waiting = false;
+                respond(c, "503 Service Unavailable", "text/plain", msg, sizeof msg - 1);
+            }
+        }
+        return;
+    }
+    srv->metrics_rendering = true;
+    srv->views_busy++;
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     http_conn_t *c = h->data;
@@ -311,19 +386,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         respond(c, "404 Not Found", "text/plain", msg, sizeof msg - 1);
     } else {
         tcm_server_t *srv = c->srv;
-        uint64_t now = tcm__now_ns();
-        if (!srv->metrics_page || now - srv->metrics_page_ns >= PAGE_MAX_AGE_NS) {
-            text_t t = {0};
-            render(srv, &t);
-            if (t.p) {
-                free(srv->metrics_page);
-                srv->metrics_page = t.p;
-                srv->metrics_page_len = t.len;
-                srv->metrics_page_ns = now;
-            }
+        if (srv->metrics_page && tcm__now_ns() - srv->metrics_page_ns < PAGE_MAX_AGE_NS) {
+            respond_page(c);
+        } else {
+            c->waiting = true;
+            queue_render(srv);
         }
-        respond(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", srv->metrics_page ? srv->metrics_page : "",
-                srv->metrics_page ? srv->metrics_page_len : 0);
     }
 }
 

@@ -111,7 +111,7 @@ static uint32_t largest_array(const tcm_class_info_t *ci)
 }
 
 bool tcm__each_cache(const tcm_server_t *srv, const tcm_client_t *c,
-                     bool (*visit)(void *arg, const tcm_cache_view_t *v), void *arg)
+                     bool (*visit)(void *arg, const tcm_cache_view_t *v), void *arg, bool objects)
 {
     const tcm_chan_layout_t *l = &c->lay;
     const tcm_class_info_t *ci = srv->h.classes;
@@ -145,7 +145,10 @@ bool tcm__each_cache(const tcm_server_t *srv, const tcm_client_t *c,
                                    .count_off = at + offsetof(tcm_tcache_t, bins) + b * sizeof(tcm_bin_t) +
                                                 offsetof(tcm_bin_t, count),
                                    .objs_off = at + (drain ? l->drain_slot_off[cls] : l->bin_slot_off[cls]), .n = n};
-            tcm__chan_read(c, v.objs_off, objs, (uint64_t)n * sizeof *objs);
+            if (objects)
+                tcm__chan_read(c, v.objs_off, objs, (uint64_t)n * sizeof *objs);
+            else
+                v.objs = NULL;
             if (!visit(arg, &v))
                 goto out;
         }
@@ -158,7 +161,10 @@ bool tcm__each_cache(const tcm_server_t *srv, const tcm_client_t *c,
         v = (tcm_cache_view_t){.kind = TCM_CACHE_XFER, .cls = cls, .objs = objs,
                                .count_off = offsetof(tcm_chan_hdr_t, xfer) + cls * sizeof(tcm_xfer_t),
                                .objs_off = l->off_xfer + l->xfer_slot_off[cls], .n = n};
-        tcm__chan_read(c, v.objs_off, objs, (uint64_t)n * sizeof *objs);
+        if (objects)
+            tcm__chan_read(c, v.objs_off, objs, (uint64_t)n * sizeof *objs);
+        else
+            v.objs = NULL;
         if (!visit(arg, &v))
             goto out;
     }
@@ -292,7 +298,7 @@ void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c)
     }
     objects += reclaim_unread_runs(srv, c);
     reclaiming_t r = {srv, c, &skip, 0};
-    tcm__each_cache(srv, c, reclaim_cache, &r);
+    tcm__each_cache(srv, c, reclaim_cache, &r, true);
     objects += r.objects;
     free(skip.offs);
     tcm_client_rec_t *rec = c->rec;

@@ -33,9 +33,11 @@ typedef struct tcm_cache_view {
 
 /* Calls visit for each thread (THREAD), then its non-empty bins, then the
  * non-empty arrays of the transfer tier, then the page-run cache; stops and
- * returns false when visit does (or it cannot allocate its buffers). */
+ * returns false when visit does (or it cannot allocate its buffers).
+ * Without objects, the arrays' objects are not read (objs is NULL): what
+ * counts only the sizes reads a tenth as much. */
 bool tcm__each_cache(const tcm_server_t *srv, const tcm_client_t *c,
-                     bool (*visit)(void *arg, const tcm_cache_view_t *v), void *arg);
+                     bool (*visit)(void *arg, const tcm_cache_view_t *v), void *arg, bool objects);
 /* Read client memory of the channel at off, without faulting (holes and a
  * shrunk channel read as zeros). */
 void tcm__chan_read(const tcm_client_t *c, uint64_t off, void *buf, uint64_t len);

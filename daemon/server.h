@@ -179,6 +179,8 @@ struct tcm_server {
     _Atomic uint32_t clients_hw; /* indices below this may be in use */
     pthread_mutex_t reaped_lock;
     tcm_client_t *reaped;        /* reclaimed, waiting for the main thread */
+    uint32_t views_busy;         /* main thread: views being made on the thread pool, which read the
+                                    clients: the reaped ones are freed once none is (handlers.c) */
     uv_async_t reaped_async;
 
     /* main thread -> heap thread commands (mailbox.c): the main loop queues
@@ -212,6 +214,7 @@ struct tcm_server {
     char *metrics_page;       /* the last page rendered, served again for a second */
     size_t metrics_page_len;
     uint64_t metrics_page_ns;
+    bool metrics_rendering;   /* a page is being rendered on the thread pool */
     uv_tcp_t metrics;
     char metrics_addr[64];
     int metrics_port; /* 0: no /metrics endpoint */

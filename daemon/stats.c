@@ -52,7 +52,7 @@ static bool add_usage(void *arg, const tcm_cache_view_t *v)
 void tcm__client_usage(const tcm_server_t *srv, const tcm_client_t *c, uint32_t *threads, uint64_t *cached)
 {
     usage_t u = {srv, 0, 0};
-    tcm__each_cache(srv, c, add_usage, &u);
+    tcm__each_cache(srv, c, add_usage, &u, false);
     *threads = u.threads;
     *cached = u.cached;
 }

@@ -228,10 +228,16 @@ void tcm__conn_wait(tcm_conn_t *conn)
 void tcm__conn_resume(tcm_conn_t *conn)
 {
     conn->waiting = false;
-    if (conn->handle_closed)
+    if (conn->handle_closed) {
         free_conn(conn);
-    else
-        handle_frames(conn);
+        return;
+    }
+    if (conn->held && !conn->closing) {
+        conn->held = false;
+        if (!conn->paused)
+            uv_read_start((uv_stream_t *)&conn->pipe, on_alloc, on_read);
+    }
+    handle_frames(conn);
 }
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
@@ -252,6 +258,11 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     tcm_conn_t *conn = stream->data;
     (void)buf;
+    if (nread == UV_ENOBUFS && conn->waiting) { /* requests sent ahead of an answer: read on once it is sent */
+        uv_read_stop(stream);
+        conn->held = true;
+        return;
+    }
     if (nread < 0) {
         tcm__conn_close(conn);
         return;

@@ -24,6 +24,7 @@ struct tcm_conn {
     bool handle_closed;
     bool waiting;         /* a request is being answered later: the next frames wait */
     bool paused;          /* too many replies unread: not read, its frames wait (control.c) */
+    bool held;            /* its frame buffer filled while it waited for an answer: not read until then */
     uint64_t paused_ns;   /* when it was paused */
     uint64_t drained_ns;  /* when a reply last went out of its queue */
     uint64_t heard_ns;    /* when it was accepted or last sent a request: an idle one is closed */

@@ -240,7 +240,7 @@ static int check_caches(tcm_server_t *srv, char *why, size_t whylen, uint32_t *u
         }
         k->srv = srv;
         k->c = c;
-        bool ok = !collect_giving_back(k) || !tcm__each_cache(srv, c, check_cache, k) || confirm(k, why, whylen);
+        bool ok = !collect_giving_back(k) || !tcm__each_cache(srv, c, check_cache, k, true) || confirm(k, why, whylen);
         free(k->giving_back);
         free(k);
         if (!ok)

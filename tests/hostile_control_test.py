@@ -43,7 +43,7 @@ FDS_WANTED = 4096 + 32 + 2 * 1024 + 64 + 256  # what control.c asks RLIMIT_NOFIL
 
 
 def part(name):
-    """HOSTILE_ONLY=flood|connections|idle|records|logs runs one part (each also fails alone without its fix)."""
+    """HOSTILE_ONLY=flood|connections|idle|records|views|logs runs one part (each also fails alone without its fix)."""
     only = os.environ.get("HOSTILE_ONLY")
     return not only or only == name
 
@@ -127,6 +127,7 @@ def frame(payload):
 
 PING = frame(b"\x08\x01" + field(3, b""))
 STATS = frame(b"\x08\x01" + field(4, b""))
+CLIENTS = frame(b"\x08\x01" + field(5, b""))
 GARBAGE = frame(b"\xff\xff\xff\xff")
 HELLO = frame(b"\x08\x01" + field(2, b"\x08\x01"))  # Hello{version}
 RESUME = frame(b"\x08\x01" + field(2, b"\x08\x01" + b"\x18" + varint(54321)))  # Hello{resume_client_id}
@@ -406,6 +407,56 @@ if part("records"):
         helper.stdin.flush()
         helper.wait(timeout=10)
         let_go(peer)
+
+if part("views"):
+    with case("stats while clients' channels are garbage"):
+        n = int(os.environ.get("HOSTILE_GARBAGE_CLIENTS", "200"))
+        peers = []
+        for _ in range(n):
+            peers.append(subprocess.Popen([os.path.join(build, "tests", "tcm-hostile"), "garbage"],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                          env=dict(os.environ, TCM_SOCKET=sock)))
+        ready = sum(p.stdout.readline().strip() == "ready" for p in peers)
+        check(ready == n, f"{n} clients wrote garbage and maximum values into their channels ({ready})")
+        # one peer asks for stats and clients in a loop (each reads every channel); pings meanwhile
+        asker = subprocess.Popen([sys.executable, "-c", f"""
+import socket, struct, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.connect({sock!r})
+def reply():
+    d = b""
+    while len(d) < 4:
+        d += s.recv(4 - len(d))
+    n = struct.unpack(">I", d)[0]
+    d = b""
+    while len(d) < n:
+        d += s.recv(n - len(d))
+    return d
+t0, asked, slowest = time.monotonic(), 0, 0.0
+while time.monotonic() - t0 < 4:
+    a = time.monotonic()
+    s.sendall({STATS!r} if asked % 2 else {CLIENTS!r})
+    reply()
+    slowest = max(slowest, time.monotonic() - a)
+    asked += 1
+print(asked, round(slowest * 1e3, 1), flush=True)
+"""], stdout=subprocess.PIPE, text=True)
+        time.sleep(0.2)
+        pings = sorted(ping_s() for _ in range(200))
+        got = asker.stdout.readline().split()
+        asker.wait(timeout=60)
+        p50, p99 = pings[len(pings) // 2], pings[len(pings) * 99 // 100]
+        print(f"  {n} garbage channels; a peer asked {got[0] if got else '?'} stats/clients (slowest "
+              f"{got[1] if len(got) > 1 else '?'} ms); ping p50 {p50 * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms")
+        check(len(got) == 2 and int(got[0]) > 0, "stats and clients answered")
+        check(p50 < PING_BOUND_S and p99 < PING_WORST_S / 2.5,
+              f"pings while stats read every channel: p50 under {PING_BOUND_S * 1e3:.0f} ms, p99 under "
+              f"{PING_WORST_S / 2.5 * 1e3:.0f} ms")
+        for p in peers:
+            p.stdin.write("exit\n")
+            p.stdin.flush()
+        for p in peers:
+            p.wait(timeout=60)
 
 if part("logs"):
     with case("a peer floods malformed frames and resume requests"):
