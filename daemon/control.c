@@ -51,24 +51,17 @@ int tcm__control_start(tcm_server_t *srv)
 
 static void close_walk(uv_handle_t *handle, void *arg)
 {
-    tcm_server_t *srv = arg;
-    if (uv_is_closing(handle))
-        return;
-    if (handle->type == UV_NAMED_PIPE && handle != (uv_handle_t *)&srv->listener) {
-        tcm_conn_t *conn = handle->data;
-        if (conn->client) /* the daemon is going away; nothing to reclaim */
-            conn->client->conn = NULL;
-        conn->client = NULL;
-        tcm__conn_close(conn);
-        return;
-    }
-    uv_close(handle, NULL);
+    (void)arg;
+    if (!uv_is_closing(handle))
+        uv_close(handle, NULL);
 }
 
 void tcm__control_close(tcm_server_t *srv)
 {
     tcm__mailbox_cancel(srv); /* the heap thread has stopped: what waits for it is answered now */
-    uv_walk(srv->loop, close_walk, srv);
+    tcm__conns_close_all(srv);
+    tcm__metrics_close(srv);
+    uv_walk(srv->loop, close_walk, srv); /* listeners, timers, signals */
     uv_run(srv->loop, UV_RUN_DEFAULT);
     tcm__clientwatch_drain(srv);
     /* libuv removes the socket file when it closes the listener; a heap left
@@ -77,4 +70,6 @@ void tcm__control_close(tcm_server_t *srv)
         tcm__socket_placeholder(srv->socket_path);
     else
         tcm__unlink(srv->socket_path);
+    if (srv->metrics_socket[0]) /* (bound under another name: libuv does not remove it) */
+        tcm__unlink(srv->metrics_socket);
 }

@@ -33,6 +33,7 @@ static void usage(FILE *f)
                "  --log FILE                log file (default: stderr in the foreground, SOCKET.log otherwise)\n"
                "  --metrics-port P          serve Prometheus metrics at http://ADDR:P/metrics\n"
                "  --metrics-addr A          address for --metrics-port (default 127.0.0.1)\n"
+               "  --metrics-socket PATH     serve the same on a Unix socket; the operator's page there lists pids\n"
                "  --discard-heap            replace the heap a previous tcmd left under this name\n"
                "                            (by default it is adopted: same heap, same address)\n"
                "  --foreground              do not detach\n"
@@ -213,6 +214,8 @@ static int run(tcm_server_t *srv, tcm_handle_t ready_fd)
         goto out_segments;
     if (tcm__control_start(srv) != 0)
         goto out_thread;
+    if ((srv->metrics_port || srv->metrics_socket[0]) && tcm__metrics_socket_start(srv) != 0)
+        goto out_thread;
     if (srv->metrics_port && tcm__metrics_start(srv) != 0)
         goto out_thread;
     uv_signal_init(srv->loop, &srv->sigterm);
@@ -260,7 +263,7 @@ out:
     return rc;
 }
 
-enum { O_SOCKET = 256, O_NAME, O_CONFIG, O_LOG, O_FG, O_MPORT, O_MADDR, O_DISCARD, O_LIST, O_SETTING = 512 };
+enum { O_SOCKET = 256, O_NAME, O_CONFIG, O_LOG, O_FG, O_MPORT, O_MADDR, O_MSOCK, O_DISCARD, O_LIST, O_SETTING = 512 };
 #define TCMD_MAX_OPTIONS 64
 
 /* tcmd's options: the fixed ones, then one per setting (--heap-size for
@@ -272,6 +275,7 @@ static bool options_build(struct option opts[TCMD_MAX_OPTIONS])
         {"config", required_argument, 0, O_CONFIG},   {"log", required_argument, 0, O_LOG},
         {"foreground", no_argument, 0, O_FG},         {"help", no_argument, 0, 'h'},
         {"metrics-port", required_argument, 0, O_MPORT}, {"metrics-addr", required_argument, 0, O_MADDR},
+        {"metrics-socket", required_argument, 0, O_MSOCK},
         {"discard-heap", no_argument, 0, O_DISCARD},  {"list-settings", no_argument, 0, O_LIST},
     };
     static char option_names[48][64];
@@ -344,6 +348,13 @@ static int option_apply(tcm_server_t *srv, int opt, const char *arg)
         break;
     }
     case O_MADDR: snprintf(srv->metrics_addr, sizeof srv->metrics_addr, "%.63s", arg); break;
+    case O_MSOCK:
+        if (strlen(arg) >= sizeof srv->metrics_socket) {
+            fprintf(stderr, "tcmd: --metrics-socket: path longer than %zu bytes\n", sizeof srv->metrics_socket - 1);
+            return 2;
+        }
+        snprintf(srv->metrics_socket, sizeof srv->metrics_socket, "%s", arg);
+        break;
     case 'h': usage(stdout); return 0;
     case O_LIST: tcm__config_list(stdout); return 0;
     default:

@@ -29,7 +29,15 @@
 #define PAGE_MAX_AGE_NS (1000ull * 1000000ull)
 
 typedef struct tcm_http_conn {
-    uv_tcp_t tcp;
+    union {
+        uv_tcp_t tcp;   /* --metrics-port */
+        uv_pipe_t pipe; /* --metrics-socket */
+        uv_stream_t stream;
+    };
+    bool on_socket;     /* came through the Unix socket */
+    bool full;          /* the operator's: the page with pids */
+    uint32_t uid;       /* (on_socket) its peer's */
+    bool counted;       /* in srv->metrics_shares */
     tcm_server_t *srv;
     struct tcm_http_conn *next, *prev; /* srv->metrics_head */
     uint64_t opened_ns;
@@ -86,7 +94,8 @@ static void metric_name(const tcm_stat_row_t *r, char *out, size_t len)
 
 /* One family per figure of a view, one sample per row, labelled by the
  * view's label fields. */
-static void render_view(text_t *t, const tcm_view_t *v, ProtobufCMessage *const *rows, size_t n)
+/* Labels named in hide are left out (the public page has no pids). */
+static void render_view(text_t *t, const tcm_view_t *v, ProtobufCMessage *const *rows, size_t n, const char *hide)
 {
     char name[96];
     for (size_t i = 0; i < v->nfields; i++) {
@@ -99,7 +108,7 @@ static void render_view(text_t *t, const tcm_view_t *v, ProtobufCMessage *const 
             put(t, "%s{", name);
             const char *sep = "";
             for (size_t l = 0; l < v->nfields; l++)
-                if (v->fields[l].prom == TCM_PROM_LABEL) {
+                if (v->fields[l].prom == TCM_PROM_LABEL && !(hide && strcmp(v->fields[l].prom_name, hide) == 0)) {
                     put(t, "%s%s=\"%llu\"", sep, v->fields[l].prom_name,
                         (unsigned long long)tcm__view_value(v, l, rows[r]));
                     sep = ",";
@@ -146,8 +155,12 @@ static void render_departed(tcm_server_t *srv, text_t *t)
     free(rows);
 }
 
-static void render(tcm_server_t *srv, text_t *t)
+/* Both pages at once, from one snapshot: the operator's (full) and the
+ * one anyone who reaches the TCP port gets (pub: the clients without
+ * their pids). */
+static void render(tcm_server_t *srv, text_t *full, text_t *pub)
 {
+    text_t *t = full;
     tcm_stat_row_t rows[TCM_MAX_STAT_ROWS];
     size_t n = tcm__stats_snapshot(srv, rows, TCM_MAX_STAT_ROWS);
     char name[96];
@@ -200,24 +213,36 @@ static void render(tcm_server_t *srv, text_t *t)
         for (size_t i = 0; i < ncls; i++)
             if (classes[i].spans) /* the classes in use: the rest would be 58 lines of zeros */
                 rows_of[nrows++] = &classes[i].base;
-        render_view(t, &tcm__view_classes, rows_of, nrows);
+        render_view(t, &tcm__view_classes, rows_of, nrows, NULL);
+        if (t->p) /* what the two pages share so far */
+            put(pub, "%.*s", (int)t->len, t->p);
         size_t ncl = tcm__clients_view(srv, clients);
         for (size_t i = 0; i < ncl; i++)
             rows_of[i] = &clients[i].base;
-        render_view(t, &tcm__view_clients, rows_of, ncl);
+        render_view(full, &tcm__view_clients, rows_of, ncl, NULL);
+        render_view(pub, &tcm__view_clients, rows_of, ncl, "pid");
     }
     free(classes);
     free(clients);
     free(rows_of);
-    render_departed(srv, t);
-    family(t, "tcm_build_info", "gauge", "tcmd version");
-    put(t, "tcm_build_info{version=\"%s\"} 1\n", TCM_VERSION_STRING);
+    text_t *both[] = {full, pub};
+    for (int k = 0; k < 2; k++) {
+        render_departed(srv, both[k]);
+        family(both[k], "tcm_build_info", "gauge", "tcmd version");
+        put(both[k], "tcm_build_info{version=\"%s\"} 1\n", TCM_VERSION_STRING);
+    }
 }
 
 static void on_close(uv_handle_t *h)
 {
     http_conn_t *c = h->data;
-    c->srv->metrics_conns--;
+    if (c->on_socket) {
+        c->srv->metrics_socket_conns--;
+        if (c->counted)
+            tcm__shares_drop(&c->srv->metrics_shares, c->uid);
+    } else {
+        c->srv->metrics_conns--;
+    }
     free(c);
 }
 
@@ -232,7 +257,7 @@ static void conn_close(http_conn_t *c)
         c->srv->metrics_head = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    uv_close((uv_handle_t *)&c->tcp, on_close);
+    uv_close((uv_handle_t *)&c->stream, on_close);
 }
 
 static void on_written(uv_write_t *req, int status)
@@ -267,7 +292,7 @@ static void respond(http_conn_t *c, const char *status, const char *ctype, const
     req->data = t.p;
     uv_buf_t b = uv_buf_init(t.p, (unsigned)t.len);
     c->answered = true;
-    if (uv_write(req, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
+    if (uv_write(req, &c->stream, &b, 1, on_written) != 0) {
         free(t.p);
         free(req);
         conn_close(c);
@@ -277,8 +302,9 @@ static void respond(http_conn_t *c, const char *status, const char *ctype, const
 static void respond_page(http_conn_t *c)
 {
     tcm_server_t *srv = c->srv;
-    respond(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", srv->metrics_page ? srv->metrics_page : "",
-            srv->metrics_page ? srv->metrics_page_len : 0);
+    const char *page = c->full ? srv->metrics_page_full : srv->metrics_page;
+    size_t len = c->full ? srv->metrics_page_full_len : srv->metrics_page_len;
+    respond(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", page ? page : "", page ? len : 0);
 }
 
 /* The page reads every client's caches (the clients view): rendered on
@@ -287,7 +313,7 @@ static void respond_page(http_conn_t *c)
 typedef struct render_job {
     uv_work_t work;
     tcm_server_t *srv;
-    text_t t;
+    text_t t, pub; /* the operator's page, the public one */
     uint64_t ns;
 } render_job_t;
 
@@ -295,7 +321,7 @@ static void render_work(uv_work_t *w)
 {
     render_job_t *j = w->data;
     j->ns = tcm__now_ns();
-    render(j->srv, &j->t);
+    render(j->srv, &j->t, &j->pub);
 }
 
 static void render_done(uv_work_t *w, int status)
@@ -304,13 +330,17 @@ static void render_done(uv_work_t *w, int status)
     tcm_server_t *srv = j->srv;
     srv->metrics_rendering = false;
     tcm__views_done(srv);
-    if (status == 0 && j->t.p) {
+    if (status == 0 && j->t.p && j->pub.p) {
+        free(srv->metrics_page_full);
         free(srv->metrics_page);
-        srv->metrics_page = j->t.p;
-        srv->metrics_page_len = j->t.len;
+        srv->metrics_page_full = j->t.p;
+        srv->metrics_page_full_len = j->t.len;
+        srv->metrics_page = j->pub.p;
+        srv->metrics_page_len = j->pub.len;
         srv->metrics_page_ns = j->ns;
     } else {
         free(j->t.p);
+        free(j->pub.p);
     }
     free(j);
     for (http_conn_t *c = srv->metrics_head, *next; c; c = next) {
@@ -395,7 +425,14 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
 }
 
-static void on_connection(uv_stream_t *server, int status)
+/* One listener's new connection. The TCP port is anyone's on the box:
+ * its page has no pids, and its connections share one pool. The Unix
+ * socket is the control socket's kind (owner-only, the group's with
+ * --allow-group): the operator (root, tcmd's user) gets the page with
+ * pids, and its own pool, where each other user may hold a quarter and the
+ * operator a reserve beyond the cap: a flood of the TCP port, or of another
+ * user, never keeps the operator's scraper out. */
+static void accept_conn(uv_stream_t *server, int status, bool on_socket)
 {
     tcm_server_t *srv = server->data;
     if (status < 0) {
@@ -406,25 +443,58 @@ static void on_connection(uv_stream_t *server, int status)
     if (!c)
         return;
     c->srv = srv;
+    c->on_socket = on_socket;
     c->opened_ns = tcm__now_ns();
-    uv_tcp_init(srv->loop, &c->tcp);
-    c->tcp.data = c;
-    srv->metrics_conns++;
+    if (on_socket)
+        uv_pipe_init(srv->loop, &c->pipe, 0);
+    else
+        uv_tcp_init(srv->loop, &c->tcp);
+    c->stream.data = c;
+    (on_socket ? &srv->metrics_socket_conns : &srv->metrics_conns)[0]++;
     c->next = srv->metrics_head; /* listed first, so that conn_close can unlink it whatever happens next */
     if (c->next)
         c->next->prev = c;
     srv->metrics_head = c;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+    if (uv_accept(server, &c->stream) != 0) {
         conn_close(c);
         return;
     }
-    if (srv->metrics_conns > TCM_METRICS_MAX_CONNS) { /* accepted only to be closed: refusing costs nothing more */
-        tcm__log_peer(TCM_LOG_WARN, TCM_LOG_PEER_METRICS, "metrics: connection refused: %u open, the limit",
-                      TCM_METRICS_MAX_CONNS);
+    bool over = srv->metrics_conns > TCM_METRICS_MAX_CONNS;
+    if (on_socket) {
+        uv_os_fd_t fd;
+        tcm_pid_t pid;
+        tcm_gid_t gid;
+        tcm_uid_t uid;
+        if (uv_fileno((uv_handle_t *)&c->pipe, &fd) != 0 ||
+            tcm__peer_cred((tcm_handle_t)(intptr_t)fd, &pid, &uid, &gid) != 0) {
+            conn_close(c);
+            return;
+        }
+        c->uid = (uint32_t)uid;
+        c->full = tcm__is_operator(c->uid);
+        over = c->full ? srv->metrics_socket_conns > TCM_METRICS_MAX_CONNS + TCM_CONTROL_OPERATOR_RESERVE
+                       : srv->metrics_socket_conns > TCM_METRICS_MAX_CONNS ||
+                             tcm__shares_of(&srv->metrics_shares, c->uid) >= TCM_METRICS_MAX_CONNS / 4;
+        tcm__shares_add(&srv->metrics_shares, c->uid);
+        c->counted = true;
+    }
+    if (over) { /* accepted only to be closed: refusing costs nothing more */
+        tcm__log_peer(TCM_LOG_WARN, TCM_LOG_PEER_METRICS, "metrics: connection refused: %u open on the %s, the limit",
+                      on_socket ? srv->metrics_socket_conns : srv->metrics_conns, on_socket ? "socket" : "port");
         conn_close(c);
         return;
     }
-    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    uv_read_start(&c->stream, on_alloc, on_read);
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    accept_conn(server, status, false);
+}
+
+static void on_socket_connection(uv_stream_t *server, int status)
+{
+    accept_conn(server, status, true);
 }
 
 /* Every second: connections past their time (no whole request yet, or a
@@ -465,9 +535,56 @@ int tcm__metrics_start(tcm_server_t *srv)
                  uv_strerror(err));
         return err;
     }
+    tcm__log(TCM_LOG_INFO, "metrics: http://%s:%d/metrics (pids only on --metrics-socket)", srv->metrics_addr,
+             srv->metrics_port);
+    return 0;
+}
+
+/* The Unix socket, bound as the control socket is (owner-only, or the
+ * group's with --allow-group; never replacing anything but a socket). */
+static int socket_start(tcm_server_t *srv)
+{
+    char tmp[sizeof srv->metrics_socket + 16];
+    int err = tcm__socket_bind_name(srv->metrics_socket, tmp, sizeof tmp);
+    if (err) {
+        tcm__log(TCM_LOG_ERROR, "metrics: socket %s: %s", srv->metrics_socket, strerror(-err));
+        return err;
+    }
+    uv_pipe_init(srv->loop, &srv->metrics_pipe, 0);
+    srv->metrics_pipe.data = srv;
+    unsigned old = tcm__umask(0077);
+    err = uv_pipe_bind(&srv->metrics_pipe, tmp);
+    tcm__umask(old);
+    if (!err)
+        err = uv_listen((uv_stream_t *)&srv->metrics_pipe, 64, on_socket_connection);
+    if (err) {
+        tcm__log(TCM_LOG_ERROR, "metrics: listen(%s) failed: %s", tmp, uv_strerror(err));
+        return err;
+    }
+    if ((srv->allow_group_set && (err = tcm__path_share(tmp, srv->allow_group, 0660)) != 0) ||
+        (err = tcm__socket_publish(tmp, srv->metrics_socket)) != 0) {
+        tcm__log(TCM_LOG_ERROR, "metrics: %s: %s", srv->metrics_socket, strerror(-err));
+        return err;
+    }
+    tcm__log(TCM_LOG_INFO, "metrics: GET /metrics on %s", srv->metrics_socket);
+    return 0;
+}
+
+int tcm__metrics_socket_start(tcm_server_t *srv)
+{
+    int err = tcm__shares_init(&srv->metrics_shares, 4 * TCM_METRICS_MAX_CONNS);
+    if (err)
+        return err;
+    if ((err = srv->metrics_socket[0] ? socket_start(srv) : 0) != 0)
+        return err;
     uv_timer_init(srv->loop, &srv->metrics_sweep);
     srv->metrics_sweep.data = srv;
     uv_timer_start(&srv->metrics_sweep, on_sweep, 1000, 1000);
-    tcm__log(TCM_LOG_INFO, "metrics: http://%s:%d/metrics", srv->metrics_addr, srv->metrics_port);
     return 0;
+}
+
+void tcm__metrics_close(tcm_server_t *srv)
+{
+    while (srv->metrics_head)
+        conn_close(srv->metrics_head); /* (unlinks it) */
 }

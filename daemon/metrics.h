@@ -8,6 +8,12 @@
  * dashboards a few more; past it a connection is closed at once. */
 #define TCM_METRICS_MAX_CONNS 64u
 
+/* The TCP port (srv->metrics_port). */
 int tcm__metrics_start(tcm_server_t *srv);
+/* The sweep of both, and the Unix socket (srv->metrics_socket, if set):
+ * always, before tcm__metrics_start. */
+int tcm__metrics_socket_start(tcm_server_t *srv);
+/* Close every /metrics connection (tcmd is going away). */
+void tcm__metrics_close(tcm_server_t *srv);
 
 #endif

@@ -208,6 +208,7 @@ struct tcm_server {
     uint32_t control_conns;   /* open control connections (main thread) */
     uint32_t control_max_conns; /* past it a new one is refused (control.c, after the descriptor limit) */
     tcm_shares_t conn_shares; /* open control connections per uid (main thread) */
+    struct tcm_conn *conns;   /* the open control connections, a list (transport.c) */
     uint32_t metrics_conns;   /* open /metrics connections (metrics.c) */
     uv_timer_t metrics_sweep; /* /metrics connections past their time */
     struct tcm_http_conn *metrics_head; /* the open /metrics connections */
@@ -215,6 +216,12 @@ struct tcm_server {
     size_t metrics_page_len;
     uint64_t metrics_page_ns;
     bool metrics_rendering;   /* a page is being rendered on the thread pool */
+    char *metrics_page_full;  /* the same page with the clients' pids: the operator's (--metrics-socket) */
+    size_t metrics_page_full_len;
+    char metrics_socket[108]; /* --metrics-socket: "" none */
+    uv_pipe_t metrics_pipe;
+    uint32_t metrics_socket_conns;
+    tcm_shares_t metrics_shares; /* its connections per uid */
     uv_tcp_t metrics;
     char metrics_addr[64];
     int metrics_port; /* 0: no /metrics endpoint */

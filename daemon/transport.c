@@ -56,6 +56,14 @@ void tcm__conn_close(tcm_conn_t *conn)
     if (conn->closing)
         return;
     conn->closing = true;
+    tcm_server_t *srv = conn->srv;
+    if (conn->prev)
+        conn->prev->next = conn->next;
+    else if (srv->conns == conn)
+        srv->conns = conn->next;
+    if (conn->next)
+        conn->next->prev = conn->prev;
+    conn->next = conn->prev = NULL;
     conn->srv->control_cbs->closed(conn);
     uv_close((uv_handle_t *)&conn->pipe, on_close);
 }
@@ -339,18 +347,18 @@ static void on_connection(uv_stream_t *server, int status)
     tcm__shares_add(&srv->conn_shares, conn->uid);
     conn->counted = true;
     conn->heard_ns = tcm__now_ns();
+    conn->next = srv->conns;
+    if (conn->next)
+        conn->next->prev = conn;
+    srv->conns = conn;
     uv_read_start((uv_stream_t *)&conn->pipe, on_alloc, on_read);
 }
 
 /* Every second: close peers stuck on unread replies, and connections that
  * are no client's and have said nothing for conn_idle_s (an attached
  * client's is its link to tcmd, however quiet); end log windows. */
-static void stall_walk(uv_handle_t *handle, void *arg)
+static void stall_check(tcm_server_t *srv, tcm_conn_t *conn)
 {
-    tcm_server_t *srv = arg;
-    if (handle->type != UV_NAMED_PIPE || handle == (uv_handle_t *)&srv->listener || uv_is_closing(handle))
-        return;
-    tcm_conn_t *conn = handle->data;
     uint64_t now = tcm__now_ns(), since = conn->paused_ns > conn->drained_ns ? conn->paused_ns : conn->drained_ns;
     uint64_t idle_ns = srv->conn_idle_s * 1000000000ull;
     if (!conn->client && !conn->waiting && idle_ns && now - conn->heard_ns > idle_ns) {
@@ -372,8 +380,22 @@ static void stall_walk(uv_handle_t *handle, void *arg)
 static void on_sweep(uv_timer_t *timer)
 {
     tcm_server_t *srv = timer->data;
-    uv_walk(srv->loop, stall_walk, srv);
+    for (tcm_conn_t *conn = srv->conns, *next; conn; conn = next) {
+        next = conn->next;
+        stall_check(srv, conn);
+    }
     tcm__log_peer_tick();
+}
+
+void tcm__conns_close_all(tcm_server_t *srv)
+{
+    while (srv->conns) {
+        tcm_conn_t *conn = srv->conns;
+        if (conn->client) /* the daemon is going away; nothing to reclaim */
+            conn->client->conn = NULL;
+        conn->client = NULL;
+        tcm__conn_close(conn); /* (unlinks it) */
+    }
 }
 
 int tcm__transport_listen(tcm_server_t *srv, const tcm_transport_cbs_t *cbs)

@@ -29,6 +29,7 @@ struct tcm_conn {
     uint64_t drained_ns;  /* when a reply last went out of its queue */
     uint64_t heard_ns;    /* when it was accepted or last sent a request: an idle one is closed */
     bool counted;         /* in srv->conn_shares */
+    struct tcm_conn *next, *prev; /* srv->conns: the open ones (other pipes on the loop are not these) */
 };
 
 void tcm__conn_reply(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body);
@@ -61,5 +62,7 @@ typedef struct tcm_transport_cbs {
  * and serve connections with cbs, which must outlive the loop; start the
  * sweep of peers stuck on unread replies. 0 or an error, logged. */
 int tcm__transport_listen(tcm_server_t *srv, const tcm_transport_cbs_t *cbs);
+/* Close every control connection (tcmd is going away). */
+void tcm__conns_close_all(tcm_server_t *srv);
 
 #endif

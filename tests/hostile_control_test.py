@@ -16,6 +16,7 @@ import os
 import re
 import resource
 import select
+import shutil
 import socket
 import struct
 import statistics
@@ -43,7 +44,7 @@ FDS_WANTED = 4096 + 32 + 2 * 1024 + 64 + 256  # what control.c asks RLIMIT_NOFIL
 
 
 def part(name):
-    """HOSTILE_ONLY=flood|connections|idle|records|views|logs runs one part (each also fails alone without its fix)."""
+    """HOSTILE_ONLY=flood|connections|idle|records|views|metrics|logs runs one part (each also fails alone without its fix)."""
     only = os.environ.get("HOSTILE_ONLY")
     return not only or only == name
 
@@ -457,6 +458,74 @@ print(asked, round(slowest * 1e3, 1), flush=True)
             p.stdin.flush()
         for p in peers:
             p.wait(timeout=60)
+
+def http_get_unix(path, uid=None):
+    """GET /metrics on a Unix socket, as uid (None: this process): the body, or None."""
+    code = f"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+s.connect({path!r})
+s.sendall(b"GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+d = b""
+while True:
+    m = s.recv(65536)
+    if not m:
+        break
+    d += m
+sys.stdout.write(d.decode(errors="replace"))
+"""
+    if uid is None:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+        return p.stdout if p.returncode == 0 else None
+    p = as_peer(uid, code)
+    out, _ = p.communicate(timeout=30)
+    return out if p.returncode == 0 else None
+
+
+if part("metrics"):
+    # the socket path must be known before tcmd starts: next to the control socket of the case's directory
+    import tempfile
+    mdir = tempfile.mkdtemp(prefix="tcm-hostile-metrics-")
+    os.chmod(mdir, 0o711)
+    msock = os.path.join(mdir, "metrics.sock")
+    with case("/metrics for the operator", "--metrics-socket", msock):
+        helper = subprocess.Popen([HELPER, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, TCM_SOCKET=sock))
+        hpid = int(helper.stdout.readline().split()[1])
+        public = subprocess.run(["curl", "-sf", f"http://127.0.0.1:{mport}/metrics"], capture_output=True,
+                                text=True, timeout=10).stdout
+        check("tcm_client_held_bytes{" in public and f'pid="{hpid}"' not in public,
+              "the TCP page has the clients, without their pids")
+        full = http_get_unix(msock)
+        check(full is not None and f'pid="{hpid}"' in full, "root's page on the Unix socket has the pids")
+        member = http_get_unix(msock, 65534)
+        check(member is not None and "tcm_client_held_bytes{" in member and f'pid="{hpid}"' not in member,
+              "a member of --allow-group gets the page without pids there")
+        # every TCP connection held by another user, and a quarter of the socket's: the operator still scrapes
+        hog = as_peer(65534, f"""
+conns = [socket.create_connection(("127.0.0.1", {mport})) for _ in range({METRICS_CAP + 10})]
+more = []
+for _ in range({METRICS_CAP}):
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.connect({msock!r})
+        more.append(s)
+    except OSError:
+        pass
+print(len(conns), len(more), flush=True)
+sys.stdin.readline()
+""")
+        print(f"  another user holds {hog.stdout.readline().strip()} connections (port, socket)")
+        full = http_get_unix(msock)
+        check(full is not None and "tcm_build_info" in full,
+              "the operator scrapes the socket while another user holds the port and its share of the socket")
+        let_go(hog)
+        helper.stdin.write("exit\n")
+        helper.stdin.flush()
+        helper.wait(timeout=10)
+    check(not os.path.exists(msock), "the metrics socket is removed when tcmd stops")
+    shutil.rmtree(mdir, ignore_errors=True)
 
 if part("logs"):
     with case("a peer floods malformed frames and resume requests"):
