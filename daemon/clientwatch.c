@@ -147,9 +147,8 @@ static void on_liveness(uv_timer_t *timer)
     tcm__holders_warn(srv, atomic_load(&srv->meta->config.decay_ms) / 1000 + TCM_HOLDER_WARN_SLACK_S);
     uint32_t hw = atomic_load(&srv->clients_hw);
     for (uint32_t i = 0; i < hw; i++) {
-        tcm_client_t *c = atomic_load(&srv->clients[i]);
-        uint32_t state = c ? atomic_load(&c->rec->state) : TCM_REC_FREE;
-        if (state != TCM_REC_ACTIVE && state != TCM_REC_EVICTED)
+        tcm_client_t *c = tcm__client_attached(srv, i);
+        if (!c)
             continue;
         if (atomic_load(&c->chan_broken) && !c->cut_off)
             cut_off(srv, c);

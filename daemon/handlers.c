@@ -127,9 +127,8 @@ static tcm_client_t *census(tcm_server_t *srv, tcm_pid_t pid, tcm_uid_t uid, uin
     uint32_t hw = atomic_load(&srv->clients_hw);
     *of_uid = 0;
     for (uint32_t i = 0; i < hw; i++) {
-        tcm_client_t *c = atomic_load(&srv->clients[i]);
-        uint32_t state = c ? atomic_load(&c->rec->state) : TCM_REC_FREE;
-        if (state != TCM_REC_ACTIVE && state != TCM_REC_EVICTED)
+        tcm_client_t *c = tcm__client_attached(srv, i);
+        if (!c)
             continue;
         *of_uid += c->rec->uid == (uint32_t)uid;
         if (c->rec->pid == (uint32_t)pid)

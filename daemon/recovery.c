@@ -344,9 +344,8 @@ int tcm__recover(tcm_server_t *srv)
     /* who is still there: the process that attached (same pid, same start
      * time) is still running */
     for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
-        tcm_client_t *c = atomic_load(&srv->clients[i]);
-        uint32_t state = c ? atomic_load(&c->rec->state) : TCM_REC_FREE;
-        if (state != TCM_REC_ACTIVE && state != TCM_REC_EVICTED)
+        tcm_client_t *c = tcm__client_attached(srv, i);
+        if (!c)
             continue;
         if (!tcm__client_alive(c)) {
             tcm__log(TCM_LOG_WARN, "recovery: client %u (pid %u) died while no tcmd was running", c->rec->id,

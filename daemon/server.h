@@ -228,4 +228,13 @@ struct tcm_server {
     uint64_t start_ns;
 };
 
+/* The client in srv->clients[i] if it is attached (active, or evicted and
+ * still running), else NULL: what the loops over the clients act on. */
+static inline tcm_client_t *tcm__client_attached(tcm_server_t *srv, uint32_t i)
+{
+    tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
+    uint32_t state = c ? atomic_load(&c->rec->state) : TCM_REC_FREE;
+    return state == TCM_REC_ACTIVE || state == TCM_REC_EVICTED ? c : NULL;
+}
+
 #endif

@@ -225,9 +225,8 @@ static int check_caches(tcm_server_t *srv, char *why, size_t whylen, uint32_t *u
     uint32_t hw = atomic_load(&srv->clients_hw);
     *unchecked = 0;
     for (uint32_t i = 0; i < hw; i++) {
-        tcm_client_t *c = atomic_load(&srv->clients[i]);
-        uint32_t state = c ? atomic_load(&c->rec->state) : TCM_REC_FREE;
-        if ((state != TCM_REC_ACTIVE && state != TCM_REC_EVICTED) || atomic_load(&c->chan_broken))
+        tcm_client_t *c = tcm__client_attached(srv, i);
+        if (!c || atomic_load(&c->chan_broken))
             continue;
         if (tcm__now_ns() > deadline) {
             (*unchecked)++;
