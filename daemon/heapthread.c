@@ -71,7 +71,8 @@ static void reap(tcm_server_t *srv, uint32_t i, tcm_client_t *c)
 }
 
 /* Shares of the heap thread's time. Every user (uid) whose clients have
- * requests posted gets TCM_UID_TURN_NS of serving per turn, however many
+ * requests posted, or have died and wait to be reaped, gets TCM_UID_TURN_NS
+ * of that work per turn, however many
  * processes or clients it has; its clients are served in turn order from
  * where the last turn cut its share short, so that within a user each
  * process gets its turn too. A user with nothing posted costs a look at
@@ -129,8 +130,19 @@ static bool serve_all(tcm_server_t *srv)
                 next = i;
             }
         } else if (state == TCM_REC_DEAD) {
-            reap(srv, i, c);
-            work = true;
+            /* reclaiming its caches is its user's work too (one reap at
+             * least: its share was not spent) */
+            uint64_t *left = uid_share(c->rec->uid);
+            if (*left) {
+                uint64_t t0 = tcm__now_ns(), dt;
+                reap(srv, i, c);
+                dt = tcm__now_ns() - t0 + 1;
+                *left = dt < *left ? *left - dt : 0;
+                work = true;
+            } else if (!cut) {
+                cut = true;
+                next = i;
+            }
         }
     }
     turn_start = next;

@@ -48,14 +48,24 @@ reap_daemons() {
     kill "${pids[@]}" 2>/dev/null || true
     sleep 1
   fi
-  # a failed test can leave a heap behind for a next tcmd that never comes
-  local left
+  # a failed test can leave a heap behind for a next tcmd that never comes:
+  # removed, if this pass made it (it was not there when the pass began)
+  # and no process maps or holds it (another run's heap on this box, or a
+  # heap some process is still using, stays)
+  local f base in_use left=()
   local names=(-name 'tcm.test*' -o -name 'tcm.kvtest*' -o -name 'tcm.preload*' -o -name 'tcm.demo*'
                -o -name 'tcm.deb*' -o -name 'tcm.inst*' -o -name 'tcm.ctl*' -o -name 'tcm.shmfull*')
-  left=$(find /dev/shm -maxdepth 1 \( "${names[@]}" \) 2>/dev/null | wc -l)
-  if ((left)); then
-    echo "test.sh: warning: removing $left shared-memory segments the tests left behind" >&2
-    find /dev/shm -maxdepth 1 \( "${names[@]}" \) -delete 2>/dev/null || true
+  in_use=$( (cat /proc/[0-9]*/maps; find /proc/[0-9]*/fd -lname '/dev/shm/*' -printf '%l\n') 2>/dev/null |
+            grep -o '/dev/shm/[^ ]*' | sort -u)
+  while IFS= read -r f; do
+    base=${f##*/}
+    grep -qxF "$base" <<<"$shm_before" && continue
+    grep -qxF "$f" <<<"$in_use" && continue
+    left+=("$f")
+  done < <(find /dev/shm -maxdepth 1 \( "${names[@]}" \) 2>/dev/null)
+  if ((${#left[@]})); then
+    echo "test.sh: warning: removing ${#left[@]} shared-memory segments the tests left behind" >&2
+    rm -f "${left[@]}"
   fi
 }
 
@@ -64,6 +74,7 @@ run_pass() {
   local name=$1 dir=$2
   shift 2
   local start=$SECONDS status=ok
+  shm_before=$(ls /dev/shm 2>/dev/null)
   printf '\n==> %s: configure %s (%s)\n' "$name" "$dir" "$*"
   if ! cmake -S . -B "$dir" --log-level=WARNING "$@"; then
     status="FAILED (configure)"
