@@ -216,6 +216,18 @@ soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 own_fds = 1 << 20 if hard == resource.RLIM_INFINITY else hard
 
+
+def sanitized():
+    """Whether the build under test runs under a sanitizer (slower, so smaller loads)."""
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            return re.search(r"^TCM_SANITIZE:\w+=(\S+)", f.read(), re.M) is not None
+    except OSError:
+        return False
+
+
+SANITIZED = sanitized()
+
 if part("flood"):
     with case("a peer floods stats requests and never reads"):
         flooder = connect()
@@ -411,13 +423,14 @@ if part("records"):
 
 if part("views"):
     with case("stats while clients' channels are garbage"):
-        n = int(os.environ.get("HOSTILE_GARBAGE_CLIENTS", "200"))
-        peers = []
-        for _ in range(n):
-            peers.append(subprocess.Popen([os.path.join(build, "tests", "tcm-hostile"), "garbage"],
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                          env=dict(os.environ, TCM_SOCKET=sock)))
-        ready = sum(p.stdout.readline().strip() == "ready" for p in peers)
+        n = int(os.environ.get("HOSTILE_GARBAGE_CLIENTS", "50" if SANITIZED else "200"))
+        peers, ready = [], 0
+        for _ in range(0, n, 25):  # 25 attaching at once: a sanitized tcmd answers each Hello slowly
+            group = [subprocess.Popen([os.path.join(build, "tests", "tcm-hostile"), "garbage"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                      env=dict(os.environ, TCM_SOCKET=sock)) for _ in range(25)]
+            ready += sum(p.stdout.readline().strip() == "ready" for p in group)
+            peers += group
         check(ready == n, f"{n} clients wrote garbage and maximum values into their channels ({ready})")
         # one peer asks for stats and clients in a loop (each reads every channel); pings meanwhile
         asker = subprocess.Popen([sys.executable, "-c", f"""
@@ -454,8 +467,11 @@ print(asked, round(slowest * 1e3, 1), flush=True)
               f"pings while stats read every channel: p50 under {PING_BOUND_S * 1e3:.0f} ms, p99 under "
               f"{PING_WORST_S / 2.5 * 1e3:.0f} ms")
         for p in peers:
-            p.stdin.write("exit\n")
-            p.stdin.flush()
+            try:
+                p.stdin.write("exit\n")
+                p.stdin.flush()
+            except BrokenPipeError:
+                pass  # (it never attached, and has gone)
         for p in peers:
             p.wait(timeout=60)
 
