@@ -7,8 +7,8 @@
  * printed (p50 and p99, ms), and the flood may not cost it more than a
  * bound over the benign run. The tree before served 64 requests of every
  * ring in a turn whoever it belonged to: 8 flooders took the bystander's
- * p99 from 0.06-0.3 ms to 24-37 ms here (and 64 clients of one process
- * to 126-153 ms in a reviewer's run); with a share per user it is 2.8-3.2
+ * p99 from 0.05-2.5 ms to 30 ms here (and 64 clients of one process to
+ * 126-153 ms in a reviewer's run); with a share per user it is 0.44-0.52
  * ms (docs/BENCHMARKS.md). Needs root (the flooders are another user, let
  * in by --allow-group); skipped otherwise.
  *
@@ -168,7 +168,7 @@ int main(int argc, char **argv)
     /* DESIGN's promise is one turn (the flooders' share, 0.25 ms, plus a
      * request each) and the CPU the flood takes from everything else: the
      * bound leaves a noisy 2-core box room, and catches the tree before
-     * (22-37 ms over) */
+     * (27-31 ms over) */
     if (flood.p99 > benign.p99 + 10.0) {
         fprintf(stderr, "fairness: the flood cost the bystander %.1f ms at p99 over the benign run\n",
                 flood.p99 - benign.p99);
