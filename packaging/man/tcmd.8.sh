@@ -32,7 +32,11 @@ key = value lines of the settings below; SIGHUP reloads it; the command line ove
 log file (default: stderr in the foreground, SOCKET.log otherwise)
 .TP
 \fB\-\-metrics\-port\fR \fIP\fR, \fB\-\-metrics\-addr\fR \fIA\fR
-serve Prometheus metrics at http://A:P/metrics (address default 127.0.0.1)
+serve Prometheus metrics at http://A:P/metrics (address default 127.0.0.1); that page lists no pids
+.TP
+\fB\-\-metrics\-socket\fR \fIPATH\fR
+serve the same page on a Unix socket made as the control socket is; root and tcmd's user get it with the
+clients' pids there, in a pool of connections of their own
 .TP
 \fB\-\-discard\-heap\fR
 replace the heap a previous tcmd left under this name instead of adopting it
