@@ -177,7 +177,8 @@ void tcm__clientwatch_start(tcm_server_t *srv)
 
 void tcm__views_done(tcm_server_t *srv)
 {
-    if (!--srv->views_busy)
+    /* (at close the handle is gone: tcm__clientwatch_drain frees them) */
+    if (!--srv->views_busy && !uv_is_closing((uv_handle_t *)&srv->reaped_async))
         uv_async_send(&srv->reaped_async);
 }
 
