@@ -55,8 +55,9 @@ reap_daemons() {
   local f base in_use left=()
   local names=(-name 'tcm.test*' -o -name 'tcm.kvtest*' -o -name 'tcm.preload*' -o -name 'tcm.demo*'
                -o -name 'tcm.deb*' -o -name 'tcm.inst*' -o -name 'tcm.ctl*' -o -name 'tcm.shmfull*')
-  in_use=$( (cat /proc/[0-9]*/maps; find /proc/[0-9]*/fd -lname '/dev/shm/*' -printf '%l\n') 2>/dev/null |
-            grep -o '/dev/shm/[^ ]*' | sort -u)
+  # (processes come and go while this reads: a vanished one is no error)
+  in_use=$( { (cat /proc/[0-9]*/maps; find /proc/[0-9]*/fd -lname '/dev/shm/*' -printf '%l\n') 2>/dev/null |
+            grep -o '/dev/shm/[^ ]*' | sort -u; } || true)
   while IFS= read -r f; do
     base=${f##*/}
     grep -qxF "$base" <<<"$shm_before" && continue
