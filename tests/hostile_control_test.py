@@ -228,6 +228,19 @@ def sanitized():
 
 SANITIZED = sanitized()
 
+def wait_clients_gone(seconds):
+    """Until tcmd counts no client attached (a sanitized tcmd reaps slowly)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        out = subprocess.run([TCMCTL, "--socket", sock, "--json", "stats"], capture_output=True, text=True,
+                             timeout=30).stdout
+        m = re.search(r'"clients_attached":\s*(\d+)', out)
+        if m and int(m.group(1)) == 0:
+            return True
+        time.sleep(0.2)
+    return False
+
+
 if part("flood"):
     with case("a peer floods stats requests and never reads"):
         flooder = connect()
@@ -474,6 +487,7 @@ print(asked, round(slowest * 1e3, 1), flush=True)
                 pass  # (it never attached, and has gone)
         for p in peers:
             p.wait(timeout=60)
+        check(wait_clients_gone(60), "tcmd reaped the garbage clients once they exited")
 
 def http_get_unix(path, uid=None):
     """GET /metrics on a Unix socket, as uid (None: this process): the body, or None."""
