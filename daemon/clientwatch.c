@@ -59,26 +59,45 @@ static void on_proc_closed(uv_handle_t *handle)
     tcm__client_destroy(c->srv, c);
 }
 
+/* Frees a reaped client: its connection closed, its watch, then it. */
+static void free_reaped(tcm_server_t *srv, tcm_client_t *c)
+{
+    if (c->conn) { /* a reaped client has no say any more */
+        c->conn->client = NULL;
+        tcm__conn_close(c->conn);
+    }
+    if (c->proc_polled && !uv_is_closing((uv_handle_t *)&c->proc_poll))
+        uv_close((uv_handle_t *)&c->proc_poll, on_proc_closed);
+    else
+        tcm__client_destroy(srv, c);
+}
+
+/* Clients the heap thread reaped are freed here, unless a view that began
+ * before they left the table may still read them: those wait for it. */
 static void on_reaped(uv_async_t *async)
 {
     tcm_server_t *srv = async->data;
-    if (srv->views_busy)
-        return; /* a view reads them now: freed when the last one is made (tcm__views_done) */
     pthread_mutex_lock(&srv->reaped_lock);
     tcm_client_t *list = srv->reaped;
     srv->reaped = NULL;
     pthread_mutex_unlock(&srv->reaped_lock);
-    while (list) {
-        tcm_client_t *next = list->next_reaped;
-        if (list->conn) { /* a reaped client has no say any more */
-            list->conn->client = NULL;
-            tcm__conn_close(list->conn);
+    for (tcm_client_t *next; list; list = next) {
+        next = list->next_reaped;
+        list->reaped_after = srv->views_begun;
+        list->next_reaped = srv->reaped_held;
+        srv->reaped_held = list;
+    }
+    uint64_t oldest = UINT64_MAX;
+    for (int k = 0; k < TCM_VIEW_KINDS; k++)
+        if (srv->view_running[k] && srv->view_running[k] < oldest)
+            oldest = srv->view_running[k];
+    for (tcm_client_t **at = &srv->reaped_held, *c; (c = *at) != NULL;) {
+        if (c->reaped_after < oldest) {
+            *at = c->next_reaped;
+            free_reaped(srv, c);
+        } else {
+            at = &c->next_reaped;
         }
-        if (list->proc_polled && !uv_is_closing((uv_handle_t *)&list->proc_poll))
-            uv_close((uv_handle_t *)&list->proc_poll, on_proc_closed);
-        else
-            tcm__client_destroy(srv, list);
-        list = next;
     }
 }
 
@@ -175,10 +194,19 @@ void tcm__clientwatch_start(tcm_server_t *srv)
     srv->reaped_async.data = srv;
 }
 
-void tcm__views_done(tcm_server_t *srv)
+bool tcm__view_begin(tcm_server_t *srv, enum tcm_view_kind kind)
 {
+    if (srv->view_running[kind])
+        return false;
+    srv->view_running[kind] = ++srv->views_begun;
+    return true;
+}
+
+void tcm__view_end(tcm_server_t *srv, enum tcm_view_kind kind)
+{
+    srv->view_running[kind] = 0;
     /* (at close the handle is gone: tcm__clientwatch_drain frees them) */
-    if (!--srv->views_busy && !uv_is_closing((uv_handle_t *)&srv->reaped_async))
+    if (srv->reaped_held && !uv_is_closing((uv_handle_t *)&srv->reaped_async))
         uv_async_send(&srv->reaped_async);
 }
 

@@ -18,8 +18,11 @@ void tcm__client_conn_closed(tcm_conn_t *conn);
  * reaped ones; at close, free what the heap thread reaped last. */
 void tcm__clientwatch_start(tcm_server_t *srv);
 void tcm__clientwatch_drain(tcm_server_t *srv);
-/* A view that read the clients off the main loop is made (one per
- * srv->views_busy taken): reaped clients may be freed once none is left. */
-void tcm__views_done(tcm_server_t *srv);
+/* A view that reads the clients off the main loop (on libuv's thread
+ * pool) begins: false if one of that kind is in flight already (then wait
+ * for it). The clients reaped meanwhile are freed only once every view
+ * that began before they left the table has ended. */
+bool tcm__view_begin(tcm_server_t *srv, enum tcm_view_kind kind);
+void tcm__view_end(tcm_server_t *srv, enum tcm_view_kind kind);
 
 #endif

@@ -27,12 +27,14 @@
  * (each connection may become a client of three). */
 static void fit_descriptors(tcm_server_t *srv)
 {
-    uint64_t want = TCM_CONTROL_MAX_CONNS + TCM_CONTROL_OPERATOR_RESERVE + 2ull * TCM_MAX_CLIENTS + TCM_METRICS_MAX_CONNS + TCM_FD_RESERVE, now = 0;
+    uint64_t want = TCM_CONTROL_MAX_CONNS + TCM_CONTROL_OPERATOR_RESERVE + 2ull * TCM_MAX_CLIENTS + TCM_METRICS_FDS +
+                    TCM_FD_RESERVE,
+             now = 0;
     int err = tcm__fd_limit_raise(want, &now);
     srv->control_max_conns = TCM_CONTROL_MAX_CONNS;
     if (!err && now >= want)
         return;
-    uint64_t fixed = TCM_FD_RESERVE + TCM_METRICS_MAX_CONNS, avail = now > fixed + 48 ? now - fixed : 48;
+    uint64_t fixed = TCM_FD_RESERVE + TCM_METRICS_FDS, avail = now > fixed + 48 ? now - fixed : 48;
     srv->control_max_conns = (uint32_t)(avail >= 3ull * TCM_MAX_CLIENTS ? avail - 2ull * TCM_MAX_CLIENTS : avail / 3);
     tcm__log(TCM_LOG_WARN, "setrlimit(RLIMIT_NOFILE, %llu) failed: %s: the limit is %llu descriptors, so at most %u "
              "control connections (raise the hard limit to %llu for %u clients)",

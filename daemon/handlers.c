@@ -178,7 +178,7 @@ static int one_per_process(tcm_conn_t *conn, const Tcm__Hello *hello, tcm_client
     }
     char msg[160];
     snprintf(msg, sizeof msg, "pid %d is client %u already: one client per process%s", (int)conn->pid,
-             same->rec->id, mapped < 0 ? " (tcmd cannot read its mappings to tell an exec)" : "");
+             same->rec->id, mapped < 0 ? " (tcmd cannot tell from its mappings whether it exec'd)" : "");
     tcm__conn_error(conn, EEXIST, msg);
     return -EEXIST;
 }
@@ -258,22 +258,25 @@ static void handle_ping(tcm_conn_t *conn, const Tcm__Ping *ping)
  * claims a thousand thread caches. So they are made on libuv's thread
  * pool, and the main loop (pings, attaches, other peers) never waits for
  * them; the asking connection waits for its answer, as for the heap
- * thread's commands. While one is being made, the clients it reads are
- * not freed (srv->views_busy, clientwatch.c). */
+ * thread's commands. At most one of each kind is made at a time, for
+ * every connection that asked before it began; those that ask meanwhile
+ * get the next one: however many peers ask, two views run at most, and
+ * an answer is never older than its question. */
 typedef struct view_job {
     uv_work_t work;
-    tcm_conn_t *conn;
-    bool clients; /* the clients view, else stats */
+    tcm_server_t *srv;
+    enum tcm_view_kind kind;     /* TCM_VIEW_STATS or TCM_VIEW_CLIENTS */
+    tcm_conn_t *askers;          /* its answer's connections (view_next) */
     size_t n;
     tcm_stat_row_t rows[TCM_MAX_STAT_ROWS];
-    Tcm__ClientInfo *crows; /* [TCM_MAX_CLIENTS] */
+    Tcm__ClientInfo *crows;      /* [TCM_MAX_CLIENTS] */
 } view_job_t;
 
 static void make_view(uv_work_t *w)
 {
     view_job_t *j = w->data;
-    tcm_server_t *srv = j->conn->srv;
-    j->n = j->clients ? tcm__clients_view(srv, j->crows) : tcm__stats_snapshot(srv, j->rows, TCM_MAX_STAT_ROWS);
+    j->n = j->kind == TCM_VIEW_CLIENTS ? tcm__clients_view(j->srv, j->crows)
+                                       : tcm__stats_snapshot(j->srv, j->rows, TCM_MAX_STAT_ROWS);
 }
 
 static void reply_stats(tcm_conn_t *conn, const tcm_stat_row_t *rows, size_t n)
@@ -323,54 +326,78 @@ static void reply_clients(tcm_conn_t *conn, Tcm__ClientInfo *rows, size_t n)
     free(ptrs);
 }
 
-static void view_made(uv_work_t *w, int status)
-{
-    view_job_t *j = w->data;
-    tcm_conn_t *conn = j->conn;
-    tcm__views_done(conn->srv);
-    if (status != 0)
-        tcm__conn_error(conn, ECANCELED, "tcmd is shutting down");
-    else if (j->clients)
-        reply_clients(conn, j->crows, j->n);
-    else
-        reply_stats(conn, j->rows, j->n);
-    free(j->crows);
-    free(j);
-    tcm__conn_resume(conn); /* (frees it if it closed meanwhile) */
-}
+static void view_made(uv_work_t *w, int status);
 
-static void queue_view(tcm_conn_t *conn, bool clients)
+/* Starts the view of kind for every connection waiting for the next one. */
+static void start_view(tcm_server_t *srv, enum tcm_view_kind kind)
 {
+    if (!srv->view_waiting[kind] || !tcm__view_begin(srv, kind))
+        return;
     view_job_t *j = calloc(1, sizeof *j);
-    if (j && clients && !(j->crows = calloc(TCM_MAX_CLIENTS, sizeof *j->crows))) {
+    if (j && kind == TCM_VIEW_CLIENTS && !(j->crows = calloc(TCM_MAX_CLIENTS, sizeof *j->crows))) {
         free(j);
         j = NULL;
     }
-    if (!j) {
-        tcm__conn_error(conn, ENOMEM, "out of memory");
-        return;
+    if (j) {
+        j->srv = srv;
+        j->kind = kind;
+        j->askers = srv->view_waiting[kind];
+        j->work.data = j;
+        srv->view_waiting[kind] = NULL;
     }
-    j->conn = conn;
-    j->clients = clients;
-    j->work.data = j;
-    if (uv_queue_work(conn->srv->loop, &j->work, make_view, view_made) != 0) {
-        free(j->crows);
+    if (!j || uv_queue_work(srv->loop, &j->work, make_view, view_made) != 0) {
+        tcm_conn_t *askers = j ? j->askers : srv->view_waiting[kind];
+        srv->view_waiting[kind] = NULL;
+        if (j)
+            free(j->crows);
         free(j);
-        tcm__conn_error(conn, EAGAIN, "cannot queue the view");
-        return;
+        tcm__view_end(srv, kind);
+        for (tcm_conn_t *c = askers, *next; c; c = next) {
+            next = c->view_next;
+            tcm__conn_error(c, ENOMEM, "cannot make the view now");
+            tcm__conn_resume(c);
+        }
     }
-    conn->srv->views_busy++;
+}
+
+static void view_made(uv_work_t *w, int status)
+{
+    view_job_t *j = w->data;
+    tcm_server_t *srv = j->srv;
+    tcm__view_end(srv, j->kind);
+    for (tcm_conn_t *c = j->askers, *next; c; c = next) {
+        next = c->view_next;
+        if (status != 0)
+            tcm__conn_error(c, ECANCELED, "tcmd is shutting down");
+        else if (j->kind == TCM_VIEW_CLIENTS)
+            reply_clients(c, j->crows, j->n);
+        else
+            reply_stats(c, j->rows, j->n);
+        tcm__conn_resume(c); /* (frees it if it closed meanwhile) */
+    }
+    free(j->crows);
+    free(j);
+    start_view(srv, TCM_VIEW_STATS);
+    start_view(srv, TCM_VIEW_CLIENTS);
+}
+
+static void ask_view(tcm_conn_t *conn, enum tcm_view_kind kind)
+{
+    tcm_server_t *srv = conn->srv;
+    conn->view_next = srv->view_waiting[kind];
+    srv->view_waiting[kind] = conn;
     tcm__conn_wait(conn);
+    start_view(srv, kind);
 }
 
 static void handle_stats(tcm_conn_t *conn)
 {
-    queue_view(conn, false);
+    ask_view(conn, TCM_VIEW_STATS);
 }
 
 static void handle_clients(tcm_conn_t *conn)
 {
-    queue_view(conn, true);
+    ask_view(conn, TCM_VIEW_CLIENTS);
 }
 
 #define DEPARTED_ROWS_MAX 300 /* rows of a departed reply: under TCM_FRAME_MAX with the longest names */

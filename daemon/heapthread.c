@@ -100,7 +100,7 @@ static void new_turn(void)
 
 static uint64_t *uid_share(uint32_t uid)
 {
-    uint32_t i = (uid * 0x9e3779b1u) & (TURN_UIDS - 1);
+    uint32_t i = tcm__uid_hash(uid, TURN_UIDS - 1);
     while (uid_turns[i].stamp == turn_stamp && uid_turns[i].uid != uid)
         i = (i + 1) & (TURN_UIDS - 1);
     if (uid_turns[i].stamp != turn_stamp)

@@ -1,8 +1,10 @@
-/* metrics.c — Prometheus text exposition at GET /metrics over plain HTTP
- * on loopback (libuv TCP). One request per connection, bounded request
- * size, at most TCM_METRICS_MAX_CONNS connections, each closed after
+/* metrics.c — Prometheus text exposition at GET /metrics over plain HTTP,
+ * on a loopback TCP port (anyone's: the page names no process) and on a
+ * Unix socket (--metrics-socket: the operator's page has the clients'
+ * pids). One request per connection, bounded request size, at most
+ * TCM_METRICS_MAX_CONNS connections on each, each closed after
  * CONN_LIFETIME_NS; the figures come from the same snapshot as `tcmctl
- * stats`, rendered at most once per PAGE_MAX_AGE_NS. */
+ * stats`, rendered off the main loop at most once per PAGE_MAX_AGE_NS. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdarg.h>
@@ -225,12 +227,15 @@ static void render(tcm_server_t *srv, text_t *full, text_t *pub)
     free(classes);
     free(clients);
     free(rows_of);
-    text_t *both[] = {full, pub};
-    for (int k = 0; k < 2; k++) {
-        render_departed(srv, both[k]);
-        family(both[k], "tcm_build_info", "gauge", "tcmd version");
-        put(both[k], "tcm_build_info{version=\"%s\"} 1\n", TCM_VERSION_STRING);
+    text_t tail = {0};
+    render_departed(srv, &tail);
+    family(&tail, "tcm_build_info", "gauge", "tcmd version");
+    put(&tail, "tcm_build_info{version=\"%s\"} 1\n", TCM_VERSION_STRING);
+    if (tail.p) {
+        put(full, "%.*s", (int)tail.len, tail.p);
+        put(pub, "%.*s", (int)tail.len, tail.p);
     }
+    free(tail.p);
 }
 
 static void on_close(uv_handle_t *h)
@@ -328,8 +333,7 @@ static void render_done(uv_work_t *w, int status)
 {
     render_job_t *j = w->data;
     tcm_server_t *srv = j->srv;
-    srv->metrics_rendering = false;
-    tcm__views_done(srv);
+    tcm__view_end(srv, TCM_VIEW_METRICS);
     if (status == 0 && j->t.p && j->pub.p) {
         free(srv->metrics_page_full);
         free(srv->metrics_page);
@@ -354,8 +358,8 @@ static void render_done(uv_work_t *w, int status)
 
 static void queue_render(tcm_server_t *srv)
 {
-    if (srv->metrics_rendering)
-        return;
+    if (!tcm__view_begin(srv, TCM_VIEW_METRICS))
+        return; /* the page being rendered goes to this one too */
     render_job_t *j = calloc(1, sizeof *j);
     if (j) {
         j->srv = srv;
@@ -363,6 +367,7 @@ static void queue_render(tcm_server_t *srv)
     }
     if (!j || uv_queue_work(srv->loop, &j->work, render_work, render_done) != 0) {
         free(j);
+        tcm__view_end(srv, TCM_VIEW_METRICS);
         for (http_conn_t *c = srv->metrics_head, *next; c; c = next) {
             next = c->next;
             if (c->waiting && !c->answered && !c->closing) {
@@ -373,8 +378,6 @@ static void queue_render(tcm_server_t *srv)
         }
         return;
     }
-    srv->metrics_rendering = true;
-    srv->views_busy++;
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)

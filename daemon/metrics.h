@@ -7,6 +7,9 @@
 /* /metrics connections at once: a scraper uses one at a time, a few
  * dashboards a few more; past it a connection is closed at once. */
 #define TCM_METRICS_MAX_CONNS 64u
+/* The descriptors they may hold: the port's pool and the socket's, with the
+ * operator's reserve on the socket. */
+#define TCM_METRICS_FDS (2u * TCM_METRICS_MAX_CONNS + TCM_CONTROL_OPERATOR_RESERVE)
 
 /* The TCP port (srv->metrics_port). */
 int tcm__metrics_start(tcm_server_t *srv);

@@ -30,10 +30,12 @@ static void unlink_all(tcm_server_t *srv)
         tcm__log(TCM_LOG_WARN, "removed %d segments of a previous heap named '%s'", n, srv->name);
 }
 
-/* What differs between a segment's header and this tcmd; NULL if it can be
- * adopted. */
-static const char *adoption_problem(tcm_server_t *srv, const char *seg, tcm_handle_t fd, uint64_t want_size, char *why,
-                                    size_t len)
+/* What differs between a segment and this tcmd; NULL if it can be adopted.
+ * may_cut: one larger than want_size is cut back to it (the heap: a
+ * client holds its descriptor and may have extended it; the metadata and
+ * state, which no client can write, are another heap's if larger). */
+static const char *adoption_problem(tcm_server_t *srv, const char *seg, tcm_handle_t fd, uint64_t want_size,
+                                    bool may_cut, char *why, size_t len)
 {
     uint64_t size;
     tcm_uid_t uid;
@@ -44,7 +46,7 @@ static const char *adoption_problem(tcm_server_t *srv, const char *seg, tcm_hand
     else if (uid != tcm__uid())
         snprintf(why, len, "%s is owned by uid %u, this tcmd runs as uid %u", seg, (unsigned)uid,
                  tcm__uid());
-    else if (size > want_size && (err = tcm__shm_cut(fd, want_size)) == 0) {
+    else if (may_cut && size > want_size && (err = tcm__shm_cut(fd, want_size)) == 0) {
         /* grown by someone who kept its descriptor (a client may ftruncate
          * what it was handed): nothing of the heap lies beyond want_size */
         tcm__log(TCM_LOG_WARN, "%s had grown to %llu bytes (a client extended it): cut back to its %llu bytes",
@@ -165,9 +167,9 @@ static int check_left_segments(tcm_server_t *srv, const tcm_meta_layout_t *ml, c
                  TCM_LAYOUT_VERSION);
         problem = why;
     } else if (!incomplete) {
-        if (!(problem = adoption_problem(srv, srv->heap_name, srv->heap_fd, srv->heap_size, why, sizeof why)) &&
-            !(problem = adoption_problem(srv, srv->meta_name, srv->meta_fd, ml->size, why, sizeof why)) &&
-            !(problem = adoption_problem(srv, srv->state_name, srv->state_fd, sl->size, why, sizeof why)) &&
+        if (!(problem = adoption_problem(srv, srv->heap_name, srv->heap_fd, srv->heap_size, true, why, sizeof why)) &&
+            !(problem = adoption_problem(srv, srv->meta_name, srv->meta_fd, ml->size, false, why, sizeof why)) &&
+            !(problem = adoption_problem(srv, srv->state_name, srv->state_fd, sl->size, false, why, sizeof why)) &&
             !can_adopt(srv, m, st, why, sizeof why))
             problem = why;
     }

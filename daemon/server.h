@@ -33,6 +33,7 @@ _Static_assert(TCM_MAX_CLIENTS + TCM_HOLDERS + 2 * TCM_HOLDER_GROUPS < TCM_TAGS,
 #define TCM_DEFAULT_ROOTS_PER_UID 256
 _Static_assert(TCM_DEFAULT_CONNS_PER_UID < TCM_CONTROL_MAX_CONNS && TCM_DEFAULT_CLIENTS_PER_UID < TCM_MAX_CLIENTS,
                "one user's default share leaves room for the others");
+enum tcm_view_kind { TCM_VIEW_STATS, TCM_VIEW_CLIENTS, TCM_VIEW_METRICS, TCM_VIEW_KINDS };
 #define TCM_DEFAULT_BASE 0x7e8000000000ull
 #define TCM_DEFAULT_HEAP (1ull << 30)
 
@@ -66,6 +67,7 @@ typedef struct tcm_client {
      * under it: the mapping now reads zeros, and the client is cut off. */
     _Atomic uint32_t chan_broken;
     struct tcm_client *next_reaped;
+    uint64_t reaped_after;    /* main thread: views begun when it left the table (clientwatch.c) */
     struct tcm_server *srv;
     /* heap thread: slots known to be backed by tmpfs blocks. A client backs
      * its thread's slot when the thread registers; tcmd touches a slot only
@@ -179,8 +181,13 @@ struct tcm_server {
     _Atomic uint32_t clients_hw; /* indices below this may be in use */
     pthread_mutex_t reaped_lock;
     tcm_client_t *reaped;        /* reclaimed, waiting for the main thread */
-    uint32_t views_busy;         /* main thread: views being made on the thread pool, which read the
-                                    clients: the reaped ones are freed once none is (handlers.c) */
+    tcm_client_t *reaped_held;   /* main thread: reaped, kept while a view that may read them runs */
+    /* Views made on the thread pool read the clients (stats, clients, the
+     * /metrics page): at most one of each kind at a time, numbered as they
+     * begin (main thread; clientwatch.c) */
+    uint64_t views_begun;
+    uint64_t view_running[TCM_VIEW_KINDS]; /* the number of the one of that kind in flight; 0: none */
+    struct tcm_conn *view_waiting[TCM_VIEW_KINDS]; /* connections that asked for the next one (handlers.c) */
     uv_async_t reaped_async;
 
     /* main thread -> heap thread commands (mailbox.c): the main loop queues
@@ -215,7 +222,6 @@ struct tcm_server {
     char *metrics_page;       /* the last page rendered, served again for a second */
     size_t metrics_page_len;
     uint64_t metrics_page_ns;
-    bool metrics_rendering;   /* a page is being rendered on the thread pool */
     char *metrics_page_full;  /* the same page with the clients' pids: the operator's (--metrics-socket) */
     size_t metrics_page_full_len;
     char metrics_socket[108]; /* --metrics-socket: "" none */

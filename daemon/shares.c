@@ -25,15 +25,10 @@ void tcm__shares_free(tcm_shares_t *t)
     t->uid = t->count = NULL;
 }
 
-static uint32_t home(const tcm_shares_t *t, uint32_t uid)
-{
-    return (uid * 0x9e3779b1u) & t->mask;
-}
-
 /* uid's entry, or the empty one where it would go */
 static uint32_t find(const tcm_shares_t *t, uint32_t uid)
 {
-    uint32_t i = home(t, uid);
+    uint32_t i = tcm__uid_hash(uid, t->mask);
     while (t->count[i] && t->uid[i] != uid)
         i = (i + 1) & t->mask;
     return i;
@@ -63,7 +58,7 @@ void tcm__shares_drop(tcm_shares_t *t, uint32_t uid)
     if (!t->count[i] || --t->count[i])
         return;
     for (uint32_t j = (i + 1) & t->mask; t->count[j]; j = (j + 1) & t->mask) {
-        uint32_t h = home(t, t->uid[j]);
+        uint32_t h = tcm__uid_hash(t->uid[j], t->mask);
         /* j's entry may move to the hole at i unless its home lies in (i, j] */
         if (i <= j ? (h <= i || h > j) : (h <= i && h > j)) {
             t->uid[i] = t->uid[j];

@@ -17,6 +17,12 @@ typedef struct tcm_shares {
     uint32_t *count;   /* 0: the entry is empty */
 } tcm_shares_t;
 
+/* Where a uid's entry starts in a table of mask + 1 (a power of two). */
+static inline uint32_t tcm__uid_hash(uint32_t uid, uint32_t mask)
+{
+    return (uid * 0x9e3779b1u) & mask;
+}
+
 int tcm__shares_init(tcm_shares_t *t, uint32_t cap); /* cap a power of two; 0 or -ENOMEM */
 void tcm__shares_free(tcm_shares_t *t);
 uint32_t tcm__shares_of(const tcm_shares_t *t, uint32_t uid);

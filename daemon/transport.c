@@ -44,8 +44,6 @@ static void on_close(uv_handle_t *handle)
 {
     tcm_conn_t *conn = handle->data;
     conn->srv->control_conns--;
-    if (conn->counted)
-        tcm__shares_drop(&conn->srv->conn_shares, conn->uid);
     conn->handle_closed = true;
     if (!conn->waiting)
         free_conn(conn);
@@ -57,13 +55,16 @@ void tcm__conn_close(tcm_conn_t *conn)
         return;
     conn->closing = true;
     tcm_server_t *srv = conn->srv;
-    if (conn->prev)
-        conn->prev->next = conn->next;
-    else if (srv->conns == conn)
-        srv->conns = conn->next;
-    if (conn->next)
-        conn->next->prev = conn->prev;
-    conn->next = conn->prev = NULL;
+    if (conn->listed) {
+        conn->listed = false;
+        tcm__shares_drop(&srv->conn_shares, conn->uid);
+        if (conn->prev)
+            conn->prev->next = conn->next;
+        else
+            srv->conns = conn->next;
+        if (conn->next)
+            conn->next->prev = conn->prev;
+    }
     conn->srv->control_cbs->closed(conn);
     uv_close((uv_handle_t *)&conn->pipe, on_close);
 }
@@ -345,8 +346,9 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     tcm__shares_add(&srv->conn_shares, conn->uid);
-    conn->counted = true;
+    conn->listed = true;
     conn->heard_ns = tcm__now_ns();
+    conn->prev = NULL;
     conn->next = srv->conns;
     if (conn->next)
         conn->next->prev = conn;

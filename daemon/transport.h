@@ -28,8 +28,9 @@ struct tcm_conn {
     uint64_t paused_ns;   /* when it was paused */
     uint64_t drained_ns;  /* when a reply last went out of its queue */
     uint64_t heard_ns;    /* when it was accepted or last sent a request: an idle one is closed */
-    bool counted;         /* in srv->conn_shares */
+    bool listed;          /* in srv->conns and counted in srv->conn_shares: accepted, not yet closed */
     struct tcm_conn *next, *prev; /* srv->conns: the open ones (other pipes on the loop are not these) */
+    struct tcm_conn *view_next;   /* waiting for a view with others (handlers.c) */
 };
 
 void tcm__conn_reply(tcm_conn_t *conn, Tcm__Response__BodyCase which, void *body);

@@ -89,8 +89,9 @@ tcm_handle_t tcm__proc_watch(tcm_pid_t pid, uint64_t *start);
  * for the peer. */
 tcm_handle_t tcm__peer_proc_watch(tcm_handle_t sockfd, tcm_pid_t pid, uint64_t *start);
 /* Whether process pid maps the shared-memory object shm_name (as given to
- * tcm__shm_create): 1 or 0, or -errno where that cannot be read (another
- * user's process, a platform without /proc/PID/maps: -ENOSYS). */
+ * tcm__shm_create): 1 or 0, or -errno where that cannot be told (another
+ * user's process, a platform without /proc/PID/maps: -ENOSYS; more
+ * mappings than tcmd reads: -E2BIG). */
 int tcm__proc_maps_shm(tcm_pid_t pid, const char *shm_name);
 bool tcm__proc_exited(tcm_handle_t watch);
 bool tcm__proc_watch_pollable(void);

@@ -331,21 +331,25 @@ tcm_handle_t tcm__proc_watch(tcm_pid_t pid, uint64_t *start)
     return fd;
 }
 
+/* The process decides how long its maps are: past this many lines the
+ * answer is "cannot tell" (a fresh exec'd image has a few hundred). */
+#define MAPS_LINES_MAX 8192
+
 int tcm__proc_maps_shm(tcm_pid_t pid, const char *shm_name)
 {
     char path[64], want[160], line[4096];
     snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
-    int n = snprintf(want, sizeof want, "/dev/shm%s", shm_name);
+    int n = snprintf(want, sizeof want, "/dev/shm%s", shm_name), lines = 0;
     FILE *f = fopen(path, "re");
     if (!f)
         return errno == ENOENT ? -ESRCH : -errno;
     int found = 0;
-    while (!found && fgets(line, sizeof line, f)) {
-        char *p = strchr(line, '/'), *end = p ? p + strcspn(p, "\n") : NULL;
-        if (p && end - p >= n && !strncmp(p, want, (size_t)n) && (p[n] == 0 || p[n] == '\n' || p[n] == ' '))
+    while (!found && lines++ < MAPS_LINES_MAX && fgets(line, sizeof line, f)) {
+        char *p = strchr(line, '/');
+        if (p && !strncmp(p, want, (size_t)n) && (p[n] == 0 || p[n] == '\n' || p[n] == ' '))
             found = 1;
     }
-    int err = ferror(f) ? -EIO : 0;
+    int err = ferror(f) ? -EIO : !found && lines > MAPS_LINES_MAX ? -E2BIG : 0;
     fclose(f);
     return err ? err : found;
 }

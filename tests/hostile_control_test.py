@@ -40,7 +40,7 @@ CONTROL_CAP = 4096        # daemon/server.h TCM_CONTROL_MAX_CONNS
 PER_UID = 2048            # daemon/server.h TCM_DEFAULT_CONNS_PER_UID
 RESERVE = 32              # daemon/server.h TCM_CONTROL_OPERATOR_RESERVE
 METRICS_CAP = 64          # daemon/metrics.h TCM_METRICS_MAX_CONNS
-FDS_WANTED = 4096 + 32 + 2 * 1024 + 64 + 256  # what control.c asks RLIMIT_NOFILE for
+FDS_WANTED = 4096 + 32 + 2 * 1024 + (2 * 64 + 32) + 256  # what control.c asks RLIMIT_NOFILE for
 
 
 def part(name):

@@ -358,6 +358,15 @@ static void test_refusals(void)
     snprintf(heap_path, sizeof heap_path, "/dev/shm/tcm.%s.heap", d.name);
     CHECK_EQ(truncate(heap_path, (64 << 20) - 8192), 0);
     expect_refused(&d, small, "(67100672 bytes), a heap of --heap-size 64.0M needs 67108864 bytes");
+    CHECK_EQ(truncate(heap_path, 64 << 20), 0);
+    /* the metadata, which no client can write, is not cut back: larger, it is another heap's */
+    char meta_path[160];
+    struct stat ms;
+    snprintf(meta_path, sizeof meta_path, "/dev/shm/tcm.%s.meta", d.name);
+    CHECK_EQ(stat(meta_path, &ms), 0);
+    CHECK_EQ(truncate(meta_path, ms.st_size + 8192), 0);
+    expect_refused(&d, small, "a heap of --heap-size 64.0M needs");
+    CHECK_EQ(truncate(meta_path, ms.st_size), 0);
     CHECK_EQ(truncate(heap_path, (64 << 20) + 8192), 0);
     tt_daemon_restart(&d, small, NULL);
     CHECK_EQ(tt_run("true", out, sizeof out), 0);
