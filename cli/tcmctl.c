@@ -484,6 +484,62 @@ static int cmd_detach(const ctx_t *ctx, int argc, char **argv)
     return 0;
 }
 
+/* quota [set USER[:NAME] SIZE | clear USER[:NAME]] */
+static int cmd_quota(const ctx_t *ctx, int argc, char **argv)
+{
+    Tcm__QuotaRequest qr = TCM__QUOTA_REQUEST__INIT;
+    char who[64];
+    if (argc) {
+        bool set = strcmp(argv[0], "set") == 0;
+        if ((!set && strcmp(argv[0], "clear") != 0) || argc != (set ? 3 : 2) || strlen(argv[1]) >= sizeof who)
+            return command_usage("quota", stderr);
+        snprintf(who, sizeof who, "%s", argv[1]);
+        char *colon = strchr(who, ':');
+        qr.name = "";
+        if (colon) {
+            *colon = 0;
+            qr.name = colon + 1;
+        }
+        if (tcm__user_id(who, &qr.uid) != 0) {
+            fprintf(stderr, "tcmctl: no user '%s'\n", who);
+            return EXIT_USAGE;
+        }
+        if (set && (tcm__parse_size(argv[2], &qr.limit) || !qr.limit)) {
+            fprintf(stderr, "tcmctl: '%s' is not a size (e.g. 64M; clear removes a quota)\n", argv[2]);
+            return EXIT_USAGE;
+        }
+        qr.change = true;
+    }
+    Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_QUOTA, &qr, TCM__RESPONSE__BODY_QUOTAS);
+    const Tcm__Quotas *q = resp->quotas;
+    if (ctx->json) {
+        printf("{\"uid_quota\":%llu,\"quotas\":", (unsigned long long)q->uid_quota);
+        print_json_array((ProtobufCMessage *const *)q->quota, q->n_quota);
+        printf("}\n");
+    } else {
+        char dflt[32];
+        printf("%8s %-16s %10s %10s %8s\n", "uid", "name", "limit", "held", "refused");
+        for (size_t i = 0; i < q->n_quota; i++) {
+            const Tcm__QuotaInfo *e = q->quota[i];
+            char limit[32], held[32];
+            if (e->limit)
+                tcm__format_size(e->limit, limit, sizeof limit);
+            else
+                snprintf(limit, sizeof limit, "-");
+            tcm__format_size(e->bytes_held, held, sizeof held);
+            printf("%8u %-16s %10s %10s %8llu%s\n", e->uid, e->name[0] ? tx(e->name) : "(all)", limit, held,
+                   (unsigned long long)e->refused, e->rule || !e->limit ? "" : "  (uid_quota)");
+        }
+        if (q->uid_quota)
+            printf("(every other user but root and tcmd's: %s, the uid_quota setting)\n",
+                   tcm__format_size(q->uid_quota, dflt, sizeof dflt));
+        else if (!q->n_quota)
+            printf("(no quota is set, and nobody holds anything)\n");
+    }
+    tcm__response__free_unpacked(resp, NULL);
+    return 0;
+}
+
 static int cmd_check(const ctx_t *ctx, int argc, char **argv)
 {
     (void)argc, (void)argv;
@@ -519,6 +575,10 @@ static const command_t commands[] = {
     {"resize", "SIZE", "change the heap limit, e.g. to 512M or 4G (refused below what is in use)", cmd_resize},
     {"release", "", "processes give back what they cache, then every free page goes back to the OS", cmd_release},
     {"roots", "", "named shared pointers and their heap offsets", cmd_roots},
+    {"quota", "[set USER[:NAME] SIZE | clear USER[:NAME]]",
+     "memory quotas: what each user (or each user's processes of one name) may hold, holds and was refused; set "
+     "and clear: tcmd's uid or root",
+     cmd_quota},
     {"detach", "CLIENT_ID",
      "cut a client (an id from tcmctl clients) off: its allocations fail; reclaimed when it exits", cmd_detach},
     {"check", "",

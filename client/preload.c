@@ -177,8 +177,9 @@ TCM_COLD static void *after_refusal(size_t size, size_t align)
         if (atomic_exchange(&mode, USE_SYSTEM) == USE_TCM)
             fprintf(stderr, "tcm-malloc: tcmd is gone: going on with the system malloc\n");
     } else if (!atomic_exchange(&said_full, true)) {
-        fprintf(stderr, "tcm-malloc: the %s heap is full: allocations it refuses come from the system malloc\n",
-                shares ? "shared" : "private (TCM_MALLOC_HEAP_SIZE)");
+        fprintf(stderr, "tcm-malloc: %s: allocations it refuses come from the system malloc\n",
+                shares ? "the shared heap refused one (it is full, or this process holds its quota: tcmctl quota)"
+                       : "the private heap is full (TCM_MALLOC_HEAP_SIZE)");
     }
     return system_alloc(size, align);
 }

@@ -73,7 +73,7 @@
     _Static_assert(offsetof(type, field) == (off),                                                 \
                    #type "." #field " is in a segment: bump TCM_LAYOUT_VERSION and fix its offset")
 
-#define TCM_LAYOUT_VERSION 13u /* 13: roots hashed, sized by a setting, each held by a user */
+#define TCM_LAYOUT_VERSION 14u /* 14: memory quotas (state header), holder groups per user */
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
 #define TCM_CHAN_MAGIC 0x4e4148434d4354ull /* "TCMCHAN" */
 #define TCM_STATE_MAGIC 0x4554415453434d54ull /* "TCMSTATE" */
@@ -104,7 +104,8 @@ _Static_assert(TCM_NCLASSES <= TCM_PAGE_CLASS_DRAIN && TCM_PAGE_CLASS_DRAIN + TC
 #define TCM_ROOT_NAME_MAX 48u     /* including the NUL */
 #define TCM_MAX_CLIENTS 1024u     /* client records in the state segment */
 #define TCM_HOLDERS 4096u         /* departed clients still holding objects, each under its own tag */
-#define TCM_HOLDER_GROUPS 256u    /* and the rest, one tag per executable (the first: every other one) */
+#define TCM_HOLDER_GROUPS 256u    /* and the rest, one tag per user and executable (the first: every other one) */
+#define TCM_QUOTA_RULES 64u       /* memory quotas an operator may set (tcmctl quota) */
 #define TCM_EXE_MAX 64u           /* an executable's path as kept (the end of a longer one) */
 #define TCM_MAX_THREADS 4096u     /* the most --max-threads can be */
 #define TCM_RECONNECT_DEFAULT_S 30 /* reconnect_timeout's default, and a client's wait before it reads tcmd's */
@@ -264,14 +265,15 @@ TCM_SHARED_OFFSET(tcm_config_t, decay_ms, 48); TCM_SHARED_OFFSET(tcm_config_t, r
     X(flush_requests, C, H, "times a full heap asked every process to give back what it caches") \
     X(departed_holders, G, H, "departed clients with objects still allocated, each under its own tag") \
     X(departed_groups, G, H, "executables whose older departed holders share one tag")            \
-    X(holder_merges, C, H, "departed holders merged into their executable's group")
+    X(holder_merges, C, H, "departed holders merged into their executable's group")                \
+    X(quota_refusals, C, H, "requests refused because their user (or user and name) held its quota")
 
 typedef struct tcm_heap_stats {
 #define TCM_STAT_FIELD(name, kind, writer, doc) _Atomic uint64_t name;
     TCM_HEAP_STATS(TCM_STAT_FIELD)
 #undef TCM_STAT_FIELD
 } tcm_heap_stats_t;
-TCM_SHARED_SIZE(tcm_heap_stats_t, 264);
+TCM_SHARED_SIZE(tcm_heap_stats_t, 272);
 TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_reserved, 0); TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_limit, 8);
 TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_spans, 16); TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_clients, 24);
 TCM_SHARED_OFFSET(tcm_heap_stats_t, bytes_central_free, 32);
@@ -297,6 +299,7 @@ TCM_SHARED_OFFSET(tcm_heap_stats_t, validation_failures, 216);
 TCM_SHARED_OFFSET(tcm_heap_stats_t, decays, 224); TCM_SHARED_OFFSET(tcm_heap_stats_t, flush_requests, 232);
 TCM_SHARED_OFFSET(tcm_heap_stats_t, departed_holders, 240); TCM_SHARED_OFFSET(tcm_heap_stats_t, departed_groups, 248);
 TCM_SHARED_OFFSET(tcm_heap_stats_t, holder_merges, 256);
+TCM_SHARED_OFFSET(tcm_heap_stats_t, quota_refusals, 264);
 
 /* Named shared pointers: an open-addressing table of meta->nroots entries
  * (a power of two), probed linearly from tcm__root_hash(name); a probe
@@ -656,7 +659,7 @@ enum tcm_holder_state {
     TCM_HOLDER_FREE = 0,
     TCM_HOLDER_HELD = 1,    /* a departed process whose objects are still allocated, under its own tag */
     TCM_HOLDER_MERGING = 2, /* such a process's tag being rewritten to its group's (into) */
-    TCM_HOLDER_GROUP = 3,   /* the departed processes of one executable, under one tag */
+    TCM_HOLDER_GROUP = 3,   /* the departed processes of one user and executable, under one tag */
 };
 #define TCM_HOLDER_WARNED 1u /* flags: its still-held bytes were logged */
 
@@ -670,7 +673,8 @@ typedef struct tcm_holder {
     _Atomic uint32_t state;  /* enum tcm_holder_state */
     uint16_t tag;
     uint16_t into;           /* MERGING: index of the GROUP entry it is merged into */
-    uint32_t id, pid, uid;   /* HELD, MERGING: the client's; GROUP: the last one merged */
+    uint32_t id, pid, uid;   /* HELD, MERGING: the client's; GROUP: the last one merged's (a group's uid is
+                                its key, but the first group's) */
     uint32_t processes;      /* departed processes it stands for: 1, or a group's count */
     uint64_t departed_unix;  /* when it left; a group's: the last merge */
     uint32_t flags;
@@ -757,6 +761,21 @@ TCM_SHARED_OFFSET(tcm_page_intent_t, reserved, 22);
  * last, so a segment without it is one whose creation never finished), a
  * recovering tcmd (adoptions), the heap thread (top, intents, stats), the
  * main thread (next_client_id). */
+/* A memory quota (docs/DESIGN.md, "Memory quotas"): what the processes of
+ * uid (of uid named name, when name is not empty) may hold of the heap.
+ * Authoritative: an adopted heap keeps its quotas. W: tcmd's main thread,
+ * under state.quota_seq, fields first and limit last (0: a free entry). R:
+ * the heap thread, which takes a copy when quota_seq moves. */
+typedef struct tcm_quota_rule {
+    _Atomic uint64_t limit;
+    uint32_t uid;
+    uint32_t reserved;
+    char name[16]; /* a process's short name (comm), NUL-terminated */
+} tcm_quota_rule_t;
+TCM_SHARED_SIZE(tcm_quota_rule_t, 32);
+TCM_SHARED_OFFSET(tcm_quota_rule_t, limit, 0); TCM_SHARED_OFFSET(tcm_quota_rule_t, uid, 8);
+TCM_SHARED_OFFSET(tcm_quota_rule_t, reserved, 12); TCM_SHARED_OFFSET(tcm_quota_rule_t, name, 16);
+
 typedef struct tcm_state_hdr {
     uint64_t magic;
     uint32_t version;
@@ -780,8 +799,12 @@ typedef struct tcm_state_hdr {
     alignas(TCM_CACHELINE) tcm_req_intent_t req;
     alignas(TCM_CACHELINE) tcm_class_stats_t cstats[TCM_NCLASSES];
     tcm_daemon_stats_t dstats;
+    /* W: main thread (tcmctl quota): odd while a rule is being written */
+    _Atomic uint32_t quota_seq;
+    uint32_t reserved2;
+    tcm_quota_rule_t quotas[TCM_QUOTA_RULES];
 } tcm_state_hdr_t;
-TCM_SHARED_SIZE(tcm_state_hdr_t, 8384);
+TCM_SHARED_SIZE(tcm_state_hdr_t, 10432);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, magic, 0); TCM_SHARED_OFFSET(tcm_state_hdr_t, version, 8);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, page_shift, 12); TCM_SHARED_OFFSET(tcm_state_hdr_t, base, 16);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, heap_size, 24); TCM_SHARED_OFFSET(tcm_state_hdr_t, npages, 32);
@@ -793,6 +816,7 @@ TCM_SHARED_OFFSET(tcm_state_hdr_t, adoptions, 88); TCM_SHARED_OFFSET(tcm_state_h
 TCM_SHARED_OFFSET(tcm_state_hdr_t, reserved, 100); TCM_SHARED_OFFSET(tcm_state_hdr_t, page, 128);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, req, 192); TCM_SHARED_OFFSET(tcm_state_hdr_t, cstats, 4928);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, dstats, 8032);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, quota_seq, 8344); TCM_SHARED_OFFSET(tcm_state_hdr_t, quotas, 8352);
 
 /* ---- ring statuses ---- */
 

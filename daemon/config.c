@@ -49,6 +49,8 @@ static int set_spin(tcm_server_t *srv, uint64_t v, const change_t *ch);
 static int set_heap_nice(tcm_server_t *srv, uint64_t v, const change_t *ch);
 static int set_level(tcm_server_t *srv, uint64_t v, const change_t *ch);
 static int set_heap_limit(tcm_server_t *srv, uint64_t v, const change_t *ch);
+static int set_uid_quota(tcm_server_t *srv, uint64_t v, const change_t *ch);
+static void show_uid_quota(const tcm_server_t *srv, char *out, size_t len);
 static void show_max_threads(const tcm_server_t *srv, char *out, size_t len);
 static void show_allow_group(const tcm_server_t *srv, char *out, size_t len);
 static void show_spin(const tcm_server_t *srv, char *out, size_t len);
@@ -115,6 +117,9 @@ static const setting_t settings[] = {
      TCM_ROOTS_MAX, TCM_STRINGIFY(TCM_DEFAULT_ROOTS), "N", FIELD(roots)},
     {{"roots_per_uid", true, "roots one user may hold at once"}, T_UINT, 1, TCM_ROOTS_MAX,
      TCM_STRINGIFY(TCM_DEFAULT_ROOTS_PER_UID), "N", FIELD(roots_per_uid)},
+    {{"uid_quota", true, "heap bytes each user but root and tcmd's may hold, caches and what its departed processes "
+      "left included (0: no limit; tcmctl quota sets one per user or per user and name)"}, T_SIZE, 0, HEAP_SIZE_MAX,
+     "0", "SIZE", HOOKS(set_uid_quota, show_uid_quota)},
     {{"log_level", true, "error, warn, info or debug"}, T_LEVEL, 0, 3, "info", "LEVEL", HOOKS(set_level, show_level)},
     {{"allow_group", false, "group (name or id) whose members may attach besides tcmd's own user"}, T_GROUP, 0,
      UINT32_MAX, "", "GROUP", HOOKS(set_allow_group, show_allow_group)},
@@ -231,6 +236,18 @@ static int set_spin(tcm_server_t *srv, uint64_t v, const change_t *ch)
 static void show_spin(const tcm_server_t *srv, char *out, size_t len)
 {
     snprintf(out, len, "%llu", (unsigned long long)(atomic_load(&srv->spin_ns) / 1000));
+}
+
+static int set_uid_quota(tcm_server_t *srv, uint64_t v, const change_t *ch)
+{
+    (void)ch;
+    atomic_store(&srv->uid_quota, v);
+    return 0;
+}
+
+static void show_uid_quota(const tcm_server_t *srv, char *out, size_t len)
+{
+    snprintf(out, len, "%llu", (unsigned long long)atomic_load(&srv->uid_quota));
 }
 
 /* At runtime applied here (a refusal is the command's error); at start by

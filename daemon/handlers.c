@@ -13,14 +13,17 @@
 #include "config.h"
 #include "frame.h"
 #include "handlers.h"
+#include "heapthread.h"
 #include "holders.h"
 #include "log.h"
 #include "mailbox.h"
 #include "prim.h"
+#include "quota.h"
 #include "rows.h"
 #include "segments.h"
 #include "stats.h"
 #include "transport.h"
+#include "util.h"
 #include "validate.h"
 
 static int send_welcome(tcm_conn_t *conn, tcm_client_t *c, bool resumed)
@@ -441,6 +444,70 @@ static void handle_departed(tcm_conn_t *conn, const Tcm__DepartedRequest *dr)
     free(rows), free(out), free(ptrs);
 }
 
+#define QUOTA_ROWS_MAX 512 /* rows of a quota reply: well under TCM_FRAME_MAX */
+
+static void handle_quota(tcm_conn_t *conn, const Tcm__QuotaRequest *qr)
+{
+    tcm_server_t *srv = conn->srv;
+    if (qr->change) {
+        if (!tcm__conn_may_change(conn, "quota"))
+            return;
+        int err = tcm__quota_set(srv, qr->uid, qr->name, qr->limit);
+        if (err) {
+            tcm__conn_error(conn, (uint32_t)-err,
+                            err == -ENOENT   ? "no such quota (tcmctl quota lists them)"
+                            : err == -ENOSPC ? "every quota entry is in use (remove one first)"
+                                             : "a process name is at most 15 bytes");
+            return;
+        }
+        tcm__heap_kick(srv); /* to take the rule */
+        char size[32];
+        tcm__log(TCM_LOG_INFO, "quota of uid %u%s%s: %s", qr->uid, qr->name[0] ? " named " : "", qr->name,
+                 qr->limit ? tcm__format_size(qr->limit, size, sizeof size) : "removed");
+    }
+    tcm_quota_row_t *rows = malloc(QUOTA_ROWS_MAX * sizeof *rows);
+    Tcm__QuotaInfo *out = calloc(QUOTA_ROWS_MAX, sizeof *out);
+    Tcm__QuotaInfo **ptrs = calloc(QUOTA_ROWS_MAX, sizeof *ptrs);
+    if (!rows || !out || !ptrs) {
+        free(rows), free(out), free(ptrs);
+        tcm__conn_error(conn, ENOMEM, "out of memory");
+        return;
+    }
+    size_t n = tcm__quota_rows(srv, rows, QUOTA_ROWS_MAX);
+    if (qr->change) { /* the heap thread takes the rule at its next turn: show it as set */
+        bool shown = false;
+        for (size_t i = 0; i < n && !shown; i++)
+            if (rows[i].rule && rows[i].uid == qr->uid && !strcmp(rows[i].name, qr->name)) {
+                rows[i].limit = qr->limit;
+                if (!qr->limit)
+                    memmove(rows + i, rows + i + 1, (--n - i) * sizeof *rows);
+                shown = true;
+            }
+        if (!shown && qr->limit && n < QUOTA_ROWS_MAX) {
+            memmove(rows + 1, rows, n * sizeof *rows);
+            rows[0] = (tcm_quota_row_t){.uid = qr->uid, .limit = qr->limit, .rule = true};
+            snprintf(rows[0].name, sizeof rows[0].name, "%s", qr->name);
+            n++;
+        }
+    }
+    Tcm__Quotas q = TCM__QUOTAS__INIT;
+    for (size_t i = 0; i < n; i++) {
+        tcm__quota_info__init(&out[i]);
+        out[i].uid = rows[i].uid;
+        out[i].name = rows[i].name;
+        out[i].limit = rows[i].limit;
+        out[i].rule = rows[i].rule;
+        out[i].bytes_held = rows[i].held;
+        out[i].refused = rows[i].refused;
+        ptrs[i] = &out[i];
+    }
+    q.n_quota = n;
+    q.quota = ptrs;
+    q.uid_quota = atomic_load(&srv->uid_quota);
+    tcm__conn_reply(conn, TCM__RESPONSE__BODY_QUOTAS, &q);
+    free(rows), free(out), free(ptrs);
+}
+
 #define RELEASE_FLUSH_WAIT_MS 200 /* how long release waits for processes to give back what they cache */
 
 /* release: every attached process gives back what it caches (as for a full
@@ -760,6 +827,9 @@ void tcm__control_handle(tcm_conn_t *conn, const Tcm__Request *req)
         break;
     case TCM__REQUEST__BODY_DEPARTED:
         handle_departed(conn, req->departed);
+        break;
+    case TCM__REQUEST__BODY_QUOTA:
+        handle_quota(conn, req->quota);
         break;
     case TCM__REQUEST__BODY_RELEASE:
         if (tcm__conn_may_change(conn, "release"))

@@ -16,6 +16,7 @@
 #include "mailbox.h"
 #include "pageheap.h"
 #include "prim.h"
+#include "quota.h"
 #include "reclaim.h"
 #include "requests.h"
 #include "ring.h"
@@ -115,6 +116,7 @@ static bool serve_all(tcm_server_t *srv)
     uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
     uint32_t start = turn_start < hw ? turn_start : 0, next = start;
     new_turn();
+    tcm__quota_sync_ht(srv);
     for (uint32_t k = 0; k < hw; k++) {
         uint32_t i = start + k < hw ? start + k : start + k - hw;
         tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
@@ -156,7 +158,8 @@ static bool serve_all(tcm_server_t *srv)
 
 static bool anything_pending(tcm_server_t *srv)
 {
-    if (atomic_load(&srv->stop) || atomic_load(&srv->mbox_cmd) != TCM_MBOX_NONE || tcm__holders_pending(srv))
+    if (atomic_load(&srv->stop) || atomic_load(&srv->mbox_cmd) != TCM_MBOX_NONE || tcm__holders_pending(srv) ||
+        atomic_load(&srv->state->quota_seq) != srv->quota.seq)
         return true;
     uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
     for (uint32_t i = 0; i < hw; i++) {

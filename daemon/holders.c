@@ -7,8 +7,9 @@
  * to an entry of the holders table with its pid, names and time, so that
  * what it left is attributed exactly. The table has TCM_HOLDERS entries;
  * when it is full the next departure first merges an older holder into
- * the group of its executable (TCM_HOLDER_GROUPS of them, the first one
- * for every executable the others leave out): the merged tag is noted in
+ * the group of its user's processes of its executable (TCM_HOLDER_GROUPS
+ * of them, the first one for every pair the others leave out: a user's
+ * quota counts its groups, not that one): the merged tag is noted in
  * remap[], the accounting moves at once, and a sweep of bounded steps
  * rewrites the owner words that still name it. Two full passes after the
  * merge no object names the old tag, and it is free again. A tag that
@@ -30,6 +31,7 @@
 
 #include "heap.h"
 #include "log.h"
+#include "quota.h"
 
 #define NENTRIES (TCM_HOLDER_GROUPS + TCM_HOLDERS)
 #define FIRST_HOLDER TCM_HOLDER_GROUPS /* entries [0, groups) are groups; [0] every other executable */
@@ -263,12 +265,14 @@ static void entry_free_locked(tcm_server_t *srv, uint32_t i)
     atomic_store_explicit(&e->state, TCM_HOLDER_FREE, memory_order_release);
 }
 
-/* The group of executable exe: its entry, a new one, or the first. Under
- * holders_lock; UINT32_MAX when not even the first can be backed. */
-static uint32_t group_for_locked(tcm_server_t *srv, const char *exe)
+/* The group of uid's processes of executable exe: its entry, a new one,
+ * or the first. Under holders_lock; UINT32_MAX when not even the first can
+ * be backed. */
+static uint32_t group_for_locked(tcm_server_t *srv, uint32_t uid, const char *exe)
 {
     for (uint32_t g = 1; g < TCM_HOLDER_GROUPS && exe[0]; g++)
-        if (state_of(srv, g) == TCM_HOLDER_GROUP && !strncmp(srv->holders[g].exe, exe, TCM_EXE_MAX))
+        if (state_of(srv, g) == TCM_HOLDER_GROUP && srv->holders[g].uid == uid &&
+            !strncmp(srv->holders[g].exe, exe, TCM_EXE_MAX))
             return g;
     uint32_t g = exe[0] ? free_entry_locked(srv, 1, TCM_HOLDER_GROUPS) : UINT32_MAX;
     if (g == UINT32_MAX) { /* every other executable's */
@@ -284,9 +288,12 @@ static uint32_t group_for_locked(tcm_server_t *srv, const char *exe)
         return UINT32_MAX;
     memset(e, 0, sizeof *e);
     e->tag = tag;
+    e->uid = uid;
     snprintf(e->exe, sizeof e->exe, "%s", g ? exe : "(other executables)");
     atomic_store_explicit(&e->state, TCM_HOLDER_GROUP, memory_order_release);
     srv->tag_holder[tag] = (uint16_t)(g + 1);
+    if (g)
+        tcm__quota_group_ht(srv, tag, uid);
     TCM_STAT_ADD(srv->meta, departed_groups, 1);
     return g;
 }
@@ -297,7 +304,7 @@ static uint32_t group_for_locked(tcm_server_t *srv, const char *exe)
 static bool merge_locked(tcm_server_t *srv, uint32_t i)
 {
     tcm_holder_t *e = &srv->holders[i];
-    uint32_t g = group_for_locked(srv, e->exe);
+    uint32_t g = group_for_locked(srv, e->uid, e->exe);
     if (g == UINT32_MAX)
         return false;
     tcm_holder_t *ge = &srv->holders[g];
@@ -305,10 +312,13 @@ static bool merge_locked(tcm_server_t *srv, uint32_t i)
         return false;
     srv->merge_done_at[e->tag] = srv->merge_pass + 2; /* the pass under way may have passed some of its spans */
     srv->merging++;
+    tcm__quota_merge_ht(srv, e->tag, ge->tag, bytes_of(srv, e->tag));
     atomic_fetch_add_explicit(&srv->tag_orphaned[ge->tag], bytes_of(srv, e->tag), memory_order_relaxed);
     atomic_store_explicit(&srv->tag_orphaned[e->tag], 0, memory_order_relaxed);
     ge->processes += e->processes;
-    ge->id = e->id, ge->pid = e->pid, ge->uid = e->uid;
+    ge->id = e->id, ge->pid = e->pid;
+    if (!g)
+        ge->uid = e->uid;
     ge->departed_unix = e->departed_unix;
     memcpy(ge->comm, e->comm, sizeof ge->comm);
     entry_free_locked(srv, i); /* its tag stays in use until the sweep is through */
@@ -341,6 +351,7 @@ void tcm__holder_depart_ht(tcm_server_t *srv, tcm_client_t *c, uint64_t held)
     uint16_t t = rec->tag;
     atomic_store_explicit(&srv->tag_client[t], 0, memory_order_relaxed);
     if (!held) {
+        tcm__quota_drop_tag_ht(srv, t);
         tcm__tag_give_back(srv, t);
         return;
     }
@@ -374,6 +385,7 @@ void tcm__holder_depart_ht(tcm_server_t *srv, tcm_client_t *c, uint64_t held)
 void tcm__holder_credit_ht(tcm_server_t *srv, uint16_t tag, uint64_t bytes)
 {
     uint16_t to = remap_of(srv, tag), t = to ? to : tag;
+    tcm__quota_credit_ht(srv, t, bytes);
     uint64_t left = bytes_of(srv, t);
     left = left > bytes ? left - bytes : 0;
     atomic_store_explicit(&srv->tag_orphaned[t], left, memory_order_relaxed);
@@ -385,6 +397,7 @@ void tcm__holder_credit_ht(tcm_server_t *srv, uint16_t tag, uint64_t bytes)
     entry_free_locked(srv, i - 1);
     tag_mark(srv, t, false); /* owns nothing (a merged tag's objects counted here are gone too) */
     pthread_mutex_unlock(&srv->holders_lock);
+    tcm__quota_drop_tag_ht(srv, t);
     if (st == TCM_HOLDER_GROUP)
         TCM_STAT_ADD(srv->meta, departed_groups, -1);
     else
@@ -474,7 +487,7 @@ uint64_t tcm__holders_recover(tcm_server_t *srv, uint64_t *held)
             unknown += held[t];
     if (unknown) {
         pthread_mutex_lock(&srv->holders_lock);
-        uint32_t g = group_for_locked(srv, "");
+        uint32_t g = group_for_locked(srv, 0, "");
         pthread_mutex_unlock(&srv->holders_lock);
         uint16_t to = g == UINT32_MAX ? 0 : srv->holders[g].tag;
         for (uint32_t t = 1; t < TCM_TAGS && to; t++)

@@ -17,6 +17,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "prim.h"
+#include "quota.h"
 #include "recovery.h"
 #include "segments.h"
 #include "server.h"
@@ -210,6 +211,10 @@ static int run(tcm_server_t *srv, tcm_handle_t ready_fd)
     tcm__config_publish(srv);
     if (srv->adopted && tcm__recover(srv) != 0)
         goto out_segments;
+    if (tcm__quota_start(srv) != 0) {
+        tcm__log(TCM_LOG_ERROR, "out of memory for the quota accounts");
+        goto out_segments;
+    }
     if (tcm__heap_thread_start(srv) != 0)
         goto out_segments;
     if (tcm__control_start(srv) != 0)
@@ -256,6 +261,7 @@ out_segments:
     if (rc != 0)
         srv->keep_segments = true; /* a failed start deletes nothing */
     tcm__segments_close(srv);
+    tcm__quota_free(srv);
 out:
     if (ready_fd >= 0)
         tcm__close(ready_fd);

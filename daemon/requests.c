@@ -12,6 +12,7 @@
 #include "holders.h"
 #include "log.h"
 #include "prim.h"
+#include "quota.h"
 #include "requests.h"
 #include "roots.h"
 #include "ring.h"
@@ -39,6 +40,7 @@ void tcm__credit_ht(tcm_server_t *srv, uint16_t tag, uint64_t bytes)
     tcm_client_t *c = tcm__tag_client_ht(srv, tag);
     if (c) {
         TCM_HT_ADD(c->rec->bytes_back, bytes);
+        tcm__quota_credit_ht(srv, tag, bytes);
         return;
     }
     uint64_t orphaned = atomic_load_explicit(&srv->meta->stats.bytes_orphaned, memory_order_relaxed);
@@ -89,6 +91,14 @@ static int op_refill(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
         return TCM_ST_BAD_CLASS;
     if (count == 0 || count > TCM_MAX_BATCH)
         return TCM_ST_BAD_COUNT;
+    uint64_t size = srv->h.classes[cls].size, room = tcm__quota_room_ht(srv, c);
+    if (room / size < count) { /* what its quota leaves, if that is an object */
+        count = (uint32_t)(room / size);
+        if (!count) {
+            slot->result = tcm__quota_refuse_ht(srv, c, size);
+            return TCM_ST_NOMEM;
+        }
+    }
     tcm_req_intent_t *ri = &srv->state->req;
     ri->count = count;
     ri->owner = c->rec->tag;
@@ -100,8 +110,9 @@ static int op_refill(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
     TCM_HT_ADD(srv->h.cstats[cls].refills, 1);
     memcpy(slot->offs, ri->offs, n * sizeof ri->offs[0]);
     slot->nresult = n;
-    TCM_HT_ADD(c->rec->bytes_out, (uint64_t)n * srv->h.classes[cls].size);
-    TCM_STAT_ADD(srv->meta, bytes_clients, (uint64_t)n * srv->h.classes[cls].size);
+    TCM_HT_ADD(c->rec->bytes_out, n * size);
+    tcm__quota_charge_ht(srv, c, n * size);
+    TCM_STAT_ADD(srv->meta, bytes_clients, n * size);
     if (!n && status == TCM_ST_NOMEM)
         slot->result = tcm__heap_full_ht(srv, c);
     return n ? TCM_ST_OK : status;
@@ -136,6 +147,10 @@ static int op_return(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
 static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, uint64_t npages,
                           uint64_t align_pages)
 {
+    if (npages <= srv->h.npages && npages > tcm__quota_room_ht(srv, c) >> TCM_PAGE_SHIFT) {
+        slot->result = tcm__quota_refuse_ht(srv, c, npages << TCM_PAGE_SHIFT);
+        return TCM_ST_NOMEM;
+    }
     tcm_req_intent_t *ri = &srv->state->req;
     ri->first = 0; /* no run yet: the allocation logs its first page here before mapping it */
     ri->owner = c->rec->tag;
@@ -148,6 +163,7 @@ static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, 
         return st;
     slot->result = tcm__page_off(ri->first);
     TCM_HT_ADD(c->rec->bytes_out, npages << TCM_PAGE_SHIFT);
+    tcm__quota_charge_ht(srv, c, npages << TCM_PAGE_SHIFT);
     TCM_STAT_ADD(srv->meta, bytes_clients, npages << TCM_PAGE_SHIFT);
     return TCM_ST_OK;
 }

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "heap.h"
+#include "quota.h"
 #include "shares.h"
 #include "tcm_layout.h"
 #include "tcm_version.h"
@@ -110,6 +111,7 @@ struct tcm_server {
     uint64_t conn_idle_s;       /* a connection that is no client's is closed after this long silent */
     uint64_t roots;             /* entries of a new heap's roots table */
     uint64_t roots_per_uid;     /* live roots one uid may hold */
+    _Atomic uint64_t uid_quota; /* heap bytes each user may hold but the operator (0: no limit) */
     uint32_t nroots;            /* entries of this heap's (an adopted one keeps its own) */
 
     bool discard_heap;        /* --discard-heap: replace segments left by a previous tcmd */
@@ -143,6 +145,7 @@ struct tcm_server {
     tcm_daemon_stats_t *dstats; /* in the state segment */
     uint64_t decayed_at;      /* heap thread: the quiet spell the last decay was for */
     uint64_t flush_asked_ns, flush_asked; /* heap thread: the last time the heap was full */
+    tcm_quota_t quota;        /* what each user holds, against its quota (quota.c) */
     /* Bytes still allocated under each tag whose client has left (objects
      * and page runs nobody has freed yet; their sum is bytes_orphaned).
      * Written by the heap thread (a reclaim adds what its client still

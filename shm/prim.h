@@ -36,6 +36,8 @@ int tcm__shm_unlink(const char *name);
 int tcm__path_share(const char *path, tcm_gid_t gid, unsigned mode);
 /* A group's id from its name or number; -ENOENT if there is none. */
 int tcm__group_id(const char *name, tcm_gid_t *gid);
+/* A user's id from its name or number; -ENOENT if there is none. */
+int tcm__user_id(const char *name, uint32_t *uid);
 void tcm__close(tcm_handle_t fd);
 
 /* Map fd at exactly `at` (MAP_FIXED_NOREPLACE) or anywhere (at == NULL).

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <grp.h>
+#include <pwd.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -85,6 +86,21 @@ int tcm__group_id(const char *name, tcm_gid_t *gid)
     if (!g)
         return -ENOENT;
     *gid = g->gr_gid;
+    return 0;
+}
+
+int tcm__user_id(const char *name, uint32_t *uid)
+{
+    char *end;
+    unsigned long v = strtoul(name, &end, 10);
+    if (*name && !*end && v <= UINT32_MAX) {
+        *uid = (uint32_t)v;
+        return 0;
+    }
+    struct passwd *p = getpwnam(name);
+    if (!p)
+        return -ENOENT;
+    *uid = p->pw_uid;
     return 0;
 }
 

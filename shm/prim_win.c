@@ -250,6 +250,16 @@ int tcm__group_id(const char *name, tcm_gid_t *gid)
     return -ENOSYS;
 }
 
+int tcm__user_id(const char *name, uint32_t *uid)
+{
+    char *end;
+    unsigned long v = strtoul(name, &end, 10);
+    if (!*name || *end)
+        return -ENOSYS; /* numbers only */
+    *uid = (uint32_t)v;
+    return 0;
+}
+
 void tcm__close(tcm_handle_t fd)
 {
     if (fd < 0)
