@@ -16,6 +16,7 @@
 #include "clientwatch.h"
 #include "log.h"
 #include "metrics.h"
+#include "quota.h"
 #include "rows.h"
 #include "stats.h"
 #include "views.h"
@@ -125,8 +126,50 @@ static int by_exe(const void *a, const void *b)
     return strncmp(((const tcm_holder_row_t *)a)->e.exe, ((const tcm_holder_row_t *)b)->e.exe, TCM_EXE_MAX);
 }
 
-/* What departed clients left, summed per executable (a path is any bytes:
- * a label value is escaped, and bytes that are not ASCII become '?'). */
+/* A label value from any bytes (a path, a process name): escaped, and
+ * bytes that are not ASCII become '?'. out has room for 2 * max + 1. */
+static void label_value(const char *in, size_t max, char *out)
+{
+    const unsigned char *from = (const unsigned char *)in;
+    for (const unsigned char *c = from; *c && c < from + max; c++) {
+        if (*c == '\\' || *c == '"' || *c == '\n') {
+            *out++ = '\\';
+            *out++ = *c == '\n' ? 'n' : (char)*c;
+        } else {
+            *out++ = *c >= 0x80 || *c < 0x20 ? '?' : (char)*c;
+        }
+    }
+    *out = 0;
+}
+
+/* Each quota: its limit, what is held against it, its refusals. */
+static void render_quotas(tcm_server_t *srv, text_t *t)
+{
+    enum { MAX_ROWS = 512 };
+    tcm_quota_row_t *rows = malloc(MAX_ROWS * sizeof *rows);
+    if (!rows)
+        return;
+    size_t n = tcm__quota_rows(srv, rows, MAX_ROWS);
+    static const struct {
+        const char *name, *type, *help;
+    } fams[] = {
+        {"tcm_quota_limit_bytes", "gauge", "heap bytes a user (name: its processes of that name) may hold; 0: none"},
+        {"tcm_quota_held_bytes", "gauge", "heap bytes charged to the quota"},
+        {"tcm_quota_refused_total", "counter", "requests refused because the quota was held"},
+    };
+    for (size_t f = 0; f < 3 && n; f++) {
+        family(t, fams[f].name, fams[f].type, fams[f].help);
+        for (size_t i = 0; i < n; i++) {
+            char name[2 * sizeof rows[i].name + 1];
+            label_value(rows[i].name, sizeof rows[i].name, name);
+            uint64_t v = f == 0 ? rows[i].limit : f == 1 ? rows[i].held : rows[i].refused;
+            put(t, "%s{uid=\"%u\",name=\"%s\"} %llu\n", fams[f].name, rows[i].uid, name, (unsigned long long)v);
+        }
+    }
+    free(rows);
+}
+
+/* What departed clients left, summed per executable. */
 static void render_departed(tcm_server_t *srv, text_t *t)
 {
     tcm_holder_row_t *rows = malloc((TCM_HOLDERS + TCM_HOLDER_GROUPS) * sizeof *rows);
@@ -140,17 +183,8 @@ static void render_departed(tcm_server_t *srv, text_t *t)
         size_t j = i;
         for (; j < n && !strncmp(rows[j].e.exe, rows[i].e.exe, TCM_EXE_MAX); j++)
             bytes += rows[j].bytes;
-        char exe[2 * TCM_EXE_MAX + 1], *o = exe;
-        const unsigned char *from = (const unsigned char *)rows[i].e.exe;
-        for (const unsigned char *c = from; *c && c < from + TCM_EXE_MAX; c++) {
-            if (*c == '\\' || *c == '"' || *c == '\n') {
-                *o++ = '\\';
-                *o++ = *c == '\n' ? 'n' : (char)*c;
-            } else {
-                *o++ = *c >= 0x80 || *c < 0x20 ? '?' : (char)*c;
-            }
-        }
-        *o = 0;
+        char exe[2 * TCM_EXE_MAX + 1];
+        label_value(rows[i].e.exe, TCM_EXE_MAX, exe);
         put(t, "tcm_departed_bytes{exe=\"%s\"} %llu\n", exe, (unsigned long long)bytes);
         i = j;
     }
@@ -229,6 +263,7 @@ static void render(tcm_server_t *srv, text_t *full, text_t *pub)
     free(rows_of);
     text_t tail = {0};
     render_departed(srv, &tail);
+    render_quotas(srv, &tail);
     family(&tail, "tcm_build_info", "gauge", "tcmd version");
     put(&tail, "tcm_build_info{version=\"%s\"} 1\n", TCM_VERSION_STRING);
     if (tail.p) {

@@ -329,6 +329,49 @@ uint64_t tcm__quota_refuse_ht(tcm_server_t *srv, tcm_client_t *c, uint64_t wante
     return now - a->asked_ns < ASK_WAIT_NS ? a->asked : 0;
 }
 
+bool tcm__quota_validate(tcm_server_t *srv, const uint64_t *held, char *why, size_t whylen)
+{
+    tcm_quota_t *q = &srv->quota;
+    if (!q->accts)
+        return true;
+    uint64_t *want = calloc(ACCTS + TCM_QUOTA_RULES, sizeof *want), *want_rule = want + ACCTS;
+    if (!want) {
+        snprintf(why, whylen, "out of memory");
+        return false;
+    }
+    bool ok = true;
+    for (uint32_t t = 1; t < TCM_TAGS && ok; t++) {
+        bool merging = srv->tag_merging[t / 64] >> (t % 64) & 1;
+        uint16_t e = merging ? srv->remap[t] : (uint16_t)t; /* a merging tag's objects are its group's */
+        if (!held[t] || !charged(q, e))
+            continue;
+        tcm_quota_acct_t *a = acct_find(q, q->tag_uid[e]);
+        if (!a) {
+            snprintf(why, whylen, "quota: tag %u is charged to uid %u, which has no entry", e, q->tag_uid[e]);
+            ok = false;
+            break;
+        }
+        want[a - q->accts] += held[t];
+        if (!merging && q->tag_rule[t])
+            want_rule[q->tag_rule[t] - 1] += held[t];
+    }
+    for (uint32_t i = 0; i <= q->mask && ok; i++)
+        if (q->accts[i].tags && atomic_load(&q->accts[i].held) != want[i]) {
+            snprintf(why, whylen, "quota: uid %u is charged %llu bytes, its tags own %llu", q->accts[i].uid,
+                     (unsigned long long)atomic_load(&q->accts[i].held), (unsigned long long)want[i]);
+            ok = false;
+        }
+    for (uint32_t r = 0; r < TCM_QUOTA_RULES && ok; r++)
+        if (q->rules[r].limit && q->rules[r].name[0] && atomic_load(&q->rule_held[r]) != want_rule[r]) {
+            snprintf(why, whylen, "quota: uid %u named %s is charged %llu bytes, its tags own %llu", q->rules[r].uid,
+                     q->rules[r].name, (unsigned long long)atomic_load(&q->rule_held[r]),
+                     (unsigned long long)want_rule[r]);
+            ok = false;
+        }
+    free(want);
+    return ok;
+}
+
 /* ---- start, the main thread's rules, views ---- */
 
 int tcm__quota_start(tcm_server_t *srv)

@@ -73,6 +73,10 @@ void tcm__quota_merge_ht(tcm_server_t *srv, uint16_t from, uint16_t to, uint64_t
  * how many were asked (the client waits for them while not 0). */
 uint64_t tcm__quota_refuse_ht(tcm_server_t *srv, tcm_client_t *c, uint64_t wanted);
 
+/* Validator (heap thread): the users' and rules' bytes against the census
+ * (held[tag]: what each tag owns). */
+bool tcm__quota_validate(tcm_server_t *srv, const uint64_t *held, char *why, size_t whylen);
+
 /* Main thread: set (limit > 0) or remove (0) the quota of uid, or of uid's
  * processes named name ("" for all of them). 0, -ENOENT (remove: none),
  * -ENOSPC (TCM_QUOTA_RULES set), -EINVAL (a name too long). */

@@ -13,6 +13,7 @@
 
 #include "central.h"
 #include "holders.h"
+#include "quota.h"
 #include "prim.h"
 #include "reclaim.h"
 #include "server.h"
@@ -32,6 +33,8 @@ static bool check_ownership(tcm_server_t *srv, char *why, size_t whylen)
     if (!held)
         FAIL("out of memory");
     uint64_t total = tcm__census_ht(&srv->h, held), live = 0;
+    if (!tcm__quota_validate(srv, held, why, whylen))
+        goto fail;
     if (atomic_load(&srv->meta->stats.bytes_clients) != total)
         FAIL("bytes_clients is %llu, handed-out objects and page runs add up to %llu",
              (unsigned long long)atomic_load(&srv->meta->stats.bytes_clients), (unsigned long long)total);

@@ -206,6 +206,7 @@ with case("detach: the client is cut off, its allocations fail"):
 
 port = free_port()
 with case("metrics over HTTP", args=("--metrics-port", str(port))):
+    ctl("quota", "set", "12345:worker", "64M")
     m = subprocess.run(["curl", "-sf", f"http://127.0.0.1:{port}/metrics"], capture_output=True, text=True,
                        timeout=10)
     check(m.returncode == 0, "curl /metrics")
@@ -214,6 +215,8 @@ with case("metrics over HTTP", args=("--metrics-port", str(port))):
                  "tcm_released_bytes_total", "tcm_build_info"):
         check(name in body, f"/metrics has {name}")
     check("# TYPE tcm_requests_total counter" in body, "counter type")
+    check('tcm_quota_limit_bytes{uid="12345",name="worker"} 67108864' in body, "a quota's limit")
+    check("# TYPE tcm_quota_refused_total counter" in body, "a quota's refusals")
     nf = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}/x"],
                         capture_output=True, text=True, timeout=10)
     check(nf.stdout == "404", "other paths 404")
@@ -229,6 +232,8 @@ else:
         check("permission denied" in r.stderr, "non-owner refused for config set")
         ctl("release", user="nobody", expect=1)
         ctl("resize", "512M", user="nobody", expect=1)
+        ctl("quota", "set", "nobody", "1G", user="nobody", expect=1)
+        ctl("quota", user="nobody")
         os.chmod(sock, 0o700)
 
 with case("SIGHUP reloads the config file") as d:
@@ -247,6 +252,21 @@ with case("--watch redraws; usage errors are 2; no daemon is 3"):
     r = subprocess.run([TCMCTL, "--socket", os.path.join(tmp, "nope.sock"), "ping"], capture_output=True, text=True)
     check(r.returncode == 3, "cannot connect is 3")
     check(ctl("config", "--help").stdout.startswith("usage:"), "per-command help")
+
+with case("quota: set, listed, cleared; bad input refused"):
+    q = js("quota", "set", "12345:worker", "64M")
+    check(q["quotas"][0] == {"uid": 12345, "name": "worker", "limit": 64 << 20, "rule": True, "bytes_held": 0,
+                             "refused": 0}, f"the rule ({q})")
+    js("quota", "set", "12345", "1G")
+    check(wait_until(lambda: len(js("quota")["quotas"]) == 2), "two rules")
+    check("worker" in ctl("quota").stdout, "the table names it")
+    js("quota", "clear", "12345:worker")
+    check(wait_until(lambda: [r["name"] for r in js("quota")["quotas"] if r["rule"]] == [""]), "one left")
+    ctl("quota", "clear", "12345:worker", expect=1)
+    ctl("quota", "set", "12345", "lots", expect=2)
+    ctl("quota", "set", "no-such-user-here", "1G", expect=2)
+    ctl("quota", "set", "12345:a-name-too-long-for-comm", "1G", expect=1)
+    js("quota", "clear", "12345")
 
 with case("the whole-heap validator: consistent, and its JSON"):
     c = js("check")

@@ -178,7 +178,7 @@ def check_json_against_tcmd(shapes):
                    "clients --dead": js("clients", "--dead"),
                    "classes": js("classes"), "config": js("config", "get"), "roots": js("roots"),
                    "resize": js("resize", "1G"), "release": js("release"), "check": js("check"),
-                   "detach": js("detach", str(cid))}
+                   "detach": js("detach", str(cid)), "quota": js("quota", "set", "12345:worker", "1G")}
         set_answer = js("config", "set", "spin_us", "10")
         if set(answers["config"]) != {n for n, _, _ in listed} or list(set_answer or {}) != ["spin_us"]:
             problems.append("config get does not print every setting by name, or config set not the one it set")
