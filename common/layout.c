@@ -168,7 +168,7 @@ void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages)
     tcm__class_table_init(tab);
     uint64_t off = align_up(sizeof(tcm_state_hdr_t), 4096);
     l->off_clients = off;
-    off = align_up(off + TCM_MAX_CLIENTS * sizeof(tcm_client_rec_t), 4096);
+    off = align_up(off + TCM_CLIENTS_MAX * sizeof(tcm_client_rec_t), 4096);
     l->off_remap = off;
     off = align_up(off + 65536 * sizeof(uint16_t), 4096);
     l->off_holders = off;

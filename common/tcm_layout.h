@@ -25,7 +25,7 @@
  * Offset tables. meta: tcm_meta_hdr_t at 0, then (tcm__meta_layout)
  * classes, roots, page_class[npages], page_span[npages], spans[npages + 1],
  * each part 4 KiB aligned. state: tcm_state_hdr_t at 0, then
- * (tcm__state_layout) clients[TCM_MAX_CLIENTS], then one arena per size
+ * (tcm__state_layout) clients[TCM_CLIENTS_MAX], then one arena per size
  * class c of max_slots[c] object records ("slots", slot_bytes[c] each): the
  * record of one small span, its object bits (1 = handed out) then one owner
  * word per 64 objects (TCM_OWNER_BLOCK); then the arena of tag blocks
@@ -102,7 +102,9 @@ _Static_assert(TCM_NCLASSES <= TCM_PAGE_CLASS_DRAIN && TCM_PAGE_CLASS_DRAIN + TC
 #define TCM_ROOTS_MAX (1u << 16) /* the roots setting's bounds: a table of 4 MiB at most */
 #define TCM_ROOTS_MIN 16u
 #define TCM_ROOT_NAME_MAX 48u     /* including the NUL */
-#define TCM_MAX_CLIENTS 1024u     /* client records in the state segment */
+#define TCM_CLIENTS_MAX 16384u    /* the most client records (max_clients) a heap can have: the state
+                                     segment has room for them all, backed as records are used */
+#define TCM_MAX_CLIENTS_MIN 16u
 #define TCM_HOLDERS 4096u         /* departed clients still holding objects, each under its own tag */
 #define TCM_HOLDER_GROUPS 256u    /* and the rest, one tag per user and executable (the first: every other one) */
 #define TCM_QUOTA_RULES 64u       /* memory quotas an operator may set (tcmctl quota) */
@@ -787,14 +789,14 @@ typedef struct tcm_state_hdr {
     uint32_t uid;            /* owner of every segment of this heap */
     uint32_t next_client_id; /* main thread */
     uint64_t size;
-    uint64_t off_clients;    /* tcm_client_rec_t[TCM_MAX_CLIENTS] */
+    uint64_t off_clients;    /* tcm_client_rec_t[TCM_CLIENTS_MAX], the first max_clients in use */
     uint64_t off_arenas;     /* the object-record arenas, one per class (tcm__state_layout) */
     uint64_t off_holders;    /* tcm_holder_t[TCM_HOLDER_GROUPS + TCM_HOLDERS], backed a page at a time,
                                 after uint16_t remap[TCM_TAGS] (a merging tag's group tag, 0 none) */
     uint64_t created_unix;   /* birth of the heap */
     uint64_t adoptions;      /* times a tcmd adopted it */
     _Atomic uint32_t top;    /* heap thread: pages [top, npages) were never handed out */
-    uint32_t reserved;
+    uint32_t max_clients;    /* records it may use (the setting of the tcmd that made it) */
     alignas(TCM_CACHELINE) tcm_page_intent_t page;
     alignas(TCM_CACHELINE) tcm_req_intent_t req;
     alignas(TCM_CACHELINE) tcm_class_stats_t cstats[TCM_NCLASSES];
@@ -813,7 +815,7 @@ TCM_SHARED_OFFSET(tcm_state_hdr_t, next_client_id, 44); TCM_SHARED_OFFSET(tcm_st
 TCM_SHARED_OFFSET(tcm_state_hdr_t, off_clients, 56); TCM_SHARED_OFFSET(tcm_state_hdr_t, off_arenas, 64);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, off_holders, 72); TCM_SHARED_OFFSET(tcm_state_hdr_t, created_unix, 80);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, adoptions, 88); TCM_SHARED_OFFSET(tcm_state_hdr_t, top, 96);
-TCM_SHARED_OFFSET(tcm_state_hdr_t, reserved, 100); TCM_SHARED_OFFSET(tcm_state_hdr_t, page, 128);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, max_clients, 100); TCM_SHARED_OFFSET(tcm_state_hdr_t, page, 128);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, req, 192); TCM_SHARED_OFFSET(tcm_state_hdr_t, cstats, 4928);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, dstats, 8032);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, quota_seq, 8344); TCM_SHARED_OFFSET(tcm_state_hdr_t, quotas, 8352);

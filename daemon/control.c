@@ -27,19 +27,18 @@
  * (each connection may become a client of three). */
 static void fit_descriptors(tcm_server_t *srv)
 {
-    uint64_t want = TCM_CONTROL_MAX_CONNS + TCM_CONTROL_OPERATOR_RESERVE + 2ull * TCM_MAX_CLIENTS + TCM_METRICS_FDS +
-                    TCM_FD_RESERVE,
-             now = 0;
+    uint64_t clients = srv->max_clients, conns = TCM_CONNS_PER_CLIENT * clients;
+    uint64_t want = conns + TCM_CONTROL_OPERATOR_RESERVE + 2 * clients + TCM_METRICS_FDS + TCM_FD_RESERVE, now = 0;
     int err = tcm__fd_limit_raise(want, &now);
-    srv->control_max_conns = TCM_CONTROL_MAX_CONNS;
+    srv->control_max_conns = (uint32_t)conns;
     if (!err && now >= want)
         return;
     uint64_t fixed = TCM_FD_RESERVE + TCM_METRICS_FDS, avail = now > fixed + 48 ? now - fixed : 48;
-    srv->control_max_conns = (uint32_t)(avail >= 3ull * TCM_MAX_CLIENTS ? avail - 2ull * TCM_MAX_CLIENTS : avail / 3);
+    srv->control_max_conns = (uint32_t)(avail >= 3 * clients ? avail - 2 * clients : avail / 3);
     tcm__log(TCM_LOG_WARN, "setrlimit(RLIMIT_NOFILE, %llu) failed: %s: the limit is %llu descriptors, so at most %u "
              "control connections (raise the hard limit to %llu for %u clients)",
              (unsigned long long)want, err ? strerror(-err) : "above the hard limit", (unsigned long long)now,
-             srv->control_max_conns, (unsigned long long)want, TCM_MAX_CLIENTS);
+             srv->control_max_conns, (unsigned long long)want, (unsigned)clients);
 }
 
 int tcm__control_start(tcm_server_t *srv)

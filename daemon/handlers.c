@@ -272,7 +272,7 @@ typedef struct view_job {
     tcm_conn_t *askers;          /* its answer's connections (view_next) */
     size_t n;
     tcm_stat_row_t rows[TCM_MAX_STAT_ROWS];
-    Tcm__ClientInfo *crows;      /* [TCM_MAX_CLIENTS] */
+    Tcm__ClientInfo *crows;      /* [srv->max_clients] */
 } view_job_t;
 
 static void make_view(uv_work_t *w)
@@ -337,7 +337,7 @@ static void start_view(tcm_server_t *srv, enum tcm_view_kind kind)
     if (!srv->view_waiting[kind] || !tcm__view_begin(srv, kind))
         return;
     view_job_t *j = calloc(1, sizeof *j);
-    if (j && kind == TCM_VIEW_CLIENTS && !(j->crows = calloc(TCM_MAX_CLIENTS, sizeof *j->crows))) {
+    if (j && kind == TCM_VIEW_CLIENTS && !(j->crows = calloc(srv->max_clients, sizeof *j->crows))) {
         free(j);
         j = NULL;
     }

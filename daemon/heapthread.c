@@ -81,8 +81,8 @@ static void reap(tcm_server_t *srv, uint32_t i, tcm_client_t *c)
  * of the users with work, plus one request each (a request's cost is
  * bounded by its objects: at most TCM_MAX_BATCH). */
 #define TCM_UID_TURN_NS (250u * 1000u)
-#define TURN_UIDS 2048u /* more than twice the users a turn can see: one per client at most */
-_Static_assert(TURN_UIDS >= 2 * TCM_MAX_CLIENTS, "a turn's user table never fills");
+#define TURN_UIDS 32768u /* twice the users a turn can see at most: one per client */
+_Static_assert(TURN_UIDS >= 2 * TCM_CLIENTS_MAX, "a turn's user table never fills");
 
 static struct uid_turn {
     uint32_t uid, stamp; /* stamp: the turn it belongs to; older ones are free */

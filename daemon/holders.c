@@ -452,7 +452,7 @@ uint64_t tcm__holders_recover(tcm_server_t *srv, uint64_t *held)
         srv->merging++;
     }
     srv->tag_used[0] |= 1; /* tag 0 is nobody */
-    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
+    for (uint32_t i = 0; i < srv->max_clients; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
         if (c) {
             tag_mark(srv, c->rec->tag, true);

@@ -163,7 +163,7 @@ static void on_signal(uv_signal_t *sig, int signum)
 static uint32_t count_clients(tcm_server_t *srv, uint32_t state)
 {
     uint32_t n = 0;
-    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
+    for (uint32_t i = 0; i < srv->max_clients; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
         n += c && atomic_load(&c->rec->state) == state;
     }
@@ -246,7 +246,7 @@ out_thread:
     tcm__heap_thread_stop(srv);
     /* the loop's handles first: a client embeds the poll of its process */
     tcm__control_close(srv);
-    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
+    for (uint32_t i = 0; i < srv->max_clients; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
         if (!c)
             continue;

@@ -241,8 +241,8 @@ static void render(tcm_server_t *srv, text_t *full, text_t *pub)
     put(t, "tcm_request_duration_seconds_count %llu\n", (unsigned long long)cum);
 
     Tcm__ClassInfo *classes = calloc(TCM_NCLASSES, sizeof *classes);
-    Tcm__ClientInfo *clients = calloc(TCM_MAX_CLIENTS, sizeof *clients);
-    ProtobufCMessage **rows_of = calloc(TCM_MAX_CLIENTS > TCM_NCLASSES ? TCM_MAX_CLIENTS : TCM_NCLASSES,
+    Tcm__ClientInfo *clients = calloc(srv->max_clients, sizeof *clients);
+    ProtobufCMessage **rows_of = calloc(srv->max_clients > TCM_NCLASSES ? srv->max_clients : TCM_NCLASSES,
                                         sizeof *rows_of);
     if (classes && clients && rows_of) {
         size_t nrows = 0, ncls = tcm__classes_view(srv, classes);

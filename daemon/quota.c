@@ -31,10 +31,6 @@
 _Static_assert(TCM_QUOTA_TAGS == TCM_TAGS, "one charge per tag");
 _Static_assert(TCM_QUOTA_RULES < 255, "tag_rule holds a rule index + 1");
 
-/* Users charged at once: at most one per tag that holds something (a live
- * client, a departed holder, a group), the table at most a third full. */
-#define ACCTS (1u << 14)
-_Static_assert(ACCTS >= 3 * (TCM_MAX_CLIENTS + TCM_HOLDERS + TCM_HOLDER_GROUPS), "the users' table never fills");
 
 /* A refused peer whose last ask for flushes brought nothing back is
  * answered at once for this long (ENOMEM without a wait), instead of
@@ -334,7 +330,7 @@ bool tcm__quota_validate(tcm_server_t *srv, const uint64_t *held, char *why, siz
     tcm_quota_t *q = &srv->quota;
     if (!q->accts)
         return true;
-    uint64_t *want = calloc(ACCTS + TCM_QUOTA_RULES, sizeof *want), *want_rule = want + ACCTS;
+    uint64_t *want = calloc(q->mask + 1 + TCM_QUOTA_RULES, sizeof *want), *want_rule = want + q->mask + 1;
     if (!want) {
         snprintf(why, whylen, "out of memory");
         return false;
@@ -377,8 +373,11 @@ bool tcm__quota_validate(tcm_server_t *srv, const uint64_t *held, char *why, siz
 int tcm__quota_start(tcm_server_t *srv)
 {
     tcm_quota_t *q = &srv->quota;
-    q->mask = ACCTS - 1;
-    q->accts = calloc(ACCTS, sizeof *q->accts);
+    /* users charged at once: at most one per tag that holds something (a
+     * live client, a departed holder, a group); the table a third full at
+     * most */
+    q->mask = tcm__pow2_at_least(3 * (srv->max_clients + TCM_HOLDERS + TCM_HOLDER_GROUPS)) - 1;
+    q->accts = calloc(q->mask + 1, sizeof *q->accts);
     if (!q->accts)
         return -ENOMEM;
     pthread_mutex_init(&q->lock, NULL);
@@ -392,7 +391,7 @@ int tcm__quota_start(tcm_server_t *srv)
     copy_rules_locked(srv, q->rules); /* (no other thread yet) */
     /* every tag in use, charged to its user: live clients, departed
      * holders, groups (recovery counted their bytes) */
-    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
+    for (uint32_t i = 0; i < srv->max_clients; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
         if (c)
             link_tag(q, c->rec->tag, c->rec->uid, c->comm, tag_bytes(srv, c->rec->tag));

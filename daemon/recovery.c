@@ -40,7 +40,7 @@ static tcm_client_rec_t *record(tcm_server_t *srv, uint32_t i)
  * clients that never finished attaching or were already reclaimed. */
 static void adopt_clients(tcm_server_t *srv, report_t *r)
 {
-    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
+    for (uint32_t i = 0; i < srv->max_clients; i++) {
         tcm_client_rec_t *rec = record(srv, i);
         uint32_t state = atomic_load(&rec->state);
         if (state == TCM_REC_FREE)
@@ -156,7 +156,7 @@ static bool pages_made(const tcm_heap_t *h, const tcm_req_intent_t *ri)
 static bool intent_sane(tcm_server_t *srv, const tcm_req_intent_t *ri, tcm_client_t **c)
 {
     const tcm_heap_t *h = &srv->h;
-    *c = ri->client < TCM_MAX_CLIENTS ? atomic_load(&srv->clients[ri->client]) : NULL;
+    *c = ri->client < srv->max_clients ? atomic_load(&srv->clients[ri->client]) : NULL;
     if (!*c || ri->slot >= (*c)->lay.nslots || ri->cls >= TCM_NCLASSES || ri->count > TCM_MAX_BATCH ||
         ri->n > TCM_MAX_BATCH || ri->root >= h->nroots)
         return false;
@@ -291,7 +291,7 @@ static void recount(tcm_server_t *srv)
         abort();
     }
     uint64_t total = tcm__census_ht(&srv->h, held), live = 0, attached = 0;
-    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
+    for (uint32_t i = 0; i < srv->max_clients; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
         if (!c)
             continue;
@@ -332,7 +332,7 @@ int tcm__recover(tcm_server_t *srv)
     if (tcm__roots_count_ht(h) != 0)
         tcm__log(TCM_LOG_WARN, "recovery: no memory to count the roots' holders: shares unchecked");
     uint32_t rings = 0;
-    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
+    for (uint32_t i = 0; i < srv->max_clients; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
         if (c && tcm__ring_repair(c->ring, c->lay.ring_cap, c->rec->tail))
             rings++;
@@ -343,7 +343,7 @@ int tcm__recover(tcm_server_t *srv)
 
     /* who is still there: the process that attached (same pid, same start
      * time) is still running */
-    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
+    for (uint32_t i = 0; i < srv->max_clients; i++) {
         tcm_client_t *c = tcm__client_attached(srv, i);
         if (!c)
             continue;
@@ -358,7 +358,7 @@ int tcm__recover(tcm_server_t *srv)
     }
     /* reclaim the dead before anyone is served: a reclaim interrupted by the
      * crash is redone, and nothing they cached may be handed out first */
-    for (uint32_t i = 0; i < TCM_MAX_CLIENTS; i++) {
+    for (uint32_t i = 0; i < srv->max_clients; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
         if (!c || atomic_load(&c->rec->state) != TCM_REC_DEAD)
             continue;

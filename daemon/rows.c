@@ -30,7 +30,7 @@ size_t tcm__clients_view(const tcm_server_t *srv, Tcm__ClientInfo *rows)
 {
     size_t n = 0;
     uint32_t hw = atomic_load(&srv->clients_hw);
-    for (uint32_t i = 0; i < hw && n < TCM_MAX_CLIENTS; i++) {
+    for (uint32_t i = 0; i < hw && n < srv->max_clients; i++) {
         tcm_client_t *c = atomic_load(&srv->clients[i]);
         if (!c || atomic_load(&c->rec->state) == TCM_REC_DEAD)
             continue;

@@ -9,7 +9,7 @@
 #include "tcm.pb-c.h"
 
 /* One row per size class (rows: TCM_NCLASSES - 1), one per attached client
- * (rows: TCM_MAX_CLIENTS); return how many. */
+ * (rows: srv->max_clients); return how many. */
 size_t tcm__classes_view(const tcm_server_t *srv, Tcm__ClassInfo *rows);
 size_t tcm__clients_view(const tcm_server_t *srv, Tcm__ClientInfo *rows);
 

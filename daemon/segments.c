@@ -283,6 +283,20 @@ int tcm__segments_open(tcm_server_t *srv)
         goto fail;
     if (map_segments(srv, &ml, &sl, fresh) != 0)
         goto fail;
+    if (fresh) {
+        srv->state->max_clients = (uint32_t)srv->max_clients;
+    } else if (srv->state->max_clients < TCM_MAX_CLIENTS_MIN || srv->state->max_clients > TCM_CLIENTS_MAX) {
+        tcm__log(TCM_LOG_ERROR, "cannot adopt the heap left under the name '%s': its state says %u client records "
+                 "(%u to %u); start tcmd with --discard-heap to replace it", srv->name, srv->state->max_clients,
+                 TCM_MAX_CLIENTS_MIN, TCM_CLIENTS_MAX);
+        goto fail;
+    } else {
+        if (srv->state->max_clients != srv->max_clients)
+            tcm__log(TCM_LOG_INFO, "the heap left under the name '%s' has %u client records: kept (max_clients %llu "
+                     "applies to a new heap)", srv->name, srv->state->max_clients,
+                     (unsigned long long)srv->max_clients);
+        srv->max_clients = srv->state->max_clients;
+    }
     srv->dstats = &srv->state->dstats;
     tcm__chan_layout(&srv->chan_layout, srv->h.classes, srv->max_threads);
     srv->adopted = !fresh;
@@ -395,12 +409,12 @@ static void publish(tcm_server_t *srv, tcm_client_t *c)
 int tcm__client_create(tcm_server_t *srv, tcm_handle_t sock, tcm_pid_t pid, tcm_uid_t uid, tcm_client_t **out)
 {
     tcm_client_rec_t *recs = records(srv);
-    uint32_t idx = TCM_MAX_CLIENTS;
-    for (uint32_t i = 0; i < TCM_MAX_CLIENTS && idx == TCM_MAX_CLIENTS; i++)
+    uint32_t idx = UINT32_MAX;
+    for (uint32_t i = 0; i < srv->max_clients && idx == UINT32_MAX; i++)
         if (!atomic_load_explicit(&srv->clients[i], memory_order_acquire) &&
             atomic_load(&recs[i].state) == TCM_REC_FREE)
             idx = i;
-    if (idx == TCM_MAX_CLIENTS)
+    if (idx == UINT32_MAX)
         return -EMFILE;
     uint64_t start;
     tcm_handle_t proc = tcm__peer_proc_watch(sock, pid, &start);

@@ -19,20 +19,22 @@
  * and each executable's group of them one; tag 0 is nobody. A tag is
  * given out again only once it owns nothing. */
 #define TCM_TAGS (1u << 16)
-_Static_assert(TCM_MAX_CLIENTS + TCM_HOLDERS + 2 * TCM_HOLDER_GROUPS < TCM_TAGS, "tags never run out");
+_Static_assert(TCM_CLIENTS_MAX + TCM_HOLDERS + 2 * TCM_HOLDER_GROUPS < TCM_TAGS, "tags never run out");
 /* Shares of what tcmd has (the settings' help states them; DESIGN, "Fair
  * shares"). Control connections at once: every attached client holds one,
  * tcmctl and attaching processes need some more; past it a connection is
  * refused at once, except root's and tcmd's user's, which have a reserve
  * beyond the total and beyond their per-user share. */
-#define TCM_CONTROL_MAX_CONNS (4u * TCM_MAX_CLIENTS)
+#define TCM_CONNS_PER_CLIENT 4u /* control connections at once: this many per client record */
 #define TCM_CONTROL_OPERATOR_RESERVE 32
+#define TCM_DEFAULT_MAX_CLIENTS 1024
 #define TCM_DEFAULT_CONNS_PER_UID 2048
 #define TCM_DEFAULT_CLIENTS_PER_UID 768
 #define TCM_DEFAULT_CONN_IDLE_S 60
 #define TCM_DEFAULT_ROOTS 1024
 #define TCM_DEFAULT_ROOTS_PER_UID 256
-_Static_assert(TCM_DEFAULT_CONNS_PER_UID < TCM_CONTROL_MAX_CONNS && TCM_DEFAULT_CLIENTS_PER_UID < TCM_MAX_CLIENTS,
+_Static_assert(TCM_DEFAULT_CONNS_PER_UID < TCM_CONNS_PER_CLIENT * TCM_DEFAULT_MAX_CLIENTS &&
+                   TCM_DEFAULT_CLIENTS_PER_UID < TCM_DEFAULT_MAX_CLIENTS,
                "one user's default share leaves room for the others");
 enum tcm_view_kind { TCM_VIEW_STATS, TCM_VIEW_CLIENTS, TCM_VIEW_METRICS, TCM_VIEW_KINDS };
 #define TCM_DEFAULT_BASE 0x7e8000000000ull
@@ -109,6 +111,7 @@ struct tcm_server {
     uint64_t clients_per_uid;   /* live client records one uid may hold */
     uint64_t conns_per_uid;     /* control connections one uid may hold open */
     uint64_t conn_idle_s;       /* a connection that is no client's is closed after this long silent */
+    uint64_t max_clients;       /* client records of a new heap (an adopted one keeps its own) */
     uint64_t roots;             /* entries of a new heap's roots table */
     uint64_t roots_per_uid;     /* live roots one uid may hold */
     _Atomic uint64_t uid_quota; /* heap bytes each user may hold but the operator (0: no limit) */
@@ -180,7 +183,7 @@ struct tcm_server {
 
     /* clients: slots written by the main thread (attach) and the heap thread
      * (reap), read by both */
-    tcm_client_t *_Atomic clients[TCM_MAX_CLIENTS];
+    tcm_client_t *_Atomic clients[TCM_CLIENTS_MAX]; /* the first max_clients are used */
     _Atomic uint32_t clients_hw; /* indices below this may be in use */
     pthread_mutex_t reaped_lock;
     tcm_client_t *reaped;        /* reclaimed, waiting for the main thread */

@@ -24,6 +24,13 @@ static inline uint32_t tcm__uid_hash(uint32_t uid, uint32_t mask)
 }
 
 int tcm__shares_init(tcm_shares_t *t, uint32_t cap); /* cap a power of two; 0 or -ENOMEM */
+static inline uint32_t tcm__pow2_at_least(uint64_t n)
+{
+    uint32_t p = 1;
+    while (p < n)
+        p <<= 1;
+    return p;
+}
 void tcm__shares_free(tcm_shares_t *t);
 uint32_t tcm__shares_of(const tcm_shares_t *t, uint32_t uid);
 void tcm__shares_add(tcm_shares_t *t, uint32_t uid);

@@ -404,7 +404,7 @@ int tcm__transport_listen(tcm_server_t *srv, const tcm_transport_cbs_t *cbs)
 {
     int err;
     srv->control_cbs = cbs;
-    if ((err = tcm__shares_init(&srv->conn_shares, 4 * TCM_CONTROL_MAX_CONNS)) != 0)
+    if ((err = tcm__shares_init(&srv->conn_shares, tcm__pow2_at_least(4 * srv->control_max_conns))) != 0)
         return err;
     uv_timer_init(srv->loop, &srv->conn_sweep);
     srv->conn_sweep.data = srv;

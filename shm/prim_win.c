@@ -121,7 +121,7 @@ typedef struct {
 } segment_t;
 
 /* Grows as segments are opened: tcmd has one per client (up to
- * TCM_MAX_CLIENTS) besides its own. */
+ * max_clients) besides its own. */
 static segment_t *segments;
 static size_t nsegments;
 static SRWLOCK segments_lock = SRWLOCK_INIT;

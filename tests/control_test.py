@@ -253,6 +253,21 @@ with case("--watch redraws; usage errors are 2; no daemon is 3"):
     check(r.returncode == 3, "cannot connect is 3")
     check(ctl("config", "--help").stdout.startswith("usage:"), "per-command help")
 
+with case("max_clients: the record table is a setting, and an adopted heap keeps its own",
+          args=("--max-clients", "16", "--clients-per-uid", "16")) as d:
+    held = [Client() for _ in range(16)]
+    for c in held:
+        check(c.do("alloc 1 100") == "ok", "each of 16 attaches")
+    extra = subprocess.run([os.path.join(build, "tests", "tcm_test_helper"), "serve"], input="exit\n",
+                           capture_output=True, text=True, timeout=30, env=dict(os.environ, TCM_SOCKET=sock))
+    check(extra.returncode != 0 and "-24" in extra.stderr, f"the 17th gets EMFILE ({extra.stderr.strip()})")
+    for c in held:
+        c.close()
+    check(wait_until(lambda: js("stats")["clients_attached"] == 0), "all gone")
+    extra = Client()
+    check(extra.do("alloc 1 100") == "ok", "a record is free again")
+    extra.close()
+
 with case("quota: set, listed, cleared; bad input refused"):
     q = js("quota", "set", "12345:worker", "64M")
     check(q["quotas"][0] == {"uid": 12345, "name": "worker", "limit": 64 << 20, "rule": True, "bytes_held": 0,

@@ -36,7 +36,7 @@ sock = log = daemon = mport = None  # the current part's tcmd (case)
 RSS_BOUND_KB = 64 << 10   # tcmd's RSS while a peer floods without reading
 PING_BOUND_S = 0.050      # a ping round trip (connect, ask, answer) meanwhile: the median of a series
 PING_WORST_S = 0.500      # any one ping: a loaded 2-core box may deschedule tcmd for a tick or two
-CONTROL_CAP = 4096        # daemon/server.h TCM_CONTROL_MAX_CONNS
+CONTROL_CAP = 4096        # daemon/server.h TCM_CONNS_PER_CLIENT x the default max_clients
 PER_UID = 2048            # daemon/server.h TCM_DEFAULT_CONNS_PER_UID
 RESERVE = 32              # daemon/server.h TCM_CONTROL_OPERATOR_RESERVE
 METRICS_CAP = 64          # daemon/metrics.h TCM_METRICS_MAX_CONNS

@@ -342,8 +342,9 @@ static void departed(void)
     tt_wait_stat(&d, "clients_attached", 0, 5000);
     /* tcmd dies; the next one counts it all again from the owner tags */
     tt_daemon_kill(&d);
-    const char *args[] = {"--allow-group", "65534", "--heap-size", "4G", NULL};
+    const char *args[] = {"--allow-group", "65534", "--heap-size", "4G", "--max-clients", "64", NULL};
     tt_daemon_restart(&d, args, NULL);
+    CHECK(tt_log_contains(&d, "has 1024 client records: kept")); /* (max_clients is a new heap's) */
     uint64_t after;
     CHECK(quota_of(getuid(), "leaver", &after, &refused));
     printf("quota: a departed leaver's 12 MiB count for its name: %.1f MiB held before a tcmd restart, %.1f MiB "
