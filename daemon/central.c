@@ -709,6 +709,14 @@ int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, ui
     return TCM_ST_OK;
 }
 
+int tcm__large_map_taken_ht(tcm_heap_t *h, uint32_t s, uint32_t owner, uint32_t *first)
+{
+    tcm__ph_transit_end_ht(h, s);
+    TCM_PERSIST_STORE(*first, h->spans[s].first); /* logged before the run is mapped, as above */
+    map_logged(h, s, TCM_SPAN_LARGE, 0, owner);
+    return TCM_ST_OK;
+}
+
 int tcm__large_check_ht(const tcm_heap_t *h, uint64_t off, uint32_t *span)
 {
     if (off >= h->heap_size || off < TCM_PAGE_SIZE)

@@ -81,6 +81,8 @@ int tcm__pages_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, ui
  * in *first (the caller's log: the request intent) before it is mapped.
  * The one way a page run is made: ALLOC_PAGES and the unit tests. */
 int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, uint32_t owner, uint32_t *first);
+/* The same for run s, taken and committed in steps (tcm__ph_take_ht). */
+int tcm__large_map_taken_ht(tcm_heap_t *h, uint32_t s, uint32_t owner, uint32_t *first);
 /* The page run at off back to the page heap, under the page intent; its
  * bytes and owner tag. The one way a page run is freed: FREE_PAGES, the
  * reclaim of a client's runs, the unit tests. */

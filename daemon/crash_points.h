@@ -27,6 +27,7 @@
     X(commit, "request intent cleared (requests.c)")                                              \
     X(answered, "answer written to the client's slot (requests.c)")                               \
     X(release, "free pages punched out (pageheap.c)")                                             \
+    X(pages_step, "a step of an ALLOC_PAGES run committed, the run in transit (continuation.c)")   \
     X(reclaim, "between batches of a dead client's cache (reclaim.c)")                            \
     X(reclaim_run, "an unread ALLOC_PAGES answer's run freed, not yet credited (reclaim.c)")      \
     X(client_create, "client record CREATING, channel not made (segments.c)")

@@ -25,24 +25,59 @@ static int64_t backed_bytes(tcm_server_t *srv)
                      srv->h.free_committed_pages * TCM_PAGE_SIZE);
 }
 
-/* Punch free runs until at most keep_bytes of free committed pages are
- * left (0: every free page); returns what the segment's blocks dropped by,
- * measured, not estimated. */
-uint64_t tcm__release_measured_ht(tcm_server_t *srv, uint64_t keep_bytes)
+/* What the heap thread gives back in one go: a step of punching is about
+ * one user's share of a turn (TCM_UID_TURN_NS), so that a decay or a
+ * release of gigabytes is spread over turns and every client is served
+ * between two steps (the release of a freed 512 MiB run took ~30 ms in one
+ * go). */
+#define RELEASE_STEP_NS (250u * 1000u)
+
+void tcm__release_start_ht(tcm_server_t *srv, uint64_t keep_bytes, const char *why, unsigned flags)
 {
+    tcm_release_job_t *j = &srv->release_job;
+    bool all = keep_bytes == 0;
+    if (!j->active) {
+        *j = (tcm_release_job_t){.active = true, .all = all, .keep_bytes = keep_bytes, .why = why};
+        tcm__ph_release_begin_ht(&srv->h, all);
+    } else { /* one job: the more it asks for, the more it does */
+        if (all && !j->all)
+            tcm__ph_release_begin_ht(&srv->h, true);
+        j->all |= all;
+        j->keep_bytes = all || keep_bytes < j->keep_bytes ? keep_bytes : j->keep_bytes;
+        if (why && !j->why)
+            j->why = why;
+    }
+    j->counted |= (flags & TCM_RELEASE_COUNTED) != 0;
+    if (flags & TCM_RELEASE_ANSWER) { /* what it answers is what went back from now on */
+        j->answer = true;
+        j->released = 0;
+    }
+    /* a private heap has no other client to wait for it */
+    while (srv->h.anon && tcm__release_step_ht(srv))
+        ;
+}
+
+bool tcm__release_step_ht(tcm_server_t *srv)
+{
+    tcm_release_job_t *j = &srv->release_job;
+    if (!j->active)
+        return false;
+    /* measured, not estimated: what the segment's blocks dropped by over
+     * the step, in which nothing else backs or punches anything */
     int64_t before = backed_bytes(srv);
-    tcm__ph_release_ht(&srv->h, keep_bytes);
+    bool more = tcm__ph_release_step_ht(&srv->h, j->keep_bytes, RELEASE_STEP_NS);
     int64_t after = backed_bytes(srv);
     uint64_t released = before > after ? (uint64_t)(before - after) : 0;
     TCM_STAT_ADD(srv->meta, bytes_released, released);
-    return released;
-}
-
-/* Every free page, the empty spans a recovery found among them. */
-uint64_t tcm__release_all_ht(tcm_server_t *srv)
-{
-    tcm__central_drop_empty_ht(&srv->h); /* spans to the page heap, still committed */
-    return tcm__release_measured_ht(srv, 0);
+    j->released += released;
+    if (more)
+        return true;
+    j->active = false;
+    if (j->why && (j->released || j->counted))
+        TCM_STAT_ADD(srv->meta, decays, 1);
+    if (j->why && j->released)
+        tcm__log(TCM_LOG_DEBUG, "decay: %llu bytes given back (%s)", (unsigned long long)j->released, j->why);
+    return true;
 }
 
 /* Memory comes back by itself: a page heap nobody has cut from or freed to
@@ -56,12 +91,9 @@ void tcm__decay_ht(tcm_server_t *srv, uint64_t now)
     if (!decay_ns || now - h->last_change_ns < decay_ns || srv->decayed_at == h->last_change_ns)
         return;
     srv->decayed_at = h->last_change_ns;
-    uint64_t released = tcm__release_all_ht(srv);
+    tcm__central_drop_empty_ht(h); /* spans to the page heap, still committed */
     h->last_change_ns = srv->decayed_at; /* what the release itself freed is not activity */
-    TCM_STAT_ADD(srv->meta, decays, 1);
-    if (released)
-        tcm__log(TCM_LOG_DEBUG, "decay: the page heap was quiet for %llu ms: %llu bytes given back",
-                 (unsigned long long)(decay_ns / 1000000), (unsigned long long)released);
+    tcm__release_start_ht(srv, 0, "the page heap was quiet for decay_ms", TCM_RELEASE_COUNTED);
 }
 
 /* Decay by amount, not only by time: at the end of each step (decay_ms /
@@ -87,12 +119,7 @@ static void decay_step(tcm_server_t *srv, uint64_t now, uint64_t decay_ns)
     uint64_t free_backed = backed > 0 && (uint64_t)backed > spans ? (uint64_t)backed - spans : 0;
     if (free_backed <= spans / DECAY_AMOUNT_SHARE || free_backed < DECAY_AMOUNT_MIN)
         return;
-    uint64_t released = tcm__release_measured_ht(srv, 0);
-    if (released) {
-        TCM_STAT_ADD(srv->meta, decays, 1);
-        tcm__log(TCM_LOG_DEBUG, "decay: %llu bytes of free pages given back (more than a 32nd of the %llu "
-                 "bytes in spans)", (unsigned long long)released, (unsigned long long)spans);
-    }
+    tcm__release_start_ht(srv, 0, "free pages were more than a 32nd of the bytes in spans", 0);
 }
 
 /* Busy or not: the free pages that stayed in the page cache through a whole
@@ -109,12 +136,9 @@ void tcm__decay_window_ht(tcm_server_t *srv, uint64_t now)
     if (now - h->window_ns < decay_ns)
         return;
     uint64_t unused = h->cache_low_pages < h->free_committed_pages ? h->cache_low_pages : h->free_committed_pages;
-    uint64_t released = unused ? tcm__release_measured_ht(srv, (h->free_committed_pages - unused) * TCM_PAGE_SIZE) : 0;
-    if (released) {
-        TCM_STAT_ADD(srv->meta, decays, 1);
-        tcm__log(TCM_LOG_DEBUG, "decay: %llu bytes of the page cache unused for %llu ms given back",
-                 (unsigned long long)released, (unsigned long long)(decay_ns / 1000000));
-    }
+    if (unused)
+        tcm__release_start_ht(srv, (h->free_committed_pages - unused) * TCM_PAGE_SIZE,
+                              "the page cache's low-water mark over a decay window", 0);
     h->cache_low_pages = h->free_committed_pages;
     h->window_ns = now;
 }

@@ -3,15 +3,20 @@
 #ifndef TCM_DECAY_H
 #define TCM_DECAY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "server.h"
 
 /* Free runs punched until at most keep_bytes of free committed pages are
- * left (0: every free page); returns what the heap's backing dropped by. */
-uint64_t tcm__release_measured_ht(tcm_server_t *srv, uint64_t keep_bytes);
-/* Every free page, and the empty spans a recovery found. */
-uint64_t tcm__release_all_ht(tcm_server_t *srv);
+ * left (0: every free page, released runs too), a bounded step per turn
+ * (tcm__release_step_ht); joins the job in progress, if any. why: for the
+ * log line and the decays count at its end (NULL: an operator's). */
+#define TCM_RELEASE_ANSWER 1u  /* a mailbox command waits for its end (srv->release_job.answer) */
+#define TCM_RELEASE_COUNTED 2u /* a decay whether or not anything goes back (a quiet spell's) */
+void tcm__release_start_ht(tcm_server_t *srv, uint64_t keep_bytes, const char *why, unsigned flags);
+/* A step of it; false when there was none to do. */
+bool tcm__release_step_ht(tcm_server_t *srv);
 /* An idle page heap, quiet for decay_ms: everything free goes back, once
  * per quiet spell. */
 void tcm__decay_ht(tcm_server_t *srv, uint64_t now);

@@ -115,6 +115,12 @@ typedef struct tcm_heap {
     uint64_t *slots_bits;          /* private: the reservation the slot sets' bitmaps live in */
     uint64_t slots_words;          /* its size in words */
     uint64_t step_ns;              /* when the last step (decay_ms / DECAY_AMOUNT_STEPS) began: decay by amount */
+    /* private, lost with tcmd (a recovery finds these pages free): pages
+     * in runs an allocation holds in transit across turns while it
+     * commits them (continuation.c); and the release pass's place, the
+     * start of a run and how much of it is punched (0: no pass) */
+    uint64_t transit_pages;
+    uint32_t punch_first, punch_done;
     /* derived, private: the spans of each class with free objects, on
      * lists by how full they are (tcm__central_list), those being drained
      * on one more (TCM_DRAIN_LIST); bit i of central_nonempty: list i is

@@ -36,7 +36,12 @@ void tcm__heap_run_command_ht(tcm_server_t *srv)
     }
     uint64_t result = 0;
     if (cmd == TCM_MBOX_RELEASE) {
-        result = tcm__release_all_ht(srv); /* measured, not estimated: what the tmpfs object stopped using */
+        /* answered at the job's end (release_step): it goes on across
+         * turns, the clients served between its steps */
+        tcm__central_drop_empty_ht(&srv->h); /* spans to the page heap, still committed */
+        tcm__release_start_ht(srv, 0, NULL, TCM_RELEASE_ANSWER);
+        pthread_mutex_unlock(&srv->mbox_lock);
+        return;
     } else if (cmd == TCM_MBOX_RESIZE) {
         /* refuse to cut below the end of the highest page run in use */
         uint64_t end = tcm__ph_in_use_end_ht(&srv->h);
@@ -47,7 +52,7 @@ void tcm__heap_run_command_ht(tcm_server_t *srv)
             atomic_store(&srv->meta->config.heap_limit, srv->mbox_arg);
             if (srv->mbox_arg < old) { /* a smaller heap gives its free pages back */
                 tcm__central_drop_empty_ht(&srv->h);
-                TCM_STAT_ADD(srv->meta, bytes_released, tcm__ph_release_ht(&srv->h, 0));
+                tcm__release_start_ht(srv, 0, NULL, 0);
             }
         }
     } else if (cmd == TCM_MBOX_CHECK) {
@@ -57,6 +62,25 @@ void tcm__heap_run_command_ht(tcm_server_t *srv)
     srv->mbox_done = true;
     pthread_mutex_unlock(&srv->mbox_lock);
     uv_async_send(&srv->mbox_async);
+}
+
+/* A step of giving free pages back, and the answer to the `release`
+ * command that waits for the job's end (measured, not estimated: what the
+ * tmpfs object stopped using). */
+static bool release_step(tcm_server_t *srv)
+{
+    tcm_release_job_t *j = &srv->release_job;
+    if (!tcm__release_step_ht(srv))
+        return false;
+    if (!j->active && j->answer) {
+        j->answer = false;
+        pthread_mutex_lock(&srv->mbox_lock);
+        srv->mbox_result = j->released;
+        srv->mbox_done = true;
+        pthread_mutex_unlock(&srv->mbox_lock);
+        uv_async_send(&srv->mbox_async);
+    }
+    return true;
 }
 
 static void reap(tcm_server_t *srv, uint32_t i, tcm_client_t *c)
@@ -79,7 +103,10 @@ static void reap(tcm_server_t *srv, uint32_t i, tcm_client_t *c)
  * process gets its turn too. A user with nothing posted costs a look at
  * its rings. So another user's request waits at most one turn: the shares
  * of the users with work, plus one request each (a request's cost is
- * bounded by its objects: at most TCM_MAX_BATCH). */
+ * bounded by its objects, at most TCM_MAX_BATCH, or by a step: an
+ * ALLOC_PAGES commits at most TCM_COMMIT_STEP_PAGES per serve and goes on
+ * next time, continuation.c), plus a step of giving free pages back
+ * (release_step). */
 #define TCM_UID_TURN_NS (250u * 1000u)
 #define TURN_UIDS 32768u /* twice the users a turn can see at most: one per client */
 _Static_assert(TURN_UIDS >= 2 * TCM_CLIENTS_MAX, "a turn's user table never fills");
@@ -153,18 +180,19 @@ static bool serve_all(tcm_server_t *srv)
         work = true;
     }
     work |= tcm__holders_step_ht(srv); /* departed holders merged into their groups, a bounded step */
+    work |= release_step(srv);
     return work;
 }
 
 static bool anything_pending(tcm_server_t *srv)
 {
     if (atomic_load(&srv->stop) || atomic_load(&srv->mbox_cmd) != TCM_MBOX_NONE || tcm__holders_pending(srv) ||
-        atomic_load(&srv->state->quota_seq) != srv->quota.seq)
+        atomic_load(&srv->state->quota_seq) != srv->quota.seq || srv->release_job.active)
         return true;
     uint32_t hw = atomic_load_explicit(&srv->clients_hw, memory_order_acquire);
     for (uint32_t i = 0; i < hw; i++) {
         tcm_client_t *c = atomic_load_explicit(&srv->clients[i], memory_order_acquire);
-        if (c && (atomic_load(&c->rec->state) == TCM_REC_DEAD ||
+        if (c && (atomic_load(&c->rec->state) == TCM_REC_DEAD || c->pages_cont.run ||
                   tcm__ring_ready(c->ring, c->lay.ring_cap, c->rec->tail)))
             return true;
     }

@@ -119,10 +119,24 @@ void tcm__ph_init(tcm_heap_t *h)
     h->unused_spans = 0;
     h->next_span_record = 1;
     h->free_pages = h->free_committed_pages = 0;
+    h->transit_pages = 0;
+    h->punch_first = h->punch_done = 0;
 }
 
 static void insert_coalesced(tcm_heap_t *h, uint32_t s);
 static uint64_t release_backed(tcm_heap_t *h, uint64_t keep_bytes);
+
+/* Free runs merged into one at first, npages long: the released pass's
+ * cursor (tcm__ph_release_step_ht) always names the start of a run, so a
+ * start merged away moves it back to the merged run's, which it punches
+ * from its beginning again (a punch of a hole costs little). */
+static void cursor_merged(tcm_heap_t *h, uint32_t first, uint32_t npages)
+{
+    if (h->punch_first > first && h->punch_first < first + npages) {
+        h->punch_first = first;
+        h->punch_done = 0;
+    }
+}
 
 /* Back the metadata that describes heap pages [from, to) -- page class,
  * page span and the span records, of which there are never more than
@@ -269,7 +283,9 @@ static int commit_run(tcm_heap_t *h, uint32_t s)
     return 0;
 }
 
-int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *out)
+/* The run of npages (aligned) an allocation takes, in transit, not
+ * committed unless it came from a backed run. */
+static int take_aligned(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *out)
 {
     if (npages == 0 || align_pages == 0)
         return TCM_ST_BAD_COUNT;
@@ -299,7 +315,16 @@ int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint3
         }
     }
     split_front(h, s, npages);
+    *out = s;
+    return TCM_ST_OK;
+}
 
+int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *out)
+{
+    uint32_t s;
+    int st = take_aligned(h, npages, align_pages, &s);
+    if (st != TCM_ST_OK)
+        return st;
     if (commit_run(h, s) != 0) {
         insert_coalesced(h, s);
         publish_free_stats(h);
@@ -309,6 +334,72 @@ int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint3
     TCM_STAT_ADD(h->meta, bytes_spans, tcm__page_off(h->spans[s].npages));
     *out = s;
     return TCM_ST_OK;
+}
+
+int tcm__ph_take_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *out)
+{
+    uint32_t s;
+    int st = take_aligned(h, npages, align_pages, &s);
+    if (st != TCM_ST_OK)
+        return st;
+    tcm_span_t *sp = &h->spans[s];
+    /* both ends name it, so that whatever looks a page's run up (the
+     * in-use end, the release cursor, a neighbour's merge) finds a run
+     * that is neither free nor lost (a run cut above top has no entry yet) */
+    h->page_span[sp->first] = s;
+    h->page_span[sp->first + sp->npages - 1] = s;
+    h->transit_pages += sp->npages;
+    publish_free_stats(h);
+    *out = s;
+    return TCM_ST_OK;
+}
+
+int tcm__ph_commit_step_ht(tcm_heap_t *h, uint32_t s, uint32_t *done, uint32_t max_pages)
+{
+    tcm_span_t *sp = &h->spans[s];
+    TCM_ASSERT(sp->state == TCM_SPAN_UNUSED && *done <= sp->npages);
+    if (sp->committed) {
+        *done = sp->npages;
+        return 0;
+    }
+    uint32_t n = sp->npages - *done < max_pages ? sp->npages - *done : max_pages;
+    int err = h->anon ? 0 : tcm__commit(h->heap_fd, tcm__page_off(sp->first + *done), tcm__page_off(n));
+    if (err) {
+        tcm__log(TCM_LOG_WARN, "fallocate(heap, %u pages at page %u) failed: %s", n, sp->first + *done,
+                 strerror(-err));
+        return err;
+    }
+    *done += n;
+    if (*done == sp->npages)
+        sp->committed = 1;
+    return 0;
+}
+
+void tcm__ph_put_back_ht(tcm_heap_t *h, uint32_t s, uint32_t done)
+{
+    tcm_span_t *sp = &h->spans[s];
+    TCM_ASSERT(sp->state == TCM_SPAN_UNUSED && h->transit_pages >= sp->npages);
+    h->transit_pages -= sp->npages;
+    if (sp->committed || done == 0 || done >= sp->npages) {
+        sp->committed = sp->committed || done >= sp->npages;
+    } else {
+        /* the pages backed so far go back as a backed run, the rest as a
+         * released one: what is free and backed stays known exactly */
+        sp->committed = 0;
+        split_front(h, s, done);
+        sp = &h->spans[s];
+        sp->committed = 1;
+    }
+    insert_coalesced(h, s);
+    publish_free_stats(h);
+}
+
+void tcm__ph_transit_end_ht(tcm_heap_t *h, uint32_t s)
+{
+    tcm_span_t *sp = &h->spans[s];
+    TCM_ASSERT(sp->state == TCM_SPAN_UNUSED && sp->committed && h->transit_pages >= sp->npages);
+    h->transit_pages -= sp->npages;
+    TCM_STAT_ADD(h->meta, bytes_spans, tcm__page_off(sp->npages));
 }
 
 int tcm__ph_alloc_runs_ht(tcm_heap_t *h, uint32_t npages, uint32_t max, uint32_t *out, uint32_t *got)
@@ -390,6 +481,7 @@ static void insert_coalesced(tcm_heap_t *h, uint32_t s)
             sp->first = h->spans[l].first;
             sp->npages += h->spans[l].npages;
             tcm__span_delete_ht(h, l);
+            cursor_merged(h, sp->first, sp->npages);
             TCM_CRASH_POINT(coalesce);
         }
     }
@@ -402,6 +494,7 @@ static void insert_coalesced(tcm_heap_t *h, uint32_t s)
             h->page_span[end] = 0;
             sp->npages += h->spans[r].npages;
             tcm__span_delete_ht(h, r);
+            cursor_merged(h, sp->first, sp->npages);
         }
     }
     free_insert(h, s);
@@ -435,6 +528,7 @@ void tcm__ph_insert_free_runs_ht(tcm_heap_t *h, const uint32_t *runs, uint32_t n
                     cp->first = sp->first;
                 cp->npages += sp->npages;
                 tcm__span_delete_ht(h, s);
+                cursor_merged(h, cp->first, cp->npages);
                 continue;
             }
             insert_coalesced(h, cur);
@@ -510,6 +604,111 @@ uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes)
     /* the object records of spans that went back with these pages */
     tcm__slots_trim_ht(h);
     return released;
+}
+
+/* The next backed run release_backed would punch, while more than
+ * keep_bytes of them are left (0: any). */
+static uint32_t next_backed(const tcm_heap_t *h, uint64_t keep_bytes)
+{
+    if (keep_bytes && h->free_committed_pages * TCM_PAGE_SIZE <= keep_bytes)
+        return 0;
+    for (unsigned i = 0; i <= TCM_PH_NLISTS; i++) {
+        unsigned li = i == 0 ? 0 : TCM_PH_NLISTS + 1 - i; /* 0, 128, 127, ... 1 */
+        if (h->free_lists[1][li])
+            return h->free_lists[1][li];
+    }
+    return 0;
+}
+
+static int punch(tcm_heap_t *h, uint32_t first, uint32_t npages)
+{
+    int err = h->anon ? tcm__discard(h->anon + tcm__page_off(first), tcm__page_off(npages))
+                      : tcm__release(h->heap_fd, tcm__page_off(first), tcm__page_off(npages));
+    if (err)
+        tcm__log(TCM_LOG_WARN, "fallocate(PUNCH_HOLE, page %u, %u pages) failed: %s", first, npages,
+                 strerror(-err));
+    return err;
+}
+
+/* At most max_pages of backed run s punched: a longer run gives its last
+ * max_pages, which become a released run of their own (joining a released
+ * neighbour after it), and keeps the rest backed. */
+static int punch_backed_piece(tcm_heap_t *h, uint32_t s, uint32_t max_pages)
+{
+    tcm_span_t *sp = &h->spans[s];
+    if (sp->npages <= max_pages)
+        return release_span(h, s) || !h->spans[s].committed ? 0 : -EIO;
+    uint32_t first = sp->first + sp->npages - max_pages;
+    int err = punch(h, first, max_pages);
+    if (err)
+        return err;
+    TCM_CRASH_POINT(release);
+    free_remove(h, s);
+    sp->npages -= max_pages;
+    free_insert(h, s);
+    uint32_t r = tcm__span_new_ht(h);
+    h->spans[r].first = first;
+    h->spans[r].npages = max_pages;
+    h->spans[r].committed = 0;
+    insert_coalesced(h, r);
+    return 0;
+}
+
+/* The released pass: the next piece of a released run from the cursor up
+ * (a recovery's estimate may hide backed pages in one). False when it is
+ * past top or lost its place. */
+static bool punch_released_piece(tcm_heap_t *h, uint32_t max_pages)
+{
+    for (unsigned looked = 0; h->punch_first && h->punch_first < h->top; looked++) {
+        uint32_t p = h->punch_first, s = h->page_span[p];
+        if (!s || s > h->npages || h->spans[s].first != p) {
+            TCM_ASSERT_INTERNAL(!"the release cursor names no run");
+            break;
+        }
+        tcm_span_t *sp = &h->spans[s];
+        if (sp->state != TCM_SPAN_FREE || sp->committed || h->punch_done >= sp->npages) {
+            h->punch_first = p + sp->npages;
+            h->punch_done = 0;
+            if (looked >= 4096) /* a long stretch of spans in use: the rest next step */
+                return true;
+            continue;
+        }
+        uint32_t n = sp->npages - h->punch_done < max_pages ? sp->npages - h->punch_done : max_pages;
+        if (punch(h, p + h->punch_done, n) != 0)
+            break;
+        TCM_CRASH_POINT(release);
+        h->punch_done += n;
+        return true;
+    }
+    h->punch_first = h->punch_done = 0;
+    return false;
+}
+
+void tcm__ph_release_begin_ht(tcm_heap_t *h, bool released_too)
+{
+    if (released_too) {
+        h->punch_first = 1;
+        h->punch_done = 0;
+    }
+}
+
+bool tcm__ph_release_step_ht(tcm_heap_t *h, uint64_t keep_bytes, uint64_t budget_ns)
+{
+    uint64_t t0 = tcm__now_ns();
+    bool more;
+    do {
+        uint32_t s = next_backed(h, keep_bytes);
+        if (s)
+            more = punch_backed_piece(h, s, TCM_RELEASE_PIECE_PAGES) == 0;
+        else
+            more = punch_released_piece(h, TCM_RELEASE_PIECE_PAGES);
+    } while (more && tcm__now_ns() - t0 < budget_ns);
+    note_cache_low(h);
+    if (!more) {
+        h->punch_first = h->punch_done = 0;
+        tcm__slots_trim_ht(h); /* the object records of spans that went back with these pages */
+    }
+    return more;
 }
 
 uint64_t tcm__ph_in_use_end_ht(tcm_heap_t *h)
@@ -676,7 +875,7 @@ bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
     }
     /* walk the heap in address order: every page below top is in one span */
     uint32_t p = 1, prev_state = TCM_SPAN_UNUSED, prev_committed = 0;
-    uint64_t span_bytes = 0;
+    uint64_t span_bytes = 0, transit = 0;
     while (p < h->top) {
         uint32_t s = h->page_span[p];
         if (!s || s > h->npages || h->spans[s].first != p || h->spans[s].npages == 0 ||
@@ -711,6 +910,15 @@ bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
                     return false;
                 }
             span_bytes += tcm__page_off(sp->npages);
+        } else if (sp->state == TCM_SPAN_UNUSED && !sp->on_list && h->transit_pages) {
+            /* a run an allocation holds while it commits it (the server's
+             * validator checks each against its client) */
+            for (uint32_t q = p; q < p + sp->npages; q++)
+                if (h->page_class[q] != TCM_PAGE_CLASS_FREE) {
+                    snprintf(why, whylen, "page %u of span %u in transit has class %u", q, s, h->page_class[q]);
+                    return false;
+                }
+            transit += sp->npages;
         } else {
             snprintf(why, whylen, "page %u is in span %u of state %u", p, s, sp->state);
             return false;
@@ -718,6 +926,17 @@ bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
         prev_state = sp->state;
         prev_committed = sp->committed;
         p += sp->npages;
+    }
+    if (transit != h->transit_pages) {
+        snprintf(why, whylen, "%llu pages in transit but runs in transit hold %llu",
+                 (unsigned long long)h->transit_pages, (unsigned long long)transit);
+        return false;
+    }
+    if (h->punch_first && (h->punch_first > h->top ||
+                           (h->punch_first < h->top && (!h->page_span[h->punch_first] ||
+                                                        h->spans[h->page_span[h->punch_first]].first != h->punch_first)))) {
+        snprintf(why, whylen, "the release cursor (page %u) is not at the start of a run", h->punch_first);
+        return false;
     }
     uint64_t stat = atomic_load_explicit(&h->meta->stats.bytes_spans, memory_order_relaxed);
     if (stat != span_bytes) {

@@ -26,6 +26,17 @@ void tcm__ph_init(tcm_heap_t *h);
 /* A free run of npages (aligned), committed; its record is in transit
  * (state UNUSED) until the caller maps it. */
 int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *out);
+/* The same run, in transit and left to the caller to commit in steps
+ * (continuation.c): counted in h->transit_pages, on no list, free in the
+ * page map (a crash leaves its pages free), until tcm__ph_transit_end_ht
+ * (committed; the caller maps it) or tcm__ph_put_back_ht. */
+int tcm__ph_take_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint32_t *out);
+/* Back up to max_pages more of run s (in transit) from page *done of it
+ * on; 0 or -errno. Once all of it is, it is committed. */
+int tcm__ph_commit_step_ht(tcm_heap_t *h, uint32_t s, uint32_t *done, uint32_t max_pages);
+/* Run s, in transit with its first done pages backed, back on the free lists. */
+void tcm__ph_put_back_ht(tcm_heap_t *h, uint32_t s, uint32_t done);
+void tcm__ph_transit_end_ht(tcm_heap_t *h, uint32_t s);
 /* Up to max runs of npages each, taken at once from the free run one of
  * them would come from (or above top) and committed with one fallocate:
  * *got records in out[], in address order, each in transit like
@@ -38,6 +49,14 @@ void tcm__ph_insert_free_ht(tcm_heap_t *h, uint32_t s);
  * up or down) merged before they meet the free lists. */
 void tcm__ph_insert_free_runs_ht(tcm_heap_t *h, const uint32_t *runs, uint32_t n);
 uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes);
+/* The same in bounded steps (decay.c): tcm__ph_release_begin_ht before
+ * the first when released runs are to be punched too (keep_bytes 0), then
+ * a step per turn: pieces of at most TCM_RELEASE_PIECE_PAGES (4 MiB, 0.2-0.3
+ * ms of punching here) until budget_ns is spent; false when nothing is
+ * left to punch. */
+#define TCM_RELEASE_PIECE_PAGES ((4u << 20) >> TCM_PAGE_SHIFT)
+void tcm__ph_release_begin_ht(tcm_heap_t *h, bool released_too);
+bool tcm__ph_release_step_ht(tcm_heap_t *h, uint64_t keep_bytes, uint64_t budget_ns);
 uint64_t tcm__ph_in_use_end_ht(tcm_heap_t *h); /* heap offset after the last page in use */
 /* Recovery: rebuild the free runs, their lists and the record allocator
  * from the page map of the allocated spans. Returns repairs made. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "central.h"
+#include "continuation.h"
 #include "crash.h"
 #include "holders.h"
 #include "log.h"
@@ -272,6 +273,7 @@ static bool reclaim_cache(void *arg, const tcm_cache_view_t *v)
 
 void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c)
 {
+    tcm__pages_drop_ht(srv, c); /* a run it was waiting for goes back free */
     /* the frees it posted before dying: at most a ring's worth, so that
      * whoever still maps the channel cannot keep the heap thread here */
     for (uint32_t turns = 0; turns <= c->lay.ring_cap / TCM_PER_CLIENT_BURST; turns++)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "central.h"
+#include "continuation.h"
 #include "crash.h"
 #include "heapfull.h"
 #include "holders.h"
@@ -156,7 +157,7 @@ static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, 
     ri->owner = c->rec->tag;
     tcm__req_set_phase(ri, TCM_INTENT_APPLYING);
     TCM_CRASH_POINT(alloc_pages);
-    int st = tcm__large_alloc_ht(&srv->h, npages, align_pages, c->rec->tag, &ri->first);
+    int st = tcm__alloc_pages_ht(srv, c, npages, align_pages, &ri->first);
     if (st == TCM_ST_NOMEM)
         slot->result = tcm__heap_full_ht(srv, c);
     if (st != TCM_ST_OK)
@@ -209,6 +210,7 @@ static uint64_t serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint
     tcm_slot_t *slot = tcm__client_slot(c, slot_index);
     if (!slot || atomic_load_explicit(&slot->state, memory_order_acquire) != TCM_SLOT_POSTED) {
         refuse(srv, c, "ring entry", 0, slot_index, TCM_ST_BAD_SLOT);
+        tcm__pages_drop_ht(srv, c); /* a run taken for what was posted there */
         c->rec->tail = pos + 1; /* nothing to answer: a crash here only frees the cell later */
         tcm__ring_release(c->ring, c->lay.ring_cap, pos);
         return 0;
@@ -216,11 +218,14 @@ static uint64_t serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint
     /* read each request field once: the slot is client memory */
     uint32_t op = slot->op, cls = slot->cls, count = slot->count, req_seq = slot->req_seq;
     uint64_t arg = slot->arg, arg2 = slot->arg2;
+    uint64_t t0 = tcm__now_ns();
+    if ((op == TCM_OP_ALLOC_PAGES || c->pages_cont.run) &&
+        tcm__pages_step_ht(srv, c, pos, slot_index, req_seq, op, arg, arg2, frees_only))
+        return tcm__now_ns() - t0; /* a step of its commit: still posted, counted once it is served */
     TCM_HT_ADD(c->rec->requests, 1);
     TCM_STAT_ADD(srv->meta, requests, 1);
     if (op < TCM_NOPS)
         TCM_HT_ADD(srv->dstats->ops[op], 1);
-    uint64_t t0 = tcm__now_ns();
 
     tcm_req_intent_t *ri = &srv->state->req;
     ri->client = c->index;
@@ -259,6 +264,8 @@ static uint64_t serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint
         st = TCM_ST_BAD_OP;
         break;
     }
+    if (c->pages_cont.run) /* answered without the run its steps prepared */
+        tcm__pages_drop_ht(srv, c);
     if (st != TCM_ST_OK && !tcm__status_is_answer(st) && op != TCM_OP_RETURN && op != TCM_OP_FREE_PAGES)
         refuse(srv, c, "request", cls, arg, st);
     tcm__req_answer(slot, st);
@@ -282,6 +289,9 @@ uint32_t tcm__serve_client_budget_ht(tcm_server_t *srv, tcm_client_t *c, bool fr
         pos = c->rec->tail;
         n++;
     }
+    /* the ring is client memory: a cell emptied under a continuation */
+    if (c->pages_cont.run && !tcm__ring_peek(c->ring, c->lay.ring_cap, c->rec->tail, &slot_index))
+        tcm__pages_drop_ht(srv, c);
     return n;
 }
 

@@ -46,6 +46,34 @@ typedef struct tcm_conn tcm_conn_t;
  * tcmd needs to serve it. Created by the main thread (attach, adoption),
  * served and finally reaped by the heap thread, freed by the main thread. */
 typedef struct tcm_server tcm_server_t;
+
+/* An ALLOC_PAGES being committed a step per turn (continuation.c): the
+ * run it took, in transit, and the request it is for. Heap thread only;
+ * tcmd's own memory, lost with it: a recovery finds the run's pages free
+ * and serves the request, still posted, again. */
+enum { TCM_CONT_NONE, TCM_CONT_READY, TCM_CONT_NOMEM };
+typedef struct tcm_pages_cont {
+    uint32_t run;             /* its span record; 0: none */
+    uint32_t committed;       /* pages of it backed so far, from its first */
+    uint64_t pos;             /* the request: its ring position, slot and number */
+    uint32_t slot, req_seq;
+    uint64_t npages, align_pages; /* what it asked for, as read at its first step */
+    int outcome;              /* TCM_CONT_*: what the last step left op_alloc_pages, within one serve */
+} tcm_pages_cont_t;
+
+/* Free pages being given back a bounded step per turn (decay.c): one job
+ * at a time, which a later ask joins. Heap thread only; lost with tcmd
+ * (the punched pages are what it did). */
+typedef struct tcm_release_job {
+    bool active;
+    bool all;                 /* every free page, released runs too */
+    bool answer;              /* a `release` command waits for its end (heapthread.c answers it) */
+    bool counted;             /* a decay even if nothing goes back */
+    uint64_t keep_bytes;      /* backed free pages it leaves (0: none) */
+    uint64_t released;        /* what the segment's blocks dropped by, measured per step */
+    const char *why;          /* what started it, for its log line (NULL: an operator's command) */
+} tcm_release_job_t;
+
 typedef struct tcm_client {
     tcm_client_rec_t *rec;    /* in the state segment */
     uint32_t index;           /* of rec, and in server.clients */
@@ -69,6 +97,7 @@ typedef struct tcm_client {
     /* Set by tcmd's SIGBUS handler when the channel was shrunk or punched
      * under it: the mapping now reads zeros, and the client is cut off. */
     _Atomic uint32_t chan_broken;
+    tcm_pages_cont_t pages_cont; /* heap thread */
     struct tcm_client *next_reaped;
     uint64_t reaped_after;    /* main thread: views begun when it left the table (clientwatch.c) */
     struct tcm_server *srv;
@@ -147,6 +176,7 @@ struct tcm_server {
     _Atomic uint64_t heap_tid; /* 0 until it runs */
     tcm_daemon_stats_t *dstats; /* in the state segment */
     uint64_t decayed_at;      /* heap thread: the quiet spell the last decay was for */
+    tcm_release_job_t release_job; /* heap thread */
     uint64_t flush_asked_ns, flush_asked; /* heap thread: the last time the heap was full */
     tcm_quota_t quota;        /* what each user holds, against its quota (quota.c) */
     /* Bytes still allocated under each tag whose client has left (objects

@@ -251,12 +251,40 @@ static int check_caches(tcm_server_t *srv, char *why, size_t whylen, uint32_t *u
     return TCM_VALID;
 }
 
+/* Every run in transit is a continuation's (continuation.c), whole and
+ * no more committed than it says: the page heap's check counts them, this
+ * one names their owners. */
+static bool check_continuations(tcm_server_t *srv, char *why, size_t whylen)
+{
+    tcm_heap_t *h = &srv->h;
+    uint64_t pages = 0;
+    uint32_t hw = atomic_load(&srv->clients_hw);
+    for (uint32_t i = 0; i < hw; i++) {
+        tcm_client_t *c = atomic_load(&srv->clients[i]);
+        const tcm_pages_cont_t *k = c ? &c->pages_cont : NULL;
+        if (!k || !k->run)
+            continue;
+        const tcm_span_t *sp = k->run <= h->npages ? &h->spans[k->run] : NULL;
+        if (!sp || sp->state != TCM_SPAN_UNUSED || sp->on_list || sp->npages != k->npages ||
+            k->committed > sp->npages || h->page_span[sp->first] != k->run)
+            FAIL("client %u (pid %u): its run in transit (span %u, %llu pages) is not one", c->rec->id, c->rec->pid,
+                 k->run, (unsigned long long)k->npages);
+        pages += sp->npages;
+    }
+    if (pages != h->transit_pages)
+        FAIL("%llu pages in transit, the clients' continuations hold %llu", (unsigned long long)h->transit_pages,
+             (unsigned long long)pages);
+    return true;
+fail:
+    return false;
+}
+
 int tcm__validate_ht(tcm_server_t *srv, char *why, size_t whylen)
 {
     tcm_heap_t *h = &srv->h;
     TCM_STAT_ADD(srv->meta, validations, 1);
     int rc = tcm__heap_validate_ht(h, why, whylen) && check_ownership(srv, why, whylen) &&
-                     check_roots(srv, why, whylen)
+                     check_roots(srv, why, whylen) && check_continuations(srv, why, whylen)
                  ? TCM_VALID
                  : TCM_INVALID_HEAP;
     if (rc == TCM_VALID &&

@@ -5,7 +5,12 @@
  *     call returns, tcm_root_get finds the value and nothing spins;
  *   - a page run answered to a client that dies before it takes the answer
  *     (ALLOC_PAGES slot left DONE): reclaimed, whether the client dies under
- *     a running tcmd, while no tcmd runs, or the reclaim itself is killed.
+ *     a running tcmd, while no tcmd runs, or the reclaim itself is killed;
+ *   - a page run committed in steps across turns (DESIGN.md,
+ *     "Continuations"): the client killed between two steps (the run goes
+ *     back free, the whole-heap check passes meanwhile and after), tcmd
+ *     killed between two (the next one finds its pages free and answers
+ *     the request, still posted).
  * Each case has a daemon of its own. */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -218,6 +223,117 @@ static void test_unread_run_reclaim_killed(void)
     all_back();
 }
 
+/* ---- a page run committed in steps ---- */
+
+#define BIG_PAGES ((7ull << 29) / TCM_PAGE_SIZE) /* 3.5 GiB: ~420 ms of fallocate, 1 792 steps */
+static const char *const big_heap[] = {"--heap-size", "4G", NULL};
+static _Atomic int *big_answered; /* shared with the child: its slot is DONE */
+
+/* Posts an ALLOC_PAGES of BIG_PAGES and waits for whatever comes: the
+ * parent kills it meanwhile. */
+static int big_run_waiter(void *arg)
+{
+    (void)arg;
+    tt_raw_t r;
+    tt_raw_attach(&r, d.socket);
+    uint32_t idx = r.lay.max_threads;
+    tcm_slot_t *s = &r.slots[idx];
+    s->op = TCM_OP_ALLOC_PAGES;
+    s->arg = BIG_PAGES;
+    s->arg2 = 1;
+    s->req_seq = 1;
+    atomic_store(&s->state, TCM_SLOT_POSTED);
+    CHECK(tcm__ring_push(r.ring, r.lay.ring_cap, idx));
+    tcm__bell_ring((_Atomic uint32_t *)&r.meta->heap_sleeping, r.bell);
+    while (atomic_load(&s->state) != TCM_SLOT_DONE)
+        usleep(100);
+    atomic_store(big_answered, 1);
+    for (;;)
+        pause();
+    return 0;
+}
+
+/* A raw client posts the big run; returns once the run is taken at its
+ * first step (from above top, or from the free runs), which is long before
+ * its last step hands it out. */
+static pid_t big_run_posted(void)
+{
+    const uint64_t run = BIG_PAGES << TCM_PAGE_SHIFT;
+    atomic_store(big_answered, 0);
+    uint64_t top = tt_stat(&d, "bytes_top"), free = tt_stat(&d, "bytes_pageheap_free");
+    pid_t pid = tt_fork(big_run_waiter, NULL);
+    uint64_t t0 = tcm__now_ns();
+    /* one figure a poll: a sanitizer's tcmctl is slow to start */
+    while (free >= run ? tt_stat(&d, "bytes_pageheap_free") + run > free : tt_stat(&d, "bytes_top") < top + run) {
+        CHECK_LT(tcm__now_ns() - t0, 10000000000ull);
+        usleep(200);
+    }
+    return pid;
+}
+
+static void test_steps_client_killed(void)
+{
+    big_answered = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(big_answered != MAP_FAILED);
+    tt_daemon_start(&d, big_heap);
+    /* the whole-heap check while a run is in transit: it is nobody's loss
+     * (whether the steps outran the check is said, not checked) */
+    pid_t pid = big_run_posted();
+    tt_check_heap(&d);
+    printf("      the check ran %s the run was handed out\n", atomic_load(big_answered) ? "after" : "before");
+    kill_client(pid);
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
+    CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
+    /* the client dies while tcmd is stopped with the run still in transit
+     * (punched first, so that it needs committing again) */
+    char out[512];
+    CHECK_EQ(tt_tcmctl(&d, "release", out, sizeof out), 0);
+    pid = big_run_posted();
+    CHECK(tt_stop(d.pid, 5000));
+    usleep(20000); /* an answer written before the stop reaches the flag */
+    CHECK_EQ(atomic_load(big_answered), 0); /* else the steps outran the poll: a faster box needs a bigger run */
+    kill_client(pid);
+    CHECK_EQ(kill(d.pid, SIGCONT), 0);
+    CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
+    log_has("in transit");
+    CHECK_EQ(tt_stat(&d, "bytes_clients"), 0);
+    tt_check_heap(&d);
+    /* no page lost: the whole run can be had again */
+    CHECK_EQ(tcm_init(d.socket), 0);
+    void *p = tcm_malloc(BIG_PAGES * TCM_PAGE_SIZE);
+    CHECK(p != NULL);
+    tcm_free(p);
+    tcm_shutdown();
+    all_back();
+}
+
+/* A libtcm client whose 256 MiB malloc rides through a restart */
+static int big_malloc(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(d.socket), 0);
+    size_t n = 256u << 20;
+    char *p = tcm_malloc(n);
+    CHECK(p != NULL);
+    p[0] = 1, p[n - 1] = 2;
+    tcm_free(p);
+    tcm_shutdown();
+    return 0;
+}
+
+static void test_steps_tcmd_killed(void)
+{
+    const char *env[] = {"TCM_TEST_CRASH_AT=pages_step:20", NULL}; /* 40 MiB of 256 committed */
+    tt_daemon_start_env(&d, big_heap, env);
+    pid_t pid = tt_fork(big_malloc, NULL);
+    int st = tt_daemon_wait_exit(&d, 60000);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    tt_daemon_restart(&d, big_heap, NULL);
+    tt_wait_ok(pid, 60000); /* answered by the next tcmd */
+    log_has("validator: consistent");
+    all_back();
+}
+
 int main(void)
 {
     static const tt_case_t cases[] = {
@@ -226,6 +342,8 @@ int main(void)
         {"page run answered, client killed before taking it", test_unread_run_live},
         {"page run answered, tcmd killed, client dead in the gap", test_unread_run_gap},
         {"reclaim of an unread page run killed", test_unread_run_reclaim_killed},
+        {"page run in transit, client killed between two steps", test_steps_client_killed},
+        {"page run in transit, tcmd killed between two steps", test_steps_tcmd_killed},
     };
     int failed = tt_run_cases("crashrepair", cases, sizeof cases / sizeof cases[0], 120000);
     return failed != 0;

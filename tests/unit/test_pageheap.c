@@ -230,6 +230,55 @@ static void test_release(void)
     validate();
 }
 
+/* A run taken in transit and committed in steps (continuation.c): the
+ * heap stays valid between steps; given back half committed, its backed
+ * and released halves are two free runs; taken again and finished, it maps
+ * like any page run. Then a release in steps punches it all again. */
+static void test_steps(void)
+{
+    const uint32_t npages = 2048, step = 256; /* 16 MiB in 2 MiB steps */
+    uint32_t s, done = 0;
+    CHECK_EQ(tcm__ph_take_ht(&h, npages, 1, &s), TCM_ST_OK);
+    CHECK_EQ(h.transit_pages, npages);
+    CHECK_EQ(tcm__ph_in_use_end_ht(&h), tcm__page_off(h.spans[s].first + npages)); /* counted as in use */
+    validate();
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(tcm__ph_commit_step_ht(&h, s, &done, step), 0);
+        validate();
+    }
+    CHECK_EQ(done, 3 * step);
+    uint64_t committed_before = h.free_committed_pages;
+    tcm__ph_put_back_ht(&h, s, done);
+    CHECK_EQ(h.transit_pages, 0);
+    CHECK_EQ(h.free_committed_pages, committed_before + 3 * step); /* exactly what was backed */
+    validate();
+
+    CHECK_EQ(tcm__ph_take_ht(&h, npages, 1, &s), TCM_ST_OK);
+    for (done = 0; !h.spans[s].committed;)
+        CHECK_EQ(tcm__ph_commit_step_ht(&h, s, &done, step), 0);
+    CHECK_EQ(done, npages);
+    uint32_t first = 0;
+    CHECK_EQ(tcm__large_map_taken_ht(&h, s, 7, &first), TCM_ST_OK);
+    validate();
+    CHECK_GE(tcm__backed_bytes(heap_fd), (int64_t)npages * TCM_PAGE_SIZE);
+    uint64_t bytes;
+    uint32_t owner;
+    CHECK_EQ(tcm__large_free_ht(&h, tcm__page_off(first), &bytes, &owner), TCM_ST_OK);
+    CHECK_EQ(owner, 7);
+
+    int steps = 0;
+    tcm__ph_release_begin_ht(&h, true);
+    while (tcm__ph_release_step_ht(&h, 0, 1)) { /* a piece a step */
+        validate();
+        steps++;
+    }
+    CHECK_GE(steps, (int)(npages / TCM_RELEASE_PIECE_PAGES)); /* 16 MiB is 4 pieces at least */
+    CHECK_EQ(h.free_committed_pages, 0);
+    CHECK_LT(tcm__backed_bytes(heap_fd), (int64_t)(npages * TCM_PAGE_SIZE / 20));
+    validate();
+    rebuild_and_compare();
+}
+
 static void test_limit(void)
 {
     atomic_store(&h.meta->config.heap_limit, 8ull << 20);
@@ -672,13 +721,14 @@ ON_A_NEW_HEAP(backed_first)
 ON_A_NEW_HEAP(limit_across_states)
 ON_A_NEW_HEAP(limit)
 ON_A_NEW_HEAP(roots)
+ON_A_NEW_HEAP(steps)
 
 int main(void)
 {
     static const tt_case_t cases[] = {
         {"runs", case_runs}, {"objects", case_objects}, {"batch", case_batch}, {"kept", case_kept}, {"cut", case_cut}, {"random", case_random}, {"release", case_release},
         {"backed first", case_backed_first}, {"limit across states", case_limit_across_states},
-        {"limit", case_limit}, {"roots", case_roots},
+        {"limit", case_limit}, {"roots", case_roots}, {"steps", case_steps},
     };
     return tt_run_cases("pageheap", cases, sizeof cases / sizeof cases[0], 60000) != 0;
 }
