@@ -225,6 +225,19 @@ static int bystander(void *arg)
     return 0;
 }
 
+static int bigrun(void *arg)
+{
+    (void)arg;
+    named("bigrun");
+    CHECK(tcm_malloc(64 * MIB) == NULL); /* refused before tcmd commits any of it (a run in steps) */
+    CHECK_EQ(errno, ENOMEM);
+    void *p = tcm_malloc(8 * MIB);
+    CHECK(p != NULL);
+    tcm_free(p);
+    tcm_shutdown();
+    return 0;
+}
+
 static void over_quota(void)
 {
     char who[64];
@@ -252,7 +265,13 @@ static void over_quota(void)
     tt_wait_ok(h, 30000);
     CHECK(quota_of(getuid(), "hog", &held, &refused));
     CHECK_EQ(held, 0);
+    quota_set(who, NULL);
 
+    snprintf(who, sizeof who, "%u:bigrun", (unsigned)getuid());
+    quota_set(who, "16M");
+    tt_wait_ok(tt_fork(bigrun, NULL), 30000);
+    CHECK(quota_of(getuid(), "bigrun", &held, &refused));
+    CHECK_GE(refused, 1);
     quota_set(who, NULL);
 
 #ifdef TCM_MALLOC_PATH
