@@ -45,6 +45,14 @@ static bool charged(const tcm_quota_t *q, uint16_t tag)
     return q->tag_charged[tag / 64] >> (tag % 64) & 1;
 }
 
+static int rule_of(const tcm_quota_t *q, uint32_t uid, const char *name)
+{
+    for (int r = 0; r < (int)TCM_QUOTA_RULES; r++)
+        if (q->rules[r].limit && q->rules[r].uid == uid && !strncmp(q->rules[r].name, name, 16))
+            return r;
+    return -1;
+}
+
 static tcm_quota_acct_t *acct_find(tcm_quota_t *q, uint32_t uid)
 {
     for (uint32_t i = tcm__uid_hash(uid, q->mask);; i = (i + 1) & q->mask) {
@@ -66,7 +74,7 @@ static tcm_quota_acct_t *acct_take(tcm_quota_t *q, uint32_t uid)
         while (q->accts[i].tags)
             i = (i + 1) & q->mask;
         a = &q->accts[i];
-        *a = (tcm_quota_acct_t){.uid = uid, .tags = 1};
+        *a = (tcm_quota_acct_t){.uid = uid, .tags = 1, .rule = (uint32_t)(rule_of(q, uid, "") + 1)};
     }
     pthread_mutex_unlock(&q->lock);
     return a;
@@ -93,22 +101,13 @@ static void acct_put(tcm_quota_t *q, tcm_quota_acct_t *a)
     pthread_mutex_unlock(&q->lock);
 }
 
-static int rule_of(const tcm_quota_t *q, uint32_t uid, const char *name)
-{
-    for (int r = 0; r < (int)TCM_QUOTA_RULES; r++)
-        if (q->rules[r].limit && q->rules[r].uid == uid && !strncmp(q->rules[r].name, name, 16))
-            return r;
-    return -1;
-}
-
-/* The limit on uid's whole: its own rule, else uid_quota (not the
+/* The limit on a user's whole: its own rule, else uid_quota (not the
  * operator's). */
-static uint64_t uid_limit(tcm_server_t *srv, uint32_t uid)
+static uint64_t uid_limit(tcm_server_t *srv, const tcm_quota_acct_t *a)
 {
-    int r = rule_of(&srv->quota, uid, "");
-    if (r >= 0)
-        return srv->quota.rules[r].limit;
-    return tcm__is_operator(uid) ? 0 : atomic_load_explicit(&srv->uid_quota, memory_order_relaxed);
+    if (a->rule)
+        return srv->quota.rules[a->rule - 1].limit;
+    return tcm__is_operator(a->uid) ? 0 : atomic_load_explicit(&srv->uid_quota, memory_order_relaxed);
 }
 
 static void link_tag(tcm_quota_t *q, uint16_t tag, uint32_t uid, const char *name, uint64_t bytes)
@@ -177,6 +176,11 @@ static void relink_rules(tcm_server_t *srv)
     tcm_quota_t *q = &srv->quota;
     for (uint32_t r = 0; r < TCM_QUOTA_RULES; r++)
         atomic_store_explicit(&q->rule_held[r], 0, memory_order_relaxed);
+    pthread_mutex_lock(&q->lock);
+    for (uint32_t i = 0; i <= q->mask; i++)
+        if (q->accts[i].tags)
+            q->accts[i].rule = (uint32_t)(rule_of(q, q->accts[i].uid, "") + 1);
+    pthread_mutex_unlock(&q->lock);
     for (uint32_t w = 0; w < TCM_TAGS / 64; w++) {
         for (uint64_t bits = q->tag_charged[w]; bits; bits &= bits - 1) {
             uint16_t tag = (uint16_t)(w * 64 + (uint32_t)__builtin_ctzll(bits));
@@ -221,9 +225,10 @@ uint64_t tcm__quota_room_ht(tcm_server_t *srv, tcm_client_t *c)
         return UINT64_MAX;
     link_client(srv, c);
     uint16_t tag = c->rec->tag;
-    uint64_t room = UINT64_MAX, limit = uid_limit(srv, q->tag_uid[tag]);
+    const tcm_quota_acct_t *a = acct_find(q, q->tag_uid[tag]);
+    uint64_t room = UINT64_MAX, limit = uid_limit(srv, a);
     if (limit) {
-        uint64_t held = atomic_load_explicit(&acct_find(q, q->tag_uid[tag])->held, memory_order_relaxed);
+        uint64_t held = atomic_load_explicit(&a->held, memory_order_relaxed);
         room = held < limit ? limit - held : 0;
     }
     int r = q->tag_rule[tag] - 1;
@@ -298,7 +303,7 @@ uint64_t tcm__quota_refuse_ht(tcm_server_t *srv, tcm_client_t *c, uint64_t wante
         atomic_fetch_add_explicit(&q->rule_refused[q->tag_rule[tag] - 1], 1, memory_order_relaxed);
     TCM_STAT_ADD(srv->meta, quota_refusals, 1);
     /* the quota that said no: the (user, name) one if it leaves less */
-    uint64_t held = atomic_load_explicit(&a->held, memory_order_relaxed), limit = uid_limit(srv, a->uid);
+    uint64_t held = atomic_load_explicit(&a->held, memory_order_relaxed), limit = uid_limit(srv, a);
     const char *of = "";
     int r = q->tag_rule[tag] - 1;
     if (r >= 0) {
@@ -479,7 +484,7 @@ size_t tcm__quota_rows(tcm_server_t *srv, tcm_quota_row_t *rows, size_t max)
     size_t ruled = n;
     for (uint32_t i = 0; i <= q->mask && n < max; i++) {
         const tcm_quota_acct_t *a = &q->accts[i];
-        if (!a->tags || rule_of(q, a->uid, "") >= 0)
+        if (!a->tags || a->rule)
             continue;
         uint64_t held = atomic_load_explicit(&a->held, memory_order_relaxed);
         if (!held)

@@ -20,6 +20,7 @@ typedef struct tcm_quota_acct {
     uint64_t asked_ns;        /* when its refusal last asked the processes to flush */
     uint64_t back;            /* bytes that came back to it since */
     uint32_t asked;           /* how many were asked then */
+    uint32_t rule;            /* its own rule (index + 1), 0: uid_quota applies */
 } tcm_quota_acct_t;
 
 /* The heap thread's copy of a rule (the state segment's may change under
