@@ -694,15 +694,17 @@ void tcm__ph_release_begin_ht(tcm_heap_t *h, bool released_too)
 
 bool tcm__ph_release_step_ht(tcm_heap_t *h, uint64_t keep_bytes, uint64_t budget_ns)
 {
-    uint64_t t0 = tcm__now_ns();
+    uint64_t t0 = tcm__now_ns(), now = t0, piece;
     bool more;
-    do {
+    do { /* (at least one piece; no more than the budget holds, going by the last one) */
         uint32_t s = next_backed(h, keep_bytes);
         if (s)
             more = punch_backed_piece(h, s, TCM_RELEASE_PIECE_PAGES) == 0;
         else
             more = punch_released_piece(h, TCM_RELEASE_PIECE_PAGES);
-    } while (more && tcm__now_ns() - t0 < budget_ns);
+        piece = tcm__now_ns() - now;
+        now += piece;
+    } while (more && now - t0 + piece <= budget_ns);
     note_cache_low(h);
     if (!more) {
         h->punch_first = h->punch_done = 0;

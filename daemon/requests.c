@@ -286,8 +286,10 @@ uint32_t tcm__serve_client_budget_ht(tcm_server_t *srv, tcm_client_t *c, bool fr
     while (n < TCM_PER_CLIENT_BURST && *budget_ns && tcm__ring_peek(c->ring, c->lay.ring_cap, pos, &slot_index)) {
         uint64_t dt = serve_one(srv, c, pos, slot_index, frees_only) + 1;
         *budget_ns = dt < *budget_ns ? *budget_ns - dt : 0;
-        pos = c->rec->tail;
         n++;
+        if (c->rec->tail == pos) /* a step of a continuation: one a serve, the next one next turn */
+            break;
+        pos = c->rec->tail;
     }
     /* the ring is client memory: a cell emptied under a continuation */
     if (c->pages_cont.run && !tcm__ring_peek(c->ring, c->lay.ring_cap, c->rec->tail, &slot_index))

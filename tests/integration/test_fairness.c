@@ -93,34 +93,22 @@ static int flooder(void *arg)
     return 0;
 }
 
-/* A run of BIG_RUN allocated and freed in a loop, each a round trip: the
- * free gives the decay a run to punch, the next allocation one to commit. */
+/* A run of BIG_RUN allocated and freed in a loop, each a round trip
+ * (run_cache 0), waiting for its answers as libtcm does: the free gives the
+ * decay a run to punch, the next allocation one to commit. */
 static int big_allocator(void *arg)
 {
     (void)arg;
     become_nobody();
-    tt_raw_t r;
-    tt_raw_attach(&r, d.socket);
-    uint32_t idx = r.lay.max_threads; /* the spare slot, backed at attach */
-    tcm_slot_t *s = &r.slots[idx];
-    for (uint32_t seq = 1, first = 1; !atomic_load(stop); seq++, first = 0) {
-        s->op = TCM_OP_ALLOC_PAGES;
-        s->arg = BIG_RUN / TCM_PAGE_SIZE;
-        s->arg2 = 1;
-        s->req_seq = seq;
-        int st = tt_raw_call(&r, idx);
-        if (st != TCM_ST_OK) { /* the heap is full for a moment: the others hold it */
-            CHECK_EQ(st, TCM_ST_NOMEM);
-            continue;
-        }
-        uint64_t off = s->result;
-        s->op = TCM_OP_FREE_PAGES;
-        s->arg = off;
-        s->req_seq = ++seq;
-        CHECK_EQ(tt_raw_call(&r, idx), TCM_ST_OK);
+    CHECK_EQ(tcm_init(d.socket), 0);
+    for (bool first = true; !atomic_load(stop); first = false) {
+        void *p = tcm_malloc(BIG_RUN);
+        CHECK(p != NULL);
+        tcm_free(p);
         if (first) /* one run made and freed: from now on there is one to punch and commit */
             atomic_fetch_add(ready, 1);
     }
+    tcm_shutdown();
     return 0;
 }
 
@@ -201,7 +189,7 @@ int main(int argc, char **argv)
     result = (figures_t *)(stop + 16);
     /* a large sparse heap: only what the page-run allocators hold is backed */
     const char *args[] = {"--allow-group", "65534", "--run-cache", "0", "--clients-per-uid", "1000",
-                          "--heap-size",    "4G",    NULL};
+                          "--heap-size",    "8G",    NULL}; /* (sparse: room for every run in transit at once) */
     tt_daemon_start(&d, args);
     char label[64];
     run("alone", NULL, 0, 0);
