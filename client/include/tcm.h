@@ -10,7 +10,8 @@
  * The first call attaches to the daemon on $TCM_SOCKET, or the default
  * socket ($XDG_RUNTIME_DIR/tcm/tcmd.sock, else /tmp/tcm-UID/tcmd.sock).
  * Allocation calls return NULL with errno = ENOMEM when the heap limit is
- * reached or no daemon can be reached. Freeing a pointer that is not from
+ * reached, when the process's user holds its quota (tcmctl quota), or no
+ * daemon can be reached. Freeing a pointer that is not from
  * the heap is a fatal error, as in glibc.
  */
 #ifndef TCM_H
