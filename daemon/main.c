@@ -258,8 +258,8 @@ out_thread:
             tcm__client_destroy(srv, c);
     }
 out_segments:
-    if (rc != 0)
-        srv->keep_segments = true; /* a failed start deletes nothing */
+    if (rc != 0) /* a failed start deletes nothing it did not make: an adopted heap stays */
+        srv->keep_segments = srv->keep_segments || srv->adopted;
     tcm__segments_close(srv);
     tcm__quota_free(srv);
 out:

@@ -833,7 +833,9 @@ uint64_t tcm__ph_rebuild_ht(tcm_heap_t *h)
 /* Page-heap part of the whole-heap check: lists agree with states, free
  * neighbours are never both backed or both released, the page map points
  * at the right spans. */
-bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
+/* The free lists: each run on the list of its length and backing, linked
+ * both ways, named by the page map at its ends; their counts. */
+static bool validate_free_lists(tcm_heap_t *h, char *why, size_t whylen)
 {
     uint64_t pages = 0, committed = 0;
     for (unsigned i = 0; i < 2 * (TCM_PH_NLISTS + 1); i++) {
@@ -871,11 +873,14 @@ bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
                  (unsigned long long)pages, (unsigned long long)committed);
         return false;
     }
-    if (h->top != atomic_load_explicit(&h->state->top, memory_order_relaxed)) {
-        snprintf(why, whylen, "top %u but the state segment says %u", h->top, h->state->top);
-        return false;
-    }
-    /* walk the heap in address order: every page below top is in one span */
+    return true;
+}
+
+/* The heap in address order: every page below top is in one span, whose
+ * pages the page map gives its class; free runs never touch one of the
+ * same backing; the runs in transit and the bytes in spans add up. */
+static bool validate_walk(tcm_heap_t *h, char *why, size_t whylen)
+{
     uint32_t p = 1, prev_state = TCM_SPAN_UNUSED, prev_committed = 0;
     uint64_t span_bytes = 0, transit = 0;
     while (p < h->top) {
@@ -947,4 +952,15 @@ bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
         return false;
     }
     return true;
+}
+
+bool tcm__ph_validate(tcm_heap_t *h, char *why, size_t whylen)
+{
+    if (!validate_free_lists(h, why, whylen))
+        return false;
+    if (h->top != atomic_load_explicit(&h->state->top, memory_order_relaxed)) {
+        snprintf(why, whylen, "top %u but the state segment says %u", h->top, h->state->top);
+        return false;
+    }
+    return validate_walk(h, why, whylen);
 }

@@ -235,11 +235,12 @@ static int map_segments(tcm_server_t *srv, const tcm_meta_layout_t *ml, const tc
         map_or_log(srv, srv->state_fd, sl->size, NULL, (void **)&srv->state, "the state segment"))
         return -1;
     if (fresh) {
-        /* the headers, class table, roots and client records now; the
-         * per-page parts grow with the heap, the departed holders' with
-         * use */
+        /* the headers, class table, roots and the client records of
+         * max_clients now (the room for more stays a hole); the per-page
+         * parts grow with the heap, the departed holders' with use */
+        uint64_t records_end = sl->off_clients + srv->max_clients * sizeof(tcm_client_rec_t);
         if ((err = tcm__commit(srv->meta_fd, 0, ml->off_page_class)) != 0 ||
-            (err = tcm__commit(srv->state_fd, 0, sl->off_remap)) != 0 ||
+            (err = tcm__commit(srv->state_fd, 0, (records_end + 4095) & ~4095ull)) != 0 ||
             (err = tcm__commit(srv->state_fd, sl->off_holders, 4096)) != 0) { /* the first group's entry */
             tcm__log(TCM_LOG_ERROR, "fallocate(metadata) failed: %s", strerror(-err));
             return -1;
