@@ -274,7 +274,9 @@ static void test_steps(void)
     }
     CHECK_GE(steps, (int)(npages / TCM_RELEASE_PIECE_PAGES)); /* 16 MiB is 4 pieces at least */
     CHECK_EQ(h.free_committed_pages, 0);
+#ifndef _WIN32 /* (a section keeps its commit charge: test_release) */
     CHECK_LT(tcm__backed_bytes(heap_fd), (int64_t)(npages * TCM_PAGE_SIZE / 20));
+#endif
     validate();
     rebuild_and_compare();
 }
