@@ -123,6 +123,23 @@ static const char *tx(const char *s)
     return escape(s, false);
 }
 
+/* Nobody answers on socket: a heap that outlived its tcmd left the options
+ * that adopt it (tcmd writes SOCKET.heap while it runs, and removes it
+ * with the heap). */
+static void say_how_to_start(const char *socket)
+{
+    char path[160], line[512];
+    snprintf(path, sizeof path, "%s.heap", socket);
+    FILE *f = fopen(path, "r");
+    if (f && fgets(line, sizeof line, f) && !strncmp(line, "tcmd ", 5))
+        fprintf(stderr, "tcmctl: a heap waits for its tcmd here (its clients wait for it); start one that adopts it "
+                        "with: %s", line);
+    else
+        fprintf(stderr, "tcmctl: is tcmd running? start it with: tcmd --socket %s\n", socket);
+    if (f)
+        fclose(f);
+}
+
 static Tcm__Response *call(const ctx_t *ctx, Tcm__Request *req)
 {
     tcm_handle_t fd = tcm__connect_server(ctx->socket);
@@ -130,7 +147,7 @@ static Tcm__Response *call(const ctx_t *ctx, Tcm__Request *req)
         fprintf(stderr, "tcmctl: cannot connect to tcmd on %s: %s\n", ctx->socket,
                 fd == -EPERM && *tcm__server_refusal() ? tcm__server_refusal() : strerror(-fd));
         if (fd == -ENOENT || fd == -ECONNREFUSED)
-            fprintf(stderr, "tcmctl: is tcmd running? start it with: tcmd --socket %s\n", ctx->socket);
+            say_how_to_start(ctx->socket);
         exit(EXIT_CONNECT);
     }
     req->version = TCM_PROTO_VERSION;
@@ -227,7 +244,9 @@ static int cmd_health(const ctx_t *ctx, int argc, char **argv)
     return rc;
 }
 
-static void print_stats(const ctx_t *ctx, const Tcm__Stats *s)
+/* prev: the snapshot every seconds before (--watch), for the counters'
+ * rates; NULL: none */
+static void print_stats(const ctx_t *ctx, const Tcm__Stats *s, const Tcm__Stats *prev, double seconds)
 {
     char buf[32];
     if (ctx->json) {
@@ -261,11 +280,18 @@ static void print_stats(const ctx_t *ctx, const Tcm__Stats *s)
             printf("# Requests\n");
         if (strncmp(st->name, "refused_", 8) == 0 && i && strncmp(s->stat[i - 1]->name, "refused_", 8) != 0)
             printf("# Refused\n");
+        char rate[32] = "";
+        if (prev && st->counter && i < prev->n_stat && !strcmp(prev->stat[i]->name, st->name) &&
+            st->value >= prev->stat[i]->value)
+            snprintf(rate, sizeof rate, "%.0f/s", (double)(st->value - prev->stat[i]->value) / seconds);
+        int rw = seconds > 0 ? 10 : 0; /* the rates' column: --watch only */
         if (st->is_float)
-            printf("%-22s %16.3f  %-8s %s\n", tx(st->name), st->fvalue, "", tx(st->help));
+            printf("%-22s %16.3f  %-8s %*s%s%s\n", tx(st->name), st->fvalue, "", rw, rate, rw ? " " : "",
+                   tx(st->help));
         else
-            printf("%-22s %16llu  %-8s %s\n", tx(st->name), (unsigned long long)st->value,
-                   strstr(st->name, "bytes") ? human(st->value, buf, sizeof buf) : "", tx(st->help));
+            printf("%-22s %16llu  %-8s %*s%s%s\n", tx(st->name), (unsigned long long)st->value,
+                   strstr(st->name, "bytes") ? human(st->value, buf, sizeof buf) : "", rw, rate, rw ? " " : "",
+                   tx(st->help));
     }
     if (s->service_time && s->service_time->n_count) {
         printf("# Service time (heap thread)\n");
@@ -415,8 +441,12 @@ static int cmd_config(const ctx_t *ctx, int argc, char **argv)
 static int cmd_resize(const ctx_t *ctx, int argc, char **argv)
 {
     uint64_t limit;
-    if (argc != 1 || tcm__parse_size(argv[0], &limit))
+    if (argc != 1)
         return command_usage("resize", stderr);
+    if (tcm__parse_size(argv[0], &limit)) {
+        fprintf(stderr, "tcmctl: '%s' is not a size (a number of bytes, or with K, M, G or T: 512M, 4G)\n", argv[0]);
+        return EXIT_USAGE;
+    }
     Tcm__Resize rs = TCM__RESIZE__INIT;
     rs.limit = limit;
     Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_RESIZE, &rs, TCM__RESPONSE__BODY_RESIZED);
@@ -563,7 +593,9 @@ static int cmd_check(const ctx_t *ctx, int argc, char **argv)
 static const command_t commands[] = {
     {"ping", "", "check that tcmd answers: pid, version, uptime, round trip", cmd_ping},
     {"health", "", "ping the heap thread too; exit 1 if it does not answer", cmd_health},
-    {"stats", "[--watch SECONDS [--count N]]", "heap, request and refusal figures, service-time histogram",
+    {"stats", "[--watch SECONDS [--count N]]",
+     "heap, request and refusal figures, service-time histogram; --watch: again every SECONDS, with each counter's "
+     "rate per second",
      cmd_stats},
     {"clients", "[--dead [N]]",
      "attached processes: pid, uid, threads, bytes held and cached, requests, errors; --dead: what departed ones "
@@ -604,23 +636,32 @@ static int cmd_stats(const ctx_t *ctx, int argc, char **argv)
         fprintf(stderr, "tcmctl: --watch needs a positive number of seconds\n");
         return EXIT_USAGE;
     }
+    Tcm__Response *prev = NULL;
+    uint64_t prev_ns = 0;
     for (long n = 0; count < 0 || n < count; n++) {
         Tcm__StatsRequest sr = TCM__STATS_REQUEST__INIT;
         Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_STATS, &sr, TCM__RESPONSE__BODY_STATS);
+        uint64_t now_ns = tcm__now_ns();
         if (every > 0 && !ctx->json && tcm__is_terminal(1))
             printf("\033[H\033[2J"); /* top-like: redraw in place */
         if (every > 0 && !ctx->json) {
             time_t now = time(NULL);
             printf("tcmd on %s, every %gs, %s", ctx->socket, every, ctime(&now));
         }
-        print_stats(ctx, resp->stats);
+        /* counters as rates over the last interval, from the second one on */
+        print_stats(ctx, resp->stats, prev ? prev->stats : NULL, prev ? (double)(now_ns - prev_ns) / 1e9 : every);
         fflush(stdout);
-        tcm__response__free_unpacked(resp, NULL);
+        if (prev)
+            tcm__response__free_unpacked(prev, NULL);
+        prev = resp;
+        prev_ns = now_ns;
         if (every <= 0)
             break;
         if (count < 0 || n + 1 < count)
             tcm__sleep_ns((uint64_t)(every * 1e9));
     }
+    if (prev)
+        tcm__response__free_unpacked(prev, NULL);
     return 0;
 }
 

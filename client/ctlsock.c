@@ -89,6 +89,15 @@ int tcm__ctlsock_handshake(const char *socket_path, uint32_t resume_id, uint64_t
     return 0;
 }
 
+Tcm__Response *tcm__ctlsock_ask(Tcm__Request *req, int timeout_ms)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    if (own_sock() < 0 || pr->pid != tcm__pid())
+        return NULL;
+    req->version = TCM_PROTO_VERSION;
+    return tcm__frame_send(pr->sock, req) == 0 ? tcm__frame_recv(pr->sock, timeout_ms) : NULL;
+}
+
 bool tcm__daemon_gone(void)
 {
     int fd = own_sock();

@@ -7,7 +7,8 @@
 
 #include "client.h"
 
-struct Tcm__Response; /* tcm.pb-c.h: callers that handshake include it (frame.h) */
+struct Tcm__Response; /* tcm.pb-c.h: callers that handshake or ask include it (frame.h) */
+struct Tcm__Request;
 
 /* How long a process that was attached waits for the answer to a Hello
  * (a tcmd busy adopting a heap answers late; one never attached waits
@@ -27,6 +28,10 @@ TCM_HIDDEN int tcm__ctlsock_handshake(const char *socket_path, uint32_t resume_i
 TCM_HIDDEN void tcm__ctlsock_close_fds(tcm_handle_t *fds, int n);
 /* Tell the daemon this is a deliberate detach (the next close is one). */
 TCM_HIDDEN void tcm__ctlsock_say_bye(void);
+/* One request on this process's control connection and its answer (NULL:
+ * no connection of ours, or no answer in time). Under attach_lock: one
+ * question at a time. */
+TCM_HIDDEN struct Tcm__Response *tcm__ctlsock_ask(struct Tcm__Request *req, int timeout_ms);
 /* Close our control socket, if the descriptor still is ours. */
 TCM_HIDDEN void tcm__ctlsock_close(void);
 /* Our control socket was hung up, or is not ours any more. */

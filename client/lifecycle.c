@@ -309,8 +309,12 @@ TCM_COLD int tcm_init(const char *socket_path)
 {
     static bool reported;
     pthread_mutex_lock(&tcm__proc.attach_lock);
-    int rc = atomic_load(&tcm__proc.attached) ? 0 : attach_locked(socket_path);
+    int rc = !atomic_load(&tcm__proc.attached) ? attach_locked(socket_path)
+             : socket_path && strcmp(socket_path, tcm__proc.socket_path) != 0 ? -EBUSY /* one tcmd at a time */
+                                                                            : 0;
     pthread_mutex_unlock(&tcm__proc.attach_lock);
+    if (rc == -EBUSY)
+        return rc; /* (attached: said nothing) */
     if (rc && !reported) {
         char path[108];
         reported = true;

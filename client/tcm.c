@@ -9,6 +9,8 @@
 
 #include "background.h"
 #include "channel.h"
+#include "ctlsock.h"
+#include "frame.h"
 #include "client.h"
 #include "diag.h"
 #include "given.h"
@@ -191,6 +193,33 @@ void *tcm_root_get(const char *name)
     return off < tcm__proc.heap_size ? tcm__proc.heap + off : NULL;
 }
 
+#define STAT_WAIT_MS 5000
+
+/* A figure tcmd computes when asked (tcmctl stats): one round trip. */
+TCM_COLD static int stat_from_daemon(const char *name, uint64_t *value)
+{
+    Tcm__Request req = TCM__REQUEST__INIT;
+    Tcm__StatsRequest sr = TCM__STATS_REQUEST__INIT;
+    req.body_case = TCM__REQUEST__BODY_STATS;
+    req.stats = &sr;
+    tcm__in_library++; /* (the drop-in: what protobuf-c allocates is the system's) */
+    pthread_mutex_lock(&tcm__proc.attach_lock);
+    Tcm__Response *resp = tcm__ctlsock_ask(&req, STAT_WAIT_MS);
+    pthread_mutex_unlock(&tcm__proc.attach_lock);
+    int rc = resp && resp->body_case == TCM__RESPONSE__BODY_STATS ? -ENOENT : -ENOTCONN;
+    for (size_t i = 0; rc == -ENOENT && i < resp->stats->n_stat; i++) {
+        const Tcm__Stat *s = resp->stats->stat[i];
+        if (strcmp(s->name, name) != 0)
+            continue;
+        *value = s->is_float ? (uint64_t)(s->fvalue * 1000.0 + 0.5) : s->value; /* a ratio: in thousandths */
+        rc = 0;
+    }
+    if (resp)
+        tcm__response__free_unpacked(resp, NULL);
+    tcm__in_library--;
+    return rc;
+}
+
 int tcm_stat(const char *name, uint64_t *value)
 {
     if (!name || !value)
@@ -201,14 +230,16 @@ int tcm_stat(const char *name, uint64_t *value)
     if (tcm__proc.daemon_lost)
         return -ENOTCONN;
     const tcm_heap_stats_t *st = &tcm__proc.meta->stats;
+    /* what tcmd keeps current in the metadata segment: read there (but
+     * bytes_committed, which tcmd measures when asked) */
 #define TCM_STAT_LOOKUP(field, kind, w, doc)                                                                 \
-    if (strcmp(name, #field) == 0) {                                                                         \
+    if (strcmp(name, #field) == 0 && strcmp(name, "bytes_committed") != 0) {                                \
         *value = atomic_load_explicit(&st->field, memory_order_relaxed);                                     \
         return 0;                                                                                            \
     }
     TCM_HEAP_STATS(TCM_STAT_LOOKUP)
 #undef TCM_STAT_LOOKUP
-    return -ENOENT;
+    return stat_from_daemon(name, value);
 }
 
 TCM_COLD void tcm_shutdown(void)

@@ -146,6 +146,12 @@ static const setting_t *find(const char *key)
     return NULL;
 }
 
+const char *tcm__config_key(const char *key)
+{
+    const setting_t *s = find(key);
+    return s ? s->info.name : NULL;
+}
+
 /* T_NICE's values and bounds are signed, stored as two's complement. */
 static bool out_of_range(const setting_t *s, uint64_t v)
 {

@@ -39,6 +39,8 @@ void tcm__config_usage(FILE *f);
 void tcm__config_list(FILE *f);
 /* The settings, in order; NULL past the end. */
 const tcm_setting_info_t *tcm__config_setting(size_t i);
+/* The setting key names, its name as the table has it (hyphens are underscores), or NULL. */
+const char *tcm__config_key(const char *key);
 /* Load a file of `key = value` lines; logs or prints each bad line. */
 int tcm__config_load(tcm_server_t *srv, const char *path, bool at_runtime);
 /* Push the settings that live in the metadata segment to it (after start,

@@ -12,21 +12,21 @@
     X(refill, "refill applied to the central lists, answer not written (requests.c)")             \
     X(refill_span, "one span's objects taken by a refill (central.c)")                            \
     X(return_half, "half a RETURN batch freed (central.c)")                                       \
-    X(alloc_pages, "page run cut, intent APPLYING (requests.c)")                                  \
-    X(free_pages, "page run unmapped, intent APPLYING (requests.c)")                              \
-    X(root_set, "root intent APPLYING, before the root's write (requests.c)")                     \
-    X(root_odd, "root sequence odd, nothing written (requests.c)")                                \
-    X(root_data, "root name, offset and used written, sequence still odd (requests.c)")           \
+    X(alloc_pages, "intent APPLYING, no page run cut yet (requests.c)")                           \
+    X(free_pages, "intent APPLYING with the run named, not yet unmapped (requests.c)")            \
+    X(root_set, "root intent APPLYING, before the root's write (roots.c)")                        \
+    X(root_odd, "root sequence odd, nothing written (roots.c)")                                   \
+    X(root_data, "root name, offset and holder written, sequence still odd (roots.c)")            \
     X(span_map, "page intent MAP recorded (central.c)")                                           \
     X(span_slot, "a small span mapped, its object record not yet cleared (central.c)")            \
     X(tag_block, "a shared word's tag block filled, not yet named by its owner word (central.c)") \
     X(span_unmap, "span unmapped under the page intent (central.c)")                              \
     X(split, "span shortened, remainder record filled (pageheap.c)")                              \
     X(coalesce, "neighbour merged and deleted (pageheap.c)")                                      \
-    X(tail, "ring tail advanced, intent not cleared (requests.c)")                                \
-    X(commit, "request intent cleared (requests.c)")                                              \
+    X(tail, "ring tail advanced, intent not cleared (requests.h)")                                \
+    X(commit, "request intent cleared, ring cell not yet freed (requests.h)")                     \
     X(answered, "answer written to the client's slot (requests.c)")                               \
-    X(release, "free pages punched out (pageheap.c)")                                             \
+    X(release, "a free run punched, its record not yet marked released (pageheap.c)")             \
     X(pages_step, "a step of an ALLOC_PAGES run committed, the run in transit (continuation.c)")   \
     X(reclaim, "between batches of a dead client's cache (reclaim.c)")                            \
     X(reclaim_run, "an unread ALLOC_PAGES answer's run freed, not yet credited (reclaim.c)")      \

@@ -293,6 +293,7 @@ static void reply_stats(tcm_conn_t *conn, const tcm_stat_row_t *rows, size_t n)
         st[i].value = rows[i].value;
         st[i].fvalue = rows[i].fvalue;
         st[i].is_float = rows[i].is_float;
+        st[i].counter = rows[i].counter;
         stp[i] = &st[i];
     }
     double upper[TCM_LAT_BUCKETS];
@@ -646,8 +647,9 @@ static void send_config(tcm_conn_t *conn, const char *only)
     char values[32][64];
     size_t n = 0;
     const tcm_setting_info_t *info;
+    only = only && *only ? tcm__config_key(only) : NULL; /* (decay-ms is decay_ms) */
     for (size_t i = 0; (info = tcm__config_setting(i)) && n < 32; i++) {
-        if (only && *only && strcmp(only, info->name) != 0)
+        if (only && strcmp(only, info->name) != 0)
             continue;
         tcm__setting__init(&set[n]);
         tcm__config_get(conn->srv, info->name, values[n], sizeof values[n]);

@@ -187,6 +187,27 @@ static void decide_what_stays(tcm_server_t *srv)
     }
 }
 
+/* SOCKET.heap: how to start a tcmd that adopts this heap, for as long as
+ * the heap outlives this tcmd (stopped with clients attached, or killed):
+ * tcmctl prints it when nobody answers on the socket. */
+static void hint_path(const tcm_server_t *srv, char *out, size_t len)
+{
+    snprintf(out, len, "%s.heap", srv->socket_path);
+}
+
+static void write_restart_hint(const tcm_server_t *srv)
+{
+    char path[160];
+    hint_path(srv, path, sizeof path);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return;
+    fprintf(f, "tcmd --socket %s --name %s --heap-size %llu --base 0x%llx --max-threads %u%s%s\n", srv->socket_path,
+            srv->name, (unsigned long long)srv->heap_size, (unsigned long long)srv->base, srv->max_threads,
+            srv->config_path[0] ? " --config " : "", srv->config_path);
+    fclose(f);
+}
+
 static int run(tcm_server_t *srv, tcm_handle_t ready_fd)
 {
     int rc = 1;
@@ -239,6 +260,7 @@ static int run(tcm_server_t *srv, tcm_handle_t ready_fd)
         tcm__detach_ready(ready_fd);
         ready_fd = -1;
     }
+    write_restart_hint(srv);
     uv_run(srv->loop, UV_RUN_DEFAULT);
     decide_what_stays(srv);
     rc = 0;
@@ -260,6 +282,11 @@ out_thread:
 out_segments:
     if (rc != 0) /* a failed start deletes nothing it did not make: an adopted heap stays */
         srv->keep_segments = srv->keep_segments || srv->adopted;
+    if (!srv->keep_segments) {
+        char path[160];
+        hint_path(srv, path, sizeof path);
+        remove(path);
+    }
     tcm__segments_close(srv);
     tcm__quota_free(srv);
 out:
@@ -407,6 +434,23 @@ static int options_parse(tcm_server_t *srv, int argc, char **argv)
     return -1;
 }
 
+/* A start that failed in the background child: its reasons, the error
+ * lines it logged past offset from (read back from the file: the child
+ * wrote them before it gave up), on the terminal too. */
+static void tell_why(long from, const char *path)
+{
+    char line[1024];
+    int told = 0;
+    FILE *f = from >= 0 ? fopen(path, "r") : NULL;
+    if (f && fseek(f, from, SEEK_SET) == 0)
+        while (fgets(line, sizeof line, f))
+            if (strstr(line, " error: ") && told++ < 8)
+                fprintf(stderr, "tcmd: %s", strstr(line, " error: ") + 8);
+    if (f)
+        fclose(f);
+    fprintf(stderr, "tcmd: failed to start%s; the log: %s\n", told ? "" : " (no reason logged)", path);
+}
+
 /* Refuse a second daemon on the socket, open the log, then run here
  * (--foreground) or in a detached child. */
 static int start(tcm_server_t *srv)
@@ -435,6 +479,8 @@ static int start(tcm_server_t *srv)
     /* Detach, but report failure to start: the parent exits only once the
      * child listens (status 0) or has given up (status 1). */
     tcm_handle_t ready;
+    fflush(log);
+    long log_from = log != stderr ? ftell(log) : -1;
     tcm_pid_t pid = tcm__detach(fileno(log), &ready);
     if (pid == 0)
         return run(srv, ready);
@@ -443,7 +489,7 @@ static int start(tcm_server_t *srv)
         return 0;
     }
     if (pid == -ECHILD)
-        fprintf(stderr, "tcmd: failed to start; see %s\n", srv->log_path);
+        tell_why(log_from, srv->log_path);
     else if (pid == -ENOSYS) /* Windows: a service manager, not a fork, puts daemons in the background */
         fprintf(stderr, "tcmd: cannot go to the background here: run it with --foreground\n");
     else

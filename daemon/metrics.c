@@ -85,14 +85,21 @@ static void family(text_t *t, const char *name, const char *type, const char *he
 }
 
 /* bytes_free_x -> tcm_free_x_bytes; counters get _total. */
-static void metric_name(const tcm_stat_row_t *r, char *out, size_t len)
+/* Prometheus wants base units: a figure in microseconds (name_us) is
+ * name_seconds there; returns its scale (1e-6), else 0. */
+static double metric_name(const tcm_stat_row_t *r, char *out, size_t len)
 {
     size_t n = strlen(r->name);
     const char *total = r->counter && !(n > 6 && !strcmp(r->name + n - 6, "_total")) ? "_total" : "";
-    if (strncmp(r->name, "bytes_", 6) == 0)
+    if (strncmp(r->name, "bytes_", 6) == 0) {
         snprintf(out, len, "tcm_%.40s_bytes%s", r->name + 6, total);
-    else
+    } else if (n > 3 && !strcmp(r->name + n - 3, "_us")) {
+        snprintf(out, len, "tcm_%.*s_seconds%s", (int)(n - 3 < 40 ? n - 3 : 40), r->name, total);
+        return 1e-6;
+    } else {
         snprintf(out, len, "tcm_%.47s%s", r->name, total);
+    }
+    return 0;
 }
 
 /* One family per figure of a view, one sample per row, labelled by the
@@ -219,9 +226,11 @@ static void render(tcm_server_t *srv, text_t *full, text_t *pub)
             put(t, "tcm_refused_total{reason=\"%s\"} %llu\n", r->name + 8, (unsigned long long)r->value);
             continue;
         }
-        metric_name(r, name, sizeof name);
+        double scale = metric_name(r, name, sizeof name);
         family(t, name, r->counter ? "counter" : "gauge", r->help);
-        if (r->is_float)
+        if (scale)
+            put(t, "%s %.6f\n", name, (double)r->value * scale);
+        else if (r->is_float)
             put(t, "%s %.6f\n", name, r->fvalue);
         else
             put(t, "%s %llu\n", name, (unsigned long long)r->value);

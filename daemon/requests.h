@@ -12,8 +12,9 @@
 #include "server.h"
 #include "tcm_assert.h"
 
-/* One ring request, served. A turn serves at most TCM_PER_CLIENT_BURST
- * requests of one ring before the next ring. */
+/* A ring's requests, served. A turn serves at most TCM_PER_CLIENT_BURST
+ * requests of one ring before the next ring, fewer when its user's share
+ * of the turn runs out or a step of a continuation ends its serve. */
 #define TCM_PER_CLIENT_BURST 64u
 bool tcm__serve_client_ht(tcm_server_t *srv, tcm_client_t *c, bool frees_only);
 /* The same within a budget of heap-thread time: requests are served while

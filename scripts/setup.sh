@@ -15,6 +15,7 @@ PACKAGES=(
   python3-matplotlib                        # benchmark plots (bench/run_suite.sh)
   redis-tools redis-server                  # tcm-kv: its tests drive it with redis-cli and redis-benchmark; the reference server
   sqlite3 perl gzip                         # programs the LD_PRELOAD drop-in is tested on
+  prometheus                                # promtool: the /metrics page is checked with it
   gcc-mingw-w64-x86-64 wine64               # the Windows backend: cross-built, its tests run under Wine
 )
 

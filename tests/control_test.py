@@ -216,6 +216,9 @@ with case("metrics over HTTP", args=("--metrics-port", str(port))):
         check(name in body, f"/metrics has {name}")
     check("# TYPE tcm_requests_total counter" in body, "counter type")
     check('tcm_quota_limit_bytes{uid="12345",name="worker"} 67108864' in body, "a quota's limit")
+    check("tcm_last_recovery_seconds " in body, "a figure in microseconds is in seconds")
+    lint = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True, timeout=30)
+    check(lint.returncode == 0, f"promtool check metrics: {lint.stdout}{lint.stderr}")
     check("# TYPE tcm_quota_refused_total counter" in body, "a quota's refusals")
     nf = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}/x"],
                         capture_output=True, text=True, timeout=10)
@@ -244,9 +247,27 @@ with case("SIGHUP reloads the config file") as d:
           "SIGHUP reload")
     check(js("config", "get", "log_level")["log_level"]["value"] == "debug", "log level reloaded")
 
+with case("a tcmd that cannot start in the background says why on the terminal") as d:
+    port = free_port()
+    first = subprocess.run([TCMD, "--socket", os.path.join(d.dir, "a.sock"), "--name", d.name + "a",
+                            "--metrics-port", str(port)], capture_output=True, text=True, timeout=30)
+    check(first.returncode == 0 and "started (pid" in first.stdout, f"the first starts ({first.stderr})")
+    second = subprocess.run([TCMD, "--socket", os.path.join(d.dir, "b.sock"), "--name", d.name + "b",
+                             "--metrics-port", str(port)], capture_output=True, text=True, timeout=30)
+    check(second.returncode == 1 and "address already in use" in second.stderr
+          and "failed to start; the log:" in second.stderr, f"the second says why ({second.stderr.strip()})")
+    os.kill(int(first.stdout.split("pid ")[1].split(")")[0]), signal.SIGTERM)
+
+with case("config keys with hyphens are the same keys; resize names a bad size"):
+    check(js("config", "set", "decay-ms", "5000") == js("config", "get", "decay_ms"), "set decay-ms echoes decay_ms")
+    check("decay_ms" in js("config", "get", "decay-ms"), "get decay-ms")
+    r = ctl("resize", "1X", expect=2)
+    check("'1X' is not a size" in r.stderr, "resize says the size is bad")
+
 with case("--watch redraws; usage errors are 2; no daemon is 3"):
     w = ctl("stats", "--watch", "0.1", "--count", "2")
     check(w.stdout.count("# Heap") == 2, "two snapshots")
+    check("/s " in w.stdout.split("# Heap")[2], "the second has the counters' rates")
     ctl("frobnicate", expect=2)
     ctl("resize", "lots", expect=2)
     r = subprocess.run([TCMCTL, "--socket", os.path.join(tmp, "nope.sock"), "ping"], capture_output=True, text=True)

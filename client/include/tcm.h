@@ -41,7 +41,9 @@ extern "C" {
 /* Attach explicitly. socket_path NULL: $TCM_SOCKET, else the default.
  * Returns 0 or -errno (-ENOENT/-ECONNREFUSED: no daemon; -EEXIST: the heap's
  * address range is taken in this process; -EPERM: the socket is served by a
- * user this process does not trust, see TCM_DAEMON_UID). Idempotent. */
+ * user this process does not trust, see TCM_DAEMON_UID). Attached already:
+ * 0 for NULL or the socket path it attached with, -EBUSY for another (a
+ * process is one tcmd's client at a time: tcm_shutdown first). */
 TCM_API int tcm_init(const char *socket_path);
 
 /* Flush every cache of this process back to the daemon and detach. Call it
@@ -81,12 +83,15 @@ TCM_API int tcm_root_create(const char *name, void *p);
 TCM_API int tcm_root_replace(const char *name, void *expected, void *desired);
 TCM_API void *tcm_root_get(const char *name);
 
-/* One heap-wide figure by its name in `tcmctl stats` (bytes_committed,
- * bytes_clients, clients_attached, ...), read from the daemon's published
- * statistics without a round trip; like any call, it attaches first if the
- * process is not attached. Returns 0 or -errno (-ENOENT: no such figure;
- * -ENOTCONN: tcmd went away and did not come back within its reconnect
- * timeout, so allocations that need it fail with ENOMEM). */
+/* One heap-wide figure by its name in `tcmctl stats`, any of them, as fresh
+ * as tcmctl's: those tcmd keeps current in shared memory (bytes_clients,
+ * clients_attached, requests, ...) are read there without a round trip,
+ * the others (bytes_committed, bytes_in_use, uptime_seconds, ...) asked of
+ * tcmd; a ratio (fragmentation_ratio) comes in thousandths. Like any call,
+ * it attaches first if the process is not attached. Returns 0 or -errno
+ * (-ENOENT: no such figure; -ENOTCONN: tcmd went away and did not come back
+ * within its reconnect timeout, so allocations that need it fail with
+ * ENOMEM). */
 TCM_API int tcm_stat(const char *name, uint64_t *value);
 
 #ifdef __cplusplus

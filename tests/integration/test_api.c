@@ -11,6 +11,8 @@
 #include "tcm.h"
 #include "testutil.h"
 
+static tcm_test_daemon_t d;
+
 static void test_basics(void)
 {
     tcm_free(NULL); /* no-op, even before attaching */
@@ -33,6 +35,14 @@ static void test_basics(void)
     errno = 0;
     CHECK(tcm_malloc(SIZE_MAX - 100) == NULL);
     CHECK_EQ(errno, ENOMEM);
+    /* attached: the same socket (or none named) is no change, another one
+     * is refused, and the first stays served */
+    CHECK_EQ(tcm_init(d.socket), 0);
+    CHECK_EQ(tcm_init(NULL), 0);
+    CHECK_EQ(tcm_init("/nonexistent/other/tcmd.sock"), -EBUSY);
+    void *q = tcm_malloc(100);
+    CHECK(q != NULL);
+    tcm_free(q);
 }
 
 static void test_calloc_zeroes_reused(void)
@@ -168,7 +178,6 @@ static void test_no_overlap(void)
         tcm_free(ps[i]);
 }
 
-static tcm_test_daemon_t d;
 
 /* A large allocation reuses a run the process freed (up to 1/2 larger)
  * without asking tcmd; other sizes still come from tcmd. */
@@ -309,12 +318,53 @@ static void test_quiet_span_class(void)
     CHECK_GE(tt_stat(&d, "bytes_client_caches"), cached + big);
 }
 
+/* tcm_stat serves every figure of tcmctl stats, as fresh as tcmctl's. */
+static void test_stat_every_figure(void)
+{
+    char out[1 << 16];
+    CHECK_EQ(tt_tcmctl(&d, "--json stats", out, sizeof out), 0);
+    int figures = 0;
+    char *hist = strstr(out, "\"service_time\"");
+    if (hist)
+        *hist = 0; /* (its members are not figures) */
+    for (const char *p = out; (p = strstr(p, "\"")) != NULL;) {
+        const char *end = strchr(p + 1, '"');
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(end - p - 1), p + 1);
+        p = end + 1;
+        if (*p != ':' || p[1] < '0' || p[1] > '9') /* (service_time's members are not figures) */
+            continue;
+        uint64_t v;
+        if (tcm_stat(name, &v) != 0) {
+            fprintf(stderr, "tcm_stat(\"%s\") failed\n", name);
+            abort();
+        }
+        figures++;
+    }
+    CHECK_GE(figures, 40);
+    uint64_t v;
+    CHECK_EQ(tcm_stat("no_such_figure", &v), -ENOENT);
+    /* fresh: a committed page run shows in bytes_committed at once */
+    uint64_t before, after;
+    CHECK_EQ(tcm_stat("bytes_committed", &before), 0);
+    char *p = tcm_malloc(32 << 20);
+    CHECK(p != NULL);
+    memset(p, 1, 32 << 20);
+    CHECK_EQ(tcm_stat("bytes_committed", &after), 0);
+    CHECK_GE(after, before + (16 << 20));
+    CHECK_EQ(tcm_stat("uptime_seconds", &v), 0);
+    CHECK_EQ(tcm_stat("fragmentation_ratio", &v), 0); /* thousandths */
+    CHECK_GT(v, 0);
+    tcm_free(p);
+}
+
 int main(void)
 {
     tt_daemon_start(&d, NULL);
     CHECK_EQ(tcm_init(d.socket), 0);
     static const tt_case_t cases[] = {
         {"basics", test_basics},
+        {"tcm_stat serves every figure", test_stat_every_figure},
         {"calloc zeroes reused memory", test_calloc_zeroes_reused},
         {"realloc", test_realloc},
         {"aligned", test_aligned},

@@ -168,6 +168,15 @@ static void test_upgrade(void)
         CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
         CHECK(tt_segment_exists(&d, "heap") && tt_segment_exists(&d, "meta") && tt_segment_exists(&d, "state"));
         CHECK_EQ(access(d.socket, F_OK), 0); /* new processes wait for the next tcmd */
+        if (k == 0) { /* tcmctl says how to start one that adopts the heap */
+            char out[2048], want[160];
+            CHECK_EQ(tt_tcmctl(&d, "ping", out, sizeof out), 3);
+            snprintf(want, sizeof want, "--name %s --heap-size %llu", d.name, 1ull << 30);
+            if (!strstr(out, "a heap waits for its tcmd here") || !strstr(out, want)) {
+                fprintf(stderr, "tcmctl ping with the heap waiting said: %s", out);
+                abort();
+            }
+        }
         tt_daemon_restart(&d, NULL, NULL);
         wl_wait_ops(wl, 500);
     }
@@ -176,6 +185,9 @@ static void test_upgrade(void)
     CHECK_EQ(tt_wait_stat(&d, "clients_attached", 0, 5000), 0);
     CHECK_EQ(tt_stat(&d, "restarts"), 3);
     tt_daemon_stop(&d); /* checks the segments and the socket are gone */
+    char hint[160];
+    snprintf(hint, sizeof hint, "%s.heap", d.socket);
+    CHECK(access(hint, F_OK) != 0); /* and the restart hint with them */
 }
 
 /* A client that dies while no tcmd runs is found by the next one (its
