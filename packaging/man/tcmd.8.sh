@@ -70,6 +70,31 @@ like /tmp. The log (SOCKET.log or \fB\-\-log\fR) is never opened through a
 symbolic link: a new one is created with mode 0600, an existing one is
 appended to only if it is a regular file of tcmd's user (\fB\-\-log\fR may
 also name a device such as /dev/null).
+.TP
+.I SOCKET
+the control socket; \fISOCKET\fR.log the log (in the background, without
+\fB\-\-log\fR); \fISOCKET\fR.heap, while the heap lives, the options a tcmd
+needs to adopt it (\fBtcmctl\fR prints it when nobody answers on the
+socket).
+.TP
+.I /dev/shm/tcm.NAME.heap, .meta, .state, .lock, .ch.N
+the heap, its metadata (clients map it read-only), tcmd's recovery state,
+the lock that makes tcmd one per name, and each client's channel. They
+outlive a tcmd stopped with clients attached or killed, for the next one.
+.TP
+.I /etc/tcm/tcmd.conf
+the packaged unit's \fB\-\-config\fR file.
+.TP
+.I /etc/tcm/client.conf
+root's file naming the \fBdaemon_uid\fR (and \fBsocket\fR) a set-user-ID
+client may trust (\fBtcm\fR(3), ENVIRONMENT).
+.SH ENVIRONMENT
+.TP
+.B TCM_SOCKET
+the socket when \fB\-\-socket\fR is not given.
+.TP
+.B XDG_RUNTIME_DIR
+where the default socket's directory is (else /tmp/tcm\-UID).
 .SH SIGNALS
 SIGTERM and SIGINT stop tcmd: with no client attached it removes the heap,
 otherwise it leaves it for the next tcmd. SIGHUP reloads the config file.
