@@ -20,7 +20,8 @@ list=$(dpkg-deb -c "$deb")
 for f in usr/bin/tcmd usr/bin/tcmctl usr/bin/tcm-kv usr/include/tcm.h usr/lib/x86_64-linux-gnu/libtcm.so \
          usr/lib/x86_64-linux-gnu/libtcm.a usr/lib/x86_64-linux-gnu/libtcm-malloc.so usr/lib/x86_64-linux-gnu/pkgconfig/tcm.pc \
          usr/lib/systemd/system/tcmd.service usr/lib/sysusers.d/tcm.conf etc/tcm/tcmd.conf etc/default/tcmd \
-         usr/share/man/man8/tcmd.8 usr/share/man/man1/tcmctl.1 usr/share/man/man3/tcm.3 usr/share/man/man7/tcm.7; do
+         usr/share/man/man8/tcmd.8 usr/share/man/man1/tcmctl.1 usr/share/man/man3/tcm.3 usr/share/man/man7/tcm.7 \
+         usr/share/man/man7/tcm-malloc.7 usr/include/tcm.hpp; do
   grep -Eq " \./$f( -> .*)?\$" <<< "$list" || { echo "not in the package: $f"; echo "$list"; exit 1; }
 done
 dpkg -x "$deb" "$work/root"

@@ -58,7 +58,7 @@ version=$(pkg-config --modversion tcm)
 [[ $("$prefix/bin/tcmctl" --version) == "tcmctl $version" ]] || { echo "tcmctl --version is not $version"; exit 1; }
 "$prefix/bin/tcmctl" --socket "$sock" --json ping | grep -q "\"version\":\"$version\"" \
   || { echo "tcmd does not say version $version"; exit 1; }
-for page in man1/tcmctl.1 man1/tcm-kv.1 man3/tcm.3 man7/tcm.7 man8/tcmd.8; do
+for page in man1/tcmctl.1 man1/tcm-kv.1 man3/tcm.3 man7/tcm.7 man7/tcm-malloc.7 man8/tcmd.8; do
   grep -q "^\.TH .*\"tcm $version\"" "$prefix/share/man/$page" || { echo "$page does not say tcm $version"; exit 1; }
 done
 stop_tcmd
