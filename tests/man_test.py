@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""tcm(3)'s EXAMPLE is a program that builds and runs: taken from the page
-as a user copies it, built against this tree's libtcm and run against a
-private tcmd; it must print every item its workers made and leave nothing
-held."""
+"""The hand-written man pages against the binaries: tcm(3)'s EXAMPLE is a
+program that builds and runs (taken from the page as a user copies it,
+built against this tree's libtcm and run against a private tcmd; it must
+print every item its workers made and leave nothing held), and tcm-kv(1)
+names every option `tcm-kv --help` has, and no other."""
 import os
 import re
 import subprocess
@@ -13,6 +14,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "com
 from tcmtest import Tcmd, wait_until  # noqa: E402
 
 build, source = sys.argv[1], os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+kv_help = subprocess.run([os.path.join(build, "examples", "tcm-kv"), "--help"], capture_output=True, text=True)
+kv_options = set(re.findall(r"--[a-z][a-z-]+", kv_help.stdout + kv_help.stderr)) - {"--help"}
+kv_page = open(os.path.join(source, "packaging", "man", "tcm-kv.1")).read().replace("\\-", "-")
+kv_documented = set(re.findall(r"--[a-z][a-z-]+", kv_page))
+if kv_options != kv_documented:
+    sys.exit(f"man: tcm-kv(1) names {sorted(kv_documented - kv_options)} that tcm-kv lacks, lacks "
+             f"{sorted(kv_options - kv_documented)}")
 page = open(os.path.join(source, "packaging", "man", "tcm.3")).read()
 example = re.search(r"\.SH EXAMPLE\n.*?\.nf\n(.*?)\.fi\n", page, re.S)
 if not example:
