@@ -178,15 +178,15 @@ void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages)
      * touches another's pages; room for as many spans of the class as the
      * heap could hold. A slot is one span's object record: its object bits,
      * then an owner word per word of bits. */
-    l->slot_bytes[0] = l->owners_off[0] = l->max_slots[0] = 0;
+    l->rec_bytes[0] = l->owners_off[0] = l->max_recs[0] = 0;
     l->off_arena[0] = off;
     for (unsigned c = 1; c < TCM_NCLASSES; c++) {
         uint32_t words = (tab[c].span_objs + 63) / 64;
         l->owners_off[c] = words * 8;
-        l->slot_bytes[c] = (uint32_t)align_up(words * 8 + words * 4, 8); /* the next slot's bits: 8-aligned */
-        l->max_slots[c] = npages / tab[c].span_pages;
+        l->rec_bytes[c] = (uint32_t)align_up(words * 8 + words * 4, 8); /* the next slot's bits: 8-aligned */
+        l->max_recs[c] = npages / tab[c].span_pages;
         l->off_arena[c] = off;
-        off = align_up(off + (uint64_t)l->max_slots[c] * l->slot_bytes[c], 4096);
+        off = align_up(off + (uint64_t)l->max_recs[c] * l->rec_bytes[c], 4096);
     }
     /* a tag block for every word of object bits the heap could hold (a
      * word covers at least 1 KiB of heap), within what an owner word can

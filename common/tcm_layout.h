@@ -26,12 +26,13 @@
  * classes, roots, page_class[npages], page_span[npages], spans[npages + 1],
  * each part 4 KiB aligned. state: tcm_state_hdr_t at 0, then
  * (tcm__state_layout) clients[TCM_CLIENTS_MAX], then one arena per size
- * class c of max_slots[c] object records ("slots", slot_bytes[c] each): the
+ * class c of max_recs[c] object records (rec_bytes[c] each): the
  * record of one small span, its object bits (1 = handed out) then one owner
  * word per 64 objects (TCM_OWNER_BLOCK); then the arena of tag blocks
  * (64 16-bit owner tags each) for the words whose objects more than one
- * client holds. A small span's record names its slot (tcm_span_t.slot); an
- * arena's pages are backed only while a slot or block in them is used, so
+ * client holds. A small span's record names its object record
+ * (tcm_span_t.rec); an arena's pages are backed only while a record or
+ * block in them is used, so
  * the state grows with the spans that exist, not with the heap's size (the
  * arenas' virtual size is about 0.18 x the heap's). channel:
  * tcm_chan_hdr_t at 0, then
@@ -170,7 +171,7 @@ enum tcm_span_state {
  * validate a free or a run handed to them and for its size (free,
  * tcm_usable_size). Those are spans they hold objects of, or a run just
  * handed to them: the record cannot change while they do. Authoritative
- * for allocated spans (first, npages, state, cls, owner or slot);
+ * for allocated spans (first, npages, state, cls, owner or rec);
  * everything else, and the records of free runs, is derived. */
 typedef struct tcm_span {
     uint32_t first;     /* first page */
@@ -179,7 +180,7 @@ typedef struct tcm_span {
     uint32_t nfree;     /* SMALL: objects not handed out */
     union {
         uint32_t owner; /* LARGE: owner tag of the client that allocated it */
-        uint32_t slot;  /* SMALL: its object record in its class's arena (state segment) */
+        uint32_t rec;   /* SMALL: its object record in its class's arena (state segment) */
     };
     uint8_t state;      /* enum tcm_span_state */
     uint8_t cls;        /* SMALL: size class */
@@ -191,7 +192,7 @@ TCM_SHARED_SIZE(tcm_span_t, 32);
 TCM_SHARED_OFFSET(tcm_span_t, first, 0); TCM_SHARED_OFFSET(tcm_span_t, npages, 4);
 TCM_SHARED_OFFSET(tcm_span_t, prev, 8); TCM_SHARED_OFFSET(tcm_span_t, next, 12);
 TCM_SHARED_OFFSET(tcm_span_t, nfree, 16); TCM_SHARED_OFFSET(tcm_span_t, owner, 20);
-TCM_SHARED_OFFSET(tcm_span_t, slot, 20); TCM_SHARED_OFFSET(tcm_span_t, state, 24);
+TCM_SHARED_OFFSET(tcm_span_t, rec, 20); TCM_SHARED_OFFSET(tcm_span_t, state, 24);
 TCM_SHARED_OFFSET(tcm_span_t, cls, 25); TCM_SHARED_OFFSET(tcm_span_t, committed, 26);
 TCM_SHARED_OFFSET(tcm_span_t, on_list, 27); TCM_SHARED_OFFSET(tcm_span_t, scan, 28);
 
@@ -747,7 +748,7 @@ typedef struct tcm_page_intent {
     uint32_t span, first, npages;
     union {
         uint32_t owner;    /* LARGE: owner tag */
-        uint32_t slot;     /* SMALL: its object record (chosen and backed before the intent) */
+        uint32_t rec;      /* SMALL: its object record (chosen and backed before the intent) */
     };
     uint8_t state, cls;    /* MAP: span state and class */
     uint16_t reserved;
@@ -755,7 +756,7 @@ typedef struct tcm_page_intent {
 TCM_SHARED_SIZE(tcm_page_intent_t, 24);
 TCM_SHARED_OFFSET(tcm_page_intent_t, kind, 0); TCM_SHARED_OFFSET(tcm_page_intent_t, span, 4);
 TCM_SHARED_OFFSET(tcm_page_intent_t, first, 8); TCM_SHARED_OFFSET(tcm_page_intent_t, npages, 12);
-TCM_SHARED_OFFSET(tcm_page_intent_t, owner, 16); TCM_SHARED_OFFSET(tcm_page_intent_t, slot, 16);
+TCM_SHARED_OFFSET(tcm_page_intent_t, owner, 16); TCM_SHARED_OFFSET(tcm_page_intent_t, rec, 16);
 TCM_SHARED_OFFSET(tcm_page_intent_t, state, 20); TCM_SHARED_OFFSET(tcm_page_intent_t, cls, 21);
 TCM_SHARED_OFFSET(tcm_page_intent_t, reserved, 22);
 
@@ -944,10 +945,10 @@ void tcm__meta_layout(tcm_meta_layout_t *l, uint32_t npages, uint32_t nroots);
 /* State-segment geometry for a heap of npages pages. */
 typedef struct tcm_state_layout {
     uint64_t off_clients, off_remap, off_holders, off_arenas, size;
-    uint64_t off_arena[TCM_NCLASSES];  /* class c's arena of object records (slots) */
-    uint32_t slot_bytes[TCM_NCLASSES]; /* one slot: a span's object bits, then an owner word per 64 objects */
-    uint32_t owners_off[TCM_NCLASSES]; /* where the owner words start in a slot */
-    uint32_t max_slots[TCM_NCLASSES];  /* spans of class c the heap could hold at once */
+    uint64_t off_arena[TCM_NCLASSES];  /* class c's arena of object records */
+    uint32_t rec_bytes[TCM_NCLASSES]; /* one record: a span's object bits, then an owner word per 64 objects */
+    uint32_t owners_off[TCM_NCLASSES]; /* where the owner words start in a record */
+    uint32_t max_recs[TCM_NCLASSES];  /* spans of class c the heap could hold at once */
     uint64_t off_tag_blocks;           /* the arena of tag blocks (TCM_TAG_BLOCK bytes each) */
     uint32_t max_tag_blocks;
     uint32_t reserved;

@@ -1,8 +1,8 @@
 /* central.c — central free lists: spans of each size class with free
- * objects, what their object records (objrec.c: one slot per small span)
+ * objects, what their object records (objrec.c: one per small span)
  * say about which objects are handed out and to whom, and page runs. Every
  * offset from a client is checked here before it changes anything. The
- * object records, the page map of allocated spans and their records (slot
+ * object records, the page map of allocated spans and their records (object record
  * included) are authoritative; a span's free count and list links are
  * derived (tcm__central_rebuild_ht). Heap thread only. */
 #include <stdio.h>
@@ -33,7 +33,7 @@ int tcm__pages_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, ui
 
 /* A page run leaves the allocator's hands: mapped under the page intent so
  * that a crash leaves it either free or whole. owner: a large run's owner
- * tag, or a small span's object record (slot), taken and backed before. */
+ * tag, or a small span's object record, taken and backed before. */
 static void map_logged(tcm_heap_t *h, uint32_t s, uint8_t state, uint8_t cls, uint32_t owner)
 {
     tcm_page_intent_t *pi = &h->state->page;
@@ -52,8 +52,8 @@ static void map_logged(tcm_heap_t *h, uint32_t s, uint8_t state, uint8_t cls, ui
     if (state == TCM_SPAN_SMALL) {
         /* its object record: no object handed out yet (the tags are read
          * only where a bit is set) */
-        TCM_CRASH_POINT(span_slot);
-        memset(span_map(h, sp), 0, h->sl.slot_bytes[cls]);
+        TCM_CRASH_POINT(span_rec);
+        memset(span_map(h, sp), 0, h->sl.rec_bytes[cls]);
     }
     TCM_PERSIST_BARRIER();
     atomic_store_explicit(&pi->kind, TCM_PAGES_NONE, memory_order_relaxed);
@@ -71,7 +71,7 @@ static void unmap_logged(tcm_heap_t *h, uint32_t s)
     tcm_span_t *sp = &h->spans[s];
     bool small = sp->state == TCM_SPAN_SMALL;
     unsigned cls = sp->cls;
-    uint32_t slot = sp->slot;
+    uint32_t rec = sp->rec;
     pi->span = s;
     pi->first = sp->first;
     pi->npages = sp->npages;
@@ -81,16 +81,16 @@ static void unmap_logged(tcm_heap_t *h, uint32_t s)
     tcm__span_unmap_ht(h, sp->first, sp->npages);
     TCM_CRASH_POINT(span_unmap);
     /* its object record and tag blocks are free once the span is not (a
-     * recovery frees every slot no allocated span names); their pages go
+     * recovery frees every record no allocated span names); their pages go
      * at the next trim */
     if (small) {
-        const uint32_t *owners = (const uint32_t *)(h->arena[cls] + (uint64_t)slot * h->sl.slot_bytes[cls] +
+        const uint32_t *owners = (const uint32_t *)(h->arena[cls] + (uint64_t)rec * h->sl.rec_bytes[cls] +
                                                     h->sl.owners_off[cls]);
-        const uint32_t words = (h->classes[cls].span_objs + 63) / 64; /* read once: slot puts store */
+        const uint32_t words = (h->classes[cls].span_objs + 63) / 64; /* read once: record puts store */
         for (uint32_t w = 0; w < words; w++)
             if (owners[w] & TCM_OWNER_BLOCK)
-                tcm__slot_put_ht(&h->tag_blocks, owners[w] & ~TCM_OWNER_BLOCK);
-        tcm__slot_put_ht(&h->slots[cls], slot);
+                tcm__rec_put_ht(&h->tag_blocks, owners[w] & ~TCM_OWNER_BLOCK);
+        tcm__rec_put_ht(&h->recs[cls], rec);
     }
     TCM_PERSIST_BARRIER();
     atomic_store_explicit(&pi->kind, TCM_PAGES_NONE, memory_order_relaxed);
@@ -193,7 +193,7 @@ static uint32_t new_small_spans(tcm_heap_t *h, unsigned cls, uint32_t nspans, ui
         *status = tcm__ph_alloc_runs_ht(h, ci->span_pages, nspans, out, &got);
     if (*status != TCM_ST_OK)
         return 0;
-    uint32_t slots[TCM_MAX_BATCH], made = tcm__slots_take_ht(h, &h->slots[cls], got, slots);
+    uint32_t recs[TCM_MAX_BATCH], made = tcm__recs_take_ht(h, &h->recs[cls], got, recs);
     if (made < got) /* no object record for the rest */
         tcm__ph_insert_free_runs_ht(h, out + made, got - made);
     if (!made) {
@@ -201,7 +201,7 @@ static uint32_t new_small_spans(tcm_heap_t *h, unsigned cls, uint32_t nspans, ui
         return 0;
     }
     for (uint32_t i = 0; i < made; i++) {
-        map_logged(h, out[i], TCM_SPAN_SMALL, (uint8_t)cls, slots[i]);
+        map_logged(h, out[i], TCM_SPAN_SMALL, (uint8_t)cls, recs[i]);
         tcm_span_t *sp = &h->spans[out[i]];
         sp->nfree = ci->span_objs;
         sp->scan = 0;
@@ -227,7 +227,7 @@ static uint16_t *ready_owner_word(tcm_heap_t *h, uint32_t *ow, uint64_t held, ui
     if (held == 0) { /* nobody holds any of the word: it is owner's */
         TCM_PERSIST_STORE(*ow, (uint32_t)owner);
         if (cur & TCM_OWNER_BLOCK)
-            tcm__slot_put_ht(&h->tag_blocks, cur & ~TCM_OWNER_BLOCK);
+            tcm__rec_put_ht(&h->tag_blocks, cur & ~TCM_OWNER_BLOCK);
         return scratch;
     }
     if (cur & TCM_OWNER_BLOCK)
@@ -235,7 +235,7 @@ static uint16_t *ready_owner_word(tcm_heap_t *h, uint32_t *ow, uint64_t held, ui
     /* held by another client: the tags of what it holds into a block,
      * then the word names the block */
     uint32_t b;
-    if (tcm__slot_take_ht(h, &h->tag_blocks, &b) != TCM_ST_OK)
+    if (tcm__rec_take_ht(h, &h->tag_blocks, &b) != TCM_ST_OK)
         return NULL;
     uint16_t *tags = tcm__tag_block(h, b);
     for (unsigned i = 0; i < 64; i++)

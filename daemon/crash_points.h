@@ -18,7 +18,7 @@
     X(root_odd, "root sequence odd, nothing written (roots.c)")                                   \
     X(root_data, "root name, offset and holder written, sequence still odd (roots.c)")            \
     X(span_map, "page intent MAP recorded (central.c)")                                           \
-    X(span_slot, "a small span mapped, its object record not yet cleared (central.c)")            \
+    X(span_rec, "a small span mapped, its object record not yet cleared (central.c)")            \
     X(tag_block, "a shared word's tag block filled, not yet named by its owner word (central.c)") \
     X(span_unmap, "span unmapped under the page intent (central.c)")                              \
     X(split, "span shortened, remainder record filled (pageheap.c)")                              \

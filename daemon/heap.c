@@ -74,27 +74,27 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tc
     /* the slot sets: the classes' object records and the tag blocks; their
      * bitmaps in one private reservation (pages appear as they are touched) */
     for (unsigned c = 1; c < TCM_NCLASSES; c++)
-        h->slots[c] = (tcm_slot_set_t){.off = h->sl.off_arena[c], .slot_bytes = h->sl.slot_bytes[c],
-                                       .max = h->sl.max_slots[c]};
-    h->tag_blocks = (tcm_slot_set_t){.off = h->sl.off_tag_blocks, .slot_bytes = TCM_TAG_BLOCK,
+        h->recs[c] = (tcm_rec_set_t){.off = h->sl.off_arena[c], .rec_bytes = h->sl.rec_bytes[c],
+                                       .max = h->sl.max_recs[c]};
+    h->tag_blocks = (tcm_rec_set_t){.off = h->sl.off_tag_blocks, .rec_bytes = TCM_TAG_BLOCK,
                                      .max = h->sl.max_tag_blocks};
     h->tag_block_base = sb + h->sl.off_tag_blocks;
     uint64_t words = 0;
     for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
-        tcm_slot_set_t *ss = c < TCM_NCLASSES ? &h->slots[c] : &h->tag_blocks;
-        words += (ss->max + 63) / 64 + ((uint64_t)ss->max * ss->slot_bytes / 4096 + 1 + 63) / 64;
+        tcm_rec_set_t *ss = c < TCM_NCLASSES ? &h->recs[c] : &h->tag_blocks;
+        words += (ss->max + 63) / 64 + ((uint64_t)ss->max * ss->rec_bytes / 4096 + 1 + 63) / 64;
     }
     uint64_t *bits = tcm__reserve(words * sizeof(uint64_t));
     if (!bits)
         return -ENOMEM;
-    h->slots_bits = bits;
-    h->slots_words = words;
+    h->recs_bits = bits;
+    h->recs_words = words;
     for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
-        tcm_slot_set_t *ss = c < TCM_NCLASSES ? &h->slots[c] : &h->tag_blocks;
+        tcm_rec_set_t *ss = c < TCM_NCLASSES ? &h->recs[c] : &h->tag_blocks;
         ss->used = bits;
         bits += (ss->max + 63) / 64;
         ss->backed = bits;
-        bits += ((uint64_t)ss->max * ss->slot_bytes / 4096 + 1 + 63) / 64;
+        bits += ((uint64_t)ss->max * ss->rec_bytes / 4096 + 1 + 63) / 64;
     }
     tcm__ph_init(h);
     h->top = atomic_load(&st->top);

@@ -60,20 +60,20 @@ enum {
  * among themselves. */
 #define TCM_PERSIST_STORE(lvalue, value) (*(volatile __typeof__(lvalue) *)&(lvalue) = (value))
 
-/* One arena of the state segment cut into equal slots: a class's object
- * records, or the tag blocks. Which slots are in use, and which of the
+/* One arena of the state segment cut into equal records: a class's object
+ * records, or the tag blocks. Which records are in use, and which of the
  * arena's 4 KiB pages this tcmd knows to be backed. Private to the heap
  * thread; rebuilt by the recovery pass from the span records and their
- * owner words (tcm__slot_claim_ht). */
-typedef struct tcm_slot_set {
-    uint64_t *used;       /* bit per slot */
+ * owner words (tcm__rec_claim_ht). */
+typedef struct tcm_rec_set {
+    uint64_t *used;       /* bit per record */
     uint64_t *backed;     /* bit per arena page: fallocated by this tcmd, not punched since */
     uint64_t off;         /* the arena's offset in the state segment */
-    uint32_t slot_bytes, max;
-    uint32_t lowest;      /* no free slot below this one */
+    uint32_t rec_bytes, max;
+    uint32_t lowest;      /* no free record below this one */
     uint32_t nused;
-    uint32_t trim_lo, trim_hi; /* slots [trim_lo, trim_hi) were freed since the last trim */
-} tcm_slot_set_t;
+    uint32_t trim_lo, trim_hi; /* records [trim_lo, trim_hi) were freed since the last trim */
+} tcm_rec_set_t;
 
 typedef struct tcm_heap {
     tcm_meta_hdr_t *meta;          /* read-write mapping */
@@ -85,7 +85,7 @@ typedef struct tcm_heap {
     tcm_root_t *roots;             /* in meta */
     uint32_t nroots;               /* entries of roots (meta->nroots) */
     tcm_shares_t root_shares;      /* live roots per holder (uid + 1), from the table at start */
-    uint8_t *arena[TCM_NCLASSES];  /* in state: class c's object records (slots), sl.slot_bytes[c] each */
+    uint8_t *arena[TCM_NCLASSES];  /* in state: class c's object records, sl.rec_bytes[c] each */
     tcm_class_stats_t *cstats;     /* in state */
     tcm_handle_t heap_fd;
     uint8_t *anon;                 /* a private heap (the drop-in's, client/local.c): its mapping, which
@@ -109,11 +109,11 @@ typedef struct tcm_heap {
     uint64_t last_change_ns;       /* when pages were last cut or freed (decay starts from it) */
     uint64_t cache_low_pages;      /* fewest free committed pages since window_ns: what nobody needed */
     uint64_t window_ns;            /* when the decay window began */
-    tcm_slot_set_t slots[TCM_NCLASSES]; /* derived, private: which object records are in use */
-    tcm_slot_set_t tag_blocks;     /* derived, private: which tag blocks are in use */
+    tcm_rec_set_t recs[TCM_NCLASSES]; /* derived, private: which object records are in use */
+    tcm_rec_set_t tag_blocks;     /* derived, private: which tag blocks are in use */
     uint8_t *tag_block_base;       /* in state: the tag blocks */
-    uint64_t *slots_bits;          /* private: the reservation the slot sets' bitmaps live in */
-    uint64_t slots_words;          /* its size in words */
+    uint64_t *recs_bits;          /* private: the reservation the record sets' bitmaps live in */
+    uint64_t recs_words;          /* its size in words */
     uint64_t step_ns;              /* when the last step (decay_ms / DECAY_AMOUNT_STEPS) began: decay by amount */
     /* private, lost with tcmd (a recovery finds these pages free): pages
      * in runs an allocation holds in transit across turns while it
@@ -141,13 +141,13 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tc
 /* A small span's object record: its object bits (1 = handed out) ... */
 static inline uint64_t *tcm__span_bits(const tcm_heap_t *h, const tcm_span_t *sp)
 {
-    return (uint64_t *)(h->arena[sp->cls] + (uint64_t)sp->slot * h->sl.slot_bytes[sp->cls]);
+    return (uint64_t *)(h->arena[sp->cls] + (uint64_t)sp->rec * h->sl.rec_bytes[sp->cls]);
 }
 
 /* ... and an owner word per word of bits (TCM_OWNER_BLOCK). */
 static inline uint32_t *tcm__span_owners(const tcm_heap_t *h, const tcm_span_t *sp)
 {
-    return (uint32_t *)(h->arena[sp->cls] + (uint64_t)sp->slot * h->sl.slot_bytes[sp->cls] +
+    return (uint32_t *)(h->arena[sp->cls] + (uint64_t)sp->rec * h->sl.rec_bytes[sp->cls] +
                         h->sl.owners_off[sp->cls]);
 }
 

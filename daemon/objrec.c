@@ -1,4 +1,4 @@
-/* objrec.c — the object records: one slot per small span in its class's
+/* objrec.c — the object records: one per small span in its class's
  * arena of the state segment (the span's object bits and owner words), and
  * the tag blocks of words more than one client holds. Slots are taken and
  * put back as spans are cut and freed (central.c), their arena pages backed
@@ -21,11 +21,11 @@ static bool bit_get(const uint64_t *bits, uint64_t i)
     return bits[i / 64] >> (i % 64) & 1;
 }
 
-/* Back the arena pages of a slot of ss. Spans are cut and freed over and
+/* Back the arena pages of a record of ss. Spans are cut and freed over and
  * over: the pages already backed cost one look at a bitmap. */
-static int slot_commit(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t slot)
+static int record_commit(tcm_heap_t *h, tcm_rec_set_t *ss, uint32_t rec)
 {
-    uint64_t lo = (uint64_t)slot * ss->slot_bytes, hi = lo + ss->slot_bytes;
+    uint64_t lo = (uint64_t)rec * ss->rec_bytes, hi = lo + ss->rec_bytes;
     uint64_t plo = lo / ARENA_PAGE, phi = (hi - 1) / ARENA_PAGE, p = plo;
     while (p <= phi && bit_get(ss->backed, p))
         p++;
@@ -45,14 +45,14 @@ static int slot_commit(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t slot)
     return 0;
 }
 
-uint32_t tcm__slots_take_ht(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t k, uint32_t *out)
+uint32_t tcm__recs_take_ht(tcm_heap_t *h, tcm_rec_set_t *ss, uint32_t k, uint32_t *out)
 {
     uint32_t words = (ss->max + 63) / 64, w = ss->lowest / 64, got = 0;
     for (; got < k && w < words; w++) {
         for (uint64_t avail = ~ss->used[w]; avail && got < k; avail &= avail - 1) {
             uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(avail);
-            /* an arena has a slot for everything the heap can hold */
-            if (i >= ss->max || slot_commit(h, ss, i) != 0)
+            /* an arena has a record for everything the heap can hold */
+            if (i >= ss->max || record_commit(h, ss, i) != 0)
                 return got;
             ss->used[w] |= 1ull << (i % 64);
             ss->lowest = i + 1;
@@ -63,36 +63,36 @@ uint32_t tcm__slots_take_ht(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t k, uint3
     return got;
 }
 
-int tcm__slot_take_ht(tcm_heap_t *h, tcm_slot_set_t *ss, uint32_t *slot)
+int tcm__rec_take_ht(tcm_heap_t *h, tcm_rec_set_t *ss, uint32_t *rec)
 {
-    return tcm__slots_take_ht(h, ss, 1, slot) ? TCM_ST_OK : TCM_ST_NOMEM;
+    return tcm__recs_take_ht(h, ss, 1, rec) ? TCM_ST_OK : TCM_ST_NOMEM;
 }
 
-void tcm__slot_put_ht(tcm_slot_set_t *ss, uint32_t slot)
+void tcm__rec_put_ht(tcm_rec_set_t *ss, uint32_t rec)
 {
-    TCM_ASSERT(slot < ss->max && bit_get(ss->used, slot));
-    ss->used[slot / 64] &= ~(1ull << (slot % 64));
+    TCM_ASSERT(rec < ss->max && bit_get(ss->used, rec));
+    ss->used[rec / 64] &= ~(1ull << (rec % 64));
     ss->nused--;
-    if (slot < ss->lowest)
-        ss->lowest = slot;
+    if (rec < ss->lowest)
+        ss->lowest = rec;
     if (ss->trim_lo >= ss->trim_hi)
-        ss->trim_lo = ss->trim_hi = slot;
-    if (slot < ss->trim_lo)
-        ss->trim_lo = slot;
-    if (slot + 1 > ss->trim_hi)
-        ss->trim_hi = slot + 1;
+        ss->trim_lo = ss->trim_hi = rec;
+    if (rec < ss->trim_lo)
+        ss->trim_lo = rec;
+    if (rec + 1 > ss->trim_hi)
+        ss->trim_hi = rec + 1;
 }
 
-static tcm_slot_set_t *slot_set(tcm_heap_t *h, unsigned i) /* 1..TCM_NCLASSES: the classes, then the tag blocks */
+static tcm_rec_set_t *record_set(tcm_heap_t *h, unsigned i) /* 1..TCM_NCLASSES: the classes, then the tag blocks */
 {
-    return i < TCM_NCLASSES ? &h->slots[i] : &h->tag_blocks;
+    return i < TCM_NCLASSES ? &h->recs[i] : &h->tag_blocks;
 }
 
-void tcm__slots_reset_ht(tcm_heap_t *h)
+void tcm__recs_reset_ht(tcm_heap_t *h)
 {
     for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
-        tcm_slot_set_t *ss = slot_set(h, c);
-        uint64_t pages = (uint64_t)ss->max * ss->slot_bytes / ARENA_PAGE + 1;
+        tcm_rec_set_t *ss = record_set(h, c);
+        uint64_t pages = (uint64_t)ss->max * ss->rec_bytes / ARENA_PAGE + 1;
         memset(ss->used, 0, (ss->max + 63) / 64 * sizeof(uint64_t));
         memset(ss->backed, 0, (pages + 63) / 64 * sizeof(uint64_t));
         ss->lowest = ss->nused = 0;
@@ -103,11 +103,11 @@ void tcm__slots_reset_ht(tcm_heap_t *h)
     }
 }
 
-bool tcm__slot_claim_ht(tcm_slot_set_t *ss, uint32_t slot)
+bool tcm__rec_claim_ht(tcm_rec_set_t *ss, uint32_t rec)
 {
-    if (slot >= ss->max || bit_get(ss->used, slot))
+    if (rec >= ss->max || bit_get(ss->used, rec))
         return false;
-    ss->used[slot / 64] |= 1ull << (slot % 64);
+    ss->used[rec / 64] |= 1ull << (rec % 64);
     ss->nused++;
     return true;
 }
@@ -117,7 +117,7 @@ uint64_t tcm__span_claim_blocks_ht(tcm_heap_t *h, tcm_span_t *sp)
     uint32_t *owners = tcm__span_owners(h, sp), words = (h->classes[sp->cls].span_objs + 63) / 64;
     uint64_t repairs = 0;
     for (uint32_t w = 0; w < words; w++) {
-        if (!(owners[w] & TCM_OWNER_BLOCK) || tcm__slot_claim_ht(&h->tag_blocks, owners[w] & ~TCM_OWNER_BLOCK))
+        if (!(owners[w] & TCM_OWNER_BLOCK) || tcm__rec_claim_ht(&h->tag_blocks, owners[w] & ~TCM_OWNER_BLOCK))
             continue;
         tcm__log(TCM_LOG_ERROR, "recovery: span at page %u (class %u) names tag block %u, out of range or another's; "
                  "its objects %u..%u are now owned by nobody", sp->first, sp->cls, owners[w] & ~TCM_OWNER_BLOCK,
@@ -128,10 +128,10 @@ uint64_t tcm__span_claim_blocks_ht(tcm_heap_t *h, tcm_span_t *sp)
     return repairs;
 }
 
-/* Whether any used slot of ss overlaps arena page p. */
-static bool page_in_use(const tcm_slot_set_t *ss, uint64_t p)
+/* Whether any used record of ss overlaps arena page p. */
+static bool page_in_use(const tcm_rec_set_t *ss, uint64_t p)
 {
-    uint64_t sb = ss->slot_bytes;
+    uint64_t sb = ss->rec_bytes;
     uint64_t first = p * ARENA_PAGE / sb, last = ((p + 1) * ARENA_PAGE - 1) / sb;
     if (last >= ss->max)
         last = ss->max - 1;
@@ -147,7 +147,7 @@ static bool page_in_use(const tcm_slot_set_t *ss, uint64_t p)
     return false;
 }
 
-static uint64_t punch(tcm_heap_t *h, tcm_slot_set_t *ss, uint64_t plo, uint64_t phi)
+static uint64_t punch(tcm_heap_t *h, tcm_rec_set_t *ss, uint64_t plo, uint64_t phi)
 {
     uint64_t backed = 0;
     for (uint64_t p = plo; p < phi; p++) {
@@ -166,17 +166,17 @@ static uint64_t punch(tcm_heap_t *h, tcm_slot_set_t *ss, uint64_t plo, uint64_t 
     return backed * ARENA_PAGE;
 }
 
-uint64_t tcm__slots_trim_ht(tcm_heap_t *h)
+uint64_t tcm__recs_trim_ht(tcm_heap_t *h)
 {
     uint64_t bytes = 0;
     for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
-        tcm_slot_set_t *ss = slot_set(h, c);
+        tcm_rec_set_t *ss = record_set(h, c);
         if (ss->trim_lo >= ss->trim_hi || ss->max == 0)
             continue;
-        uint64_t sb = ss->slot_bytes;
+        uint64_t sb = ss->rec_bytes;
         uint64_t plo = ss->trim_lo * sb / ARENA_PAGE, phi = (ss->trim_hi * sb - 1) / ARENA_PAGE + 1;
         ss->trim_lo = ss->trim_hi = 0;
-        /* runs of pages no used slot lies in, one punch each */
+        /* runs of pages no used record lies in, one punch each */
         for (uint64_t p = plo; p < phi;) {
             if (page_in_use(ss, p)) {
                 p++;

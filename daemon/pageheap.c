@@ -602,7 +602,7 @@ uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes)
                 release_span(h, s);
     note_cache_low(h);
     /* the object records of spans that went back with these pages */
-    tcm__slots_trim_ht(h);
+    tcm__recs_trim_ht(h);
     return released;
 }
 
@@ -708,7 +708,7 @@ bool tcm__ph_release_step_ht(tcm_heap_t *h, uint64_t keep_bytes, uint64_t budget
     note_cache_low(h);
     if (!more) {
         h->punch_first = h->punch_done = 0;
-        tcm__slots_trim_ht(h); /* the object records of spans that went back with these pages */
+        tcm__recs_trim_ht(h); /* the object records of spans that went back with these pages */
     }
     return more;
 }
@@ -733,7 +733,7 @@ uint64_t tcm__ph_rebuild_ht(tcm_heap_t *h)
 {
     uint64_t repairs = 0;
     tcm__ph_init(h);
-    tcm__slots_reset_ht(h);
+    tcm__recs_reset_ht(h);
     /* top is stored only after the metadata below it is backed; above it
      * nothing was ever handed out, and nothing is read there (a read of a
      * hole in a shared tmpfs mapping would allocate it) */
@@ -777,7 +777,7 @@ uint64_t tcm__ph_rebuild_ht(tcm_heap_t *h)
             ok = h->page_span[q] == s && h->page_class[q] == pc;
         /* a small span's object record is its own (claimed last: a span
          * that fails here claims nothing) */
-        if (ok && sp->state == TCM_SPAN_SMALL && (ok = tcm__slot_claim_ht(&h->slots[pc], sp->slot)))
+        if (ok && sp->state == TCM_SPAN_SMALL && (ok = tcm__rec_claim_ht(&h->recs[pc], sp->rec)))
             repairs += tcm__span_claim_blocks_ht(h, sp);
         if (!ok) {
             bad[nbad++] = p++;

@@ -72,7 +72,7 @@ static bool page_intent_sane(const tcm_heap_t *h, const tcm_page_intent_t *pi)
            (uint64_t)pi->first + pi->npages <= h->npages &&
            (pi->kind == TCM_PAGES_UNMAP || pi->state == TCM_SPAN_LARGE ||
             (pi->state == TCM_SPAN_SMALL && pi->cls >= 1 && pi->cls < TCM_NCLASSES &&
-             h->classes[pi->cls].span_pages == pi->npages && pi->slot < h->sl.max_slots[pi->cls]));
+             h->classes[pi->cls].span_pages == pi->npages && pi->rec < h->sl.max_recs[pi->cls]));
 }
 
 /* A span being made or unmade: both are redone (no object of a span being
@@ -88,10 +88,10 @@ static void resolve_page_intent(tcm_server_t *srv, report_t *r)
         tcm__log(TCM_LOG_ERROR, "recovery: the interrupted span change (span %u, pages %u+%u) is not sane; dropped",
                  pi->span, pi->first, pi->npages);
     } else if (kind == TCM_PAGES_MAP) {
-        /* a small span's slot was backed before the intent named it */
+        /* a small span's object record was backed before the intent named it */
         tcm__span_map_ht(h, pi->span, pi->first, pi->npages, pi->state, pi->cls, pi->owner);
         if (pi->state == TCM_SPAN_SMALL)
-            memset(tcm__span_bits(h, &h->spans[pi->span]), 0, h->sl.slot_bytes[pi->cls]);
+            memset(tcm__span_bits(h, &h->spans[pi->span]), 0, h->sl.rec_bytes[pi->cls]);
         if ((uint64_t)pi->first + pi->npages > atomic_load(&srv->state->top))
             atomic_store(&srv->state->top, pi->first + pi->npages);
         tcm__log(TCM_LOG_INFO, "recovery: span %u (pages %u+%u) was being made: completed", pi->span, pi->first,

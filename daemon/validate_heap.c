@@ -57,10 +57,10 @@ static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
         if (sp->state != TCM_SPAN_SMALL)
             continue;
         const tcm_class_info_t *ci = &h->classes[sp->cls];
-        const tcm_slot_set_t *ss = &h->slots[sp->cls];
-        if (sp->slot >= ss->max || !(ss->used[sp->slot / 64] >> (sp->slot % 64) & 1))
+        const tcm_rec_set_t *ss = &h->recs[sp->cls];
+        if (sp->rec >= ss->max || !(ss->used[sp->rec / 64] >> (sp->rec % 64) & 1))
             FAIL("span %u (class %u): its object record %u is out of range or not marked in use", s, sp->cls,
-                 sp->slot);
+                 sp->rec);
         const uint64_t *map = tcm__span_bits(h, sp);
         uint32_t words = (ci->span_objs + 63) / 64, used = 0;
         const uint32_t *owners = tcm__span_owners(h, sp);
@@ -98,8 +98,8 @@ static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
         FAIL("%u tag blocks in use for %llu owner words naming one", h->tag_blocks.nused,
              (unsigned long long)tag_blocks);
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
-        if (h->slots[cls].nused != spans[cls]) /* with the check above: one slot per span, no stray */
-            FAIL("class %u: %u object records in use for %llu spans", cls, h->slots[cls].nused,
+        if (h->recs[cls].nused != spans[cls]) /* with the check above: one record per span, no stray */
+            FAIL("class %u: %u object records in use for %llu spans", cls, h->recs[cls].nused,
                  (unsigned long long)spans[cls]);
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++)
         if (atomic_load(&h->cstats[cls].spans) != spans[cls] || atomic_load(&h->cstats[cls].free_objs) != free_objs[cls])

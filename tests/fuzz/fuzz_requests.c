@@ -59,7 +59,7 @@ static void reset(void)
         munmap(srv.meta, ml.size);
         munmap(srv.state, sl.size);
         munmap(client.chan, client.lay.size);
-        munmap(srv.h.slots_bits, srv.h.slots_words * sizeof(uint64_t));
+        munmap(srv.h.recs_bits, srv.h.recs_words * sizeof(uint64_t));
         tcm__release(heap_fd, 0, HEAP);
     }
     tcm__shares_free(&srv.h.root_shares);

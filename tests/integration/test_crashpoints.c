@@ -97,7 +97,7 @@ static const point_t points[TCM_CRASH_COUNT] = {
     [TCM_CRASH_alloc_pages] = {6, NULL},  [TCM_CRASH_free_pages] = {6, NULL},
     [TCM_CRASH_root_set] = {2, NULL},     [TCM_CRASH_root_odd] = {2, NULL},
     [TCM_CRASH_root_data] = {3, NULL},    [TCM_CRASH_span_map] = {5, NULL},
-    [TCM_CRASH_span_slot] = {4, NULL},    [TCM_CRASH_tag_block] = {3, NULL},
+    [TCM_CRASH_span_rec] = {4, NULL},    [TCM_CRASH_tag_block] = {3, NULL},
     [TCM_CRASH_span_unmap] = {3, NULL},   [TCM_CRASH_split] = {7, NULL},
     [TCM_CRASH_coalesce] = {4, NULL},     [TCM_CRASH_tail] = {45, NULL},
     [TCM_CRASH_commit] = {60, NULL},      [TCM_CRASH_answered] = {33, NULL},
