@@ -8,11 +8,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "checking build dependencies (scripts/setup.sh)"
-./scripts/setup.sh
+step "checking build dependencies (scripts/setup.sh --demo: the toolchain, libuv, protobuf-c)"
+./scripts/setup.sh --demo
 
 step "building tcmd, tcmctl, libtcm and tcm-demo (Release) in ./build"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release --log-level=WARNING
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTCM_BUILD_TESTS=OFF -DTCM_BUILD_BENCH=OFF --log-level=WARNING
 cmake --build build -j"$(nproc)" --target tcmd tcmctl tcm tcm-demo
 
 TCMD=build/tcmd

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Install what tcm needs to build, test and benchmark on Debian 12.
+#   --demo   only what scripts/demo.sh needs: the toolchain, libuv and protobuf-c
 # Idempotent: installs only the missing packages and says nothing when
 # everything is already there. Runs as root, or through sudo when available.
 set -euo pipefail
 
-PACKAGES=(
+DEMO_PACKAGES=(
   build-essential cmake pkg-config          # toolchain
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler   # tcmd's control socket
+)
+PACKAGES=(
+  "${DEMO_PACKAGES[@]}"
   curl python3                              # scripts
   libjemalloc-dev libgoogle-perftools-dev libmimalloc-dev libboost-dev  # benchmark baselines
   valgrind
@@ -72,5 +76,10 @@ fetch_sources() {
   done
 }
 
+if [[ "${1:-}" == --demo ]]; then
+  PACKAGES=("${DEMO_PACKAGES[@]}")
+  install_packages
+  exit 0
+fi
 install_packages
 fetch_sources
