@@ -26,6 +26,15 @@ for f in usr/bin/tcmd usr/bin/tcmctl usr/bin/tcm-kv usr/include/tcm.h usr/lib/x8
 done
 dpkg -x "$deb" "$work/root"
 grep -q "(heap_size)" "$work/root/usr/share/man/man8/tcmd.8"  # the settings, from tcmd itself
+# tcm.pc finds the multiarch libdir from where it is, and README's two link
+# lines (dynamic and static) build against the unpacked package
+pc=$work/root/usr/lib/x86_64-linux-gnu/pkgconfig
+libdir=$(PKG_CONFIG_PATH=$pc pkg-config --variable=libdir tcm)
+[[ $(realpath "$libdir") == "$work/root/usr/lib/x86_64-linux-gnu" ]] || { echo "tcm.pc: libdir $libdir"; exit 1; }
+printf '#include <tcm.h>\nint main(void) { return tcm_usable_size(0) != 0; }\n' > "$work/app.c"
+cc -o "$work/app" "$work/app.c" $(PKG_CONFIG_PATH=$pc pkg-config --cflags --libs tcm)
+cc -o "$work/app-static" "$work/app.c" $(PKG_CONFIG_PATH=$pc pkg-config --cflags tcm) "$libdir/libtcm.a" \
+   -lprotobuf-c -lpthread
 grep -q '^\\fBcheck\\fR$' "$work/root/usr/share/man/man1/tcmctl.1"  # the commands, from tcmctl itself
 # A released tcmd has no test crash points: nothing in it reads
 # TCM_TEST_CRASH_AT (a build with them holds the name for its getenv), and
