@@ -16,12 +16,19 @@ grep -q '^ Package: tcm$' <<< "$info" || { echo "dpkg-deb -I: no 'Package: tcm'"
 grep -q '^ Depends: .*libuv1' <<< "$info" || { echo "dpkg-deb -I: no dependency on libuv1"; echo "$info"; exit 1; }
 dpkg-deb -I "$deb" postinst | grep -q '^ *systemd-sysusers /usr/lib/sysusers.d/tcm.conf$' \
   || { echo "dpkg-deb -I: no postinst that makes the user tcm"; echo "$info"; exit 1; }
+# the settings are conffiles (an edit survives an upgrade); ldconfig runs
+ctl=$work/control
+dpkg-deb -e "$deb" "$ctl"
+grep -qx /etc/tcm/tcmd.conf "$ctl/conffiles" && grep -qx /etc/default/tcmd "$ctl/conffiles" \
+  || { echo "conffiles: $(cat "$ctl/conffiles" 2>/dev/null)"; exit 1; }
+grep -q "activate-noawait ldconfig" "$ctl/triggers" || { echo "no ldconfig trigger"; exit 1; }
+grep -q "^libtcm 0 " "$ctl/shlibs" || { echo "shlibs: $(cat "$ctl/shlibs" 2>/dev/null)"; exit 1; }
 list=$(dpkg-deb -c "$deb")
 for f in usr/bin/tcmd usr/bin/tcmctl usr/bin/tcm-kv usr/include/tcm.h usr/lib/x86_64-linux-gnu/libtcm.so \
          usr/lib/x86_64-linux-gnu/libtcm.a usr/lib/x86_64-linux-gnu/libtcm-malloc.so usr/lib/x86_64-linux-gnu/pkgconfig/tcm.pc \
          usr/lib/systemd/system/tcmd.service usr/lib/sysusers.d/tcm.conf etc/tcm/tcmd.conf etc/default/tcmd \
          usr/share/man/man8/tcmd.8 usr/share/man/man1/tcmctl.1 usr/share/man/man3/tcm.3 usr/share/man/man7/tcm.7 \
-         usr/share/man/man7/tcm-malloc.7 usr/include/tcm.hpp; do
+         usr/share/man/man7/tcm-malloc.7 usr/include/tcm.hpp usr/share/doc/tcm/README.md usr/share/doc/tcm/DESIGN.md; do
   grep -Eq " \./$f( -> .*)?\$" <<< "$list" || { echo "not in the package: $f"; echo "$list"; exit 1; }
 done
 dpkg -x "$deb" "$work/root"
