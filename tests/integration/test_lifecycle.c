@@ -698,7 +698,7 @@ static int count_lines(const char *needle, const char *also)
 
 /* A holder is named decay_ms + TCM_HOLDER_WARN_SLACK_S after it left if it
  * still holds something: A's objects must be freed before that, which
- * takes a sanitizer's forks and attaches seconds on a busy box (a TSan
+ * takes a sanitizer's forks and attaches seconds on a busy box (an ASan
  * pass logged A once). */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define DEPARTURE_DECAY_MS "6000"
