@@ -199,8 +199,12 @@ static void write_restart_hint(const tcm_server_t *srv)
 {
     char path[160];
     hint_path(srv, path, sizeof path);
-    FILE *f = fopen(path, "w");
-    if (!f)
+    /* as the log is opened: never through a link another user planted in a
+     * shared (sticky) directory, never into someone else's file */
+    remove(path);
+    FILE *f = NULL;
+    tcm_uid_t owner;
+    if (tcm__log_file_open(path, false, &f, &owner) != 0)
         return;
     fprintf(f, "tcmd --socket %s --name %s --heap-size %llu --base 0x%llx --max-threads %u%s%s\n", srv->socket_path,
             srv->name, (unsigned long long)srv->heap_size, (unsigned long long)srv->base, srv->max_threads,
