@@ -114,7 +114,7 @@ static int map_segments(const Tcm__Welcome *w, tcm_handle_t *fds, char *err, siz
         if (!m)
             goto fail_heap;
         uint64_t msize = m->size;
-        bool ok = m->magic == TCM_META_MAGIC && m->version == TCM_LAYOUT_VERSION && m->base == w->base_address &&
+        bool ok = m->magic == TCM_META_MAGIC && m->version == TCM_ABI_VERSION && m->base == w->base_address &&
                   m->heap_size == w->heap_size && m->page_shift == TCM_PAGE_SHIFT && m->heap_id == w->heap_id;
         tcm__unmap((void *)m, sizeof *m);
         if (!ok) {

@@ -49,10 +49,17 @@
  * either authoritative (recovery keeps it) or derived (recovery rebuilds
  * it); docs/DESIGN.md, "Restarts", lists which is which.
  *
- * Version rule: TCM_LAYOUT_VERSION changes whenever a shared struct, a
- * segment's offset table or the meaning of a field changes. A tcmd refuses
- * to adopt segments of another version (and clients refuse to attach to
- * them), so bump it in the same commit as the change. Every struct that
+ * Version rule: two numbers. TCM_ABI_VERSION covers what libtcm and tcmd
+ * share (the heap and metadata segments, a channel, the ring's operations
+ * and statuses); it is the metadata header's version, which every client
+ * checks. TCM_STATE_VERSION covers the state segment, which only tcmd maps.
+ * Either changes whenever a shared struct, a segment's offset table or the
+ * meaning of a field of its part changes, in the same commit as the change.
+ * A tcmd adopts the state layouts from TCM_STATE_VERSION_OLDEST on,
+ * migrating them (daemon/migrate.c), and serves the ABI versions from
+ * TCM_ABI_VERSION_OLDEST on: one release back, so a package upgrade keeps
+ * the heap (docs/DESIGN.md, "Upgrades"); anything else it refuses, with
+ * the reason. Every struct that
  * lives in a segment has its size and the offset of every field asserted
  * below it (TCM_SHARED_SIZE/TCM_SHARED_OFFSET; the values of the 64-bit
  * targets tcm builds for, Windows included: no field is a long): a field
@@ -69,12 +76,17 @@
 #include <stdint.h>
 
 #define TCM_SHARED_SIZE(type, bytes)                                                               \
-    _Static_assert(sizeof(type) == (bytes), #type " is in a segment: bump TCM_LAYOUT_VERSION and fix its size")
+    _Static_assert(sizeof(type) == (bytes), #type " is in a segment: bump its part's version (TCM_ABI_VERSION, TCM_STATE_VERSION) and fix its size")
 #define TCM_SHARED_OFFSET(type, field, off)                                                        \
     _Static_assert(offsetof(type, field) == (off),                                                 \
-                   #type "." #field " is in a segment: bump TCM_LAYOUT_VERSION and fix its offset")
+                   #type "." #field " is in a segment: bump its part's version (TCM_ABI_VERSION, TCM_STATE_VERSION) and fix its offset")
 
-#define TCM_LAYOUT_VERSION 14u /* 14: memory quotas (state header), holder groups per user */
+/* Up to 14 one number covered both parts (14: memory quotas, holder
+ * groups per user); the state version went on from there. */
+#define TCM_ABI_VERSION 14u
+#define TCM_ABI_VERSION_OLDEST 14u
+#define TCM_STATE_VERSION 15u /* 15: the heap's history in the state header (born_version, upgrades, served_by) */
+#define TCM_STATE_VERSION_OLDEST 14u
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
 #define TCM_CHAN_MAGIC 0x4e4148434d4354ull /* "TCMCHAN" */
 #define TCM_STATE_MAGIC 0x4554415453434d54ull /* "TCMSTATE" */
@@ -798,6 +810,11 @@ typedef struct tcm_state_hdr {
     uint64_t adoptions;      /* times a tcmd adopted it */
     _Atomic uint32_t top;    /* heap thread: pages [top, npages) were never handed out */
     uint32_t max_clients;    /* records it may use (the setting of the tcmd that made it) */
+    /* The heap's history, for the operator (tcmctl stats, the adoption
+     * log line). W: tcmd's main thread, at creation and adoption. */
+    uint32_t born_version;   /* state version it was created with (14: 14 or an older one) */
+    uint32_t upgrades;       /* migrations to a newer state version (daemon/migrate.c) */
+    char served_by[16];      /* version of the last tcmd that created or adopted it; empty: 0.2.0 or older */
     alignas(TCM_CACHELINE) tcm_page_intent_t page;
     alignas(TCM_CACHELINE) tcm_req_intent_t req;
     alignas(TCM_CACHELINE) tcm_class_stats_t cstats[TCM_NCLASSES];
@@ -816,7 +833,9 @@ TCM_SHARED_OFFSET(tcm_state_hdr_t, next_client_id, 44); TCM_SHARED_OFFSET(tcm_st
 TCM_SHARED_OFFSET(tcm_state_hdr_t, off_clients, 56); TCM_SHARED_OFFSET(tcm_state_hdr_t, off_arenas, 64);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, off_holders, 72); TCM_SHARED_OFFSET(tcm_state_hdr_t, created_unix, 80);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, adoptions, 88); TCM_SHARED_OFFSET(tcm_state_hdr_t, top, 96);
-TCM_SHARED_OFFSET(tcm_state_hdr_t, max_clients, 100); TCM_SHARED_OFFSET(tcm_state_hdr_t, page, 128);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, max_clients, 100); TCM_SHARED_OFFSET(tcm_state_hdr_t, born_version, 104);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, upgrades, 108); TCM_SHARED_OFFSET(tcm_state_hdr_t, served_by, 112);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, page, 128);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, req, 192); TCM_SHARED_OFFSET(tcm_state_hdr_t, cstats, 4928);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, dstats, 8032);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, quota_seq, 8344); TCM_SHARED_OFFSET(tcm_state_hdr_t, quotas, 8352);
@@ -960,7 +979,7 @@ typedef struct tcm_state_layout {
  * objects were handed to more than one client. */
 #define TCM_OWNER_BLOCK 0x80000000u
 #define TCM_TAG_BLOCK (64u * sizeof(uint16_t))
-_Static_assert(TCM_TAG_BLOCK == 128, "a tag block is in the state segment: bump TCM_LAYOUT_VERSION");
+_Static_assert(TCM_TAG_BLOCK == 128, "a tag block is in the state segment: bump TCM_STATE_VERSION");
 
 void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages);
 

@@ -30,7 +30,8 @@
     X(pages_step, "a step of an ALLOC_PAGES run committed, the run in transit (continuation.c)")   \
     X(reclaim, "between batches of a dead client's cache (reclaim.c)")                            \
     X(reclaim_run, "an unread ALLOC_PAGES answer's run freed, not yet credited (reclaim.c)")      \
-    X(client_create, "client record CREATING, channel not made (segments.c)")
+    X(client_create, "client record CREATING, channel not made (segments.c)")                     \
+    X(migrate, "a state migration step's fields written, its version not yet (migrate.c)")
 
 typedef enum {
 #define TCM_CRASH_ENUM(name, where) TCM_CRASH_##name,

@@ -18,7 +18,7 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tc
     tcm__state_layout(&h->sl, npages);
     if (fresh) {
         m->magic = TCM_META_MAGIC;
-        m->version = TCM_LAYOUT_VERSION;
+        m->version = TCM_ABI_VERSION;
         m->page_shift = TCM_PAGE_SHIFT;
         m->base = base;
         m->heap_size = heap_size;
@@ -39,7 +39,8 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tc
         atomic_store(&m->stats.bytes_reserved, heap_size);
         atomic_store(&m->stats.bytes_limit, heap_size);
 
-        st->version = TCM_LAYOUT_VERSION;
+        st->version = TCM_STATE_VERSION;
+        st->born_version = TCM_STATE_VERSION;
         st->page_shift = TCM_PAGE_SHIFT;
         st->base = base;
         st->heap_size = heap_size;

@@ -16,6 +16,7 @@
 #include "holders.h"
 #include "log.h"
 #include "metrics.h"
+#include "migrate.h"
 #include "prim.h"
 #include "quota.h"
 #include "recovery.h"
@@ -223,6 +224,8 @@ static int run(tcm_server_t *srv, tcm_handle_t ready_fd)
         tcm__log(TCM_LOG_WARN, "sigaction(SIGBUS) failed: a client that shrinks its channel can stop tcmd");
     if (tcm__segments_open(srv) != 0)
         goto out;
+    if (tcm__state_upgrade(srv) != 0)
+        goto out_segments;
     tcm__holders_init(srv, !srv->adopted);
     /* the doorbell page is the one page of the heap tcmd itself reads: a
      * client that truncates the heap segment destroys every object in it

@@ -63,17 +63,24 @@ static const char *adoption_problem(tcm_server_t *srv, const char *seg, tcm_hand
     return why;
 }
 
+/* The shared parts' versions this tcmd serves: its own and the previous
+ * release's (tcm_layout.h, "Version rule"). */
+static bool abi_served(uint32_t version)
+{
+    return version >= TCM_ABI_VERSION_OLDEST && version <= TCM_ABI_VERSION;
+}
+
 /* Check the headers of segments left by a previous tcmd; fills why. */
 static bool can_adopt(tcm_server_t *srv, const tcm_meta_hdr_t *m, const tcm_state_hdr_t *st, char *why, size_t len)
 {
     if (m->magic != TCM_META_MAGIC)
         snprintf(why, len, "%s is not a tcm metadata segment (bad magic)", srv->meta_name);
-    else if (m->version != TCM_LAYOUT_VERSION)
-        snprintf(why, len, "%s has layout version %u, this tcmd uses %u", srv->meta_name, m->version,
-                 TCM_LAYOUT_VERSION);
-    else if (st->version != TCM_LAYOUT_VERSION)
-        snprintf(why, len, "%s has layout version %u, this tcmd uses %u", srv->state_name, st->version,
-                 TCM_LAYOUT_VERSION);
+    else if (!abi_served(m->version))
+        snprintf(why, len, "%s has layout version %u, this tcmd serves %u to %u", srv->meta_name, m->version,
+                 TCM_ABI_VERSION_OLDEST, TCM_ABI_VERSION);
+    else if (st->version < TCM_STATE_VERSION_OLDEST || st->version > TCM_STATE_VERSION)
+        snprintf(why, len, "%s has layout version %u, this tcmd adopts %u to %u", srv->state_name, st->version,
+                 TCM_STATE_VERSION_OLDEST, TCM_STATE_VERSION);
     else if (st->base != srv->base || m->base != srv->base)
         snprintf(why, len, "%s is mapped at --base 0x%llx, this tcmd was given 0x%llx", srv->state_name,
                  (unsigned long long)st->base, (unsigned long long)srv->base);
@@ -133,7 +140,7 @@ static uint32_t left_nroots(tcm_server_t *srv)
     char why[160];
     const tcm_meta_hdr_t *m = srv->meta_fd >= 0 ? tcm__map(srv->meta_fd, sizeof *m, NULL, false, why, sizeof why)
                                                 : NULL;
-    if (m && m->magic == TCM_META_MAGIC && m->version == TCM_LAYOUT_VERSION && m->nroots >= TCM_ROOTS_MIN &&
+    if (m && m->magic == TCM_META_MAGIC && abi_served(m->version) && m->nroots >= TCM_ROOTS_MIN &&
         m->nroots <= TCM_ROOTS_MAX && !(m->nroots & (m->nroots - 1))) {
         if (m->nroots != n)
             tcm__log(TCM_LOG_INFO, "the heap left under the name '%s' has a table of %u roots: kept (roots %u "
@@ -160,11 +167,11 @@ static int check_left_segments(tcm_server_t *srv, const tcm_meta_layout_t *ml, c
     if (srv->state_fd >= 0)
         st = tcm__map(srv->state_fd, sizeof *st, NULL, false, why, sizeof why);
     bool incomplete = !st || st->magic != TCM_STATE_MAGIC || srv->heap_fd < 0 || srv->meta_fd < 0;
-    bool other_version = m && m->magic == TCM_META_MAGIC && m->version != TCM_LAYOUT_VERSION;
+    bool other_version = m && m->magic == TCM_META_MAGIC && !abi_served(m->version);
     const char *problem = NULL;
     if (other_version) {
-        snprintf(why, sizeof why, "%s has layout version %u, this tcmd uses %u", srv->meta_name, m->version,
-                 TCM_LAYOUT_VERSION);
+        snprintf(why, sizeof why, "%s has layout version %u, this tcmd serves %u to %u", srv->meta_name,
+                 m->version, TCM_ABI_VERSION_OLDEST, TCM_ABI_VERSION);
         problem = why;
     } else if (!incomplete) {
         if (!(problem = adoption_problem(srv, srv->heap_name, srv->heap_fd, srv->heap_size, true, why, sizeof why)) &&
@@ -383,7 +390,7 @@ void tcm__channel_init(tcm_client_t *c)
     const tcm_chan_layout_t *l = &c->lay;
     tcm_chan_hdr_t *hdr = (tcm_chan_hdr_t *)c->chan;
     hdr->magic = TCM_CHAN_MAGIC;
-    hdr->version = TCM_LAYOUT_VERSION;
+    hdr->version = TCM_ABI_VERSION;
     hdr->client_id = c->rec->id;
     hdr->size = l->size;
     hdr->nslots = l->nslots;

@@ -136,6 +136,9 @@ size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
     uint64_t now = (uint64_t)time(NULL), born = srv->state->created_unix;
     row(rows, &n, max, "heap_age_seconds", "seconds since the heap was created (it outlives tcmd restarts)",
         now > born ? now - born : 0, false);
+    row(rows, &n, max, "heap_migrations",
+        "state layout migrations the heap went through (tcmd upgrades across a layout change)",
+        srv->state->version - srv->state->born_version, false);
     char name[48];
     for (unsigned op = 0; op < TCM_NOPS; op++) {
         snprintf(name, sizeof name, "requests_%s", tcm__op_names[op]);

@@ -24,6 +24,7 @@
 
 #include "check.h"
 #include "frame.h"
+#include "tcm_layout.h"
 
 static void sleep_ms(int ms)
 {
@@ -128,8 +129,14 @@ void tt_daemon_restart(tcm_test_daemon_t *d, const char *const *extra, const cha
 
 int tt_daemon_run_fail(tcm_test_daemon_t *d, const char *const *extra, char *out, size_t outlen)
 {
+    return tt_daemon_run_fail_env(d, extra, NULL, out, outlen);
+}
+
+int tt_daemon_run_fail_env(tcm_test_daemon_t *d, const char *const *extra, const char *const *env, char *out,
+                           size_t outlen)
+{
     unlink(d->log);
-    pid_t pid = spawn_daemon(d, extra, NULL);
+    pid_t pid = spawn_daemon(d, extra, env);
     int st = tt_wait(pid, 20000);
     out[0] = 0;
     FILE *f = fopen(d->log, "r");
@@ -139,6 +146,32 @@ int tt_daemon_run_fail(tcm_test_daemon_t *d, const char *const *extra, char *out
         fclose(f);
     }
     return st;
+}
+
+void tt_state_read(const tcm_test_daemon_t *d, tcm_state_hdr_t *st)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/dev/shm/tcm.%s.state", d->name);
+    int fd = open(path, O_RDONLY);
+    CHECK_GE(fd, 0);
+    CHECK_EQ(pread(fd, st, sizeof *st, 0), (ssize_t)sizeof *st);
+    close(fd);
+}
+
+void tt_state_as_previous(const tcm_test_daemon_t *d)
+{
+    tcm_state_hdr_t st;
+    tt_state_read(d, &st);
+    st.version = 14;
+    st.born_version = 0;
+    memset(st.served_by, 0, sizeof st.served_by);
+    char path[160];
+    snprintf(path, sizeof path, "/dev/shm/tcm.%s.state", d->name);
+    int fd = open(path, O_WRONLY);
+    CHECK_GE(fd, 0);
+    /* the header up to the page intent: what layout 14 and 15 tell apart */
+    CHECK_EQ(pwrite(fd, &st, offsetof(tcm_state_hdr_t, page), 0), (ssize_t)offsetof(tcm_state_hdr_t, page));
+    close(fd);
 }
 
 void tt_daemon_kill(tcm_test_daemon_t *d)

@@ -27,6 +27,15 @@ void tt_daemon_restart(tcm_test_daemon_t *d, const char *const *extra_args, cons
 /* Start tcmd on d's socket and name and wait for it to exit (a start that
  * must fail); returns its exit status and leaves its log in out. */
 int tt_daemon_run_fail(tcm_test_daemon_t *d, const char *const *extra_args, char *out, size_t outlen);
+/* The same with environment entries (a crash point armed, say). */
+int tt_daemon_run_fail_env(tcm_test_daemon_t *d, const char *const *extra_args, const char *const *env, char *out,
+                           size_t outlen);
+/* Make d's stopped heap what the previous release (state layout 14) left:
+ * its state version and the history fields it did not have. */
+void tt_state_as_previous(const tcm_test_daemon_t *d);
+/* Read the state header of d's heap (stopped or running) into *st. */
+struct tcm_state_hdr;
+void tt_state_read(const tcm_test_daemon_t *d, struct tcm_state_hdr *st);
 /* SIGKILL, and wait until it is gone. */
 void tt_daemon_kill(tcm_test_daemon_t *d);
 /* Wait for a tcmd that dies by itself (a crash point); returns its status. */

@@ -107,6 +107,8 @@ static const point_t points[TCM_CRASH_COUNT] = {
     [TCM_CRASH_reclaim_run] = {.elsewhere = "test_crashrepair"},
     /* a run committed in steps: the workload's runs take one step */
     [TCM_CRASH_pages_step] = {.elsewhere = "test_crashrepair"},
+    /* needs a heap of the previous state layout */
+    [TCM_CRASH_migrate] = {.elsewhere = "test_crashrepair"},
 };
 
 static const char *const point_names[TCM_CRASH_COUNT] = {TCM_CRASH_POINT_LIST(TCM_CRASH_NAME)};

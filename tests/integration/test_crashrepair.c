@@ -10,7 +10,9 @@
  *     "Continuations"): the client killed between two steps (the run goes
  *     back free, the whole-heap check passes meanwhile and after), tcmd
  *     killed between two (the next one finds its pages free and answers
- *     the request, still posted).
+ *     the request, still posted);
+ *   - the migration of a heap the previous release left, killed before its
+ *     version store: the next tcmd migrates it again.
  * Each case has a daemon of its own. */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -26,6 +28,7 @@
 #include "prim.h"
 #include "ring.h"
 #include "tcm.h"
+#include "tcm_layout.h"
 #include "rawclient.h"
 #include "testutil.h"
 
@@ -334,6 +337,45 @@ static void test_steps_tcmd_killed(void)
     all_back();
 }
 
+/* ---- a migration (daemon/migrate.c) ---- */
+
+/* tcmd killed inside the migration of a heap the previous release left:
+ * the state keeps the old version, and the next tcmd migrates it and
+ * serves the heap with its root. */
+static void test_migration_killed(void)
+{
+    tt_daemon_start(&d, NULL);
+    CHECK_EQ(tcm_init(d.socket), 0);
+    char *p = tcm_malloc(3000);
+    CHECK(p != NULL);
+    memset(p, 0x3c, 3000);
+    CHECK_EQ(tcm_root_set("migrated", p), 0);
+    tcm_shutdown();
+    tt_daemon_kill(&d);
+    tt_state_as_previous(&d);
+    const char *env[] = {"TCM_TEST_CRASH_AT=migrate:1", NULL};
+    char out[4096];
+    int st = tt_daemon_run_fail_env(&d, NULL, env, out, sizeof out);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    tcm_state_hdr_t hdr;
+    tt_state_read(&d, &hdr);
+    CHECK_EQ(hdr.version, 14);
+    tt_daemon_restart(&d, NULL, NULL);
+    log_has("had layout 14 (left by tcmd 0.2.0 or older): migrated");
+    tt_state_read(&d, &hdr);
+    CHECK_EQ(hdr.version, TCM_STATE_VERSION);
+    CHECK_EQ(hdr.born_version, 14);
+    CHECK_EQ(tcm_init(d.socket), 0);
+    char *q = tcm_root_get("migrated");
+    CHECK(q == p);
+    for (int i = 0; i < 3000; i++)
+        CHECK_EQ(q[i], 0x3c);
+    CHECK_EQ(tcm_root_set("migrated", NULL), 0);
+    tcm_free(q);
+    tcm_shutdown();
+    tt_daemon_stop(&d);
+}
+
 int main(void)
 {
     static const tt_case_t cases[] = {
@@ -344,6 +386,7 @@ int main(void)
         {"reclaim of an unread page run killed", test_unread_run_reclaim_killed},
         {"page run in transit, client killed between two steps", test_steps_client_killed},
         {"page run in transit, tcmd killed between two steps", test_steps_tcmd_killed},
+        {"state migration killed between its stores", test_migration_killed},
     };
     int failed = tt_run_cases("crashrepair", cases, sizeof cases / sizeof cases[0], 120000);
     return failed != 0;

@@ -22,6 +22,7 @@
 #include "check.h"
 #include "tcm.h"
 #include "tcm_layout.h"
+#include "tcm_version.h"
 #include "testutil.h"
 #include "workload.h"
 
@@ -190,6 +191,52 @@ static void test_upgrade(void)
     CHECK(access(hint, F_OK) != 0); /* and the restart hint with them */
 }
 
+/* The heap the previous release left (state layout 14) is adopted and
+ * migrated: its objects and roots are there, its history says where it
+ * came from, and a second adoption migrates nothing. (The previous
+ * release's own binaries under load: install.upgrade.) */
+static void test_migration(void)
+{
+    tcm_test_daemon_t d;
+    tt_daemon_start(&d, NULL);
+    CHECK_EQ(tcm_init(d.socket), 0);
+    char *p = tcm_malloc(5000);
+    CHECK(p != NULL);
+    memset(p, 0x5a, 5000);
+    CHECK_EQ(tcm_root_set("before.upgrade", p), 0);
+    tcm_shutdown();
+    tt_daemon_kill(&d);
+    tt_state_as_previous(&d);
+
+    tt_daemon_restart(&d, NULL, NULL);
+    char want[160];
+    snprintf(want, sizeof want, "had layout 14 (left by tcmd 0.2.0 or older): migrated to layout %u",
+             TCM_STATE_VERSION);
+    CHECK(tt_log_contains(&d, want));
+    tcm_state_hdr_t st;
+    tt_state_read(&d, &st);
+    CHECK_EQ(st.version, TCM_STATE_VERSION);
+    CHECK_EQ(st.born_version, 14);
+    CHECK(strcmp(st.served_by, TCM_VERSION_STRING) == 0);
+    CHECK_EQ(tt_stat(&d, "heap_migrations"), TCM_STATE_VERSION - 14);
+    CHECK_EQ(tcm_init(d.socket), 0);
+    char *q = tcm_root_get("before.upgrade");
+    CHECK(q == p);
+    for (int i = 0; i < 5000; i++)
+        CHECK_EQ(q[i], 0x5a);
+    tcm_free(q);
+    CHECK_EQ(tcm_root_set("before.upgrade", NULL), 0);
+    tcm_shutdown();
+    tt_check_heap(&d);
+
+    tt_daemon_kill(&d);
+    unlink(d.log);
+    tt_daemon_restart(&d, NULL, NULL);
+    CHECK(tt_log_contains(&d, "adopting the heap")); /* and nothing to migrate: */
+    CHECK_EQ(tt_stat(&d, "heap_migrations"), TCM_STATE_VERSION - 14);
+    tt_daemon_stop(&d);
+}
+
 /* A client that dies while no tcmd runs is found by the next one (its
  * channel lock is free) and reclaimed like any other dead client. */
 static int cacher(void *arg)
@@ -348,13 +395,19 @@ static void test_refusals(void)
     const char *threads[] = {"--heap-size", "64M", "--max-threads", "8", NULL};
     expect_refused(&d, threads, "--max-threads 1024");
     char want[64];
-    patch_u32(&d, "state", offsetof(tcm_state_hdr_t, version), TCM_LAYOUT_VERSION - 1);
-    snprintf(want, sizeof want, "layout version %u", TCM_LAYOUT_VERSION - 1);
+    patch_u32(&d, "state", offsetof(tcm_state_hdr_t, version), TCM_STATE_VERSION_OLDEST - 1);
+    snprintf(want, sizeof want, "layout version %u, this tcmd adopts %u to %u", TCM_STATE_VERSION_OLDEST - 1,
+             TCM_STATE_VERSION_OLDEST, TCM_STATE_VERSION);
     expect_refused(&d, small, want);
-    patch_u32(&d, "state", offsetof(tcm_state_hdr_t, version), TCM_LAYOUT_VERSION + 1);
-    snprintf(want, sizeof want, "layout version %u", TCM_LAYOUT_VERSION + 1);
+    patch_u32(&d, "state", offsetof(tcm_state_hdr_t, version), TCM_STATE_VERSION + 1);
+    snprintf(want, sizeof want, "layout version %u", TCM_STATE_VERSION + 1);
     expect_refused(&d, small, want);
-    patch_u32(&d, "state", offsetof(tcm_state_hdr_t, version), TCM_LAYOUT_VERSION);
+    patch_u32(&d, "state", offsetof(tcm_state_hdr_t, version), TCM_STATE_VERSION);
+    patch_u32(&d, "meta", offsetof(tcm_meta_hdr_t, version), TCM_ABI_VERSION + 1);
+    snprintf(want, sizeof want, "layout version %u, this tcmd serves %u to %u", TCM_ABI_VERSION + 1,
+             TCM_ABI_VERSION_OLDEST, TCM_ABI_VERSION);
+    expect_refused(&d, small, want);
+    patch_u32(&d, "meta", offsetof(tcm_meta_hdr_t, version), TCM_ABI_VERSION);
     if (geteuid() == 0) {
         char path[160];
         snprintf(path, sizeof path, "/dev/shm/tcm.%s.meta", d.name);
@@ -411,7 +464,7 @@ int main(int argc, char **argv)
     static const tt_case_t cases[] = {
         {"kill_under_load", test_kill_under_load}, {"threads", test_threads}, {"upgrade", test_upgrade},
         {"death_in_gap", test_death_in_gap},       {"no_comeback", test_no_comeback},
-        {"refusals", test_refusals},
+        {"refusals", test_refusals},               {"migration", test_migration},
     };
     return tt_run_named_cases("restart", cases, sizeof cases / sizeof cases[0], 240000, argv + 1, argc - 1) != 0;
 }
