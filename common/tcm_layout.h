@@ -103,7 +103,7 @@ _Static_assert(TCM_NCLASSES <= TCM_PAGE_CLASS_DRAIN && TCM_PAGE_CLASS_DRAIN + TC
 #define TCM_ASYNC_SLOTS 4u        /* per thread cache, besides its own slot: requests it does not wait for */
 #define TCM_ROOTS_MAX (1u << 16) /* the roots setting's bounds: a table of 4 MiB at most */
 #define TCM_ROOTS_MIN 16u
-#define TCM_ROOT_NAME_MAX 48u     /* including the NUL */
+#define TCM_ROOT_NAME_MAX 48      /* including the NUL; the same as tcm.h's, which states it */
 #define TCM_CLIENTS_MAX 16384u    /* the most client records (max_clients) a heap can have: the state
                                      segment has room for them all, backed as records are used */
 #define TCM_MAX_CLIENTS_MIN 16u
