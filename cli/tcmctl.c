@@ -177,7 +177,7 @@ static Tcm__Response *ask(const ctx_t *ctx, Tcm__Request__BodyCase which, void *
 {
     Tcm__Request req = TCM__REQUEST__INIT;
     req.body_case = which;
-    /* every body member of the oneof shares one pointer slot */
+    /* every body member of the oneof shares one pointer */
     req.hello = body;
     Tcm__Response *resp = call(ctx, &req);
     if (resp->body_case != want) {

@@ -149,14 +149,15 @@ void tcm__slot_release(tcm_slot_t *slot)
         pthread_mutex_unlock(&tcm__proc.spare_lock);
 }
 
-/* Back `want` slots of an array in the channel before they are written;
- * returns how many are backed (fewer only when /dev/shm is full). */
-uint32_t tcm__back_slots(void **slots, uint32_t *backed, uint32_t want)
+/* Back the first `want` entries of an object array in the channel before
+ * they are written; returns how many are backed (fewer only when /dev/shm
+ * is full). */
+uint32_t tcm__back_array(void **objs, uint32_t *backed, uint32_t want)
 {
     if (want <= *backed)
         return want;
     uint32_t to = (want + 511) & ~511u; /* a page of pointers at a time */
-    if (tcm__populate(slots + *backed, (uint64_t)(to - *backed) * sizeof(void *)) == 0)
+    if (tcm__populate(objs + *backed, (uint64_t)(to - *backed) * sizeof(void *)) == 0)
         *backed = to;
     return want < *backed ? want : *backed;
 }

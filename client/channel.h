@@ -35,9 +35,10 @@ TCM_HIDDEN tcm_slot_t *tcm__return_fill(unsigned cls, void *const *objs, uint32_
  * point leaves every object listed at least once. */
 TCM_HIDDEN tcm_slot_t *tcm__return_post(unsigned cls, void *const *objs, uint32_t k, int *status);
 TCM_HIDDEN void tcm__return_done(tcm_slot_t *slot, int status, unsigned cls);
-/* Back `want` slots of an array in the channel before they are written;
- * returns how many are backed (fewer only when /dev/shm is full). */
-TCM_HIDDEN uint32_t tcm__back_slots(void **slots, uint32_t *backed, uint32_t want);
+/* Back the first `want` entries of an object array in the channel before
+ * they are written; returns how many are backed (fewer only when /dev/shm
+ * is full). */
+TCM_HIDDEN uint32_t tcm__back_array(void **objs, uint32_t *backed, uint32_t want);
 TCM_HIDDEN void tcm__fatal_refused(int st, unsigned cls) __attribute__((noreturn));
 
 #endif

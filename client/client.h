@@ -79,7 +79,7 @@ typedef struct tcm_cache_rec {
     bool used;                     /* a thread holds it (under tcache_lock) */
     bool header_backed;            /* its header, slot and async slots */
     bool drain_backed;             /* its drain arrays (lay.drain_off) */
-    uint32_t backed[TCM_NCLASSES]; /* bin slots known to be backed by tmpfs */
+    uint32_t backed[TCM_NCLASSES]; /* entries of each bin's object array known to be backed by tmpfs */
 } tcm_cache_rec_t;
 
 typedef struct tcm_proc {
@@ -138,7 +138,7 @@ typedef struct tcm_proc {
     _Atomic(tcm_thread_t *) forked_thread;
     pthread_mutex_t spare_lock; /* the spare slot, for threads without a cache */
     pthread_mutex_t xfer_lock[TCM_NCLASSES];
-    uint32_t xfer_backed[TCM_NCLASSES]; /* under xfer_lock: slots backed by tmpfs */
+    uint32_t xfer_backed[TCM_NCLASSES]; /* under xfer_lock: entries of the tier's arrays backed by tmpfs */
     _Atomic uint64_t xfer_bytes;
     _Atomic bool xfer_used;     /* a thread took from or gave to the transfer tier or the page-run
                                    cache since the background thread last looked */

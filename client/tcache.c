@@ -53,7 +53,7 @@ static void return_async(tcm_thread_t *thr, unsigned cls, tcm_bin_t *b, uint32_t
     uint32_t idx;
     tcm_slot_t *slot = async_take(thr, &idx);
     if (!slot) { /* every async slot waits for a batch asked for ahead */
-        tcm__return_objects(cls, b->slots, n, &b->count);
+        tcm__return_objects(cls, b->objs, n, &b->count);
         return;
     }
     uintptr_t base = (uintptr_t)tcm__proc.heap;
@@ -63,14 +63,14 @@ static void return_async(tcm_thread_t *thr, unsigned cls, tcm_bin_t *b, uint32_t
     slot->cls = cls;
     slot->count = n;
     for (uint32_t i = 0; i < n; i++)
-        slot->offs[i] = (uintptr_t)b->slots[top - n + i] - base;
+        slot->offs[i] = (uintptr_t)b->objs[top - n + i] - base;
     if (tcm__post(slot, idx)) {
         b->count = top - n;
         /* from now on a reclaim must not skip them: the bin no longer
          * lists them, and a later refill may bring them back into it */
         atomic_fetch_or_explicit(&thr->tc->dropped, bit, memory_order_release);
     } else { /* tcmd is lost: the call that waits says so */
-        tcm__return_objects(cls, b->slots, n, &b->count);
+        tcm__return_objects(cls, b->objs, n, &b->count);
     }
 }
 
@@ -108,7 +108,7 @@ TCM_NOINLINE static void release_objects(unsigned cls, tcm_bin_t *b, uint32_t ke
     if (n && async && n <= TCM_MAX_BATCH)
         return_async(async, cls, b, n);
     else if (n)
-        tcm__return_objects(cls, b->slots, n, &b->count);
+        tcm__return_objects(cls, b->objs, n, &b->count);
     b->count = keep;
 }
 
@@ -141,7 +141,7 @@ TCM_NOINLINE static void drain_free(tcm_thread_t *thr, unsigned cls, void *p)
         tcm__return_objects(cls, &p, 1, NULL);
         return;
     }
-    d->slots[d->count++] = p;
+    d->objs[d->count++] = p;
     if (d->count >= cap)
         release_objects(cls, d, 0, true, thr);
 }
@@ -212,7 +212,7 @@ static uint32_t stash_fetched(tcm_thread_t *thr, unsigned cls, const tcm_slot_t 
     grow(thr, cls, n);
     uint32_t room = b->max > b->count ? b->max - b->count : 0, k = n < room ? n : room;
     for (uint32_t i = 0; i < k; i++)
-        b->slots[b->count + i] = tcm__proc.heap + slot->offs[i];
+        b->objs[b->count + i] = tcm__proc.heap + slot->offs[i];
     b->count += k; /* listed in the bin and in the answered slot until it goes IDLE: a reclaim frees
                       the first and silently refuses the second */
     return k;
@@ -364,7 +364,7 @@ static void grow(tcm_thread_t *thr, unsigned cls, uint32_t more)
         more = (uint32_t)(left / ci->size);
     if (b->max == 0 && more == 0)
         more = 1; /* every class may hold at least one object */
-    set_room(thr, cls, tcm__back_slots(b->slots, &tcm__proc.caches[thr->index].backed[cls], b->max + more));
+    set_room(thr, cls, tcm__back_array(b->objs, &tcm__proc.caches[thr->index].backed[cls], b->max + more));
 }
 
 /* Halve bins until the thread fits its (new) budget. */
@@ -408,9 +408,9 @@ static void release_idle(unsigned cls, tcm_bin_t *b, uint32_t n)
     while (n) {
         uint32_t k = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH;
         int st;
-        tcm_slot_t *slot = tcm__return_post(cls, b->slots, k, &st);
+        tcm_slot_t *slot = tcm__return_post(cls, b->objs, k, &st);
         for (uint32_t i = k; i < b->count; i++)
-            b->slots[i - k] = b->slots[i];
+            b->objs[i - k] = b->objs[i];
         b->count -= k;
         tcm__return_done(slot, st, cls);
         n -= k;
@@ -607,8 +607,8 @@ TCM_COLD static tcm_thread_t *thread_register(void)
     tc->ahead_bytes = 0;
     atomic_store(&tc->dropped, 0);
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-        tc->bins[cls].slots = (void **)((uint8_t *)tc + pr->lay.bin_slot_off[cls]);
-        tc->bins[TCM_PAGE_CLASS_DRAIN + cls].slots = (void **)((uint8_t *)tc + pr->lay.drain_slot_off[cls]);
+        tc->bins[cls].objs = (void **)((uint8_t *)tc + pr->lay.bin_objs_off[cls]);
+        tc->bins[TCM_PAGE_CLASS_DRAIN + cls].objs = (void **)((uint8_t *)tc + pr->lay.drain_objs_off[cls]);
     }
     tc->index = idx;
     tc->in_use = 1;
@@ -716,18 +716,18 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
         }
     }
     uint64_t asked = 0;
-    uint32_t got = tcm__xfer_take(cls, b->slots, want);
+    uint32_t got = tcm__xfer_take(cls, b->objs, want);
     bool from_daemon = !got;
     if (!got)
-        got = take_from_daemon(thr, cls, b->slots, want, for_siblings(cls, want), &asked);
+        got = take_from_daemon(thr, cls, b->objs, want, for_siblings(cls, want), &asked);
     if (!got && !tcm__proc.daemon_lost) {
         flush_for_nomem();
         grow(thr, cls, want);
-        got = take_from_daemon(thr, cls, b->slots, want < b->max ? want : b->max, 0, &asked);
+        got = take_from_daemon(thr, cls, b->objs, want < b->max ? want : b->max, 0, &asked);
         /* other processes are giving back what they cache: wait for it a little */
         for (uint64_t ns = 1000000; !got && asked && ns <= NOMEM_WAIT_NS; ns *= 2) {
             tcm__sleep_ns(ns);
-            got = take_from_daemon(thr, cls, b->slots, want < b->max ? want : b->max, 0, &asked);
+            got = take_from_daemon(thr, cls, b->objs, want < b->max ? want : b->max, 0, &asked);
         }
     }
     b->count = got;
@@ -815,7 +815,7 @@ static void *take_larger(tcm_thread_t *thr, unsigned cls)
         if (b->count && class_align(&classes[c]) >= align) {
             if (thr->low[c] >= b->count)
                 thr->low[c] = b->count - 1; /* used: not idle */
-            return b->slots[--b->count];
+            return b->objs[--b->count];
         }
     }
     return NULL;
@@ -850,7 +850,7 @@ TCM_NOINLINE void *tcm__malloc_slow(size_t size)
         if (quiet && b->count == 1)
             set_room(thr, cls, 0); /* nothing stays for a free to fill */
     }
-    return b->slots[--b->count];
+    return b->objs[--b->count];
 }
 
 /* A thread's first touch of a small class is a free: most likely of another
@@ -869,12 +869,12 @@ TCM_COLD static bool free_first(tcm_thread_t *thr, unsigned cls, void *p)
     if (b->max < want + 1)
         return false;
     uint64_t asked;
-    uint32_t got = tcm__xfer_take(cls, b->slots + 1, want);
+    uint32_t got = tcm__xfer_take(cls, b->objs + 1, want);
     if (!got)
-        got = take_from_daemon(thr, cls, b->slots + 1, want, 0, &asked);
+        got = take_from_daemon(thr, cls, b->objs + 1, want, 0, &asked);
     if (!got)
         return false;
-    b->slots[0] = p;
+    b->objs[0] = p;
     b->count = got + 1;
     slow_start(thr, cls);
     return true;
@@ -925,11 +925,11 @@ TCM_NOINLINE void tcm__free_slow(void *p)
         free_first(thr, cls, p))
         return;
     if (b->count >= b->max && quiet_span_class(thr, cls) &&
-        tcm__back_slots(b->slots, &pr->caches[thr->index].backed[cls], b->count + 1) > b->count) {
+        tcm__back_array(b->objs, &pr->caches[thr->index].backed[cls], b->count + 1) > b->count) {
         /* listed in the bin until the RETURN is posted, as any object
          * handed back: a death in between leaves it to reclaim */
         note_event(thr, cls);
-        b->slots[b->count++] = p;
+        b->objs[b->count++] = p;
         return_async(thr, cls, b, 1);
         return;
     }
@@ -955,7 +955,7 @@ TCM_NOINLINE void tcm__free_slow(void *p)
         }
         note_event(thr, cls);
     }
-    b->slots[b->count++] = p;
+    b->objs[b->count++] = p;
 }
 
 /* tcm_shutdown: every cache of the process back to the daemon. The caller
@@ -975,9 +975,9 @@ TCM_COLD void tcm__flush_all(void)
         for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
             tcm_bin_t *b = &tc->bins[cls], *d = &tc->bins[TCM_PAGE_CLASS_DRAIN + cls];
             if (b->count)
-                tcm__return_objects(cls, b->slots, b->count, &b->count);
+                tcm__return_objects(cls, b->objs, b->count, &b->count);
             if (d->count)
-                tcm__return_objects(cls, d->slots, d->count, &d->count);
+                tcm__return_objects(cls, d->objs, d->count, &d->count);
             b->max = 0;
         }
     }

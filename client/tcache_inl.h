@@ -32,7 +32,7 @@ static inline void *tcm__malloc_fast(size_t size)
     uint32_t n = b->count;
     if (tcm_likely(n != 0)) {
         b->count = n - 1;
-        return b->slots[n - 1];
+        return b->objs[n - 1];
     }
     return TCM_MALLOC_SLOW(size);
 }
@@ -49,7 +49,7 @@ static inline void tcm__free_fast(void *p)
         tcm_bin_t *b = &tcm__tls_tc->bins[pc[granule >> (TCM_PAGE_SHIFT - TCM_GRANULE_SHIFT)]];
         uint32_t n = b->count;
         if (tcm_likely(n < b->max)) {
-            b->slots[n] = p;
+            b->objs[n] = p;
             b->count = n + 1;
             return;
         }

@@ -13,9 +13,9 @@
 #include "large.h"
 #include "xfer.h"
 
-static void **xfer_slots(unsigned cls)
+static void **xfer_objs(unsigned cls)
 {
-    return (void **)(tcm__proc.chan + tcm__proc.lay.off_xfer + tcm__proc.lay.xfer_slot_off[cls]);
+    return (void **)(tcm__proc.chan + tcm__proc.lay.off_xfer + tcm__proc.lay.xfer_objs_off[cls]);
 }
 
 uint64_t tcm__xfer_budget_room(unsigned cls)
@@ -26,7 +26,7 @@ uint64_t tcm__xfer_budget_room(unsigned cls)
 }
 
 /* How many of n more objects of a class the tier takes now (xfer_cap, the
- * byte budget, backed slots); under its lock. */
+ * byte budget, backed entries of its array); under its lock. */
 static uint32_t room_for(unsigned cls, uint32_t n)
 {
     tcm_proc_t *pr = &tcm__proc;
@@ -35,7 +35,7 @@ static uint32_t room_for(unsigned cls, uint32_t n)
     uint32_t take = n < room ? n : room;
     if (take > fits)
         take = (uint32_t)fits;
-    return tcm__back_slots(xfer_slots(cls), &pr->xfer_backed[cls], count + take) - count;
+    return tcm__back_array(xfer_objs(cls), &pr->xfer_backed[cls], count + take) - count;
 }
 
 static void added(unsigned cls, uint32_t n)
@@ -54,7 +54,7 @@ TCM_NOINLINE uint32_t tcm__xfer_put(unsigned cls, tcm_bin_t *b, uint32_t n)
     /* the top ones, and the bin drops them before the lock lets another
      * thread take them: once they can travel to another process, a reclaim
      * of this one must not find them in its bin */
-    memcpy(xfer_slots(cls) + x->count, b->slots + b->count - take, take * sizeof(void *));
+    memcpy(xfer_objs(cls) + x->count, b->objs + b->count - take, take * sizeof(void *));
     x->count += take;
     b->count -= take;
     pthread_mutex_unlock(&pr->xfer_lock[cls]);
@@ -69,7 +69,7 @@ TCM_NOINLINE uint32_t tcm__xfer_put_fetched(unsigned cls, tcm_slot_t *slot, uint
     tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
     uint32_t take = room_for(cls, n);
     for (uint32_t i = 0; i < take; i++)
-        xfer_slots(cls)[x->count + i] = pr->heap + slot->offs[from + i];
+        xfer_objs(cls)[x->count + i] = pr->heap + slot->offs[from + i];
     x->count += take;
     /* a reclaim meanwhile finds them in the slot and the tier and frees them
      * once (the second is refused); none is handed out before the slot has
@@ -91,7 +91,7 @@ TCM_NOINLINE uint32_t tcm__xfer_take(unsigned cls, void **dst, uint32_t want)
     pthread_mutex_lock(&pr->xfer_lock[cls]);
     tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
     uint32_t k = x->count < want ? x->count : want;
-    memcpy(dst, xfer_slots(cls) + (x->count - k), k * sizeof(void *));
+    memcpy(dst, xfer_objs(cls) + (x->count - k), k * sizeof(void *));
     x->count -= k;
     pthread_mutex_unlock(&pr->xfer_lock[cls]);
     if (k)
@@ -124,7 +124,7 @@ static bool return_top_batch(unsigned cls)
         pthread_mutex_unlock(&pr->xfer_lock[cls]);
         return false;
     }
-    tcm_slot_t *slot = tcm__return_fill(cls, xfer_slots(cls) + x->count - k, k, &idx);
+    tcm_slot_t *slot = tcm__return_fill(cls, xfer_objs(cls) + x->count - k, k, &idx);
     bool posted = tcm__post(slot, idx);
     if (posted) {
         x->count -= k;
@@ -158,7 +158,7 @@ TCM_NOINLINE void *tcm__xfer_alloc(unsigned cls)
     pthread_mutex_lock(&pr->xfer_lock[cls]);
     tcm_xfer_t *x = &pr->chan_hdr->xfer[cls];
     if (!x->count) { /* one batch into the tier, through the spare slot */
-        uint32_t want = tcm__back_slots(xfer_slots(cls), &pr->xfer_backed[cls], ci->batch), idx;
+        uint32_t want = tcm__back_array(xfer_objs(cls), &pr->xfer_backed[cls], ci->batch), idx;
         tcm_slot_t *slot = tcm__slot_acquire(&idx);
         slot->op = TCM_OP_REFILL;
         slot->cls = cls;
@@ -168,14 +168,14 @@ TCM_NOINLINE void *tcm__xfer_alloc(unsigned cls)
             tcm__check_given(cls, slot->offs, n);
             tcm__map_given(slot->offs, n);
             for (uint32_t i = 0; i < n; i++)
-                xfer_slots(cls)[i] = pr->heap + slot->offs[i];
+                xfer_objs(cls)[i] = pr->heap + slot->offs[i];
             x->count = n; /* before the slot is released: a reclaim finds them in one place or both */
             atomic_fetch_add_explicit(&pr->xfer_bytes, (uint64_t)n * ci->size, memory_order_relaxed);
         }
         tcm__slot_release(slot);
     }
     if (x->count) {
-        p = xfer_slots(cls)[--x->count];
+        p = xfer_objs(cls)[--x->count];
         atomic_fetch_sub_explicit(&pr->xfer_bytes, ci->size, memory_order_relaxed);
     }
     pthread_mutex_unlock(&pr->xfer_lock[cls]);
@@ -194,11 +194,11 @@ TCM_NOINLINE void tcm__xfer_free(unsigned cls, void *p)
     if (full && x->count) { /* make room a batch at a time */
         uint32_t k = x->count < ci->batch ? x->count : ci->batch;
         atomic_fetch_sub_explicit(&pr->xfer_bytes, (uint64_t)k * ci->size, memory_order_relaxed);
-        tcm__return_objects(cls, xfer_slots(cls), k, &x->count);
+        tcm__return_objects(cls, xfer_objs(cls), k, &x->count);
         full = false;
     }
-    if (!full && tcm__back_slots(xfer_slots(cls), &pr->xfer_backed[cls], x->count + 1) > x->count) {
-        xfer_slots(cls)[x->count++] = p;
+    if (!full && tcm__back_array(xfer_objs(cls), &pr->xfer_backed[cls], x->count + 1) > x->count) {
+        xfer_objs(cls)[x->count++] = p;
         atomic_fetch_add_explicit(&pr->xfer_bytes, ci->size, memory_order_relaxed);
         p = NULL;
     }

@@ -120,15 +120,15 @@ void tcm__chan_layout(tcm_chan_layout_t *l, const tcm_class_info_t tab[TCM_NCLAS
     off = l->off_slots + (uint64_t)l->nslots * sizeof(tcm_slot_t);
 
     uint64_t stride = sizeof(tcm_tcache_t);
-    l->bin_slot_off[0] = 0;
+    l->bin_objs_off[0] = 0;
     for (unsigned c = 1; c < TCM_NCLASSES; c++) {
-        l->bin_slot_off[c] = (uint32_t)stride;
+        l->bin_objs_off[c] = (uint32_t)stride;
         stride += (uint64_t)tab[c].tcache_cap * sizeof(void *);
     }
     stride = align_up(stride, 4096);
     l->drain_off = (uint32_t)stride;
     for (unsigned c = 0; c < TCM_NCLASSES; c++) {
-        l->drain_slot_off[c] = (uint32_t)stride;
+        l->drain_objs_off[c] = (uint32_t)stride;
         stride += (uint64_t)(c ? tcm__drain_cap(&tab[c]) : 0) * sizeof(void *);
     }
     l->drain_bytes = (uint32_t)(stride - l->drain_off);
@@ -138,9 +138,9 @@ void tcm__chan_layout(tcm_chan_layout_t *l, const tcm_class_info_t tab[TCM_NCLAS
 
     l->off_xfer = align_up(off, 4096);
     uint64_t xoff = 0;
-    l->xfer_slot_off[0] = 0;
+    l->xfer_objs_off[0] = 0;
     for (unsigned c = 1; c < TCM_NCLASSES; c++) {
-        l->xfer_slot_off[c] = (uint32_t)xoff;
+        l->xfer_objs_off[c] = (uint32_t)xoff;
         xoff += (uint64_t)tab[c].xfer_cap * sizeof(void *);
     }
     l->size = align_up(l->off_xfer + xoff, 4096);
@@ -176,14 +176,14 @@ void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages)
     l->off_arenas = off;
     /* One arena per class, each 4 KiB aligned so that trimming one never
      * touches another's pages; room for as many spans of the class as the
-     * heap could hold. A slot is one span's object record: its object bits,
-     * then an owner word per word of bits. */
+     * heap could hold. A record is one span's: its object bits, then an owner
+     * word per word of bits. */
     l->rec_bytes[0] = l->owners_off[0] = l->max_recs[0] = 0;
     l->off_arena[0] = off;
     for (unsigned c = 1; c < TCM_NCLASSES; c++) {
         uint32_t words = (tab[c].span_objs + 63) / 64;
         l->owners_off[c] = words * 8;
-        l->rec_bytes[c] = (uint32_t)align_up(words * 8 + words * 4, 8); /* the next slot's bits: 8-aligned */
+        l->rec_bytes[c] = (uint32_t)align_up(words * 8 + words * 4, 8); /* the next record's bits: 8-aligned */
         l->max_recs[c] = npages / tab[c].span_pages;
         l->off_arena[c] = off;
         off = align_up(off + (uint64_t)l->max_recs[c] * l->rec_bytes[c], 4096);

@@ -38,8 +38,9 @@
  * tcm_chan_hdr_t at 0, then
  * (tcm__chan_layout) ring, slots[max_threads + 1 + max_threads *
  * TCM_ASYNC_SLOTS] (each thread's own, the shared spare at max_threads, then
- * each thread's async slots: tcm__async_slot), thread caches, transfer tier
- * arrays. Nothing holds a pointer except where a field says it is
+ * each thread's async slots: tcm__async_slot), thread caches (each a
+ * tcm_tcache_t, then its bins' object arrays and its drain arrays),
+ * the transfer tier's object arrays. Nothing holds a pointer except where a field says it is
  * meaningful only to the client that wrote it; list links are span indices.
  *
  * Field annotations: "W:" who writes, "R:" who reads, and how. "heap
@@ -114,7 +115,7 @@ _Static_assert(TCM_NCLASSES <= TCM_PAGE_CLASS_DRAIN && TCM_PAGE_CLASS_DRAIN + TC
 #define TCM_ASYNC_SLOTS 4u        /* per thread cache, besides its own slot: requests it does not wait for */
 #define TCM_ROOTS_MAX (1u << 16) /* the roots setting's bounds: a table of 4 MiB at most */
 #define TCM_ROOTS_MIN 16u
-#define TCM_ROOT_NAME_MAX 48u     /* including the NUL */
+#define TCM_ROOT_NAME_MAX 48      /* including the NUL; the same as tcm.h's, which states it */
 #define TCM_CLIENTS_MAX 16384u    /* the most client records (max_clients) a heap can have: the state
                                      segment has room for them all, backed as records are used */
 #define TCM_MAX_CLIENTS_MIN 16u
@@ -487,15 +488,15 @@ TCM_SHARED_OFFSET(tcm_ring_t, head, 0); TCM_SHARED_OFFSET(tcm_ring_t, cells, 64)
 /* One thread-cache bin. W: its thread only, plain stores. R: tcmd reads
  * count (clamped) and the array, copied out of the channel
  * (tcm__each_cache), to reclaim a dead client, for stats and to validate.
- * slots is the client's own pointer to its array (tcmd recomputes the array
- * position from its private layout). */
+ * objs is the client's own pointer to its object array (tcmd recomputes
+ * the array's position from its private layout). */
 typedef struct tcm_bin {
-    void **slots;
+    void **objs;
     uint32_t count;
     uint32_t max;
 } tcm_bin_t;
 TCM_SHARED_SIZE(tcm_bin_t, 16);
-TCM_SHARED_OFFSET(tcm_bin_t, slots, 0); TCM_SHARED_OFFSET(tcm_bin_t, count, 8);
+TCM_SHARED_OFFSET(tcm_bin_t, objs, 0); TCM_SHARED_OFFSET(tcm_bin_t, count, 8);
 TCM_SHARED_OFFSET(tcm_bin_t, max, 12);
 
 typedef struct tcm_tcache {
@@ -510,7 +511,7 @@ typedef struct tcm_tcache {
     uint32_t reserved32;
     uint64_t reserved[5];
     tcm_bin_t bins[TCM_NBINS]; /* 1..TCM_NCLASSES-1 the classes; DRAIN + c the drain arrays (room: never) */
-    /* then the slot arrays, at chan_hdr.bin_slot_off[c] from the tcache */
+    /* then the bins' object arrays, at chan_hdr.bin_objs_off[c] from the tcache */
 } tcm_tcache_t;
 TCM_SHARED_SIZE(tcm_tcache_t, 4160);
 TCM_SHARED_OFFSET(tcm_tcache_t, in_use, 0); TCM_SHARED_OFFSET(tcm_tcache_t, index, 4);
@@ -551,8 +552,8 @@ typedef struct tcm_chan_hdr {
     uint64_t size;
     uint32_t nslots, ring_cap, max_threads, nclasses;
     uint64_t off_ring, off_slots, off_tcaches, tcache_stride, off_xfer;
-    uint32_t bin_slot_off[TCM_NCLASSES];  /* from a tcache's start */
-    uint32_t xfer_slot_off[TCM_NCLASSES]; /* from off_xfer */
+    uint32_t bin_objs_off[TCM_NCLASSES];  /* from a tcache's start */
+    uint32_t xfer_objs_off[TCM_NCLASSES]; /* from off_xfer */
     tcm_xfer_t xfer[TCM_NCLASSES]; /* client-written under its per-class locks (read outside them as a hint) */
     /* client-written under its large-cache lock: page runs it keeps (tcmd
      * reclaims them if it dies, checking each) */
@@ -583,8 +584,8 @@ TCM_SHARED_OFFSET(tcm_chan_hdr_t, nslots, 24); TCM_SHARED_OFFSET(tcm_chan_hdr_t,
 TCM_SHARED_OFFSET(tcm_chan_hdr_t, max_threads, 32); TCM_SHARED_OFFSET(tcm_chan_hdr_t, nclasses, 36);
 TCM_SHARED_OFFSET(tcm_chan_hdr_t, off_ring, 40); TCM_SHARED_OFFSET(tcm_chan_hdr_t, off_slots, 48);
 TCM_SHARED_OFFSET(tcm_chan_hdr_t, off_tcaches, 56); TCM_SHARED_OFFSET(tcm_chan_hdr_t, tcache_stride, 64);
-TCM_SHARED_OFFSET(tcm_chan_hdr_t, off_xfer, 72); TCM_SHARED_OFFSET(tcm_chan_hdr_t, bin_slot_off, 80);
-TCM_SHARED_OFFSET(tcm_chan_hdr_t, xfer_slot_off, 468); TCM_SHARED_OFFSET(tcm_chan_hdr_t, xfer, 856);
+TCM_SHARED_OFFSET(tcm_chan_hdr_t, off_xfer, 72); TCM_SHARED_OFFSET(tcm_chan_hdr_t, bin_objs_off, 80);
+TCM_SHARED_OFFSET(tcm_chan_hdr_t, xfer_objs_off, 468); TCM_SHARED_OFFSET(tcm_chan_hdr_t, xfer, 856);
 TCM_SHARED_OFFSET(tcm_chan_hdr_t, large_count, 1632); TCM_SHARED_OFFSET(tcm_chan_hdr_t, large_reserved, 1636);
 TCM_SHARED_OFFSET(tcm_chan_hdr_t, large, 1640); TCM_SHARED_OFFSET(tcm_chan_hdr_t, tcache_hw, 2664);
 TCM_SHARED_OFFSET(tcm_chan_hdr_t, resume_wanted, 2668); TCM_SHARED_OFFSET(tcm_chan_hdr_t, bg_wake, 2688);
@@ -921,11 +922,11 @@ static inline uint32_t tcm__drain_cap(const tcm_class_info_t *ci)
 typedef struct tcm_chan_layout {
     uint32_t nslots, ring_cap, max_threads;
     uint64_t off_ring, off_slots, off_tcaches, tcache_stride, off_xfer, size;
-    uint32_t bin_slot_off[TCM_NCLASSES];
-    uint32_t xfer_slot_off[TCM_NCLASSES];
+    uint32_t bin_objs_off[TCM_NCLASSES];
+    uint32_t xfer_objs_off[TCM_NCLASSES];
     /* each tcache's drain arrays (tcm__drain_cap objects of class c at
-     * drain_slot_off[c]), together in [drain_off, drain_off + drain_bytes) */
-    uint32_t drain_slot_off[TCM_NCLASSES];
+     * drain_objs_off[c]), together in [drain_off, drain_off + drain_bytes) */
+    uint32_t drain_objs_off[TCM_NCLASSES];
     uint32_t drain_off, drain_bytes;
 } tcm_chan_layout_t;
 

@@ -519,7 +519,7 @@ typedef struct releasing {
     tcm_conn_t *conn;
     int64_t before;
     uint32_t hw;
-    uint32_t gen[]; /* per client slot: the flush asked, 0 none */
+    uint32_t gen[]; /* per client index: the flush asked, 0 none */
 } releasing_t;
 
 static bool flushed(tcm_server_t *srv, void *arg)

@@ -72,7 +72,7 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tc
     h->state_fd = state_fd;
     h->heap_size = heap_size;
     h->npages = npages;
-    /* the slot sets: the classes' object records and the tag blocks; their
+    /* the record sets: the classes' object records and the tag blocks; their
      * bitmaps in one private reservation (pages appear as they are touched) */
     for (unsigned c = 1; c < TCM_NCLASSES; c++)
         h->recs[c] = (tcm_rec_set_t){.off = h->sl.off_arena[c], .rec_bytes = h->sl.rec_bytes[c],

@@ -81,22 +81,22 @@ void tcm__log_limited(int level, const char *fmt, ...)
  * pass through here, so no peer can hide them. When a source's window ends
  * with lines suppressed, one line says how many. Any thread: a mutex, as
  * the heap thread logs refusals and the main loop everything else. */
-#define PEER_SLOTS 32
+#define PEER_ENTRIES 32
 #define PEER_WINDOW_NS 10000000000ull /* 10 s */
 #define PEER_LINES 5                  /* per source per window: the first ones say what it does */
 #define PEER_ALL_LINES 50             /* all sources together per window */
 
-typedef struct peer_slot {
+typedef struct peer_entry {
     long long source;
     char who[48];       /* for the line that says what its window hid */
     uint64_t window_ns; /* start of its window; 0: free */
     uint64_t last_ns;   /* for eviction: least recently heard */
     uint32_t lines, suppressed;
     int level;
-} peer_slot_t;
+} peer_entry_t;
 
 static pthread_mutex_t peer_lock = PTHREAD_MUTEX_INITIALIZER;
-static peer_slot_t peers[PEER_SLOTS];
+static peer_entry_t peers[PEER_ENTRIES];
 static uint64_t all_window_ns;
 static uint32_t all_lines, all_suppressed;
 
@@ -126,7 +126,7 @@ static long long source_text(const char *text)
 }
 
 /* What a window's summary line calls its source: text for a text source. */
-static void label(peer_slot_t *p, const char *text)
+static void label(peer_entry_t *p, const char *text)
 {
     if (p->source > 0)
         snprintf(p->who, sizeof p->who, "pid %lld", p->source);
@@ -139,8 +139,8 @@ static void label(peer_slot_t *p, const char *text)
                  p->source == TCM_LOG_PEER_METRICS ? "/metrics peers" : "peers not identified");
 }
 
-/* The slot's window is over (or it is being reused): say what it hid. */
-static void peer_close_window_locked(peer_slot_t *p)
+/* The entry's window is over (or it is being reused): say what it hid. */
+static void peer_close_window_locked(peer_entry_t *p)
 {
     if (p->suppressed)
         logf_locked(p->level, "(%s: %u more lines suppressed in the last %llu s)", p->who, p->suppressed,
@@ -151,7 +151,7 @@ static void peer_close_window_locked(peer_slot_t *p)
 
 static void peer_expire_locked(uint64_t now)
 {
-    for (int i = 0; i < PEER_SLOTS; i++)
+    for (int i = 0; i < PEER_ENTRIES; i++)
         if (peers[i].window_ns && now - peers[i].window_ns >= PEER_WINDOW_NS)
             peer_close_window_locked(&peers[i]);
     if (all_window_ns && now - all_window_ns >= PEER_WINDOW_NS) {
@@ -166,11 +166,11 @@ static void peer_expire_locked(uint64_t now)
 
 static void vlog_peer(int level, long long source, const char *text, const char *fmt, va_list ap)
 {
-    uint64_t now = tcm__now_ns() | 1; /* never 0, which marks a free slot */
+    uint64_t now = tcm__now_ns() | 1; /* never 0, which marks a free entry */
     pthread_mutex_lock(&peer_lock);
     peer_expire_locked(now);
-    peer_slot_t *p = NULL, *lru = &peers[0];
-    for (int i = 0; i < PEER_SLOTS && !p; i++) {
+    peer_entry_t *p = NULL, *lru = &peers[0];
+    for (int i = 0; i < PEER_ENTRIES && !p; i++) {
         if (peers[i].window_ns && peers[i].source == source)
             p = &peers[i];
         else if (!peers[i].window_ns || (lru->window_ns && peers[i].last_ns < lru->last_ns))

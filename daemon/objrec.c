@@ -1,6 +1,6 @@
 /* objrec.c — the object records: one per small span in its class's
  * arena of the state segment (the span's object bits and owner words), and
- * the tag blocks of words more than one client holds. Slots are taken and
+ * the tag blocks of words more than one client holds. Records are taken and
  * put back as spans are cut and freed (central.c), their arena pages backed
  * on first use and punched by the trim that runs with the page heap's
  * release (pageheap.c); a recovery claims them again from the span records.

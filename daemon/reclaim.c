@@ -145,7 +145,7 @@ bool tcm__each_cache(const tcm_server_t *srv, const tcm_client_t *c,
             v = (tcm_cache_view_t){.kind = TCM_CACHE_BIN, .thread = t, .tc = tc, .cls = cls, .objs = objs,
                                    .count_off = at + offsetof(tcm_tcache_t, bins) + b * sizeof(tcm_bin_t) +
                                                 offsetof(tcm_bin_t, count),
-                                   .objs_off = at + (drain ? l->drain_slot_off[cls] : l->bin_slot_off[cls]), .n = n};
+                                   .objs_off = at + (drain ? l->drain_objs_off[cls] : l->bin_objs_off[cls]), .n = n};
             if (objects)
                 tcm__chan_read(c, v.objs_off, objs, (uint64_t)n * sizeof *objs);
             else
@@ -161,7 +161,7 @@ bool tcm__each_cache(const tcm_server_t *srv, const tcm_client_t *c,
             continue;
         v = (tcm_cache_view_t){.kind = TCM_CACHE_XFER, .cls = cls, .objs = objs,
                                .count_off = offsetof(tcm_chan_hdr_t, xfer) + cls * sizeof(tcm_xfer_t),
-                               .objs_off = l->off_xfer + l->xfer_slot_off[cls], .n = n};
+                               .objs_off = l->off_xfer + l->xfer_objs_off[cls], .n = n};
         if (objects)
             tcm__chan_read(c, v.objs_off, objs, (uint64_t)n * sizeof *objs);
         else

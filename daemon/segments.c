@@ -402,8 +402,8 @@ void tcm__channel_init(tcm_client_t *c)
     hdr->off_tcaches = l->off_tcaches;
     hdr->tcache_stride = l->tcache_stride;
     hdr->off_xfer = l->off_xfer;
-    memcpy(hdr->bin_slot_off, l->bin_slot_off, sizeof hdr->bin_slot_off);
-    memcpy(hdr->xfer_slot_off, l->xfer_slot_off, sizeof hdr->xfer_slot_off);
+    memcpy(hdr->bin_objs_off, l->bin_objs_off, sizeof hdr->bin_objs_off);
+    memcpy(hdr->xfer_objs_off, l->xfer_objs_off, sizeof hdr->xfer_objs_off);
     tcm__ring_init(c->ring, l->ring_cap);
 }
 

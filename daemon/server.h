@@ -211,7 +211,7 @@ struct tcm_server {
     uint32_t merge_done_at[TCM_TAGS];   /* heap thread: a merging tag is done when merge_pass gets here */
     uint32_t evict_cursor;              /* heap thread: where the next full-table eviction looks */
 
-    /* clients: slots written by the main thread (attach) and the heap thread
+    /* clients: entries written by the main thread (attach) and the heap thread
      * (reap), read by both */
     tcm_client_t *_Atomic clients[TCM_CLIENTS_MAX]; /* the first max_clients are used */
     _Atomic uint32_t clients_hw; /* indices below this may be in use */

@@ -3,7 +3,8 @@
 --help` and `tcmctl --help` word for word (tcmctl's lists every command of
 `tcmctl --list-commands`, the one table in cli/tcmctl.c), and its settings
 table has every setting of `tcmd --list-settings` (the one table in
-daemon/config.c), no other, with the same runtime flag and default, and
+daemon/config.c), no other, with the same runtime flag and no restated
+default (the usage block, which is `tcmd --help`, gives each one), and
 its list of JSON fields is what `tcmctl --json` prints, command by
 command, against a private tcmd with a client attached. Fails naming each
 difference."""
@@ -34,7 +35,7 @@ def usage_block(program, heading):
     return help_text
 
 
-usage_block(tcmd, "## Running tcmd")
+tcmd_help = usage_block(tcmd, "## Running tcmd")
 tcmctl_help = usage_block(os.path.join(build, "tcmctl"), "## tcmctl")
 commands = [line.split("\t")[0] for line in
             subprocess.run([os.path.join(build, "tcmctl"), "--list-commands"], capture_output=True, text=True,
@@ -54,9 +55,14 @@ for name, runtime, default in listed:
         continue
     if table[name][0] != runtime:
         problems.append(f"{name}: README says runtime {table[name][0]}, tcmd {runtime}")
-    want = f"default {default}" if default else "default"
-    if want not in table[name][1]:
-        problems.append(f"{name}: README's row does not say '{want}'")
+    # the default's one home is the setting's help (the usage block above,
+    # checked word for word against `tcmd --help`, and tcmd(8)): a row that
+    # restated it would drift
+    if re.search(r"\(default\b|\bdefault:? " + re.escape(default or "-") + r"\b", table[name][1]):
+        problems.append(f"{name}: README's row restates the default; the setting's help is its home")
+    opt = re.search(rf"^  --{name.replace('_', '-')} .*$", tcmd_help, re.M)
+    if not opt or (default and f"default {default}" not in opt.group(0)):
+        problems.append(f"{name}: `tcmd --help` does not give --{name.replace('_', '-')}'s default {default}")
 for name in set(table) - {n for n, _, _ in listed}:
     problems.append(f"README lists {name}, which tcmd does not have")
 

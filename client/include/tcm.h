@@ -64,7 +64,11 @@ TCM_API size_t tcm_usable_size(const void *p);
 TCM_API uint64_t tcm_to_offset(const void *p);
 TCM_API void *tcm_from_offset(uint64_t off);
 
-/* Named shared pointers kept by the daemon (names of 1..47 bytes), in a
+/* A root's name: 1 to TCM_ROOT_NAME_MAX - 1 bytes (the NUL makes it
+ * TCM_ROOT_NAME_MAX). */
+#define TCM_ROOT_NAME_MAX 48
+
+/* Named shared pointers kept by the daemon (names: TCM_ROOT_NAME_MAX), in a
  * table of tcmd's `roots` setting; a root counts in the share of the user
  * who created it (tcmd's `roots_per_uid`) until it is removed, and only
  * that user (or root, or tcmd's user) may change it. Each is a release: a

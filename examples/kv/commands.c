@@ -659,7 +659,7 @@ void kv_execute(worker_t *w, conn_t *c)
         w->argv[i] = (kv_arg_t){c->in + c->args[i].off, c->args[i].n};
     cmd_ctx_t x = {w, c, w->argv, n};
     atomic_store_explicit(&w->stats->commands, atomic_load_explicit(&w->stats->commands, memory_order_relaxed) + 1,
-                          memory_order_relaxed); /* only this worker writes its slot */
+                          memory_order_relaxed); /* only this worker writes its figures */
     const command_t *cmd = lookup(&x.a[0]);
     if (!cmd) {
         char args[200] = "";

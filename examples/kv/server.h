@@ -13,7 +13,7 @@
 #define KV_MAX_WORKERS 64
 
 /* Per-worker figures in the shared header, so INFO in any worker sums
- * them; a restarted worker starts its slot again. */
+ * them; a restarted worker starts its entry again. */
 typedef struct kv_worker_stats {
     _Atomic uint64_t pid, connected, connections, commands, rejected, hits, misses;
 } __attribute__((aligned(64))) kv_worker_stats_t;

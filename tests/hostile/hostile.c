@@ -226,7 +226,7 @@ static int garbage_mode(void)
         tc->ahead_bytes = UINT64_MAX;
         atomic_store(&tc->dropped, UINT32_MAX);
         for (unsigned c = 0; c < TCM_NBINS; c++)
-            tc->bins[c] = (tcm_bin_t){.slots = (void **)(uintptr_t)rand(), .count = UINT32_MAX, .max = UINT32_MAX};
+            tc->bins[c] = (tcm_bin_t){.objs = (void **)(uintptr_t)rand(), .count = UINT32_MAX, .max = UINT32_MAX};
         uint64_t *arr = (uint64_t *)(tc->bins + TCM_NBINS);
         for (unsigned i = 0; i < 4096; i++)
             arr[i] = ((uint64_t)rand() << 32) ^ (uint64_t)rand();

@@ -99,7 +99,7 @@ static void lifetime(uint64_t i)
     case 2: { /* handed to the survivor, which frees it */
         uint64_t off = tcm_to_offset(p), zero = 0;
         if (!atomic_compare_exchange_strong(&sh->handoff[i % HANDOFF], &zero, off))
-            break; /* the slot is busy: left for good */
+            break; /* the entry is taken: left for good */
         atomic_fetch_add(&sh->left, 1);
         exit(0);
     }
