@@ -114,11 +114,17 @@ static int map_segments(const Tcm__Welcome *w, tcm_handle_t *fds, char *err, siz
         if (!m)
             goto fail_heap;
         uint64_t msize = m->size;
-        bool ok = m->magic == TCM_META_MAGIC && m->version == TCM_ABI_VERSION && m->base == w->base_address &&
-                  m->heap_size == w->heap_size && m->page_shift == TCM_PAGE_SHIFT && m->heap_id == w->heap_id;
+        uint32_t version = m->version;
+        bool ok = m->magic == TCM_META_MAGIC && m->base == w->base_address && m->heap_size == w->heap_size &&
+                  m->page_shift == TCM_PAGE_SHIFT && m->heap_id == w->heap_id;
         tcm__unmap((void *)m, sizeof *m);
         if (!ok) {
             snprintf(err, errlen, "metadata segment %s does not match the daemon's welcome", w->meta_name);
+            goto fail_heap;
+        }
+        if (version != TCM_ABI_VERSION) { /* docs/DESIGN.md, "Upgrades" */
+            snprintf(err, errlen, "the heap's layout version is %u, this libtcm speaks %u: run the tcmd of "
+                     "this libtcm's release", version, TCM_ABI_VERSION);
             goto fail_heap;
         }
         pr->meta = tcm__map(fds[FD_META], msize, NULL, false, err, errlen);
