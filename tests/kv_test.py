@@ -6,7 +6,7 @@ read through others (so through every worker); frees in one worker seen by
 tcm; eviction under --maxmemory; expiry, lazy and swept; workers SIGKILLed
 under load, while holding a stripe lock and between two stores of a change;
 tcmd killed and restarted under load; bad input of every kind. The cases
-run the tcm-kv that is installed, but for the two that kill a worker
+run tcm-kv, the server that is installed, but for the two that kill a worker
 inside a lock or between two stores: they need DEBUG HOLD and DEBUG CRASH,
 which only tcm-kv-test (the same sources with KV_TEST_HOOKS) has. Each case
 runs against a tcmd and a tcm-kv of its own (so none depends on what an
