@@ -61,5 +61,42 @@ version=$(pkg-config --modversion tcm)
 for page in man1/tcmctl.1 man1/tcm-kv.1 man3/tcm.3 man7/tcm.7 man7/tcm-malloc.7 man8/tcmd.8; do
   grep -q "^\.TH .*\"tcm $version\"" "$prefix/share/man/$page" || { echo "$page does not say tcm $version"; exit 1; }
 done
+
+# tcm-kv: the installed one has none of the tests' hooks (they are in
+# tcm-kv-test, never installed): nothing in it holds DEBUG HOLD's log line
+# or --threads, and it answers DEBUG as a command it does not know. And the
+# example builds from the installed tree alone, as a user who copies
+# examples/kv builds it (tcm.h and libtcm; no private header of tcm's).
+kv=$prefix/bin/tcm-kv
+for hook in "DEBUG HOLD" "--threads" "kv_crash_at"; do
+  if grep -q -- "$hook" "$kv"; then echo "the installed tcm-kv holds the test hook '$hook'"; exit 1; fi
+done
+kv_src=$(cd "$(dirname "$0")/../examples/kv" && pwd)
+cc "${san[@]}" -std=gnu11 -o "$prefix/tcm-kv-copy" -DKV_VERSION="\"$version\"" \
+   "$kv_src"/{main,server,conn,resp,commands,table,size}.c \
+   $(pkg-config --cflags tcm libuv) $(pkg-config --libs tcm libuv) -lpthread -Wl,-rpath,"$prefix/lib" \
+  || { echo "examples/kv does not build from the installed tree alone"; exit 1; }
+# kv_ask BIN CMD: start BIN (one worker) on tcmd, send CMD inline, print the reply
+kv_ask() {
+  local bin=$1 port pid out=
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$bin" --socket "$sock" --port "$port" --workers 1 2> "$prefix/kv.log" &
+  pid=$!
+  for _ in $(seq 200); do
+    out=$( (exec 3<> "/dev/tcp/127.0.0.1/$port" && printf '%s\r\nQUIT\r\n' "$2" >&3 && timeout 5 cat <&3) 2> /dev/null) \
+      && [[ -n $out ]] && break
+    kill -0 "$pid" 2> /dev/null || break
+    sleep 0.05
+  done
+  kill "$pid" 2> /dev/null || true
+  wait "$pid" || { echo "$bin did not stop cleanly"; cat "$prefix/kv.log"; return 1; }
+  printf '%s\n' "$out"
+}
+reply=$(kv_ask "$kv" "DEBUG CRASH put")
+[[ $reply == "-ERR unknown command 'DEBUG'"* ]] || { echo "the installed tcm-kv answered DEBUG: $reply"; exit 1; }
+for bin in "$kv" "$prefix/tcm-kv-copy"; do
+  reply=$(kv_ask "$bin" "INFO server")
+  [[ $reply == *"tcm_kv_version:$version"* ]] || { echo "$bin's INFO does not say version $version: $reply"; exit 1; }
+done
 stop_tcmd
 echo "install: a program built with pkg-config ran against the installed tree"

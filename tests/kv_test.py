@@ -5,7 +5,10 @@ command against its expected reply; values written through one connection
 read through others (so through every worker); frees in one worker seen by
 tcm; eviction under --maxmemory; expiry, lazy and swept; workers SIGKILLed
 under load, while holding a stripe lock and between two stores of a change;
-tcmd killed and restarted under load; bad input of every kind. Each case
+tcmd killed and restarted under load; bad input of every kind. The cases
+run tcm-kv, the server that is installed, but for the two that kill a worker
+inside a lock or between two stores: they need DEBUG HOLD and DEBUG CRASH,
+which only tcm-kv-test (the same sources with KV_TEST_HOOKS) has. Each case
 runs against a tcmd and a tcm-kv of its own (so none depends on what an
 earlier one did to them), even if an earlier one failed, with a timeout;
 the summary counts them."""
@@ -29,6 +32,7 @@ build = sys.argv[1]
 TCMD = os.path.join(build, "tcmd")
 TCMCTL = os.path.join(build, "tcmctl")
 KV = os.path.join(build, "examples", "tcm-kv")
+KV_TEST = os.path.join(build, "examples", "tcm-kv-test")  # with the test hooks (DEBUG)
 tmp = tempfile.mkdtemp(prefix="tcm-kv-test-")
 SOCK = NAME = None  # the current case's tcmd: its socket and heap name (fresh_names)
 CASE_TIMEOUT = 120  # seconds, a case
@@ -94,12 +98,12 @@ class Tcmd:
 
 
 class Server:
-    def __init__(self, *args, workers=WORKERS, env=None):
+    def __init__(self, *args, workers=WORKERS, env=None, binary=KV):
         self.port = free_port()
         self.log_path = os.path.join(tmp, "kv-%d.log" % self.port)
         self.log = open(self.log_path, "w")
-        self.p = subprocess.Popen([KV, "--socket", SOCK, "--port", str(self.port), "--workers", str(workers),
-                                   "--enable-debug-command", *args], stdout=self.log, stderr=self.log,
+        self.p = subprocess.Popen([binary, "--socket", SOCK, "--port", str(self.port), "--workers", str(workers),
+                                   *args], stdout=self.log, stderr=self.log,
                                   start_new_session=True, env=dict(os.environ, **(env or {})))
         # up once every worker serves: the first PING may reach a worker
         # while the others are still attaching (seconds under TSan)
@@ -260,7 +264,7 @@ def test_commands(srv):
         (("SET", "ex", "v"), "OK"), (("TTL", "ex"), -1),
         (("EXPIRE", "c", "-1"), 1), (("EXISTS", "c"), 0), (("SELECT", "0"), "OK"),
         (("CONFIG", "GET", "maxmemory"), ["maxmemory", "0"]), (("CONFIG", "GET", "save"), ["save", ""]),
-        (("CONFIG", "GET", "nothing-like-it"), []), (("COMMAND", "COUNT"), 28),
+        (("CONFIG", "GET", "nothing-like-it"), []), (("COMMAND", "COUNT"), 27),
     ]
     for args, want in expect:
         got = c.cmd(*args)
@@ -283,6 +287,8 @@ def test_commands(srv):
         (("SET", "k", "v", "NX", "XX"), "ERR syntax error"),
         (("SET", "k", "v", "BOGUS"), "ERR syntax error"),
         (("SELECT", "3"), "ERR DB index is out of range"),
+        # the tests' hooks are in tcm-kv-test only
+        (("DEBUG", "CRASH", "put"), "ERR unknown command 'DEBUG'"),
     ]
     for args, want in errors:
         got = c.cmd(*args)
@@ -510,7 +516,7 @@ def test_kill_holding_lock(srv):
 
 def test_kill_mid_change():
     """SIGKILL between two stores of a change, at each crash point."""
-    srv = Server()
+    srv = Server(binary=KV_TEST)
     try:
         kill_mid_change(srv)
     finally:
@@ -723,7 +729,7 @@ def run_case(fn, uses):
     tcmd = Tcmd() if uses else None
     srv = None
     try:
-        srv = Server() if "srv" in uses else None
+        srv = Server(binary=KV_TEST if "hooks" in uses else KV) if "srv" in uses else None
         fn(srv, tcmd)
         if srv:
             srv.stop()
@@ -741,7 +747,7 @@ def run_case(fn, uses):
 def main():
     results = []
     # name, function, and what it needs of its own: "tcmd", or "srv" (a
-    # tcm-kv of WORKERS workers on that tcmd)
+    # tcm-kv of WORKERS workers on that tcmd; "srv hooks": tcm-kv-test)
     cases = [
         ("commands", lambda srv, tcmd: test_commands(srv), "srv"),
         ("every worker", lambda srv, tcmd: test_every_worker(srv), "srv"),
@@ -750,7 +756,7 @@ def main():
         ("bad input", lambda srv, tcmd: test_bad_input(srv), "srv"),
         ("limits", lambda srv, tcmd: test_limits(srv), "srv"),
         ("worker killed under load", lambda srv, tcmd: test_worker_kill(srv), "srv"),
-        ("worker killed holding a lock", lambda srv, tcmd: test_kill_holding_lock(srv), "srv"),
+        ("worker killed holding a lock", lambda srv, tcmd: test_kill_holding_lock(srv), "srv hooks"),
         ("worker killed mid-change", lambda srv, tcmd: test_kill_mid_change(), "tcmd"),
         ("tcmd restarted under load", test_tcmd_restart, "srv"),
         ("tcmd gone for good", lambda srv, tcmd: test_tcmd_gone(tcmd), "tcmd"),

@@ -16,8 +16,11 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "tcm.h"
-#include "tcm_version.h"
+#include <tcm.h>
+
+#ifndef KV_VERSION
+#error "KV_VERSION: the version INFO reports, a string (examples/CMakeLists.txt passes tcm's project version)"
+#endif
 
 #define EVICT_MAX 1000 /* entries one write may evict to fit */
 
@@ -526,7 +529,7 @@ static void cmd_info(cmd_ctx_t *x)
     }
     if (SECTION("server"))
         fprintf(f,
-                "# Server\r\nredis_version:7.0.0\r\ntcm_kv_version:" TCM_VERSION_STRING "\r\nredis_mode:standalone\r\n"
+                "# Server\r\nredis_version:7.0.0\r\ntcm_kv_version:" KV_VERSION "\r\nredis_mode:standalone\r\n"
                 "process_id:%d\r\nworker_index:%d\r\nworkers:%" PRIu64 "\r\nworker_restarts:%" PRIu64 "\r\n"
                 "tcp_port:%d\r\nuptime_in_seconds:%" PRId64 "\r\nallocator:%s\r\n\r\n",
                 (int)getpid(), w->index, workers, atomic_load(&sh->worker_restarts), w->o->port,
@@ -615,7 +618,9 @@ static const command_t commands[] = {
     {"pttl", 2, cmd_pttl},       {"persist", 2, cmd_persist},  {"dbsize", 1, cmd_dbsize},
     {"flushall", -1, cmd_flushall}, {"info", -1, cmd_info},    {"config", -2, cmd_config},
     {"command", -1, cmd_command}, {"quit", -1, cmd_quit},      {"select", 2, cmd_select},
-    {"debug", -2, cmd_debug},
+#ifdef KV_TEST_HOOKS
+    {"debug", -2, cmd_debug}, /* tcm-kv-test only (debug.c) */
+#endif
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tcm.h"
+#include <tcm.h>
 
 /* ---- replies ---- */
 

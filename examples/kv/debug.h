@@ -1,11 +1,13 @@
 /* debug.h — tcm-kv's test hooks, apart from the reference code: DEBUG HOLD
- * and DEBUG CRASH (debug.c, answered only with --enable-debug-command) and
- * the crash points between two stores of a table change that DEBUG CRASH
- * arms. integration.kv uses them to kill a worker where a change is half
- * done and check that the next one repairs it. */
+ * and DEBUG CRASH (debug.c) and the crash points between two stores of a
+ * table change that DEBUG CRASH arms. integration.kv uses them to kill a
+ * worker where a change is half done and check that the next one repairs
+ * it. They exist only in tcm-kv-test, the test build (compiled with
+ * KV_TEST_HOOKS, never installed); in tcm-kv a crash point is nothing. */
 #ifndef KV_DEBUG_H
 #define KV_DEBUG_H
 
+#ifdef KV_TEST_HOOKS
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -20,5 +22,8 @@ extern const char *_Atomic kv_crash_at;
         if (at_ && !strcmp(at_, name))                                                             \
             raise(SIGKILL);                                                                        \
     } while (0)
+#else
+#define KV_CRASH_POINT(name) ((void)0)
+#endif
 
 #endif

@@ -2,9 +2,10 @@
 // kv_peer_heap_t, for bench/run_kv.sh: the same tcm-kv (tcm-kv-peers,
 // KV_HEAP=boost) with its table and values in the mutex-guarded
 // shared-memory allocator that tcm's users replace.
-// The master creates the segment (KV_BOOST_SIZE: a size as tcm reads one, 4G by default) and
-// unlinks its name at once; the workers it forks inherit the mapping at the
-// same address, so the table's raw pointers hold in all of them.
+// The master creates the segment (KV_BOOST_SIZE: a size as tcm-kv reads
+// one, size.h; 4G by default) and unlinks its name at once; the workers it
+// forks inherit the mapping at the same address, so the table's raw
+// pointers hold in all of them.
 #include <boost/interprocess/managed_shared_memory.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -14,8 +15,8 @@
 
 extern "C" {
 #include "peers.h"
+#include "size.h"
 }
-#include "util.h"
 
 namespace bi = boost::interprocess;
 
@@ -33,7 +34,7 @@ int attach(const char *) {
         return 0; // a worker: inherited from the master
     const char *env = std::getenv("KV_BOOST_SIZE");
     uint64_t size = 4ull << 30;
-    if (env && tcm__parse_size(env, &size) != 0) {
+    if (env && kv_parse_size(env, &size) != 0) {
         std::fprintf(stderr, "tcm-kv: KV_BOOST_SIZE=%s is not a size\n", env);
         return -22;
     }

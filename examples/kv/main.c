@@ -26,8 +26,8 @@
 #include <unistd.h>
 
 #include "server.h"
-#include "tcm.h"
-#include "util.h" /* tcm__parse_size: the size syntax of tcmd and tcmctl */
+#include "size.h"
+#include <tcm.h>
 
 #define ROOT "tcm-kv"
 
@@ -59,12 +59,11 @@ static int parse_options(int argc, char **argv, kv_options_t *o)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             exit(0);
-        } else if (!strcmp(a, "--threads")) { /* bench/: workers as threads of one process (threads.c) */
+#ifdef KV_THREADS
+        } else if (!strcmp(a, "--threads")) { /* tcm-kv-peers only: workers as threads of one process (threads.c) */
             o->threads = 1;
             continue;
-        } else if (!strcmp(a, "--enable-debug-command")) { /* the tests' DEBUG HOLD and DEBUG CRASH */
-            o->debug = 1;
-            continue;
+#endif
         } else if (!strcmp(a, "--socket") && v) {
             o->socket = v;
         } else if (!strcmp(a, "--bind") && v) {
@@ -80,11 +79,11 @@ static int parse_options(int argc, char **argv, kv_options_t *o)
             ok = *end == 0 && n >= 1 && n <= KV_MAX_WORKERS;
             o->workers = (int)n;
         } else if (!strcmp(a, "--maxmemory") && v) {
-            ok = tcm__parse_size(v, &o->maxmemory) == 0;
+            ok = kv_parse_size(v, &o->maxmemory) == 0;
         } else if (!strcmp(a, "--output-limit") && v) {
-            ok = tcm__parse_size(v, &o->output_limit) == 0 && o->output_limit >= 4096;
+            ok = kv_parse_size(v, &o->output_limit) == 0 && o->output_limit >= 4096;
         } else if (!strcmp(a, "--query-limit") && v) {
-            ok = tcm__parse_size(v, &o->query_limit) == 0 && o->query_limit >= 4096;
+            ok = kv_parse_size(v, &o->query_limit) == 0 && o->query_limit >= 4096;
         } else if (!strcmp(a, "--maxclients") && v) {
             char *end;
             unsigned long long n = strtoull(v, &end, 10);
@@ -223,10 +222,14 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    fprintf(stderr, "tcm-kv: %d %s on %s:%d%s\n", o.workers, o.threads ? "threads" : "workers", o.bind, o.port,
-            o.maxmemory ? ", maxmemory set" : "");
-    if (o.threads)
+#ifdef KV_THREADS
+    if (o.threads) {
+        fprintf(stderr, "tcm-kv: %d threads on %s:%d%s\n", o.workers, o.bind, o.port,
+                o.maxmemory ? ", maxmemory set" : "");
         return kv_run_threads(&o, sh, fd, &stopping);
+    }
+#endif
+    fprintf(stderr, "tcm-kv: %d workers on %s:%d%s\n", o.workers, o.bind, o.port, o.maxmemory ? ", maxmemory set" : "");
     /* the master stays attached (it keeps the table's header current) but
      * allocates nothing more; each worker attaches as a client of its own */
     sa.sa_handler = on_child;

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tcm.h"
+#include <tcm.h>
 
 /* The system malloc: one process, so one root is enough. */
 static void *libc_root;

@@ -36,13 +36,16 @@ typedef struct kv_options {
     uint64_t output_limit; /* a connection whose unsent replies pass this is closed */
     uint64_t query_limit;  /* a connection whose command (as buffered) passes this is closed */
     uint64_t maxclients;   /* connections of all workers; past it a new one is refused */
-    int threads;           /* workers are threads of one process (bench/, threads.c) */
-    int debug;             /* DEBUG HOLD / CRASH for the tests (debug.c) */
+#ifdef KV_THREADS
+    int threads; /* workers are threads of one process (tcm-kv-peers for bench/, threads.c) */
+#endif
 } kv_options_t;
 
 /* Run one worker until SIGTERM (or stop_flag, threads); returns the exit code. */
 int kv_worker_run(const kv_options_t *o, kv_shared_t *sh, int index, int listen_fd, _Atomic int *stop_flag);
+#ifdef KV_THREADS
 /* --threads: the workers as threads of this process until *stopping. */
 int kv_run_threads(const kv_options_t *o, kv_shared_t *sh, int fd, volatile sig_atomic_t *stopping);
+#endif
 
 #endif

@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "debug.h"
-#include "tcm.h"
+#include <tcm.h>
 
 #define RELAXED memory_order_relaxed
 #define MIGRATE_PER_OP 2 /* old buckets moved per operation on a rehashing stripe */

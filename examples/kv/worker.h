@@ -99,8 +99,10 @@ bool arg_is(const kv_arg_t *a, const char *s);
 /* A decimal integer in the canonical form Redis stores. */
 bool to_ll(const char *p, size_t n, long long *v);
 
-/* ---- debug.c: the tests' hooks, answered only with --enable-debug-command ---- */
+#ifdef KV_TEST_HOOKS
+/* ---- debug.c: the tests' hooks, in tcm-kv-test only ---- */
 void cmd_debug(cmd_ctx_t *x);
+#endif
 
 /* ---- server.c: the event loop ---- */
 /* libuv's read callback: buffer, parse and execute what arrived. */
