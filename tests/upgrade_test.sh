@@ -19,7 +19,7 @@ if ! git -C "$src" rev-parse --git-dir > /dev/null 2>&1; then
 fi
 read -r prev prev_commit < "$src/packaging/previous-release"
 git -C "$src" cat-file -e "$prev_commit^{commit}" 2> /dev/null || {
-  echo "release $prev's commit $prev_commit is not in $src's history (a shallow clone? git fetch --unshallow)"; exit 1; }
+  echo "release $prev's commit $prev_commit is not in $src's history (a shallow clone: git fetch --unshallow)"; exit 77; }
 scratch upgrade
 jobs=${JOBS:-2}
 build_debs() { # SRC_DIR BUILD_DIR
