@@ -4,7 +4,8 @@
 # packaging/previous-release) is installed with dpkg into a scratch root;
 # its tcmd serves two processes built against its libtcm, one linked
 # dynamically and one statically, that hold objects and roots and rewrite
-# them without pause. The current packages are installed over it (dpkg -i,
+# them without pause, and a python3 under its drop-in on the shared heap.
+# The current packages are installed over it (dpkg -i,
 # an upgrade: the old files replaced, the admin's conffile edit kept), the
 # old tcmd is stopped and the new one adopts and migrates the heap. The old
 # processes carry on, served by the new tcmd: no allocation fails, no
@@ -47,8 +48,8 @@ for tool in systemd-sysusers systemctl; do
 done
 pkg() {
   PATH=$shim:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    dpkg --root="$root" --force-script-chrootless --force-depends --log="$work/dpkg.log" "$@" \
-    > "$work/dpkg.out" 2>&1 || { echo "dpkg $*:"; cat "$work/dpkg.out"; exit 1; }
+    dpkg --root="$root" --force-script-chrootless --force-depends --force-confdef --force-confold --log="$work/dpkg.log" "$@" \
+    < /dev/null > "$work/dpkg.out" 2>&1 || { echo "dpkg $*:"; cat "$work/dpkg.out"; exit 1; }
 }
 pkg -i "$work"/old-build/*.deb
 ma=$(gcc -print-multiarch)
@@ -71,17 +72,20 @@ start_tcmd "$root/usr/bin" "$sock" --name "$name" --log "$work/old.log"
 old_daemon=$daemon
 LD_LIBRARY_PATH=$lib "$work/old-dyn" "$sock" dyn "$work" > "$work/dyn.out" 2>&1 & dyn=$!
 "$work/old-static" "$sock" static "$work" > "$work/static.out" 2>&1 & static=$!
+TCM_SOCKET=$sock TCM_MALLOC_FORK=shared TCM_MALLOC_FALLBACK=0 LD_PRELOAD=$lib/libtcm-malloc.so \
+  /usr/bin/python3 "$src/tests/upgrade/dropin.py" "$work" > "$work/py.out" 2>&1 & py=$!
 rounds() { cat "$work/$1.rounds" 2> /dev/null || echo 0; }
 wait_rounds() { # NAME AT_LEAST
   for _ in $(seq 600); do
     (( $(rounds "$1") >= $2 )) && return 0
-    kill -0 "$dyn" "$static" 2> /dev/null || break
+    kill -0 "$dyn" "$static" "$py" 2> /dev/null || break
     sleep 0.1
   done
-  echo "$1 did not reach $2 rounds ($(rounds "$1")):"; cat "$work/$1.out"; tail -20 "$work"/*.log; exit 1
+  echo "$1 did not reach $2 rounds ($(rounds "$1")):"; cat "$work/$1.out"; tail -n 20 "$work"/*.log; exit 1
 }
 wait_rounds dyn 40
 wait_rounds static 40
+wait_rounds py 40
 
 # the upgrade, under the load: packages, then tcmd
 pkg -i "$debs"/*.deb
@@ -90,7 +94,7 @@ version=$("$root/usr/bin/tcmctl" --version | awk '{print $NF}')
 installed=$(dpkg-query --admindir="$root/var/lib/dpkg" -W -f='${Package} ${Version} ${db:Status-Abbrev}\n')
 if grep -q " $prev " <<< "$installed"; then echo "a package of $prev is still there after the upgrade:"; echo "$installed"; exit 1; fi
 grep -q "^# an edit of the admin's" "$root/etc/tcm/tcmd.conf" || { echo "the upgrade lost /etc/tcm/tcmd.conf's edit"; exit 1; }
-before_dyn=$(rounds dyn) before_static=$(rounds static)
+before_dyn=$(rounds dyn) before_static=$(rounds static) before_py=$(rounds py)
 kill -TERM "$old_daemon"
 wait "$old_daemon" || { echo "the old tcmd's stop failed"; cat "$work/old.log"; exit 1; }
 start_tcmd "$root/usr/bin" "$sock" --name "$name" --log "$work/new.log"
@@ -98,14 +102,16 @@ grep -q "had layout 14 (left by tcmd $prev or older): migrated" "$work/new.log" 
   echo "the new tcmd did not say it migrated the heap:"; cat "$work/new.log"; exit 1; }
 wait_rounds dyn $((before_dyn + 100))
 wait_rounds static $((before_static + 100))
+wait_rounds py $((before_py + 100))
 clients=$("$root/usr/bin/tcmctl" --socket "$sock" --json clients)
-for p in "$dyn" "$static"; do
+for p in "$dyn" "$static" "$py"; do
   grep -q "\"pid\":$p," <<< "$clients" || { echo "old process $p is not a client of the new tcmd: $clients"; exit 1; }
 done
 
 touch "$work/stop"
 wait "$dyn" || { echo "the old dynamic client failed:"; cat "$work/dyn.out"; exit 1; }
 wait "$static" || { echo "the old static client failed:"; cat "$work/static.out"; exit 1; }
+wait "$py" || { echo "python3 under the old drop-in failed:"; cat "$work/py.out"; exit 1; }
 cc_client "$work/new-dyn" dynamic
 LD_LIBRARY_PATH=$lib "$work/new-dyn" "$sock" --check dyn static > "$work/check.out" 2>&1 || {
   echo "the new release's process could not take what the old ones left:"; cat "$work/check.out"; exit 1; }
@@ -113,7 +119,17 @@ ctl() { "$root/usr/bin/tcmctl" --socket "$sock" "$@"; }
 ctl check > /dev/null
 stats=$(ctl --json stats)
 grep -q '"heap_migrations":1[,}]' <<< "$stats" || { echo "stats: no heap_migrations 1"; exit 1; }
-grep -q '"bytes_clients":0[,}]' <<< "$stats" || { echo "bytes still held after the check freed everything"; exit 1; }
+# what is still held is what python3 left at its exit (the drop-in's shared
+# mode leaves it in the heap), and nothing of the processes the check freed
+ctl --json clients --dead | python3 -c '
+import json, sys
+dead, stats, py = json.load(sys.stdin), json.loads(sys.argv[1]), int(sys.argv[2])
+held = stats["bytes_clients"]
+whose = {d["pid"]: d["bytes_held"] for d in dead["departed"]}
+if set(whose) != {py} or whose[py] != held:
+    sys.exit("held %d bytes, departed holders %s: only python3 (pid %d) should hold any" % (held, whose, py))
+' "$stats" "$py"
 stop_tcmd
-echo "upgrade $prev -> $version: old processes (dynamic $(rounds dyn), static $(rounds static) rounds;" \
-     "$((before_dyn)) and $((before_static)) before the upgrade) served by the new tcmd, $(grep -c freed "$work/check.out") tables checked"
+echo "upgrade $prev -> $version: old processes (dynamic, static, drop-in: $(rounds dyn), $(rounds static)," \
+     "$(rounds py) rounds; $before_dyn, $before_static, $before_py before the upgrade) served by the new tcmd," \
+     "$(grep -c freed "$work/check.out") tables checked"
