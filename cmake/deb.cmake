@@ -5,8 +5,8 @@
 #             settings (conffiles), the other man pages, README, DESIGN
 #             and BENCHMARKS
 # Each takes over its part of the single package tcm (0.2.0 and before):
-# Replaces and Breaks tcm (<< this version). What the packages promise to
-# programs (the ABI, the symbols file): packaging/ABI.md.
+# Replaces and Conflicts tcm (<< this version), below. What the packages
+# promise to programs (the ABI, the symbols file): packaging/ABI.md.
 # Files only a package has (copyright, changelog, lintian overrides) are
 # EXCLUDE_FROM_ALL: cpack installs them (it asks for each component by
 # name), `cmake --install` does not.
@@ -87,11 +87,17 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${CMAKE_CURRENT_BINARY_DIR})
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=") # (the symbols file is finer still)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
+# The old package tcm goes wholly: its files are split among the three.
+# Replaces lets them take its files (its conffiles too, with the admin's
+# edits); Conflicts makes plain `dpkg -i` remove tcm on the way (Debian
+# Policy 7.6.2). Breaks in its place would make dpkg -i refuse ("installing
+# libtcm0 would break tcm, and deconfiguration is not permitted") unless
+# given --auto-deconfigure; apt copes with either.
 foreach(package component IN ZIP_LISTS TCM_DEB_PACKAGES TCM_DEB_COMPONENTS)
   string(TOUPPER ${component} C)
   set(CPACK_DEBIAN_${C}_PACKAGE_NAME ${package})
   set(CPACK_DEBIAN_${C}_PACKAGE_REPLACES "tcm (<< ${TCM_DEB_VERSION})")
-  set(CPACK_DEBIAN_${C}_PACKAGE_BREAKS "tcm (<< ${TCM_DEB_VERSION})")
+  set(CPACK_DEBIAN_${C}_PACKAGE_CONFLICTS "tcm (<< ${TCM_DEB_VERSION})")
 endforeach()
 
 set(CPACK_DEBIAN_LIBTCM0_PACKAGE_SECTION libs)
