@@ -21,6 +21,7 @@ PACKAGES=(
   sqlite3 perl gzip                         # programs the LD_PRELOAD drop-in is tested on
   prometheus                                # promtool: the /metrics page is checked with it
   gcc-mingw-w64-x86-64 wine64               # the Windows backend: cross-built, its tests run under Wine
+  lintian                                   # install.deb: the Debian packages have no lintian error nor warning
 )
 
 # Debian's source of the two libraries tcmd's control plane needs, for the

@@ -58,9 +58,13 @@ version=$(pkg-config --modversion tcm)
 [[ $("$prefix/bin/tcmctl" --version) == "tcmctl $version" ]] || { echo "tcmctl --version is not $version"; exit 1; }
 "$prefix/bin/tcmctl" --socket "$sock" --json ping | grep -q "\"version\":\"$version\"" \
   || { echo "tcmd does not say version $version"; exit 1; }
+# (the pages are gzipped, as Debian installs them; man reads them so)
 for page in man1/tcmctl.1 man1/tcm-kv.1 man3/tcm.3 man7/tcm.7 man7/tcm-malloc.7 man8/tcmd.8; do
-  grep -q "^\.TH .*\"tcm $version\"" "$prefix/share/man/$page" || { echo "$page does not say tcm $version"; exit 1; }
+  zgrep -q "^\.TH .*\"tcm $version\"" "$prefix/share/man/$page.gz" || { echo "$page.gz does not say tcm $version"; exit 1; }
 done
+if command -v man > /dev/null; then
+  man -M "$prefix/share/man" -w tcm-malloc > /dev/null || { echo "man finds no tcm-malloc in $prefix/share/man"; exit 1; }
+fi
 
 # tcm-kv: the installed one has none of the tests' hooks (they are in
 # tcm-kv-test, never installed): nothing in it holds DEBUG HOLD's log line
