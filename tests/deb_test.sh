@@ -6,38 +6,38 @@
 # (the host is untouched) over the old single package tcm, reinstall them
 # with a conffile edited, build README's link lines and a C++ program
 # against that root and run them, the drop-in and tcmctl on its tcmd.
+#   deb_test.sh SRC [BUILD]   BUILD: where tests/debs_build.sh made them,
+#                             else they are built here
 set -euo pipefail
 src=$1
 source "$(dirname "$0")/common/lib.sh"
 scratch deb
 start=$SECONDS
 fail() { echo "deb: $*"; exit 1; }
-cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr -DTCM_BUILD_TESTS=OFF \
-      -DTCM_BUILD_BENCH=OFF > /dev/null
-cmake --build "$work/build" -j"${JOBS:-2}" > /dev/null
-(cd "$work/build" && cpack -G DEB > "$work/cpack.log" 2>&1) || { cat "$work/cpack.log"; fail "cpack failed"; }
-version=$(sed -n 's/^Version: //p' "$work/build/tcm.pc")
+build=${2:-$work/build}
+[[ -n ${2:-} ]] || bash "$(dirname "$0")/debs_build.sh" "$src" "$build" > /dev/null
+version=$(sed -n 's/^Version: //p' "$build/tcm.pc")
 debver=$version-1
 multiarch=$(gcc -print-multiarch)
 lib=usr/lib/$multiarch
 packages=(libtcm0 libtcm-dev tcmd)
 debs=()
 for p in "${packages[@]}"; do
-  deb=$work/build/${p}_${debver}_$(dpkg --print-architecture).deb
-  [[ -f $deb ]] || fail "cpack made no $(basename "$deb"): $(cd "$work/build" && ls ./*.deb)"
+  deb=$build/${p}_${debver}_$(dpkg --print-architecture).deb
+  [[ -f $deb ]] || fail "cpack made no $(basename "$deb"): $(cd "$build" && ls ./*.deb)"
   debs+=("$deb")
 done
-[[ $(ls "$work"/build/*.deb | wc -l) == 3 ]] || fail "cpack made other packages too: $(ls "$work"/build/*.deb)"
+[[ $(ls "$build"/*.deb | wc -l) == 3 ]] || fail "cpack made other packages too: $(ls "$build"/*.deb)"
 
 # control: names, dependencies, the takeover of tcm, scripts, conffiles
-field() { dpkg-deb -f "$work/build/${1}_${debver}_"*.deb "$2"; }
+field() { dpkg-deb -f "$build/${1}_${debver}_"*.deb "$2"; }
 for p in "${packages[@]}"; do
   [[ $(field "$p" Version) == "$debver" ]] || fail "$p: Version $(field "$p" Version)"
   # dpkg -i of these over an installed tcm removes it and takes its files
   [[ $(field "$p" Replaces) == "tcm (<< $debver)" && $(field "$p" Conflicts) == "tcm (<< $debver)" ]] \
     || fail "$p: Replaces '$(field "$p" Replaces)', Conflicts '$(field "$p" Conflicts)'"
   ctl=$work/control/$p && mkdir -p "$work/control"
-  dpkg-deb -e "$work/build/${p}_${debver}_"*.deb "$ctl"
+  dpkg-deb -e "$build/${p}_${debver}_"*.deb "$ctl"
 done
 grep -q "libprotobuf-c1" <<< "$(field libtcm0 Depends)" || fail "libtcm0 Depends: $(field libtcm0 Depends)"
 [[ $(field libtcm-dev Depends) == "libtcm0 (= $debver), libprotobuf-c-dev" ]] || fail "libtcm-dev Depends: $(field libtcm-dev Depends)"
@@ -55,7 +55,7 @@ cmp -s "$work/control/libtcm0/symbols" "$src/packaging/libtcm0.symbols" || fail 
 # have their own doc directories)
 declare -A owner
 for p in "${packages[@]}"; do
-  while read -r f; do owner[$f]=$p; done < <(dpkg-deb -c "$work/build/${p}_${debver}_"*.deb | awk '$1 !~ /^d/ {print substr($6, 3)}')
+  while read -r f; do owner[$f]=$p; done < <(dpkg-deb -c "$build/${p}_${debver}_"*.deb | awk '$1 !~ /^d/ {print substr($6, 3)}')
 done
 expect() {
   local p=$1 f
@@ -71,12 +71,12 @@ expect tcmd usr/bin/tcmd usr/bin/tcmctl usr/bin/tcm-kv usr/lib/systemd/system/tc
   etc/tcm/tcmd.conf etc/default/tcmd usr/share/man/man8/tcmd.8.gz usr/share/man/man1/tcmctl.1.gz \
   usr/share/man/man1/tcm-kv.1.gz usr/share/man/man7/tcm.7.gz usr/share/doc/tcmd/README.md \
   usr/share/doc/tcmd/DESIGN.md usr/share/doc/tcmd/BENCHMARKS.md $(docs tcmd)
-DESTDIR=$work/all cmake --install "$work/build" > /dev/null
+DESTDIR=$work/all cmake --install "$build" > /dev/null
 while read -r f; do
   [[ -n ${owner[$f]:-} ]] || fail "cmake --install installs $f, which no package has"
 done < <(cd "$work/all" && find . ! -type d ! -path './usr/share/doc/tcm/*' | cut -c3-)
 mkdir -p "$work/x"
-for p in "${packages[@]}"; do dpkg-deb -x "$work/build/${p}_${debver}_"*.deb "$work/x/$p"; done
+for p in "${packages[@]}"; do dpkg-deb -x "$build/${p}_${debver}_"*.deb "$work/x/$p"; done
 top=$(zcat "$work/x/tcmd/usr/share/doc/tcmd/changelog.Debian.gz" | head -1)
 [[ $top == "tcm ($debver) unstable; urgency=medium" ]] || fail "changelog.Debian.gz begins '$top'"
 grep -q '^License: Expat$' "$work/x/tcmd/usr/share/doc/tcmd/copyright" || fail "copyright: no License: Expat"

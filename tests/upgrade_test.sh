@@ -22,18 +22,12 @@ read -r prev prev_commit < "$src/packaging/previous-release"
 git -C "$src" cat-file -e "$prev_commit^{commit}" 2> /dev/null || {
   echo "release $prev's commit $prev_commit is not in $src's history (a shallow clone: git fetch --unshallow)"; exit 77; }
 scratch upgrade
-jobs=${JOBS:-2}
-build_debs() { # SRC_DIR BUILD_DIR
-  cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr -DTCM_BUILD_TESTS=OFF \
-        -DTCM_BUILD_BENCH=OFF > /dev/null
-  cmake --build "$2" -j"$jobs" > /dev/null
-  (cd "$2" && cpack -G DEB > /dev/null 2>&1) || { echo "cpack in $2 failed"; exit 1; }
-}
 git -C "$src" archive --prefix=old/ "$prev_commit" | tar -x -C "$work"
+build_debs() { bash "$src/tests/debs_build.sh" "$@" > /dev/null; }
 build_debs "$work/old" "$work/old-build"
 if [[ -z $debs ]]; then
-  build_debs "$src" "$work/new-build"
   debs=$work/new-build
+  build_debs "$src" "$debs"
 fi
 
 # dpkg into $root: its own database, the maintainer scripts run outside a
@@ -91,8 +85,11 @@ wait_rounds py 40
 pkg -i "$debs"/*.deb
 version=$("$root/usr/bin/tcmctl" --version | awk '{print $NF}')
 [[ $version != "$prev" ]] || { echo "the upgrade left tcmctl at $prev"; exit 1; }
-installed=$(dpkg-query --admindir="$root/var/lib/dpkg" -W -f='${Package} ${Version} ${db:Status-Abbrev}\n')
-if grep -q " $prev " <<< "$installed"; then echo "a package of $prev is still there after the upgrade:"; echo "$installed"; exit 1; fi
+installed=$(dpkg-query --admindir="$root/var/lib/dpkg" -W -f='${db:Status-Abbrev}${Package} ${Version}\n' | grep '^ii')
+for want in libtcm0 libtcm-dev tcmd; do
+  grep -q "^ii *$want $version-" <<< "$installed" || { echo "after the upgrade, no $want $version:"; echo "$installed"; exit 1; }
+done
+if grep -q " $prev\$" <<< "$installed"; then echo "a package of $prev is still installed:"; echo "$installed"; exit 1; fi
 grep -q "^# an edit of the admin's" "$root/etc/tcm/tcmd.conf" || { echo "the upgrade lost /etc/tcm/tcmd.conf's edit"; exit 1; }
 before_dyn=$(rounds dyn) before_static=$(rounds static) before_py=$(rounds py)
 kill -TERM "$old_daemon"
