@@ -402,7 +402,7 @@ void tt_wait_ok(pid_t pid, int timeout_ms)
  * or 0 when the thread is gone. */
 static char thread_state(pid_t pid, const char *tid)
 {
-    char path[96], line[512];
+    char path[300], line[512]; /* tid: a directory entry name */
     snprintf(path, sizeof path, "/proc/%d/task/%s/stat", (int)pid, tid);
     FILE *f = fopen(path, "r");
     if (!f)
