@@ -5,7 +5,8 @@
  * the process itself. A thread that posts a request on the channel takes
  * serve_lock and runs the heap thread's code on it before tcm__post
  * returns; the background thread runs the decay. Everything above
- * (thread caches, transfer tier, page-run cache) is libtcm's, unchanged.
+ * (thread caches, transfer tier) is libtcm's, unchanged; it has no
+ * page-run cache (configure).
  * Exit gives it all back with the process's memory, and fork is the
  * kernel's copy-on-write: the child's copy is its own. */
 #define _GNU_SOURCE
@@ -95,7 +96,10 @@ static void configure(tcm_meta_hdr_t *m, uint64_t heap_size)
     atomic_store(&m->config.heap_limit, heap_size);
     atomic_store(&m->config.tcache_budget, setting(TCM_DEFAULT_TCACHE_BUDGET));
     atomic_store(&m->config.xfer_budget, setting(TCM_DEFAULT_XFER_BUDGET));
-    atomic_store(&m->config.run_cache, setting(TCM_DEFAULT_RUN_CACHE));
+    /* no page-run cache: the page heap is in the process, and what it
+     * reuses it keeps (decay.c, reuse_reserve); a cache beside it held a
+     * second copy (malloc-large: 770 MB against 560-600) */
+    atomic_store(&m->config.run_cache, 0);
     atomic_store(&m->config.page_cache_cap, setting(TCM_DEFAULT_PAGE_CACHE_CAP));
     atomic_store(&m->config.decay_ms, setting(TCM_DEFAULT_DECAY_MS));
     atomic_store(&m->config.gen, 1);

@@ -96,6 +96,21 @@ void tcm__decay_ht(tcm_server_t *srv, uint64_t now)
     tcm__release_start_ht(srv, 0, "the page heap was quiet for decay_ms", TCM_RELEASE_COUNTED);
 }
 
+/* What the program reuses of the page cache: the most backed free pages
+ * one step's cuts of long runs (large allocations: a class's spans are
+ * short, and larson's steady memory did not move) took, over this decay
+ * window and the one before. The
+ * decay by amount keeps that much: a run size reused within the window
+ * stays (given back, its pages would be faulted in again at once: a
+ * program that replaces blocks of several MiB in a loop ran 2-4x slower),
+ * and what the program stops reusing leaves within two windows, by the
+ * low-water mark if not by amount. */
+static uint64_t reuse_reserve(const tcm_heap_t *h)
+{
+    uint64_t peak = h->reuse_peak[0] > h->reuse_peak[1] ? h->reuse_peak[0] : h->reuse_peak[1];
+    return peak * TCM_PAGE_SIZE;
+}
+
 /* Decay by amount, not only by time: at the end of each step (decay_ms /
  * DECAY_AMOUNT_STEPS), when the free pages the heap segment still backs are
  * more than a 32nd of the bytes in spans, they all go back (an eighth held
@@ -114,12 +129,17 @@ static void decay_step(tcm_server_t *srv, uint64_t now, uint64_t decay_ns)
     if (now - h->step_ns < decay_ns / DECAY_AMOUNT_STEPS)
         return;
     h->step_ns = now;
+    uint64_t reused = h->reused_pages - h->reused_at_step;
+    h->reused_at_step = h->reused_pages;
+    if (reused > h->reuse_peak[0])
+        h->reuse_peak[0] = reused;
+    uint64_t reserve = reuse_reserve(h);
     int64_t backed = backed_bytes(srv);
     uint64_t spans = atomic_load_explicit(&srv->meta->stats.bytes_spans, memory_order_relaxed);
     uint64_t free_backed = backed > 0 && (uint64_t)backed > spans ? (uint64_t)backed - spans : 0;
-    if (free_backed <= spans / DECAY_AMOUNT_SHARE || free_backed < DECAY_AMOUNT_MIN)
+    if (free_backed <= spans / DECAY_AMOUNT_SHARE || free_backed < DECAY_AMOUNT_MIN || free_backed <= reserve)
         return;
-    tcm__release_start_ht(srv, 0, "free pages were more than a 32nd of the bytes in spans", 0);
+    tcm__release_start_ht(srv, reserve, "free pages were more than a 32nd of the bytes in spans", 0);
 }
 
 /* Busy or not: the free pages that stayed in the page cache through a whole
@@ -141,5 +161,7 @@ void tcm__decay_window_ht(tcm_server_t *srv, uint64_t now)
                               "the page cache's low-water mark over a decay window", 0);
     h->cache_low_pages = h->free_committed_pages;
     h->window_ns = now;
+    h->reuse_peak[1] = h->reuse_peak[0];
+    h->reuse_peak[0] = 0;
 }
 

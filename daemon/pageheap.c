@@ -267,12 +267,16 @@ static uint32_t take_run(tcm_heap_t *h, uint32_t unit, uint32_t max_units, uint6
     return s;
 }
 
-/* Back the pages of run s (in transit) unless they are already. */
+/* Back the pages of run s (in transit) unless they are already: those are
+ * reused, which the decay keeps count of (decay.c, reuse_reserve). */
 static int commit_run(tcm_heap_t *h, uint32_t s)
 {
     tcm_span_t *sp = &h->spans[s];
-    if (sp->committed)
+    if (sp->committed) {
+        if (sp->npages > TCM_PH_NLISTS)
+            h->reused_pages += sp->npages;
         return 0;
+    }
     int err = h->anon ? 0 : tcm__commit(h->heap_fd, tcm__page_off(sp->first), tcm__page_off(sp->npages));
     if (err) {
         tcm__log(TCM_LOG_WARN, "fallocate(heap, %u pages at page %u) failed: %s", sp->npages, sp->first,
@@ -359,6 +363,8 @@ int tcm__ph_commit_step_ht(tcm_heap_t *h, uint32_t s, uint32_t *done, uint32_t m
     tcm_span_t *sp = &h->spans[s];
     TCM_ASSERT(sp->state == TCM_SPAN_UNUSED && *done <= sp->npages);
     if (sp->committed) {
+        if (*done == 0 && sp->npages > TCM_PH_NLISTS)
+            h->reused_pages += sp->npages;
         *done = sp->npages;
         return 0;
     }
@@ -573,13 +579,25 @@ static uint64_t release_span(tcm_heap_t *h, uint32_t s)
     return bytes;
 }
 
-/* Punch backed free runs, longest lists first, until at most keep_bytes of
- * them remain (0: none); returns the bytes punched. */
+/* The i-th list a release punches from. Everything to go: longest lists
+ * first (0, 128, 127, ... 1: the most bytes a punch). Some to keep:
+ * shortest first (1, 2, ... 128, 0), so that what stays is the long runs,
+ * which serve the sizes the program reuses (decay.c, reuse_reserve); the
+ * short ends cuts leave are what nothing asks for. */
+static unsigned release_list(unsigned i, uint64_t keep_bytes)
+{
+    if (keep_bytes)
+        return i == TCM_PH_NLISTS ? 0 : i + 1;
+    return i == 0 ? 0 : TCM_PH_NLISTS + 1 - i;
+}
+
+/* Punch backed free runs (release_list's order) until at most keep_bytes
+ * of them remain (0: none); returns the bytes punched. */
 static uint64_t release_backed(tcm_heap_t *h, uint64_t keep_bytes)
 {
     uint64_t released = 0;
     for (unsigned i = 0; i <= TCM_PH_NLISTS; i++) {
-        unsigned li = i == 0 ? 0 : TCM_PH_NLISTS + 1 - i; /* 0, 128, 127, ... 1 */
+        unsigned li = release_list(i, keep_bytes);
         /* the next one is backed too, so no merge below deletes it */
         for (uint32_t s = h->free_lists[1][li], next; s; s = next) {
             if (keep_bytes && h->free_committed_pages * TCM_PAGE_SIZE <= keep_bytes)
@@ -613,9 +631,14 @@ static uint32_t next_backed(const tcm_heap_t *h, uint64_t keep_bytes)
     if (keep_bytes && h->free_committed_pages * TCM_PAGE_SIZE <= keep_bytes)
         return 0;
     for (unsigned i = 0; i <= TCM_PH_NLISTS; i++) {
-        unsigned li = i == 0 ? 0 : TCM_PH_NLISTS + 1 - i; /* 0, 128, 127, ... 1 */
-        if (h->free_lists[1][li])
-            return h->free_lists[1][li];
+        unsigned li = release_list(i, keep_bytes);
+        uint32_t s = h->free_lists[1][li];
+        if (s && li == 0 && keep_bytes) /* the long runs are not by length: the shortest */
+            for (uint32_t t = h->spans[s].next; t; t = h->spans[t].next)
+                if (h->spans[t].npages < h->spans[s].npages)
+                    s = t;
+        if (s)
+            return s;
     }
     return 0;
 }
