@@ -74,6 +74,10 @@ def stats():
     return json.loads(ctl("--json", "stats"))
 
 
+def attached(pid):
+    return any(c["pid"] == pid for c in json.loads(ctl("--json", "clients")))
+
+
 def stat(name):
     return stats()[name]
 
@@ -474,8 +478,15 @@ def test_worker_kill(srv):
         load.wait_ops(100)
         for k in range(3):
             pids = srv.worker_pids()
-            os.kill(pids[k % len(pids)], signal.SIGKILL)
-            wait_workers(srv, WORKERS, old=[pids[k % len(pids)]])
+            victim = pids[k % len(pids)]
+            # a worker killed before it attached is no client of tcmd's (a
+            # respawned one under a sanitizer can take a while to attach)
+            deadline = time.time() + 30
+            while not attached(victim) and time.time() < deadline:
+                time.sleep(0.05)
+            check(attached(victim), f"worker {victim} attached to tcmd")
+            os.kill(victim, signal.SIGKILL)
+            wait_workers(srv, WORKERS, old=[victim])
             load.wait_ops(100)  # served on by the new worker and the others
     finally:
         bench.kill()
