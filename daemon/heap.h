@@ -116,9 +116,9 @@ typedef struct tcm_heap {
     uint64_t recs_words;          /* its size in words */
     uint64_t step_ns;              /* when the last step (decay_ms / DECAY_AMOUNT_STEPS) began: decay by amount */
     /* private, lost with tcmd (the next one starts from none): how much
-     * of the page cache the program reuses (decay.c) */
-    uint64_t reused_pages;         /* backed free pages cuts of long runs have taken (no fault), ever */
-    uint64_t reused_at_step;       /* reused_pages when the last step began */
+     * of the page cache the program would reuse (decay.c, reuse_reserve) */
+    uint64_t long_cut_pages;       /* pages of long runs cuts have taken, ever */
+    uint64_t cut_at_step;          /* long_cut_pages when the last step began */
     uint64_t reuse_peak[2];        /* the most one step took: this decay window, the one before */
     /* private, lost with tcmd (a recovery finds these pages free): pages
      * in runs an allocation holds in transit across turns while it

@@ -267,16 +267,21 @@ static uint32_t take_run(tcm_heap_t *h, uint32_t unit, uint32_t max_units, uint6
     return s;
 }
 
-/* Back the pages of run s (in transit) unless they are already: those are
- * reused, which the decay keeps count of (decay.c, reuse_reserve). */
+/* A cut of npages: the decay keeps count of the long runs the program
+ * takes (decay.c, reuse_reserve). */
+static void note_cut(tcm_heap_t *h, uint32_t npages)
+{
+    if (npages > TCM_PH_NLISTS)
+        h->long_cut_pages += npages;
+}
+
+/* Back the pages of run s (in transit) unless they are already. */
 static int commit_run(tcm_heap_t *h, uint32_t s)
 {
     tcm_span_t *sp = &h->spans[s];
-    if (sp->committed) {
-        if (sp->npages > TCM_PH_NLISTS)
-            h->reused_pages += sp->npages;
+    note_cut(h, sp->npages);
+    if (sp->committed)
         return 0;
-    }
     int err = h->anon ? 0 : tcm__commit(h->heap_fd, tcm__page_off(sp->first), tcm__page_off(sp->npages));
     if (err) {
         tcm__log(TCM_LOG_WARN, "fallocate(heap, %u pages at page %u) failed: %s", sp->npages, sp->first,
@@ -362,9 +367,9 @@ int tcm__ph_commit_step_ht(tcm_heap_t *h, uint32_t s, uint32_t *done, uint32_t m
 {
     tcm_span_t *sp = &h->spans[s];
     TCM_ASSERT(sp->state == TCM_SPAN_UNUSED && *done <= sp->npages);
+    if (*done == 0)
+        note_cut(h, sp->npages);
     if (sp->committed) {
-        if (*done == 0 && sp->npages > TCM_PH_NLISTS)
-            h->reused_pages += sp->npages;
         *done = sp->npages;
         return 0;
     }
