@@ -354,7 +354,6 @@ static void test_reuse_stays(void)
     }
     printf("reused runs: %llu bytes punched in 1 s of a 6 MiB block replaced every 2 ms; committed %llu -> %llu "
            "once it stopped\n", (unsigned long long)released, (unsigned long long)peak, (unsigned long long)now);
-
     CHECK_LE(released, 6u << 20); /* punched at every step before: ~480 MiB */
     CHECK_LE(now, peak - (5u << 20));
     stop_idler(&d, pid);
