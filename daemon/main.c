@@ -245,12 +245,9 @@ static int run(tcm_server_t *srv, tcm_handle_t ready_fd)
     }
     if (tcm__heap_thread_start(srv) != 0)
         goto out_segments;
-    if (tcm__control_start(srv) != 0)
-        goto out_thread;
-    if ((srv->metrics_port || srv->metrics_socket[0]) && tcm__metrics_socket_start(srv) != 0)
-        goto out_thread;
-    if (srv->metrics_port && tcm__metrics_start(srv) != 0)
-        goto out_thread;
+    /* the handlers before the socket listens: a stop sent by whoever saw it
+     * listen is handled, not held pending (under TSan one such SIGTERM,
+     * held across the unblock, was never handled: integration.runtime) */
     uv_signal_init(srv->loop, &srv->sigterm);
     uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
     uv_signal_init(srv->loop, &srv->sigint);
@@ -259,6 +256,12 @@ static int run(tcm_server_t *srv, tcm_handle_t ready_fd)
     srv->sighup.data = srv;
     uv_signal_start(&srv->sighup, on_sighup, SIGHUP);
     tcm__stop_signals_hold(false);
+    if (tcm__control_start(srv) != 0)
+        goto out_thread;
+    if ((srv->metrics_port || srv->metrics_socket[0]) && tcm__metrics_socket_start(srv) != 0)
+        goto out_thread;
+    if (srv->metrics_port && tcm__metrics_start(srv) != 0)
+        goto out_thread;
     tcm__ignore_sigpipe();
     tcm__log(TCM_LOG_INFO, "tcmd %s ready: socket %s, heap %s %llu bytes at 0x%llx%s", TCM_VERSION_STRING,
              srv->socket_path, srv->heap_name, (unsigned long long)srv->heap_size, (unsigned long long)srv->base,
