@@ -100,14 +100,16 @@ foreach(package component IN ZIP_LISTS TCM_DEB_PACKAGES TCM_DEB_COMPONENTS)
   set(CPACK_DEBIAN_${C}_PACKAGE_CONFLICTS "tcm (<< ${TCM_DEB_VERSION})")
 endforeach()
 
-set(CPACK_DEBIAN_LIBTCM0_PACKAGE_SECTION libs)
-set(CPACK_DEBIAN_LIBTCM0_DESCRIPTION "shared-memory heap service for multi-process servers (library)
-libtcm is the client library of tcm, a thread-caching malloc whose shared
+# the two library packages' descriptions begin alike
+set(TCM_DEB_LIBTCM_ABOUT "libtcm is the client library of tcm, a thread-caching malloc whose shared
 tiers live in a daemon (tcmd): processes attached to one tcmd allocate from
 and free into one heap, mapped at the same address in each, so a pointer is
 valid in all of them.
 .
-This package has libtcm.so.0 and libtcm-malloc.so, the drop-in that makes
+")
+set(CPACK_DEBIAN_LIBTCM0_PACKAGE_SECTION libs)
+set(CPACK_DEBIAN_LIBTCM0_DESCRIPTION "shared-memory heap service for multi-process servers (library)
+${TCM_DEB_LIBTCM_ABOUT}This package has libtcm.so.0 and libtcm-malloc.so, the drop-in that makes
 tcm the malloc of any program (LD_PRELOAD), with a heap of the process's
 own.")
 set(CPACK_DEBIAN_LIBTCM0_PACKAGE_CONTROL_EXTRA ${TCM_DEB_DIR}/libtcm0/symbols ${TCM_DEB_DIR}/libtcm0/triggers)
@@ -115,12 +117,7 @@ set(CPACK_DEBIAN_LIBTCM0_PACKAGE_CONTROL_EXTRA ${TCM_DEB_DIR}/libtcm0/symbols ${
 set(CPACK_DEBIAN_LIBTCM_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_LIBTCM_DEV_PACKAGE_DEPENDS "libtcm0 (= ${TCM_DEB_VERSION}), libprotobuf-c-dev")
 set(CPACK_DEBIAN_LIBTCM_DEV_DESCRIPTION "shared-memory heap service for multi-process servers (development files)
-libtcm is the client library of tcm, a thread-caching malloc whose shared
-tiers live in a daemon (tcmd): processes attached to one tcmd allocate from
-and free into one heap, mapped at the same address in each, so a pointer is
-valid in all of them.
-.
-This package has what building a program with libtcm needs: tcm.h, tcm.hpp
+${TCM_DEB_LIBTCM_ABOUT}This package has what building a program with libtcm needs: tcm.h, tcm.hpp
 (tcm::allocator for the standard containers), the static library, the
 pkg-config file tcm and the manual page tcm(3).")
 

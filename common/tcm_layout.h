@@ -86,7 +86,7 @@
  * groups per user); the state version went on from there. */
 #define TCM_ABI_VERSION 14u
 #define TCM_ABI_VERSION_OLDEST 14u
-#define TCM_STATE_VERSION 15u /* 15: the heap's history in the state header (born_version, upgrades, served_by) */
+#define TCM_STATE_VERSION 15u /* 15: the heap's history in the state header (born_version, served_by) */
 #define TCM_STATE_VERSION_OLDEST 14u
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
 #define TCM_CHAN_MAGIC 0x4e4148434d4354ull /* "TCMCHAN" */
@@ -814,7 +814,7 @@ typedef struct tcm_state_hdr {
     /* The heap's history, for the operator (tcmctl stats, the adoption
      * log line). W: tcmd's main thread, at creation and adoption. */
     uint32_t born_version;   /* state version it was created with (14: 14 or an older one) */
-    uint32_t upgrades;       /* migrations to a newer state version (daemon/migrate.c) */
+    uint32_t reserved3;      /* zero (the migrations are version - born_version) */
     char served_by[16];      /* version of the last tcmd that created or adopted it; empty: 0.2.0 or older */
     alignas(TCM_CACHELINE) tcm_page_intent_t page;
     alignas(TCM_CACHELINE) tcm_req_intent_t req;
@@ -835,7 +835,7 @@ TCM_SHARED_OFFSET(tcm_state_hdr_t, off_clients, 56); TCM_SHARED_OFFSET(tcm_state
 TCM_SHARED_OFFSET(tcm_state_hdr_t, off_holders, 72); TCM_SHARED_OFFSET(tcm_state_hdr_t, created_unix, 80);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, adoptions, 88); TCM_SHARED_OFFSET(tcm_state_hdr_t, top, 96);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, max_clients, 100); TCM_SHARED_OFFSET(tcm_state_hdr_t, born_version, 104);
-TCM_SHARED_OFFSET(tcm_state_hdr_t, upgrades, 108); TCM_SHARED_OFFSET(tcm_state_hdr_t, served_by, 112);
+TCM_SHARED_OFFSET(tcm_state_hdr_t, reserved3, 108); TCM_SHARED_OFFSET(tcm_state_hdr_t, served_by, 112);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, page, 128);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, req, 192); TCM_SHARED_OFFSET(tcm_state_hdr_t, cstats, 4928);
 TCM_SHARED_OFFSET(tcm_state_hdr_t, dstats, 8032);

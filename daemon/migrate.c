@@ -20,6 +20,7 @@
 static void history_fields(tcm_state_hdr_t *st)
 {
     st->born_version = 14;
+    st->reserved3 = 0;
     memset(st->served_by, 0, sizeof st->served_by);
 }
 
@@ -37,7 +38,7 @@ static int migrate(tcm_state_hdr_t *st)
 {
     uint32_t from = st->version;
     char left_by[sizeof st->served_by + 1] = "";
-    if (from >= 15)
+    if (from >= 15) /* the first layout with served_by */
         memcpy(left_by, st->served_by, sizeof st->served_by);
     while (st->version < TCM_STATE_VERSION) {
         unsigned i = st->version - TCM_STATE_VERSION_OLDEST;

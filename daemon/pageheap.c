@@ -267,8 +267,9 @@ static uint32_t take_run(tcm_heap_t *h, uint32_t unit, uint32_t max_units, uint6
     return s;
 }
 
-/* A cut of npages: the decay keeps count of the long runs the program
- * takes (decay.c, reuse_reserve). */
+/* A page run an allocation took: the decay keeps count of the long ones
+ * (decay.c, reuse_reserve). Not a REFILL's spans, which are cut as one run
+ * too (tcm__ph_alloc_runs_ht) and would count as long. */
 static void note_cut(tcm_heap_t *h, uint32_t npages)
 {
     if (npages > TCM_PH_NLISTS)
@@ -279,7 +280,6 @@ static void note_cut(tcm_heap_t *h, uint32_t npages)
 static int commit_run(tcm_heap_t *h, uint32_t s)
 {
     tcm_span_t *sp = &h->spans[s];
-    note_cut(h, sp->npages);
     if (sp->committed)
         return 0;
     int err = h->anon ? 0 : tcm__commit(h->heap_fd, tcm__page_off(sp->first), tcm__page_off(sp->npages));
@@ -341,6 +341,7 @@ int tcm__ph_alloc_ht(tcm_heap_t *h, uint32_t npages, uint32_t align_pages, uint3
     }
     publish_free_stats(h);
     TCM_STAT_ADD(h->meta, bytes_spans, tcm__page_off(h->spans[s].npages));
+    note_cut(h, h->spans[s].npages);
     *out = s;
     return TCM_ST_OK;
 }

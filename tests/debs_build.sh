@@ -4,7 +4,7 @@
 #   debs_build.sh SRC OUT
 set -euo pipefail
 src=$1 out=$2
-rm -rf "$out"
+rm -f "$out"/*.deb # this version's only (a build tree of its own, reused)
 cmake -S "$src" -B "$out" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr -DTCM_BUILD_TESTS=OFF \
       -DTCM_BUILD_BENCH=OFF > /dev/null
 cmake --build "$out" -j"${JOBS:-2}" > /dev/null

@@ -24,6 +24,7 @@
 
 #include "check.h"
 #include "frame.h"
+#include "tcm.h"
 #include "tcm_layout.h"
 
 static void sleep_ms(int ms)
@@ -172,6 +173,30 @@ void tt_state_as_previous(const tcm_test_daemon_t *d)
     /* the header up to the page intent: what layout 14 and 15 tell apart */
     CHECK_EQ(pwrite(fd, &st, offsetof(tcm_state_hdr_t, page), 0), (ssize_t)offsetof(tcm_state_hdr_t, page));
     close(fd);
+}
+
+void *tt_previous_heap(tcm_test_daemon_t *d, const char *root, size_t size, int byte)
+{
+    tt_daemon_start(d, NULL);
+    CHECK_EQ(tcm_init(d->socket), 0);
+    void *p = tcm_malloc(size);
+    CHECK(p != NULL);
+    memset(p, byte, size);
+    CHECK_EQ(tcm_root_set(root, p), 0);
+    tcm_shutdown();
+    tt_daemon_kill(d);
+    tt_state_as_previous(d);
+    return p;
+}
+
+void tt_take_root(const char *root, const void *p, size_t size, int byte)
+{
+    unsigned char *q = tcm_root_get(root);
+    CHECK(q == p);
+    for (size_t i = 0; i < size; i++)
+        CHECK_EQ(q[i], (unsigned char)byte);
+    CHECK_EQ(tcm_root_set(root, NULL), 0);
+    tcm_free(q);
 }
 
 void tt_daemon_kill(tcm_test_daemon_t *d)

@@ -33,6 +33,12 @@ int tt_daemon_run_fail_env(tcm_test_daemon_t *d, const char *const *extra_args, 
 /* Make d's stopped heap what the previous release (state layout 14) left:
  * its state version and the history fields it did not have. */
 void tt_state_as_previous(const tcm_test_daemon_t *d);
+/* Start a tcmd on d, leave a root of size bytes of byte in its heap, kill
+ * it and make the heap the previous release's (tt_state_as_previous):
+ * returns the root's object. */
+void *tt_previous_heap(tcm_test_daemon_t *d, const char *root, size_t size, int byte);
+/* Attached to d: the root is p, size bytes of byte; then freed and unset. */
+void tt_take_root(const char *root, const void *p, size_t size, int byte);
 /* Read the state header of d's heap (stopped or running) into *st. */
 struct tcm_state_hdr;
 void tt_state_read(const tcm_test_daemon_t *d, struct tcm_state_hdr *st);

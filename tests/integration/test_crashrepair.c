@@ -344,15 +344,7 @@ static void test_steps_tcmd_killed(void)
  * serves the heap with its root. */
 static void test_migration_killed(void)
 {
-    tt_daemon_start(&d, NULL);
-    CHECK_EQ(tcm_init(d.socket), 0);
-    char *p = tcm_malloc(3000);
-    CHECK(p != NULL);
-    memset(p, 0x3c, 3000);
-    CHECK_EQ(tcm_root_set("migrated", p), 0);
-    tcm_shutdown();
-    tt_daemon_kill(&d);
-    tt_state_as_previous(&d);
+    void *p = tt_previous_heap(&d, "migrated", 3000, 0x3c);
     const char *env[] = {"TCM_TEST_CRASH_AT=migrate:1", NULL};
     char out[4096];
     int st = tt_daemon_run_fail_env(&d, NULL, env, out, sizeof out);
@@ -366,12 +358,7 @@ static void test_migration_killed(void)
     CHECK_EQ(hdr.version, TCM_STATE_VERSION);
     CHECK_EQ(hdr.born_version, 14);
     CHECK_EQ(tcm_init(d.socket), 0);
-    char *q = tcm_root_get("migrated");
-    CHECK(q == p);
-    for (int i = 0; i < 3000; i++)
-        CHECK_EQ(q[i], 0x3c);
-    CHECK_EQ(tcm_root_set("migrated", NULL), 0);
-    tcm_free(q);
+    tt_take_root("migrated", p, 3000, 0x3c);
     tcm_shutdown();
     tt_daemon_stop(&d);
 }

@@ -198,16 +198,7 @@ static void test_upgrade(void)
 static void test_migration(void)
 {
     tcm_test_daemon_t d;
-    tt_daemon_start(&d, NULL);
-    CHECK_EQ(tcm_init(d.socket), 0);
-    char *p = tcm_malloc(5000);
-    CHECK(p != NULL);
-    memset(p, 0x5a, 5000);
-    CHECK_EQ(tcm_root_set("before.upgrade", p), 0);
-    tcm_shutdown();
-    tt_daemon_kill(&d);
-    tt_state_as_previous(&d);
-
+    void *p = tt_previous_heap(&d, "before.upgrade", 5000, 0x5a);
     tt_daemon_restart(&d, NULL, NULL);
     char want[160];
     snprintf(want, sizeof want, "had layout 14 (left by tcmd 0.2.0 or older): migrated to layout %u",
@@ -220,12 +211,7 @@ static void test_migration(void)
     CHECK(strcmp(st.served_by, TCM_VERSION_STRING) == 0);
     CHECK_EQ(tt_stat(&d, "heap_migrations"), TCM_STATE_VERSION - 14);
     CHECK_EQ(tcm_init(d.socket), 0);
-    char *q = tcm_root_get("before.upgrade");
-    CHECK(q == p);
-    for (int i = 0; i < 5000; i++)
-        CHECK_EQ(q[i], 0x5a);
-    tcm_free(q);
-    CHECK_EQ(tcm_root_set("before.upgrade", NULL), 0);
+    tt_take_root("before.upgrade", p, 5000, 0x5a);
     tcm_shutdown();
     tt_check_heap(&d);
 
