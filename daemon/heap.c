@@ -1,6 +1,7 @@
 /* heap.c — laying out a fresh metadata and state segment, and pointing the
  * heap thread's view (tcm_heap_t) at the parts of either segment. */
 #include <errno.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "heap.h"
@@ -97,6 +98,28 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tc
         ss->backed = bits;
         bits += ((uint64_t)ss->max * ss->rec_bytes / 4096 + 1 + 63) / 64;
     }
+    /* the huge-range hint: backed now (a write to a hole of a full
+     * /dev/shm would be a SIGBUS); the private maps start from it */
+    h->nranges = npages / TCM_HUGE_PAGES;
+    if (state_fd >= 0) {
+        int err = tcm__commit(state_fd, h->sl.off_huge, h->sl.size - h->sl.off_huge);
+        if (err)
+            return err;
+    }
+    h->huge_hint = (_Atomic uint64_t *)(sb + h->sl.off_huge);
+    size_t hwords = h->nranges / 64 + 1;
+    free(h->huge);
+    free(h->huge_full);
+    h->huge = calloc(hwords, sizeof(uint64_t));
+    h->huge_full = calloc(hwords, sizeof(uint64_t));
+    if (!h->huge || !h->huge_full)
+        return -ENOMEM;
+    uint64_t ranges = 0;
+    for (uint32_t w = 0; w < (h->nranges + 63) / 64; w++) {
+        h->huge[w] = atomic_load_explicit(&h->huge_hint[w], memory_order_relaxed);
+        ranges += (uint64_t)__builtin_popcountll(h->huge[w]);
+    }
+    atomic_store(&h->huge_ranges, ranges);
     tcm__ph_init(h);
     h->top = atomic_load(&st->top);
     return tcm__roots_count_ht(h);
