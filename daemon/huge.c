@@ -128,9 +128,10 @@ static void take_answer(tcm_server_t *srv, uint32_t r, int err)
         return;
     atomic_fetch_add_explicit(&h->huge_failures, 1, memory_order_relaxed);
     atomic_store_explicit(&h->huge_errno, -err, memory_order_relaxed);
-    if (err == -EINVAL || err == -ENOSYS || err == -EPERM) {
-        /* not this range's doing: the kernel has no MADV_COLLAPSE (before
-         * 6.1), or shmem_enabled says deny */
+    if ((err == -EINVAL || err == -ENOSYS || err == -EPERM) && !atomic_load(&h->huge_ranges) &&
+        !atomic_load(&h->huge_collapses)) {
+        /* not this range's doing, as none ever worked: the kernel has no
+         * MADV_COLLAPSE (before 6.1), or shmem_enabled says deny */
         atomic_store(&hg->off_err, -err);
         tcm__log(TCM_LOG_WARN,
                  "huge pages: the kernel cannot collapse the heap (MADV_COLLAPSE: %s; Linux 6.1 or later is "
