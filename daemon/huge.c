@@ -16,7 +16,6 @@
 
 #include <errno.h>
 #include <string.h>
-#include <time.h>
 
 #include "log.h"
 #include "pageheap.h"
@@ -44,14 +43,11 @@ static void *collapser_main(void *arg)
             window = now;
             used = 0;
         }
-        if (budget && used >= budget) {
-            uint64_t until = window + 1000000000u;
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            uint64_t abs = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + (until - now);
-            ts.tv_sec = (time_t)(abs / 1000000000u);
-            ts.tv_nsec = (long)(abs % 1000000000u);
-            pthread_cond_timedwait(&hg->cond, &hg->lock, &ts);
+        if (budget && used >= budget) { /* the rest of the second, a tenth at a time (a stop may come) */
+            uint64_t left = window + 1000000000u - now;
+            pthread_mutex_unlock(&hg->lock);
+            tcm__sleep_ns(left < 100000000u ? left : 100000000u);
+            pthread_mutex_lock(&hg->lock);
             continue;
         }
         uint32_t r = hg->todo[0];
@@ -76,12 +72,8 @@ static void *collapser_main(void *arg)
 int tcm__huge_start(tcm_server_t *srv)
 {
     tcm_huge_t *hg = &srv->huge;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&hg->lock, NULL);
-    pthread_cond_init(&hg->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    pthread_cond_init(&hg->cond, NULL);
     int err = pthread_create(&hg->thread, NULL, collapser_main, srv);
     if (err) {
         tcm__log(TCM_LOG_ERROR, "pthread_create(collapser) failed: %s", strerror(err));
