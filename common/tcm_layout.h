@@ -30,9 +30,9 @@
  * record of one small span, its object bits (1 = handed out) then one owner
  * word per 64 objects (TCM_OWNER_BLOCK); then the arena of tag blocks
  * (64 16-bit owner tags each) for the words whose objects more than one
- * client holds. A small span's record names its object record
- * (tcm_span_t.rec); an arena's pages are backed only while a record or
- * block in them is used, so
+ * client holds; then the huge-range hint, a bit per 2 MiB range (16). A
+ * small span's record names its object record (tcm_span_t.rec); an
+ * arena's pages are backed only while a record or block in them is used, so
  * the state grows with the spans that exist, not with the heap's size (the
  * arenas' virtual size is about 0.18 x the heap's). channel:
  * tcm_chan_hdr_t at 0, then

@@ -108,8 +108,8 @@ static const setting_t settings[] = {
      TCM_STRINGIFY(TCM_RECONNECT_DEFAULT_S), "N", FIELD(reconnect_timeout), META(reconnect_ms, 1000)},
     {{"decay_ms", true, "free pages unused this long go back to the OS, caches unused this long to tcmd (0: never)"},
      T_UINT, 0, 86400000, TCM_DEFAULT_DECAY_MS, "N", FIELD(decay_ms), META(decay_ms, 1)},
-    {{"huge_collapse_ms", true, "milliseconds a second tcmd may spend having the kernel put 2 MiB pages behind "
-      "ranges of the heap that stay in use (0: 4 KiB pages only)"}, T_UINT, 0, 1000, "50", "N",
+    {{"huge_collapse_ms", true, "milliseconds of CPU time a second tcmd may spend having the kernel put 2 MiB "
+      "pages behind ranges of the heap that stay in use (0: 4 KiB pages only)"}, T_UINT, 0, 1000, "100", "N",
      HOOKS(set_huge_collapse, show_huge_collapse)},
     {{"clients_per_uid", true, "client records (attached processes) one user may hold at once"}, T_UINT, 1,
      TCM_CLIENTS_MAX, TCM_STRINGIFY(TCM_DEFAULT_CLIENTS_PER_UID), "N", FIELD(clients_per_uid)},
