@@ -50,6 +50,7 @@ typedef struct tcm_thread {
     uint32_t epoch;              /* tcm__proc.epoch when registered */
     uint32_t refill[TCM_NCLASSES]; /* slow start: objects fetched per miss */
     uint8_t daemon_streak[TCM_NCLASSES]; /* refills in a row from tcmd (to 2): then it fetches ahead */
+    uint8_t borrowed[TCM_NCLASSES]; /* misses served from a larger class's bin since the last scavenge */
     uint32_t async_next;         /* the async slot to try first */
     /* scavenging (tcache.c): what a bin kept unused through an interval goes back */
     uint32_t slow_calls;         /* slow-path entries since the clock was last read */
