@@ -17,13 +17,21 @@
 # CPUs would otherwise count the time they wait for one.
 # A tcmd without the setting (before issue 33) gets a note and the off runs.
 #   bench/run_huge.sh [BUILD_DIR]   (default build-bench; RUNS=3, SIZE=1G,
-#   STEPS=20M, WALKERS="2 4", BIG=4G (empty: no BIG case), HEAP=8G (tcmd's
-#   --heap-size), RAW=FILE keeps the raw lines)
+#   STEPS=20M, WALKERS="2 4", BIG=4G (empty: no BIG case), BIG_COLLAPSE_MS=1000
+#   (huge_collapse_ms for the BIG case's on run, so that its 4 GiB are collapsed
+#   within the wait), HEAP=8G (tcmd's --heap-size), LARSON_S=60 (0: no part 4),
+#   PARTS="walk big larson" (the parts to run: walk is 1 and 3), RAW=FILE keeps
+#   the raw lines)
+#   4. larson between two processes with the tier on: each worker's share of
+#      its heap Rss on 2 MiB pages after LARSON_S seconds and after a decay
+#      cycle, and tcmd's bytes_huge against /proc/meminfo's ShmemHugePages.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$root/build-bench}
 runs=${RUNS:-3} size=${SIZE:-1G} steps=${STEPS:-20M} big=${BIG-4G} heap=${HEAP:-8G}
 read -ra walkers <<<"${WALKERS:-2 4}"
+parts=" ${PARTS:-walk big larson} "
+big_ms=${BIG_COLLAPSE_MS:-1000}
 source "$root/bench/lib.sh"
 source "$root/tests/common/lib.sh"
 bench_configure "$root" "$build"
@@ -62,6 +70,7 @@ one() {
 : >"$work/raw"
 bench_load_begin
 for ((r = 0; r < runs; r++)); do
+    [[ $parts == *" walk "* ]] || break
     for w in "${walkers[@]}"; do
         for ((i = 0; i < ${#modes[@]}; i++)); do # each round starts with the other mode
             m=${modes[(i + r) % ${#modes[@]}]}
@@ -78,13 +87,17 @@ for ((r = 0; r < runs; r++)); do
         fi
     done
 done
-if [[ -n $big ]]; then
+if [[ -n $big && $parts == *" big "* ]]; then
     for m in "${modes[@]}"; do
         set_mode "$m"
         args=(--size "$big" --steps 0 --walkers "${walkers[0]}" --touch-all)
-        [[ $m == on ]] && args+=(--wait-huge "$(target "$big")")
+        if [[ $m == on ]]; then
+            ctl config set huge_collapse_ms "$big_ms" >/dev/null
+            args+=(--wait-huge "$(target "$big")")
+        fi
         one "$m" big "${args[@]}"
     done
+    [[ -z $default ]] || ctl config set huge_collapse_ms "$default" >/dev/null
 fi
 bench_load_end
 [[ -n ${RAW:-} ]] && cp "$work/raw" "$RAW"
@@ -93,7 +106,7 @@ echo "## The heap on 2 MiB pages: pointer chase through one structure, huge_coll
 echo
 echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); tree: $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)"
 echo "- machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1), kernel $(uname -r), shmem THP: $(cat /sys/kernel/mm/transparent_hugepage/shmem_enabled 2>/dev/null || echo unknown)"
-echo "- command: \`RUNS=$runs SIZE=$size STEPS=$steps WALKERS=\"${walkers[*]}\" BIG=$big bench/run_huge.sh\` (${SECONDS} s); tcmd --heap-size $heap, huge_collapse_ms on = ${default:-unknown}"
+echo "- command: \`RUNS=$runs SIZE=$size STEPS=$steps WALKERS=\"${walkers[*]}\" BIG=$big PARTS=\"${parts:1:-1}\" bench/run_huge.sh\` (${SECONDS} s); tcmd --heap-size $heap, huge_collapse_ms on = ${default:-unknown} ($big_ms for the $big case)"
 echo "- other work on the box: about ${others_pct}% of all CPU time during the run; load average before / after: $load_start / $load_end"
 [[ -z $default ]] && echo "- **tcmd has no \`huge_collapse_ms\` setting: the 2 MiB tier is not in this build; off figures only**"
 echo
@@ -196,3 +209,50 @@ if stall:
         cells += [cell(col(5 + 5 * p)) for p in range(3)]
         print(f"| {w} | {cell(col(0))} | {wins} | " + " | ".join(cells) + " |")
 PY
+
+# 4. larson between two processes (tcm-bench-mixes, its own tcmd), the tier
+# on and off: after LARSON_S seconds (default 60) and again after a decay
+# cycle (decay_ms more), each larson worker's ShmemPmdMapped share of its
+# heap Rss, tcmd's bytes_huge against /proc/meminfo's ShmemHugePages (the
+# box's figure: nothing else here may use shmem large pages) and the heap's
+# committed bytes.
+larson_s=${LARSON_S:-60}
+if [[ -n $default && $larson_s != 0 && $parts == *" larson "* ]]; then
+    cmake --build "$build" -j"$(nproc)" --target tcm-bench-mixes >/dev/null
+    sample() { # MODE WHEN: a line per worker, then tcmd's figures against the kernel's
+        local pid rss pmd huge kernel committed
+        for pid in $(pgrep -P "$lpid" -f tcm-bench-mixes); do
+            read -r rss pmd < <(awk '/^7e8000000000-/{f=1; next} f && /^[0-9a-f]+-/{exit}
+                f && /^Rss:/{r=$2} f && /^ShmemPmdMapped:/{p=$2} END{print r+0, p+0}' "/proc/$pid/smaps")
+            echo "| $1 | $2 | worker $pid | $rss | $pmd | $((rss ? pmd * 100 / rss : 0))% | |"
+        done
+        read -r huge committed < <("$build/tcmctl" --socket "$lsock" stats |
+            awk '$1 == "bytes_huge" {h = int($2 / 1024)} $1 == "bytes_committed" {c = int($2 / 1048576)} END {print h, c}')
+        kernel=$(awk '/^ShmemHugePages:/{print $2}' /proc/meminfo)
+        echo "| $1 | $2 | tcmd: bytes_huge / meminfo ShmemHugePages | $huge | $kernel | $((huge - kernel)) kB apart | $committed |"
+    }
+    echo
+    echo "### larson, 2 processes: heap Rss on 2 MiB pages, and the heap's committed MiB"
+    echo
+    echo "| tier | when | process | heap Rss kB | ShmemPmdMapped kB | share | committed MiB |"
+    echo "|---|---|---|---:|---:|---:|---:|"
+    for m in on off; do
+        if [[ $m == off ]]; then export TCM_BENCH_TCMD_ARGS="--huge-collapse-ms 0"; else unset TCM_BENCH_TCMD_ARGS; fi
+        "$build/bench/tcm-bench-mixes" --mix larson --mode procs --workers 2 --runs 1 --slots 200000 --ops 200000 \
+            --rounds 100000 >/dev/null 2>&1 &
+        lpid=$!
+        lsock=/tmp/tcm-bench-$lpid.sock
+        sleep 1
+        decay_s=$(($("$build/tcmctl" --socket "$lsock" --json config get decay_ms 2>/dev/null |
+            sed -n 's/.*"value":"\([0-9]*\)".*/\1/p' || echo 10000) / 1000))
+        sleep "$((larson_s - 1))"
+        sample "$m" "${larson_s} s"
+        sleep "$((decay_s + 2))"
+        sample "$m" "$((larson_s + decay_s + 2)) s (a decay cycle later)"
+        kill "$lpid" 2>/dev/null
+        wait "$lpid" 2>/dev/null || true
+        pkill -f -- "--socket $lsock" 2>/dev/null || true
+        rm -f /dev/shm/tcm.bench"$lpid".* "$lsock"
+    done
+    unset TCM_BENCH_TCMD_ARGS
+fi

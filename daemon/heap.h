@@ -113,13 +113,18 @@ typedef struct tcm_heap {
      * the state segment, a bit per range collapsed (tcm_state_layout_t.off_huge).
      * huge: private, rebuilt from the hint: the ranges the page heap keeps
      * whole, collapsed or handed to the collapser and not answered yet.
-     * huge_full: private, the ranges the last scan found all in spans. */
+     * huge_since: private, per range, the look (huge.c) since which every
+     * look found it all in spans, plus one (0: the last did not). */
     _Atomic uint64_t *huge_hint;
-    uint64_t *huge, *huge_full;
+    uint64_t *huge;
+    uint32_t *huge_since;
+    /* private, per range: free pages on the huge lists now, and the fewest
+     * since the decay window began (tcm__ph_huge_sparse_ht) */
+    uint16_t *huge_free, *huge_low;
     uint32_t nranges;
     /* W: heap thread, R: main (stats); since this tcmd started, but
      * huge_ranges (the hint's bits) */
-    _Atomic uint64_t huge_ranges, huge_collapses, huge_failures, huge_splits;
+    _Atomic uint64_t huge_ranges, huge_collapses, huge_failures, huge_splits, huge_dissolved;
     _Atomic int huge_errno;        /* the last collapse's error (0: it worked) */
     bool punch_split;              /* the punching in progress may split huge ranges (pressure) */
     uint64_t last_change_ns;       /* when pages were last cut or freed (decay starts from it) */
@@ -128,7 +133,7 @@ typedef struct tcm_heap {
     tcm_rec_set_t recs[TCM_NCLASSES]; /* derived, private: which object records are in use */
     tcm_rec_set_t tag_blocks;     /* derived, private: which tag blocks are in use */
     uint8_t *tag_block_base;       /* in state: the tag blocks */
-    uint64_t *recs_bits;          /* private: the reservation the record sets' bitmaps live in */
+    uint64_t *recs_bits;          /* private: the reservation the record sets' bitmaps and the huge maps live in */
     uint64_t recs_words;          /* its size in words */
     uint64_t step_ns;              /* when the last step (decay_ms / DECAY_AMOUNT_STEPS) began: decay by amount */
     /* private, lost with tcmd (the next one starts from none): how much

@@ -263,7 +263,9 @@ static void *heap_thread_main(void *arg)
         atomic_store_explicit(&srv->meta->heap_sleeping, 1, memory_order_relaxed);
         atomic_thread_fence(memory_order_seq_cst);
         if (!anything_pending(srv)) {
-            tcm__wait(&srv->bell->seq, seq, 1000000000ll);
+            /* a second, or the next look at the heap while the collapser
+             * has ranges (its answers, and the ranges after them) */
+            tcm__wait(&srv->bell->seq, seq, tcm__huge_busy(srv) ? TCM_HUGE_SCAN_NS : 1000000000ll);
             TCM_STAT_ADD(srv->meta, wakeups, 1);
         }
         atomic_store_explicit(&srv->meta->heap_sleeping, 0, memory_order_relaxed);

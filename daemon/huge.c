@@ -5,8 +5,8 @@
  * (MADV_COLLAPSE, Linux 6.1+, whatever shmem_enabled says), every process
  * that maps the range gets the large page: one page-table entry where
  * there were 512, and a TLB entry that covers all of it. The heap thread
- * picks the ranges that stay in use (every page in a span at two looks in
- * a row); the collapser, a thread of its own, asks the kernel for them
+ * picks the ranges that stay in use (every page in a span at every look for
+ * a second); the collapser, a thread of its own, asks the kernel for them
  * within huge_collapse_ms a second; the page heap keeps collapsed ranges
  * whole (pageheap.c: cuts there first, punched only whole but under
  * pressure); the hint in the state segment says which they are across a
@@ -22,8 +22,12 @@
 #include "prim.h"
 #include "server.h"
 
-#define HUGE_SCAN_NS (50u * 1000u * 1000u) /* between two looks at the heap */
 #define HUGE_SCAN_RANGES 64u               /* ranges one look covers: 128 MiB of heap */
+/* Looks (TCM_HUGE_SCAN_NS each) a range must be in use through before it is
+ * collapsed: a second. A range collapsed as soon as it filled was kept
+ * whole through the churn of a program's first second (larson's steady
+ * memory ~10% higher). */
+#define HUGE_SETTLE_LOOKS 5u
 
 static void *collapser_main(void *arg)
 {
@@ -158,7 +162,7 @@ void tcm__huge_tick_ht(tcm_server_t *srv, uint64_t now)
 {
     tcm_huge_t *hg = &srv->huge;
     tcm_heap_t *h = &srv->h;
-    if (!hg->started || now - hg->scan_ns < HUGE_SCAN_NS)
+    if (!hg->started || now - hg->scan_ns < TCM_HUGE_SCAN_NS)
         return;
     hg->scan_ns = now;
     uint32_t done[TCM_HUGE_QUEUE], n;
@@ -172,6 +176,7 @@ void tcm__huge_tick_ht(tcm_server_t *srv, uint64_t now)
     for (uint32_t i = 0; i < n; i++)
         take_answer(srv, done[i], errs[i]);
 
+    hg->found = false;
     if (!atomic_load_explicit(&srv->huge_collapse_ms, memory_order_relaxed) || atomic_load_explicit(&hg->off_err, memory_order_relaxed))
         return;
     /* the ranges the hint names, once after a start: this tcmd maps their
@@ -183,6 +188,7 @@ void tcm__huge_tick_ht(tcm_server_t *srv, uint64_t now)
         hg->remap_cursor++;
     }
     uint32_t ranges = h->top / TCM_HUGE_PAGES; /* whole ranges below top */
+    hg->looks++;
     for (uint32_t k = 0; k < HUGE_SCAN_RANGES && ranges; k++) {
         uint32_t r = hg->cursor < ranges ? hg->cursor : 0;
         hg->cursor = r + 1;
@@ -190,17 +196,23 @@ void tcm__huge_tick_ht(tcm_server_t *srv, uint64_t now)
         if (h->huge[r / 64] & bit)
             continue;
         if (!range_in_use(h, r)) {
-            h->huge_full[r / 64] &= ~bit;
+            h->huge_since[r] = 0;
             continue;
         }
-        if (!(h->huge_full[r / 64] & bit)) { /* in use at two looks in a row: it stays */
-            h->huge_full[r / 64] |= bit;
+        hg->found = true;
+        if (!h->huge_since[r])
+            h->huge_since[r] = hg->looks + 1;
+        if (hg->looks + 1 - h->huge_since[r] < HUGE_SETTLE_LOOKS) /* in use at every look for a second: it stays */
             continue;
-        }
         if (hg->in_flight >= TCM_HUGE_QUEUE)
             break;
         /* kept whole from now on; no free run lies inside it to move */
         h->huge[r / 64] |= bit;
         hand_over(hg, r);
     }
+}
+
+bool tcm__huge_busy(const tcm_server_t *srv)
+{
+    return srv->huge.in_flight || srv->huge.found;
 }

@@ -12,7 +12,11 @@ struct tcm_server;
 int tcm__huge_start(struct tcm_server *srv);
 void tcm__huge_stop(struct tcm_server *srv);
 /* Heap thread, every turn: the collapser's answers, then (every
- * HUGE_SCAN_NS) a look at the next ranges for ones that stay in use. */
+ * TCM_HUGE_SCAN_NS) a look at the next ranges for ones that stay in use. */
+#define TCM_HUGE_SCAN_NS (50u * 1000u * 1000u)
 void tcm__huge_tick_ht(struct tcm_server *srv, uint64_t now);
+/* Whether the collapser has ranges in hand, or the last look found some:
+ * the heap thread looks again in TCM_HUGE_SCAN_NS, asleep or not. */
+bool tcm__huge_busy(const struct tcm_server *srv);
 
 #endif

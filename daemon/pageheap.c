@@ -110,8 +110,10 @@ static void free_insert(tcm_heap_t *h, uint32_t s)
     h->free_pages += sp->npages;
     if (c)
         h->free_committed_pages += sp->npages;
-    if (c == TCM_SET_HUGE)
+    if (c == TCM_SET_HUGE) {
         h->huge_free_pages += sp->npages;
+        h->huge_free[sp->first / TCM_HUGE_PAGES] += (uint16_t)sp->npages;
+    }
 }
 
 static void free_remove(tcm_heap_t *h, uint32_t s)
@@ -124,8 +126,13 @@ static void free_remove(tcm_heap_t *h, uint32_t s)
     h->free_pages -= sp->npages;
     if (c)
         h->free_committed_pages -= sp->npages;
-    if (c == TCM_SET_HUGE)
+    if (c == TCM_SET_HUGE) {
+        uint32_t r = sp->first / TCM_HUGE_PAGES;
         h->huge_free_pages -= sp->npages;
+        h->huge_free[r] -= (uint16_t)sp->npages;
+        if (h->huge_free[r] < h->huge_low[r])
+            h->huge_low[r] = h->huge_free[r];
+    }
 }
 
 /* At the end of each page-heap operation (not inside one: a split takes a
@@ -152,6 +159,8 @@ void tcm__ph_init(tcm_heap_t *h)
     h->unused_spans = 0;
     h->next_span_record = 1;
     h->free_pages = h->free_committed_pages = h->huge_free_pages = 0;
+    memset(h->huge_free, 0, h->nranges * sizeof h->huge_free[0]);
+    memset(h->huge_low, 0, h->nranges * sizeof h->huge_low[0]);
     h->transit_pages = 0;
     h->punch_first = h->punch_done = 0;
 }
@@ -655,6 +664,27 @@ void tcm__ph_huge_forget_ht(tcm_heap_t *h, uint32_t r)
         h->spans[runs[i]].state = TCM_SPAN_FREE;
         insert_coalesced(h, runs[i]);
     }
+}
+
+/* A kept range a quarter of which stayed free through a whole decay step
+ * while the heap holds too many free pages is not in use any more,
+ * whatever it was when it was collapsed: it is forgotten (and counted in
+ * huge_dissolved), and the decay gives its free pages back as it would
+ * any. */
+#define HUGE_SPARSE_PAGES (TCM_HUGE_PAGES / 4)
+
+void tcm__ph_huge_sparse_ht(tcm_heap_t *h)
+{
+    for (uint32_t r = 0; r < h->nranges; r++)
+        if (h->huge_low[r] >= HUGE_SPARSE_PAGES && (h->huge[r / 64] >> (r % 64) & 1)) {
+            tcm__ph_huge_forget_ht(h, r);
+            atomic_fetch_add_explicit(&h->huge_dissolved, 1, memory_order_relaxed);
+        }
+}
+
+void tcm__ph_huge_step_ht(tcm_heap_t *h)
+{
+    memcpy(h->huge_low, h->huge_free, h->nranges * sizeof h->huge_low[0]);
 }
 
 /* Before run s is punched: a huge range it lies in is forgotten, and a

@@ -63,6 +63,11 @@ bool tcm__ph_release_step_ht(tcm_heap_t *h, uint64_t keep_bytes, bool split, uin
 /* Huge range r is no longer kept whole (huge.c: a collapse that failed; a
  * punch inside it). */
 void tcm__ph_huge_forget_ht(tcm_heap_t *h, uint32_t r);
+/* The decay's step (decay.c): kept ranges a quarter free all through the
+ * step are forgotten (pageheap.c, HUGE_SPARSE_PAGES); then a new step's
+ * low-water marks begin. */
+void tcm__ph_huge_sparse_ht(tcm_heap_t *h);
+void tcm__ph_huge_step_ht(tcm_heap_t *h);
 uint64_t tcm__ph_in_use_end_ht(tcm_heap_t *h); /* heap offset after the last page in use */
 /* Recovery: rebuild the free runs, their lists and the record allocator
  * from the page map of the allocated spans. Returns repairs made. */

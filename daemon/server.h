@@ -135,6 +135,8 @@ typedef struct tcm_huge {
     uint32_t in_flight;                       /* heap thread: handed, not answered */
     uint32_t cursor, remap_cursor;            /* heap thread: the next range to look at; to map again */
     uint64_t scan_ns;                         /* heap thread: the last look */
+    bool found;                               /* heap thread: it found ranges in use (more looks soon) */
+    uint32_t looks;                           /* heap thread: looks at the heap so far (huge_since) */
     _Atomic int off_err;                      /* W: heap thread: errno of why this kernel cannot (0: it can) */
     _Atomic uint64_t busy_ns;                 /* collapser: CPU time spent collapsing, since tcmd started */
 } tcm_huge_t;
