@@ -158,6 +158,8 @@ def collapse(case):  # seconds from publication to bytes_huge at 90%, and how ma
             f" (bytes_huge at most {most:.0f}% of the structure)")
 
 ws = sorted({w for (_, c, w) in walk if c == "walk"})
+if not walk:
+    sys.exit(0)  # PARTS without walk and big
 print(f"### Pointer chase through {size}: ns per step (thread CPU), median (range) of the runs' medians\n")
 print("| walkers | ns/step off | ns/step on | off / on | wall ns/step off | on | touch ms off | on | VmPTE kB off | on | PmdMapped % of Rss off | on | collapse s (on) |")
 print("|---:|" + "---:|" * 12)

@@ -152,10 +152,28 @@ static bool hand_over(tcm_huge_t *hg, uint32_t r)
     return true;
 }
 
-/* Whether every page of range r is in a span (none free, none in transit). */
+/* Whether range r is in use: at most HUGE_FREE_MAX of its pages free, each
+ * in a backed free run inside it (a collapse backs no page the heap does
+ * not), none in transit. */
+#define HUGE_FREE_MAX (TCM_HUGE_PAGES / 16)
 static bool range_in_use(const tcm_heap_t *h, uint32_t r)
 {
-    return !memchr(h->page_class + (uint64_t)r * TCM_HUGE_PAGES, TCM_PAGE_CLASS_FREE, TCM_HUGE_PAGES);
+    uint32_t lo = r * TCM_HUGE_PAGES, hi = lo + TCM_HUGE_PAGES, free = 0;
+    if (h->page_class[lo] == TCM_PAGE_CLASS_FREE || h->page_class[hi - 1] == TCM_PAGE_CLASS_FREE)
+        return false; /* a free run may cross its edge */
+    for (uint32_t p = lo; p < hi;) {
+        const uint8_t *f = memchr(h->page_class + p, TCM_PAGE_CLASS_FREE, hi - p);
+        if (!f)
+            return true;
+        p = (uint32_t)(f - h->page_class);
+        uint32_t s = h->page_span[p];
+        const tcm_span_t *sp = &h->spans[s];
+        if (!s || sp->first != p || sp->state != TCM_SPAN_FREE || !sp->committed || !sp->on_list ||
+            (free += sp->npages) > HUGE_FREE_MAX)
+            return false;
+        p += sp->npages;
+    }
+    return true;
 }
 
 void tcm__huge_tick_ht(tcm_server_t *srv, uint64_t now)
@@ -206,8 +224,7 @@ void tcm__huge_tick_ht(tcm_server_t *srv, uint64_t now)
             continue;
         if (hg->in_flight >= TCM_HUGE_QUEUE)
             break;
-        /* kept whole from now on; no free run lies inside it to move */
-        h->huge[r / 64] |= bit;
+        tcm__ph_huge_keep_ht(h, r); /* kept whole from now on */
         hand_over(hg, r);
     }
 }

@@ -687,6 +687,26 @@ void tcm__ph_huge_step_ht(tcm_heap_t *h)
     memcpy(h->huge_low, h->huge_free, h->nranges * sizeof h->huge_low[0]);
 }
 
+/* Range r (no free run crosses its edges: huge.c, range_in_use) is kept
+ * whole from now on: its free runs go to the huge lists. */
+void tcm__ph_huge_keep_ht(tcm_heap_t *h, uint32_t r)
+{
+    uint32_t runs[TCM_HUGE_PAGES], n = 0, lo = r * TCM_HUGE_PAGES, hi = lo + TCM_HUGE_PAGES;
+    for (uint32_t p = lo; p < hi;) {
+        uint32_t s = h->page_span[p];
+        tcm_span_t *sp = &h->spans[s];
+        if (s && sp->first == p && sp->state == TCM_SPAN_FREE && sp->on_list) {
+            free_remove(h, s);
+            runs[n++] = s;
+        }
+        p = s && sp->first + sp->npages > p ? sp->first + sp->npages : p + 1;
+    }
+    h->huge[r / 64] |= 1ull << (r % 64);
+    for (uint32_t i = 0; i < n; i++)
+        free_insert(h, runs[i]);
+    note_cache_low(h);
+}
+
 /* Before run s is punched: a huge range it lies in is forgotten, and a
  * split counted when s is not all of it (only pressure punches those).
  * True when it was: s may have merged, the caller looks again. */

@@ -63,6 +63,9 @@ bool tcm__ph_release_step_ht(tcm_heap_t *h, uint64_t keep_bytes, bool split, uin
 /* Huge range r is no longer kept whole (huge.c: a collapse that failed; a
  * punch inside it). */
 void tcm__ph_huge_forget_ht(tcm_heap_t *h, uint32_t r);
+/* ... and range r is kept whole from now on (huge.c hands it to the
+ * collapser): its free runs, none across its edges, to the huge lists. */
+void tcm__ph_huge_keep_ht(tcm_heap_t *h, uint32_t r);
 /* The decay's step (decay.c): kept ranges a quarter free all through the
  * step are forgotten (pageheap.c, HUGE_SPARSE_PAGES); then a new step's
  * low-water marks begin. */

@@ -763,6 +763,30 @@ static void test_huge(void)
     rebuild_and_compare();
 }
 
+/* A kept range a quarter of which stays free through a whole decay step
+ * is forgotten (huge_dissolved); one whose free pages were cut into below a
+ * quarter during the step is not. */
+static void test_sparse(void)
+{
+    uint64_t run[12], x, bytes;
+    uint32_t owner;
+    for (int i = 0; i < 12; i++)
+        CHECK_EQ(large_alloc(64, 1, 1, &run[i]), TCM_ST_OK);
+    h.huge[0] |= 1u << 1; /* range 1: pages 256-511 */
+    CHECK_EQ(tcm__large_free_ht(&h, run[4], &bytes, &owner), TCM_ST_OK); /* 257-320: a quarter */
+    tcm__ph_huge_step_ht(&h);
+    CHECK_EQ(large_alloc(8, 1, 1, &x), TCM_ST_OK); /* from it: 56 free at the step's low */
+    CHECK_EQ(tcm__large_free_ht(&h, x, &bytes, &owner), TCM_ST_OK);
+    tcm__ph_huge_sparse_ht(&h);
+    CHECK(h.huge[0] >> 1 & 1);
+    tcm__ph_huge_step_ht(&h);
+    tcm__ph_huge_sparse_ht(&h); /* a quarter free all through this step */
+    CHECK(!(h.huge[0] >> 1 & 1));
+    CHECK_EQ(atomic_load(&h.huge_dissolved), 1);
+    CHECK_EQ(h.huge_free_pages, 0);
+    validate();
+}
+
 #define ON_A_NEW_HEAP(name) \
     static void case_##name(void) \
     { \
@@ -782,13 +806,14 @@ ON_A_NEW_HEAP(limit)
 ON_A_NEW_HEAP(roots)
 ON_A_NEW_HEAP(steps)
 ON_A_NEW_HEAP(huge)
+ON_A_NEW_HEAP(sparse)
 
 int main(void)
 {
     static const tt_case_t cases[] = {
         {"runs", case_runs}, {"objects", case_objects}, {"batch", case_batch}, {"kept", case_kept}, {"cut", case_cut}, {"random", case_random}, {"release", case_release},
         {"backed first", case_backed_first}, {"limit across states", case_limit_across_states},
-        {"limit", case_limit}, {"roots", case_roots}, {"steps", case_steps}, {"huge ranges", case_huge},
+        {"limit", case_limit}, {"roots", case_roots}, {"steps", case_steps}, {"huge ranges", case_huge}, {"sparse ranges", case_sparse},
     };
     return tt_run_cases("pageheap", cases, sizeof cases / sizeof cases[0], 60000) != 0;
 }
