@@ -204,8 +204,14 @@ static void spawn(bench_daemon_t *d)
             _exit(1);
         char *argv[8 + BENCH_DAEMON_MAX_ARGS + 1] = {"tcmd", "--foreground", "--socket", d->socket,
                                                      "--name", d->name, "--log-level", "warn"};
+        int n = 8;
         for (int i = 0; i < n_extra_args; i++)
-            argv[8 + i] = extra_args[i];
+            argv[n++] = extra_args[i];
+        /* and TCM_BENCH_TCMD_ARGS, words apart: a whole suite run with a
+         * setting changed (huge_collapse_ms 0 against its default) */
+        char *more = getenv("TCM_BENCH_TCMD_ARGS");
+        for (char *w = more ? strtok(more, " ") : NULL; w && n < 8 + BENCH_DAEMON_MAX_ARGS; w = strtok(NULL, " "))
+            argv[n++] = w;
         execv(d->tcmd, argv);
         fprintf(stderr, "bench: exec %s: %s\n", d->tcmd, strerror(errno));
         _exit(127);

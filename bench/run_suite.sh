@@ -13,6 +13,8 @@
 #   --report-only: no build, no runs: rebuild report.md and the plots from
 #            the CSV of the last run (and the last multiproc report)
 # env:   TCM_BENCH_BUILD=DIR   build tree (default build-bench/)
+#        TCM_BENCH_TCMD_ARGS="--huge-collapse-ms 0"  more arguments for every
+#                              tcmd a harness starts (bench/bench_util.c)
 #        TCM_SUITE_PARTS=...   suite.py parts (default sweep,hitpath,callgrind)
 #        TCM_SUITE_MULTIPROC=0 skip bench/run_multiproc.sh
 #

@@ -51,7 +51,7 @@ if(TCM_WIN_CONTROL)
   add_library(tcmd_core STATIC daemon/config.c daemon/control.c daemon/transport.c daemon/access.c
     daemon/clientwatch.c daemon/handlers.c daemon/heapthread.c
     daemon/mailbox.c daemon/metrics.c daemon/reclaim.c daemon/recovery.c daemon/migrate.c daemon/requests.c daemon/continuation.c daemon/quota.c daemon/heapfull.c daemon/rows.c
-    daemon/segments.c daemon/stats.c daemon/validate.c daemon/holders.c daemon/decay.c daemon/roots.c)
+    daemon/segments.c daemon/stats.c daemon/validate.c daemon/holders.c daemon/decay.c daemon/huge.c daemon/roots.c)
   target_link_libraries(tcmd_core PUBLIC tcm_heap tcm_proto uv_a)
   add_executable(tcmd daemon/main.c)
   target_link_libraries(tcmd PRIVATE tcmd_core)

@@ -196,6 +196,8 @@ void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages)
     l->reserved = 0;
     l->off_tag_blocks = off;
     off = align_up(off + (uint64_t)l->max_tag_blocks * TCM_TAG_BLOCK, 4096);
+    l->off_huge = off;
+    off = align_up(off + ((uint64_t)npages / TCM_HUGE_PAGES + 63) / 64 * 8, 4096);
     l->size = off;
 }
 

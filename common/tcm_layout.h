@@ -30,9 +30,9 @@
  * record of one small span, its object bits (1 = handed out) then one owner
  * word per 64 objects (TCM_OWNER_BLOCK); then the arena of tag blocks
  * (64 16-bit owner tags each) for the words whose objects more than one
- * client holds. A small span's record names its object record
- * (tcm_span_t.rec); an arena's pages are backed only while a record or
- * block in them is used, so
+ * client holds; then the huge-range hint, a bit per 2 MiB range (16). A
+ * small span's record names its object record (tcm_span_t.rec); an
+ * arena's pages are backed only while a record or block in them is used, so
  * the state grows with the spans that exist, not with the heap's size (the
  * arenas' virtual size is about 0.18 x the heap's). channel:
  * tcm_chan_hdr_t at 0, then
@@ -86,7 +86,7 @@
  * groups per user); the state version went on from there. */
 #define TCM_ABI_VERSION 14u
 #define TCM_ABI_VERSION_OLDEST 14u
-#define TCM_STATE_VERSION 15u /* 15: the heap's history in the state header (born_version, served_by) */
+#define TCM_STATE_VERSION 16u /* 15: the heap's history in the state header (born_version, served_by); 16: the huge-range hint */
 #define TCM_STATE_VERSION_OLDEST 14u
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
 #define TCM_CHAN_MAGIC 0x4e4148434d4354ull /* "TCMCHAN" */
@@ -94,6 +94,10 @@
 
 #define TCM_PAGE_SHIFT 13u
 #define TCM_PAGE_SIZE (1u << TCM_PAGE_SHIFT)
+/* A huge range: 2 MiB of the heap, aligned, which the kernel can back
+ * with one large page (docs/DESIGN.md, "Huge pages"). */
+#define TCM_HUGE_SHIFT 21u
+#define TCM_HUGE_PAGES (1u << (TCM_HUGE_SHIFT - TCM_PAGE_SHIFT))
 #define TCM_ALIGN 16u
 #define TCM_CACHELINE 64u
 #define TCM_GRANULE_SHIFT 4u
@@ -972,6 +976,13 @@ typedef struct tcm_state_layout {
     uint64_t off_tag_blocks;           /* the arena of tag blocks (TCM_TAG_BLOCK bytes each) */
     uint32_t max_tag_blocks;
     uint32_t reserved;
+    /* The huge-range hint (16), the last part: a bit per huge range, 1
+     * when tcmd collapsed it into a large page and has punched nothing
+     * inside it since. W: heap thread, set after the collapse, cleared
+     * before a punch; so a kill leaves a bit clear where it may be set,
+     * never the reverse (a range the next tcmd does not know for huge is
+     * at worst split by its decay). Layout 15 ended where it begins. */
+    uint64_t off_huge;
 } tcm_state_layout_t;
 
 /* The owner word of 64 objects of a span (one word of its object bits):

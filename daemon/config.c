@@ -54,6 +54,8 @@ static void show_uid_quota(const tcm_server_t *srv, char *out, size_t len);
 static void show_max_threads(const tcm_server_t *srv, char *out, size_t len);
 static void show_allow_group(const tcm_server_t *srv, char *out, size_t len);
 static void show_spin(const tcm_server_t *srv, char *out, size_t len);
+static int set_huge_collapse(tcm_server_t *srv, uint64_t v, const change_t *ch);
+static void show_huge_collapse(const tcm_server_t *srv, char *out, size_t len);
 static void show_heap_nice(const tcm_server_t *srv, char *out, size_t len);
 static void show_level(const tcm_server_t *srv, char *out, size_t len);
 static void show_heap_limit(const tcm_server_t *srv, char *out, size_t len);
@@ -106,6 +108,9 @@ static const setting_t settings[] = {
      TCM_STRINGIFY(TCM_RECONNECT_DEFAULT_S), "N", FIELD(reconnect_timeout), META(reconnect_ms, 1000)},
     {{"decay_ms", true, "free pages unused this long go back to the OS, caches unused this long to tcmd (0: never)"},
      T_UINT, 0, 86400000, TCM_DEFAULT_DECAY_MS, "N", FIELD(decay_ms), META(decay_ms, 1)},
+    {{"huge_collapse_ms", true, "milliseconds of CPU time a second tcmd may spend having the kernel put 2 MiB "
+      "pages behind ranges of the heap that stay in use (0: 4 KiB pages only)"}, T_UINT, 0, 1000, "100", "N",
+     HOOKS(set_huge_collapse, show_huge_collapse)},
     {{"clients_per_uid", true, "client records (attached processes) one user may hold at once"}, T_UINT, 1,
      TCM_CLIENTS_MAX, TCM_STRINGIFY(TCM_DEFAULT_CLIENTS_PER_UID), "N", FIELD(clients_per_uid)},
     {{"conns_per_uid", true, "control connections one user may hold open (root and tcmd's user get "
@@ -244,6 +249,18 @@ static int set_spin(tcm_server_t *srv, uint64_t v, const change_t *ch)
 static void show_spin(const tcm_server_t *srv, char *out, size_t len)
 {
     snprintf(out, len, "%llu", (unsigned long long)(atomic_load(&srv->spin_ns) / 1000));
+}
+
+static int set_huge_collapse(tcm_server_t *srv, uint64_t v, const change_t *ch)
+{
+    (void)ch;
+    atomic_store(&srv->huge_collapse_ms, v);
+    return 0;
+}
+
+static void show_huge_collapse(const tcm_server_t *srv, char *out, size_t len)
+{
+    snprintf(out, len, "%llu", (unsigned long long)atomic_load(&srv->huge_collapse_ms));
 }
 
 static int set_uid_quota(tcm_server_t *srv, uint64_t v, const change_t *ch)

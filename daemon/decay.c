@@ -37,7 +37,8 @@ void tcm__release_start_ht(tcm_server_t *srv, uint64_t keep_bytes, const char *w
     tcm_release_job_t *j = &srv->release_job;
     bool all = keep_bytes == 0;
     if (!j->active) {
-        *j = (tcm_release_job_t){.active = true, .all = all, .keep_bytes = keep_bytes, .why = why};
+        *j = (tcm_release_job_t){.active = true, .all = all, .keep_bytes = keep_bytes, .why = why,
+                                 .split = (flags & TCM_RELEASE_SPLIT) != 0};
         tcm__ph_release_begin_ht(&srv->h, all);
     } else { /* one job: the more it asks for, the more it does */
         if (all && !j->all)
@@ -48,6 +49,7 @@ void tcm__release_start_ht(tcm_server_t *srv, uint64_t keep_bytes, const char *w
             j->why = why;
     }
     j->counted |= (flags & TCM_RELEASE_COUNTED) != 0;
+    j->split |= (flags & TCM_RELEASE_SPLIT) != 0;
     if (flags & TCM_RELEASE_ANSWER) { /* what it answers is what went back from now on */
         j->answer = true;
         j->released = 0;
@@ -65,7 +67,7 @@ bool tcm__release_step_ht(tcm_server_t *srv)
     /* measured, not estimated: what the segment's blocks dropped by over
      * the step, in which nothing else backs or punches anything */
     int64_t before = backed_bytes(srv);
-    bool more = tcm__ph_release_step_ht(&srv->h, j->keep_bytes, RELEASE_STEP_NS);
+    bool more = tcm__ph_release_step_ht(&srv->h, j->keep_bytes, j->split, RELEASE_STEP_NS);
     int64_t after = backed_bytes(srv);
     uint64_t released = before > after ? (uint64_t)(before - after) : 0;
     TCM_STAT_ADD(srv->meta, bytes_released, released);
@@ -139,7 +141,18 @@ static void decay_step(tcm_server_t *srv, uint64_t now, uint64_t decay_ns)
     int64_t backed = backed_bytes(srv);
     uint64_t spans = atomic_load_explicit(&srv->meta->stats.bytes_spans, memory_order_relaxed);
     uint64_t free_backed = backed > 0 && (uint64_t)backed > spans ? (uint64_t)backed - spans : 0;
-    if (free_backed <= spans / DECAY_AMOUNT_SHARE || free_backed < DECAY_AMOUNT_MIN || free_backed <= reserve)
+    bool many = free_backed > spans / DECAY_AMOUNT_SHARE && free_backed >= DECAY_AMOUNT_MIN && free_backed > reserve;
+    /* Too many free pages, counting those in huge ranges: the ranges a
+     * quarter free all through the step are not in use any more (kept
+     * whole, larson between two processes held ~22% more committed, the
+     * free pages of ranges that never empty); the free pages still in
+     * huge ranges stay */
+    if (many)
+        tcm__ph_huge_sparse_ht(h);
+    tcm__ph_huge_step_ht(h);
+    uint64_t kept = h->huge_free_pages * TCM_PAGE_SIZE;
+    free_backed = free_backed > kept ? free_backed - kept : 0;
+    if (!many || free_backed <= spans / DECAY_AMOUNT_SHARE || free_backed < DECAY_AMOUNT_MIN || free_backed <= reserve)
         return;
     tcm__release_start_ht(srv, reserve, "free pages were more than a 32nd of the bytes in spans", 0);
 }
@@ -157,11 +170,12 @@ void tcm__decay_window_ht(tcm_server_t *srv, uint64_t now)
     decay_step(srv, now, decay_ns);
     if (now - h->window_ns < decay_ns)
         return;
-    uint64_t unused = h->cache_low_pages < h->free_committed_pages ? h->cache_low_pages : h->free_committed_pages;
+    uint64_t cache = h->free_committed_pages - h->huge_free_pages; /* what the decay may punch */
+    uint64_t unused = h->cache_low_pages < cache ? h->cache_low_pages : cache;
     if (unused)
-        tcm__release_start_ht(srv, (h->free_committed_pages - unused) * TCM_PAGE_SIZE,
+        tcm__release_start_ht(srv, (cache - unused) * TCM_PAGE_SIZE,
                               "the page cache's low-water mark over a decay window", 0);
-    h->cache_low_pages = h->free_committed_pages;
+    h->cache_low_pages = cache;
     h->window_ns = now;
     h->reuse_peak[1] = h->reuse_peak[0];
     h->reuse_peak[0] = 0;

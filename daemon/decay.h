@@ -14,6 +14,7 @@
  * log line and the decays count at its end (NULL: an operator's). */
 #define TCM_RELEASE_ANSWER 1u  /* a mailbox command waits for its end (srv->release_job.answer) */
 #define TCM_RELEASE_COUNTED 2u /* a decay whether or not anything goes back (a quiet spell's) */
+#define TCM_RELEASE_SPLIT 4u   /* pressure: huge ranges punched into too (tcm__ph_release_step_ht) */
 void tcm__release_start_ht(tcm_server_t *srv, uint64_t keep_bytes, const char *why, unsigned flags);
 /* A step of it; false when there was none to do. */
 bool tcm__release_step_ht(tcm_server_t *srv);

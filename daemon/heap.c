@@ -85,11 +85,20 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tc
         tcm_rec_set_t *ss = c < TCM_NCLASSES ? &h->recs[c] : &h->tag_blocks;
         words += (ss->max + 63) / 64 + ((uint64_t)ss->max * ss->rec_bytes / 4096 + 1 + 63) / 64;
     }
+    h->nranges = npages / TCM_HUGE_PAGES;
+    /* and the page heap's map of huge ranges, its counts per range */
+    uint64_t hwords = h->nranges / 64 + 1, cwords = (h->nranges + 3) / 4, swords = (h->nranges + 1) / 2;
+    words += hwords + 2 * cwords + swords;
     uint64_t *bits = tcm__reserve(words * sizeof(uint64_t));
     if (!bits)
         return -ENOMEM;
     h->recs_bits = bits;
     h->recs_words = words;
+    h->huge = bits;
+    h->huge_free = (uint16_t *)(bits + hwords);
+    h->huge_low = (uint16_t *)(bits + hwords + cwords);
+    h->huge_since = (uint32_t *)(bits + hwords + 2 * cwords);
+    bits += hwords + 2 * cwords + swords;
     for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
         tcm_rec_set_t *ss = c < TCM_NCLASSES ? &h->recs[c] : &h->tag_blocks;
         ss->used = bits;
@@ -97,6 +106,20 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tc
         ss->backed = bits;
         bits += ((uint64_t)ss->max * ss->rec_bytes / 4096 + 1 + 63) / 64;
     }
+    /* the huge-range hint: backed now (a write to a hole of a full
+     * /dev/shm would be a SIGBUS); the private maps start from it */
+    if (state_fd >= 0) {
+        int err = tcm__commit(state_fd, h->sl.off_huge, h->sl.size - h->sl.off_huge);
+        if (err)
+            return err;
+    }
+    h->huge_hint = (_Atomic uint64_t *)(sb + h->sl.off_huge);
+    uint64_t ranges = 0;
+    for (uint32_t w = 0; w < (h->nranges + 63) / 64; w++) {
+        h->huge[w] = atomic_load_explicit(&h->huge_hint[w], memory_order_relaxed);
+        ranges += (uint64_t)__builtin_popcountll(h->huge[w]);
+    }
+    atomic_store(&h->huge_ranges, ranges);
     tcm__ph_init(h);
     h->top = atomic_load(&st->top);
     return tcm__roots_count_ht(h);

@@ -100,19 +100,40 @@ typedef struct tcm_heap {
     uint32_t top;                  /* mirror of state->top: pages [top, limit) were never handed out */
     uint32_t unused_spans;         /* chain of free span records through .next */
     uint32_t next_span_record;     /* records [next_span_record, npages] never used */
-    /* free runs by length, [1] backed (committed) and [0] released; two
-     * free neighbours are never in the same state (merged, or not at all) */
-    uint32_t free_lists[2][TCM_PH_NLISTS + 1];
-    uint64_t nonempty[2][(TCM_PH_NLISTS + 64) / 64 + 1]; /* bit i: free_lists[.][i] non-empty */
+    /* free runs by length, [1] backed (committed), [0] released, [2]
+     * backed inside a huge range and not all of it (pageheap.c, TCM_SET_*);
+     * two free neighbours are never in the same state (merged, or not at
+     * all) but across the edge of a huge range, which no run crosses */
+    uint32_t free_lists[3][TCM_PH_NLISTS + 1];
+    uint64_t nonempty[3][(TCM_PH_NLISTS + 64) / 64 + 1]; /* bit i: free_lists[.][i] non-empty */
     uint64_t free_pages;           /* pages in FREE spans */
     uint64_t free_committed_pages; /* of those, known to be backed */
+    uint64_t huge_free_pages;      /* of those, in runs on the huge lists, which only pressure punches */
+    /* Huge ranges (huge.c; docs/DESIGN.md, "Huge pages"). huge_hint: in
+     * the state segment, a bit per range collapsed (tcm_state_layout_t.off_huge).
+     * huge: private, rebuilt from the hint: the ranges the page heap keeps
+     * whole, collapsed or handed to the collapser and not answered yet.
+     * huge_since: private, per range, the look (huge.c) since which every
+     * look found it all in spans, plus one (0: the last did not). */
+    _Atomic uint64_t *huge_hint;
+    uint64_t *huge;
+    uint32_t *huge_since;
+    /* private, per range: free pages on the huge lists now, and the fewest
+     * since the decay window began (tcm__ph_huge_sparse_ht) */
+    uint16_t *huge_free, *huge_low;
+    uint32_t nranges;
+    /* W: heap thread, R: main (stats); since this tcmd started, but
+     * huge_ranges (the hint's bits) */
+    _Atomic uint64_t huge_ranges, huge_collapses, huge_failures, huge_splits, huge_dissolved;
+    _Atomic int huge_errno;        /* the last collapse's error (0: it worked) */
+    bool punch_split;              /* the punching in progress may split huge ranges (pressure) */
     uint64_t last_change_ns;       /* when pages were last cut or freed (decay starts from it) */
     uint64_t cache_low_pages;      /* fewest free committed pages since window_ns: what nobody needed */
     uint64_t window_ns;            /* when the decay window began */
     tcm_rec_set_t recs[TCM_NCLASSES]; /* derived, private: which object records are in use */
     tcm_rec_set_t tag_blocks;     /* derived, private: which tag blocks are in use */
     uint8_t *tag_block_base;       /* in state: the tag blocks */
-    uint64_t *recs_bits;          /* private: the reservation the record sets' bitmaps live in */
+    uint64_t *recs_bits;          /* private: the reservation the record sets' bitmaps and the huge maps live in */
     uint64_t recs_words;          /* its size in words */
     uint64_t step_ns;              /* when the last step (decay_ms / DECAY_AMOUNT_STEPS) began: decay by amount */
     /* private, lost with tcmd (the next one starts from none): how much
@@ -167,6 +188,13 @@ static inline uint16_t tcm__owner_of(const tcm_heap_t *h, const uint32_t *owners
 {
     uint32_t w = owners[i / 64];
     return w & TCM_OWNER_BLOCK ? tcm__tag_block(h, w)[i % 64] : (uint16_t)w;
+}
+
+/* Whether page p is in a range the page heap keeps whole. */
+static inline bool tcm__huge_at(const tcm_heap_t *h, uint32_t p)
+{
+    uint32_t r = p / TCM_HUGE_PAGES;
+    return h->huge[r / 64] >> (r % 64) & 1;
 }
 
 static inline uint64_t tcm__page_off(uint32_t page)

@@ -22,6 +22,7 @@
 #include "ring.h"
 #include "server.h"
 #include "tcm_assert.h"
+#include "huge.h"
 #include "validate.h"
 
 #define EXPENSIVE_CHECK_EVERY 4096u /* requests between whole-heap validations (assert level 3) */
@@ -39,7 +40,7 @@ void tcm__heap_run_command_ht(tcm_server_t *srv)
         /* answered at the job's end (release_step): it goes on across
          * turns, the clients served between its steps */
         tcm__central_drop_empty_ht(&srv->h); /* spans to the page heap, still committed */
-        tcm__release_start_ht(srv, 0, NULL, TCM_RELEASE_ANSWER);
+        tcm__release_start_ht(srv, 0, NULL, TCM_RELEASE_ANSWER | TCM_RELEASE_SPLIT);
         pthread_mutex_unlock(&srv->mbox_lock);
         return;
     } else if (cmd == TCM_MBOX_RESIZE) {
@@ -52,7 +53,7 @@ void tcm__heap_run_command_ht(tcm_server_t *srv)
             atomic_store(&srv->meta->config.heap_limit, srv->mbox_arg);
             if (srv->mbox_arg < old) { /* a smaller heap gives its free pages back */
                 tcm__central_drop_empty_ht(&srv->h);
-                tcm__release_start_ht(srv, 0, NULL, 0);
+                tcm__release_start_ht(srv, 0, NULL, TCM_RELEASE_SPLIT);
             }
         }
     } else if (cmd == TCM_MBOX_CHECK) {
@@ -240,7 +241,9 @@ static void *heap_thread_main(void *arg)
     while (!atomic_load_explicit(&srv->stop, memory_order_acquire)) {
         if (serve_all(srv)) {
             idle_since = 0;
-            tcm__decay_window_ht(srv, tcm__now_ns());
+            uint64_t now = tcm__now_ns();
+            tcm__decay_window_ht(srv, now);
+            tcm__huge_tick_ht(srv, now);
             if (TCM_EXPENSIVE_CHECKS)
                 expensive_check(srv, &next_check);
             continue;
@@ -248,6 +251,7 @@ static void *heap_thread_main(void *arg)
         uint64_t now = tcm__now_ns();
         tcm__decay_ht(srv, now);
         tcm__decay_window_ht(srv, now);
+        tcm__huge_tick_ht(srv, now);
         if (!idle_since)
             idle_since = now;
         if (now - idle_since < atomic_load_explicit(&srv->spin_ns, memory_order_relaxed)) {
@@ -259,7 +263,9 @@ static void *heap_thread_main(void *arg)
         atomic_store_explicit(&srv->meta->heap_sleeping, 1, memory_order_relaxed);
         atomic_thread_fence(memory_order_seq_cst);
         if (!anything_pending(srv)) {
-            tcm__wait(&srv->bell->seq, seq, 1000000000ll);
+            /* a second, or the next look at the heap while the collapser
+             * has ranges (its answers, and the ranges after them) */
+            tcm__wait(&srv->bell->seq, seq, tcm__huge_busy(srv) ? TCM_HUGE_SCAN_NS : 1000000000ll);
             TCM_STAT_ADD(srv->meta, wakeups, 1);
         }
         atomic_store_explicit(&srv->meta->heap_sleeping, 0, memory_order_relaxed);

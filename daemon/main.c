@@ -13,6 +13,7 @@
 #include "config.h"
 #include "crash.h"
 #include "heapthread.h"
+#include "huge.h"
 #include "holders.h"
 #include "log.h"
 #include "metrics.h"
@@ -243,8 +244,12 @@ static int run(tcm_server_t *srv, tcm_handle_t ready_fd)
         tcm__log(TCM_LOG_ERROR, "out of memory for the quota accounts");
         goto out_segments;
     }
-    if (tcm__heap_thread_start(srv) != 0)
+    if (tcm__huge_start(srv) != 0)
         goto out_segments;
+    if (tcm__heap_thread_start(srv) != 0) {
+        tcm__huge_stop(srv);
+        goto out_segments;
+    }
     /* the handlers before the socket listens: a stop sent by whoever saw it
      * listen is handled, not held pending (under TSan one such SIGTERM,
      * held across the unblock, was never handled: integration.runtime) */
@@ -276,6 +281,7 @@ static int run(tcm_server_t *srv, tcm_handle_t ready_fd)
     rc = 0;
 out_thread:
     tcm__heap_thread_stop(srv);
+    tcm__huge_stop(srv); /* after the heap thread, which hands it ranges */
     /* the loop's handles first: a client embeds the poll of its process */
     tcm__control_close(srv);
     for (uint32_t i = 0; i < srv->max_clients; i++) {

@@ -24,11 +24,21 @@ static void history_fields(tcm_state_hdr_t *st)
     memset(st->served_by, 0, sizeof st->served_by);
 }
 
+/* 15 -> 16: the huge-range hint, a part after the last one, which the
+ * segment grew by before it was mapped (segments.c, grow_older_state):
+ * zeros, no range known to be huge, which is true of a heap no tcmd
+ * collapsed. Nothing to store but the version. */
+static void huge_hint(tcm_state_hdr_t *st)
+{
+    (void)st;
+}
+
 static const struct {
     uint32_t from;
     void (*step)(tcm_state_hdr_t *st);
 } steps[] = {
     {14, history_fields},
+    {15, huge_hint},
 };
 
 _Static_assert(TCM_STATE_VERSION - TCM_STATE_VERSION_OLDEST == sizeof steps / sizeof steps[0],

@@ -66,13 +66,41 @@ static unsigned list_index(uint32_t npages)
     return npages <= TCM_PH_NLISTS ? npages : 0;
 }
 
+/* The sets of free lists. A backed run inside a huge range that is not the
+ * whole range is on the huge lists: cuts take from them first (small
+ * spans packed into the large pages there are), and only pressure punches
+ * them (a 4 KiB hole splits the large page). A run never crosses the edge
+ * of a huge range (huge_edge), so one inside is within one range. */
+enum { TCM_SET_RELEASED = 0, TCM_SET_BACKED = 1, TCM_SET_HUGE = 2 };
+
+static unsigned set_of(const tcm_heap_t *h, const tcm_span_t *sp)
+{
+    if (!sp->committed)
+        return TCM_SET_RELEASED;
+    return tcm__huge_at(h, sp->first) && sp->npages < TCM_HUGE_PAGES ? TCM_SET_HUGE : TCM_SET_BACKED;
+}
+
+/* Page p starts a huge range, and it or the range before is kept whole:
+ * free runs do not merge across it. */
+static bool huge_edge(const tcm_heap_t *h, uint32_t p)
+{
+    return p % TCM_HUGE_PAGES == 0 && p && (tcm__huge_at(h, p) || tcm__huge_at(h, p - 1));
+}
+
+/* Backed free pages a release may punch: not those on the huge lists, but
+ * under pressure. */
+static uint64_t punchable_pages(const tcm_heap_t *h)
+{
+    return h->free_committed_pages - (h->punch_split ? 0 : h->huge_free_pages);
+}
+
 static void free_insert(tcm_heap_t *h, uint32_t s)
 {
     tcm_span_t *sp = &h->spans[s];
     TCM_ASSERT(sp->npages >= 1 && (uint64_t)sp->first + sp->npages <= h->top);
     TCM_ASSERT_INTERNAL(h->page_class[sp->first] == TCM_PAGE_CLASS_FREE &&
                         h->page_class[sp->first + sp->npages - 1] == TCM_PAGE_CLASS_FREE);
-    unsigned li = list_index(sp->npages), c = sp->committed != 0;
+    unsigned li = list_index(sp->npages), c = set_of(h, sp);
     sp->state = TCM_SPAN_FREE;
     sp->cls = 0;
     h->page_span[sp->first] = s;
@@ -82,18 +110,29 @@ static void free_insert(tcm_heap_t *h, uint32_t s)
     h->free_pages += sp->npages;
     if (c)
         h->free_committed_pages += sp->npages;
+    if (c == TCM_SET_HUGE) {
+        h->huge_free_pages += sp->npages;
+        h->huge_free[sp->first / TCM_HUGE_PAGES] += (uint16_t)sp->npages;
+    }
 }
 
 static void free_remove(tcm_heap_t *h, uint32_t s)
 {
     tcm_span_t *sp = &h->spans[s];
-    unsigned li = list_index(sp->npages), c = sp->committed != 0;
+    unsigned li = list_index(sp->npages), c = set_of(h, sp);
     tcm__span_list_remove(h, &h->free_lists[c][li], s);
     if (!h->free_lists[c][li])
         h->nonempty[c][li / 64] &= ~(1ull << (li % 64));
     h->free_pages -= sp->npages;
     if (c)
         h->free_committed_pages -= sp->npages;
+    if (c == TCM_SET_HUGE) {
+        uint32_t r = sp->first / TCM_HUGE_PAGES;
+        h->huge_free_pages -= sp->npages;
+        h->huge_free[r] -= (uint16_t)sp->npages;
+        if (h->huge_free[r] < h->huge_low[r])
+            h->huge_low[r] = h->huge_free[r];
+    }
 }
 
 /* At the end of each page-heap operation (not inside one: a split takes a
@@ -101,8 +140,9 @@ static void free_remove(tcm_heap_t *h, uint32_t s)
  * low-water mark for the decay window. */
 static void note_cache_low(tcm_heap_t *h)
 {
-    if (h->free_committed_pages < h->cache_low_pages)
-        h->cache_low_pages = h->free_committed_pages;
+    uint64_t cache = h->free_committed_pages - h->huge_free_pages;
+    if (cache < h->cache_low_pages)
+        h->cache_low_pages = cache;
 }
 
 static void publish_free_stats(tcm_heap_t *h)
@@ -118,7 +158,9 @@ void tcm__ph_init(tcm_heap_t *h)
     h->top = 1; /* page 0 is the doorbell page */
     h->unused_spans = 0;
     h->next_span_record = 1;
-    h->free_pages = h->free_committed_pages = 0;
+    h->free_pages = h->free_committed_pages = h->huge_free_pages = 0;
+    memset(h->huge_free, 0, h->nranges * sizeof h->huge_free[0]);
+    memset(h->huge_low, 0, h->nranges * sizeof h->huge_low[0]);
     h->transit_pages = 0;
     h->punch_first = h->punch_done = 0;
 }
@@ -195,11 +237,15 @@ static uint32_t find_free_in(tcm_heap_t *h, unsigned c, uint32_t npages, uint64_
  * heap keeps backed is what it reuses (larson between two processes: the
  * runs it emptied were merged into released neighbours and lost their
  * flag, so cuts took released pages while freed ones waited for the
- * decay step, which punched them; ~25% less punched and faulted in again). */
+ * decay step, which punched them; ~25% less punched and faulted in again).
+ * Of those, the ones in huge ranges first: what is cut there lies in a
+ * large page already, and the ranges that are not huge empty out. */
 static uint32_t find_free(tcm_heap_t *h, uint32_t npages, uint64_t limit_pages)
 {
-    uint32_t s = find_free_in(h, 1, npages, limit_pages);
-    return s ? s : find_free_in(h, 0, npages, limit_pages);
+    uint32_t s = npages < TCM_HUGE_PAGES ? find_free_in(h, TCM_SET_HUGE, npages, limit_pages) : 0;
+    if (!s)
+        s = find_free_in(h, TCM_SET_BACKED, npages, limit_pages);
+    return s ? s : find_free_in(h, TCM_SET_RELEASED, npages, limit_pages);
 }
 
 /* Cut [first, first + n) off span s (not on any list); the rest goes back
@@ -236,8 +282,11 @@ static uint32_t take_run(tcm_heap_t *h, uint32_t unit, uint32_t max_units, uint6
     uint32_t s = find_free(h, unit, limit_pages);
     if (!s && room < unit && h->free_committed_pages) {
         /* at the limit: backed runs punched join their released
-         * neighbours, which may make the run that fits */
+         * neighbours, which may make the run that fits (pressure: huge
+         * ranges too) */
+        h->punch_split = true;
         TCM_STAT_ADD(h->meta, bytes_released, release_backed(h, 0));
+        h->punch_split = false;
         s = find_free(h, unit, limit_pages);
     }
     if (s) {
@@ -480,11 +529,32 @@ void tcm__span_unmap_ht(tcm_heap_t *h, uint32_t first, uint32_t npages)
 }
 
 /* Put free span s on the free lists, merged with its free neighbours in
- * the same state (backed or released). */
+ * the same state (backed or released); cut at the edges of huge ranges
+ * first (a page run freed across one: no free run crosses it). */
+static void insert_merged(tcm_heap_t *h, uint32_t s);
+
 static void insert_coalesced(tcm_heap_t *h, uint32_t s)
 {
+    for (uint32_t e = (h->spans[s].first / TCM_HUGE_PAGES + 1) * TCM_HUGE_PAGES;
+         e < h->spans[s].first + h->spans[s].npages; e += TCM_HUGE_PAGES)
+        if (huge_edge(h, e)) {
+            uint32_t r = tcm__span_new_ht(h);
+            tcm_span_t *sp = &h->spans[s];
+            h->spans[r].first = e;
+            h->spans[r].npages = sp->first + sp->npages - e;
+            h->spans[r].committed = sp->committed;
+            sp->npages = e - sp->first;
+            insert_merged(h, s);
+            s = r;
+        }
+    insert_merged(h, s);
+}
+
+/* The same, for a run that crosses no edge. */
+static void insert_merged(tcm_heap_t *h, uint32_t s)
+{
     tcm_span_t *sp = &h->spans[s];
-    if (sp->first > 1) {
+    if (sp->first > 1 && !huge_edge(h, sp->first)) {
         uint32_t l = h->page_span[sp->first - 1];
         if (l && h->spans[l].state == TCM_SPAN_FREE && h->spans[l].committed == sp->committed &&
             h->spans[l].first + h->spans[l].npages == sp->first) {
@@ -498,7 +568,7 @@ static void insert_coalesced(tcm_heap_t *h, uint32_t s)
         }
     }
     uint32_t end = sp->first + sp->npages;
-    if (end < h->top) {
+    if (end < h->top && !huge_edge(h, end)) {
         uint32_t r = h->page_span[end];
         if (r && h->spans[r].state == TCM_SPAN_FREE && h->spans[r].committed == sp->committed &&
             h->spans[r].first == end) {
@@ -535,7 +605,8 @@ void tcm__ph_insert_free_runs_ht(tcm_heap_t *h, const uint32_t *runs, uint32_t n
         pages += sp->npages;
         if (cur) {
             tcm_span_t *cp = &h->spans[cur];
-            if (sp->first == cp->first + cp->npages || sp->first + sp->npages == cp->first) {
+            if ((sp->first == cp->first + cp->npages && !huge_edge(h, sp->first)) ||
+                (sp->first + sp->npages == cp->first && !huge_edge(h, cp->first))) {
                 if (sp->first < cp->first)
                     cp->first = sp->first;
                 cp->npages += sp->npages;
@@ -560,6 +631,94 @@ void tcm__ph_insert_free_runs_ht(tcm_heap_t *h, const uint32_t *runs, uint32_t n
         h->free_committed_pages * TCM_PAGE_SIZE > cap)
         TCM_STAT_ADD(h->meta, bytes_released, tcm__ph_release_ht(h, cap));
     publish_free_stats(h);
+}
+
+/* Range r is kept whole no more: its hint goes first (tcmd killed after it
+ * leaves a large page the next tcmd does not know of, which its decay may
+ * split: the safe side), then the free runs inside it leave the huge
+ * lists, merged with their neighbours now that no edge keeps them apart. */
+void tcm__ph_huge_forget_ht(tcm_heap_t *h, uint32_t r)
+{
+    uint64_t bit = 1ull << (r % 64);
+    if (!(h->huge[r / 64] & bit))
+        return;
+    if (atomic_fetch_and_explicit(&h->huge_hint[r / 64], ~bit, memory_order_relaxed) & bit)
+        atomic_fetch_sub_explicit(&h->huge_ranges, 1, memory_order_relaxed);
+    uint32_t runs[TCM_HUGE_PAGES], n = 0, lo = r * TCM_HUGE_PAGES, hi = lo + TCM_HUGE_PAGES;
+    for (uint32_t p = lo; p < hi && p < h->top;) {
+        uint32_t s = h->page_span[p];
+        if (!s) { /* inside a run in transit or not yet mapped: none crosses the range's start */
+            p++;
+            continue;
+        }
+        tcm_span_t *sp = &h->spans[s];
+        if (sp->state == TCM_SPAN_FREE && sp->first == p && sp->on_list) {
+            free_remove(h, s);
+            sp->state = TCM_SPAN_UNUSED; /* off the lists: not merged into until it is back */
+            runs[n++] = s;
+        }
+        p = sp->first + sp->npages > p ? sp->first + sp->npages : p + 1;
+    }
+    h->huge[r / 64] &= ~bit;
+    for (uint32_t i = 0; i < n; i++) {
+        h->spans[runs[i]].state = TCM_SPAN_FREE;
+        insert_coalesced(h, runs[i]);
+    }
+}
+
+/* A kept range a quarter of which stayed free through a whole decay step
+ * while the heap holds too many free pages is not in use any more,
+ * whatever it was when it was collapsed: it is forgotten (and counted in
+ * huge_dissolved), and the decay gives its free pages back as it would
+ * any. */
+#define HUGE_SPARSE_PAGES (TCM_HUGE_PAGES / 4)
+
+void tcm__ph_huge_sparse_ht(tcm_heap_t *h)
+{
+    for (uint32_t r = 0; r < h->nranges; r++)
+        if (h->huge_low[r] >= HUGE_SPARSE_PAGES && (h->huge[r / 64] >> (r % 64) & 1)) {
+            tcm__ph_huge_forget_ht(h, r);
+            atomic_fetch_add_explicit(&h->huge_dissolved, 1, memory_order_relaxed);
+        }
+}
+
+void tcm__ph_huge_step_ht(tcm_heap_t *h)
+{
+    memcpy(h->huge_low, h->huge_free, h->nranges * sizeof h->huge_low[0]);
+}
+
+/* Range r (no free run crosses its edges: huge.c, range_in_use) is kept
+ * whole from now on: its free runs go to the huge lists. */
+void tcm__ph_huge_keep_ht(tcm_heap_t *h, uint32_t r)
+{
+    uint32_t runs[TCM_HUGE_PAGES], n = 0, lo = r * TCM_HUGE_PAGES, hi = lo + TCM_HUGE_PAGES;
+    for (uint32_t p = lo; p < hi;) {
+        uint32_t s = h->page_span[p];
+        tcm_span_t *sp = &h->spans[s];
+        if (s && sp->first == p && sp->state == TCM_SPAN_FREE && sp->on_list) {
+            free_remove(h, s);
+            runs[n++] = s;
+        }
+        p = s && sp->first + sp->npages > p ? sp->first + sp->npages : p + 1;
+    }
+    h->huge[r / 64] |= 1ull << (r % 64);
+    for (uint32_t i = 0; i < n; i++)
+        free_insert(h, runs[i]);
+    note_cache_low(h);
+}
+
+/* Before run s is punched: a huge range it lies in is forgotten, and a
+ * split counted when s is not all of it (only pressure punches those).
+ * True when it was: s may have merged, the caller looks again. */
+static bool forget_before_punch(tcm_heap_t *h, uint32_t s)
+{
+    const tcm_span_t *sp = &h->spans[s];
+    if (!tcm__huge_at(h, sp->first))
+        return false;
+    if (sp->npages < TCM_HUGE_PAGES)
+        atomic_fetch_add_explicit(&h->huge_splits, 1, memory_order_relaxed);
+    tcm__ph_huge_forget_ht(h, sp->first / TCM_HUGE_PAGES);
+    return true;
 }
 
 /* Punch free run s out of tmpfs. A backed one becomes released and joins
@@ -604,13 +763,18 @@ static uint64_t release_backed(tcm_heap_t *h, uint64_t keep_bytes)
     uint64_t released = 0;
     for (unsigned i = 0; i <= TCM_PH_NLISTS; i++) {
         unsigned li = release_list(i, keep_bytes);
-        /* the next one is backed too, so no merge below deletes it */
-        for (uint32_t s = h->free_lists[1][li], next; s; s = next) {
-            if (keep_bytes && h->free_committed_pages * TCM_PAGE_SIZE <= keep_bytes)
-                return released;
-            next = h->spans[s].next;
-            released += release_span(h, s);
-        }
+        for (unsigned c = TCM_SET_BACKED; c <= (h->punch_split ? TCM_SET_HUGE : TCM_SET_BACKED); c++)
+            /* the next one is backed too, so no merge below deletes it */
+            for (uint32_t s = h->free_lists[c][li], next; s; s = next) {
+                if (keep_bytes && punchable_pages(h) * TCM_PAGE_SIZE <= keep_bytes)
+                    return released;
+                if (forget_before_punch(h, s)) { /* its range's runs moved: this list again */
+                    next = h->free_lists[c][li];
+                    continue;
+                }
+                next = h->spans[s].next;
+                released += release_span(h, s);
+            }
     }
     return released;
 }
@@ -622,8 +786,9 @@ uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes)
     uint64_t released = release_backed(h, keep_bytes);
     if (keep_bytes == 0)
         for (unsigned li = 0; li <= TCM_PH_NLISTS; li++)
-            for (uint32_t s = h->free_lists[0][li]; s; s = h->spans[s].next)
-                release_span(h, s);
+            for (uint32_t s = h->free_lists[TCM_SET_RELEASED][li]; s; s = h->spans[s].next)
+                if (!tcm__huge_at(h, h->spans[s].first))
+                    release_span(h, s);
     note_cache_low(h);
     /* the object records of spans that went back with these pages */
     tcm__recs_trim_ht(h);
@@ -632,21 +797,31 @@ uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes)
 
 /* The next backed run release_backed would punch, while more than
  * keep_bytes of them are left (0: any). */
-static uint32_t next_backed(const tcm_heap_t *h, uint64_t keep_bytes)
+static uint32_t pick_backed(const tcm_heap_t *h, uint64_t keep_bytes)
 {
-    if (keep_bytes && h->free_committed_pages * TCM_PAGE_SIZE <= keep_bytes)
+    if (keep_bytes && punchable_pages(h) * TCM_PAGE_SIZE <= keep_bytes)
         return 0;
     for (unsigned i = 0; i <= TCM_PH_NLISTS; i++) {
         unsigned li = release_list(i, keep_bytes);
-        uint32_t s = h->free_lists[1][li];
-        if (s && li == 0 && keep_bytes) /* the long runs are not by length: the shortest */
-            for (uint32_t t = h->spans[s].next; t; t = h->spans[t].next)
-                if (h->spans[t].npages < h->spans[s].npages)
-                    s = t;
-        if (s)
-            return s;
+        for (unsigned c = TCM_SET_BACKED; c <= (h->punch_split ? TCM_SET_HUGE : TCM_SET_BACKED); c++) {
+            uint32_t s = h->free_lists[c][li];
+            if (s && li == 0 && keep_bytes) /* the long runs are not by length: the shortest */
+                for (uint32_t t = h->spans[s].next; t; t = h->spans[t].next)
+                    if (h->spans[t].npages < h->spans[s].npages)
+                        s = t;
+            if (s)
+                return s;
+        }
     }
     return 0;
+}
+
+static uint32_t next_backed(tcm_heap_t *h, uint64_t keep_bytes)
+{
+    uint32_t s;
+    while ((s = pick_backed(h, keep_bytes)) && forget_before_punch(h, s))
+        ;
+    return s;
 }
 
 static int punch(tcm_heap_t *h, uint32_t first, uint32_t npages)
@@ -695,7 +870,12 @@ static bool punch_released_piece(tcm_heap_t *h, uint32_t max_pages)
             break;
         }
         tcm_span_t *sp = &h->spans[s];
-        if (sp->state != TCM_SPAN_FREE || sp->committed || h->punch_done >= sp->npages) {
+        if (sp->state == TCM_SPAN_FREE && !sp->committed && tcm__huge_at(h, p) &&
+            (sp->npages == TCM_HUGE_PAGES || h->punch_split)) {
+            forget_before_punch(h, s); /* s may have merged: its start is the cursor's again */
+            continue;
+        }
+        if (sp->state != TCM_SPAN_FREE || sp->committed || h->punch_done >= sp->npages || tcm__huge_at(h, p)) {
             h->punch_first = p + sp->npages;
             h->punch_done = 0;
             if (looked >= 4096) /* a long stretch of spans in use: the rest next step */
@@ -721,10 +901,11 @@ void tcm__ph_release_begin_ht(tcm_heap_t *h, bool released_too)
     }
 }
 
-bool tcm__ph_release_step_ht(tcm_heap_t *h, uint64_t keep_bytes, uint64_t budget_ns)
+bool tcm__ph_release_step_ht(tcm_heap_t *h, uint64_t keep_bytes, bool split, uint64_t budget_ns)
 {
     uint64_t t0 = tcm__now_ns(), now = t0, piece;
     bool more;
+    h->punch_split = split;
     do { /* (at least one piece; no more than the budget holds, going by the last one) */
         uint32_t s = next_backed(h, keep_bytes);
         if (s)
@@ -734,6 +915,7 @@ bool tcm__ph_release_step_ht(tcm_heap_t *h, uint64_t keep_bytes, uint64_t budget
         piece = tcm__now_ns() - now;
         now += piece;
     } while (more && now - t0 + piece <= budget_ns);
+    h->punch_split = false;
     note_cache_low(h);
     if (!more) {
         h->punch_first = h->punch_done = 0;
@@ -844,7 +1026,7 @@ uint64_t tcm__ph_rebuild_ht(tcm_heap_t *h)
             continue;
         }
         uint32_t q = p;
-        while (q < top && h->page_class[q] == TCM_PAGE_CLASS_FREE)
+        while (q < top && h->page_class[q] == TCM_PAGE_CLASS_FREE && (q == p || !huge_edge(h, q)))
             h->page_span[q++] = 0;
         uint32_t s = tcm__span_new_ht(h);
         h->spans[s].first = p;
@@ -867,22 +1049,33 @@ uint64_t tcm__ph_rebuild_ht(tcm_heap_t *h)
 static bool validate_free_lists(tcm_heap_t *h, char *why, size_t whylen)
 {
     uint64_t pages = 0, committed = 0;
-    for (unsigned i = 0; i < 2 * (TCM_PH_NLISTS + 1); i++) {
-        unsigned c = i / (TCM_PH_NLISTS + 1), li = i % (TCM_PH_NLISTS + 1); /* released lists, then backed */
+    static const char *const set_name[] = {"released", "backed", "huge"};
+    uint64_t huge = 0;
+    for (unsigned i = 0; i < 3 * (TCM_PH_NLISTS + 1); i++) {
+        unsigned c = i / (TCM_PH_NLISTS + 1), li = i % (TCM_PH_NLISTS + 1); /* released, backed, huge */
         bool bit = h->nonempty[c][li / 64] >> (li % 64) & 1;
         if (bit != (h->free_lists[c][li] != 0)) {
-            snprintf(why, whylen, "free list %u (%s): non-empty bit %d but head %u", li, c ? "backed" : "released",
-                     bit, h->free_lists[c][li]);
+            snprintf(why, whylen, "free list %u (%s): non-empty bit %d but head %u", li, set_name[c], bit,
+                     h->free_lists[c][li]);
             return false;
         }
         for (uint32_t s = h->free_lists[c][li], prev = 0; s; prev = s, s = h->spans[s].next) {
             tcm_span_t *sp = &h->spans[s];
             if (sp->state != TCM_SPAN_FREE || sp->prev != prev || list_index(sp->npages) != li || !sp->on_list ||
-                (sp->committed != 0) != c) {
-                snprintf(why, whylen, "free list %u (%s): span %u state %u npages %u committed %u", li,
-                         c ? "backed" : "released", s, sp->state, sp->npages, sp->committed);
+                set_of(h, sp) != c) {
+                snprintf(why, whylen, "free list %u (%s): span %u state %u npages %u committed %u", li, set_name[c],
+                         s, sp->state, sp->npages, sp->committed);
                 return false;
             }
+            uint32_t last = sp->first + sp->npages - 1;
+            if ((tcm__huge_at(h, sp->first) || tcm__huge_at(h, last)) &&
+                sp->first / TCM_HUGE_PAGES != last / TCM_HUGE_PAGES) {
+                snprintf(why, whylen, "free span %u (pages %u-%u) crosses the edge of a huge range", s, sp->first,
+                         last);
+                return false;
+            }
+            if (c == TCM_SET_HUGE)
+                huge += sp->npages;
             if (h->page_span[sp->first] != s || h->page_span[sp->first + sp->npages - 1] != s) {
                 snprintf(why, whylen, "span %u: page map does not point at its ends", s);
                 return false;
@@ -896,10 +1089,11 @@ static bool validate_free_lists(tcm_heap_t *h, char *why, size_t whylen)
             }
         }
     }
-    if (pages != h->free_pages || committed != h->free_committed_pages) {
-        snprintf(why, whylen, "free pages %llu (committed %llu) but the lists hold %llu (%llu)",
+    if (pages != h->free_pages || committed != h->free_committed_pages || huge != h->huge_free_pages) {
+        snprintf(why, whylen, "free pages %llu (committed %llu, huge %llu) but the lists hold %llu (%llu, %llu)",
                  (unsigned long long)h->free_pages, (unsigned long long)h->free_committed_pages,
-                 (unsigned long long)pages, (unsigned long long)committed);
+                 (unsigned long long)h->huge_free_pages, (unsigned long long)pages, (unsigned long long)committed,
+                 (unsigned long long)huge);
         return false;
     }
     return true;
@@ -920,7 +1114,8 @@ static bool validate_walk(tcm_heap_t *h, char *why, size_t whylen)
             return false;
         }
         tcm_span_t *sp = &h->spans[s];
-        if (sp->state == TCM_SPAN_FREE && prev_state == TCM_SPAN_FREE && sp->committed == prev_committed) {
+        if (sp->state == TCM_SPAN_FREE && prev_state == TCM_SPAN_FREE && sp->committed == prev_committed &&
+            !huge_edge(h, p)) {
             snprintf(why, whylen, "free span %u at page %u follows another %s one", s, p,
                      sp->committed ? "backed" : "released");
             return false;

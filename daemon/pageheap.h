@@ -56,7 +56,21 @@ uint64_t tcm__ph_release_ht(tcm_heap_t *h, uint64_t keep_bytes);
  * left to punch. */
 #define TCM_RELEASE_PIECE_PAGES ((4u << 20) >> TCM_PAGE_SHIFT)
 void tcm__ph_release_begin_ht(tcm_heap_t *h, bool released_too);
-bool tcm__ph_release_step_ht(tcm_heap_t *h, uint64_t keep_bytes, uint64_t budget_ns);
+bool tcm__ph_release_step_ht(tcm_heap_t *h, uint64_t keep_bytes, bool split, uint64_t budget_ns);
+/* split: pressure (an operator's release, a smaller heap limit): the free
+ * pages inside huge ranges too, each range punched into counted as a split
+ * (huge_splits); otherwise a huge range is punched only whole. */
+/* Huge range r is no longer kept whole (huge.c: a collapse that failed; a
+ * punch inside it). */
+void tcm__ph_huge_forget_ht(tcm_heap_t *h, uint32_t r);
+/* ... and range r is kept whole from now on (huge.c hands it to the
+ * collapser): its free runs, none across its edges, to the huge lists. */
+void tcm__ph_huge_keep_ht(tcm_heap_t *h, uint32_t r);
+/* The decay's step (decay.c): kept ranges a quarter free all through the
+ * step are forgotten (pageheap.c, HUGE_SPARSE_PAGES); then a new step's
+ * low-water marks begin. */
+void tcm__ph_huge_sparse_ht(tcm_heap_t *h);
+void tcm__ph_huge_step_ht(tcm_heap_t *h);
 uint64_t tcm__ph_in_use_end_ht(tcm_heap_t *h); /* heap offset after the last page in use */
 /* Recovery: rebuild the free runs, their lists and the record allocator
  * from the page map of the allocated spans. Returns repairs made. */

@@ -152,6 +152,26 @@ static uint32_t left_nroots(tcm_server_t *srv)
     return n;
 }
 
+/* A state segment of layout 14 or 15 ends where the huge-range hint
+ * begins (tcm_state_layout_t.off_huge): it grows to this layout's size,
+ * zeros (no range known to be huge), before the size check, and the
+ * migration (migrate.c) then moves its version on. Killed in between, the
+ * next tcmd finds the old version at the new size, which it takes as is. */
+#define STATE_VERSION_HUGE_HINT 16u
+static void grow_older_state(tcm_server_t *srv, const tcm_state_hdr_t *st, const tcm_state_layout_t *sl)
+{
+    uint64_t size;
+    tcm_uid_t uid;
+    unsigned mode;
+    if (st->version >= STATE_VERSION_HUGE_HINT || st->version < TCM_STATE_VERSION_OLDEST ||
+        tcm__shm_stat(srv->state_fd, &size, &uid, &mode) != 0 || size != sl->off_huge || uid != tcm__uid())
+        return;
+    int err = tcm__shm_cut(srv->state_fd, sl->size);
+    if (err)
+        tcm__log(TCM_LOG_WARN, "%s: growing it to layout %u's %llu bytes failed: %s", srv->state_name,
+                 TCM_STATE_VERSION, (unsigned long long)sl->size, strerror(-err));
+}
+
 /* Segments a previous tcmd left under the name (some of heap_fd, meta_fd,
  * state_fd open): checked for adoption. 0 with *fresh set when they were
  * never completely created (replaced: nothing attached to them), 0 to
@@ -174,6 +194,7 @@ static int check_left_segments(tcm_server_t *srv, const tcm_meta_layout_t *ml, c
                  m->version, TCM_ABI_VERSION_OLDEST, TCM_ABI_VERSION);
         problem = why;
     } else if (!incomplete) {
+        grow_older_state(srv, st, sl);
         if (!(problem = adoption_problem(srv, srv->heap_name, srv->heap_fd, srv->heap_size, true, why, sizeof why)) &&
             !(problem = adoption_problem(srv, srv->meta_name, srv->meta_fd, ml->size, false, why, sizeof why)) &&
             !(problem = adoption_problem(srv, srv->state_name, srv->state_fd, sl->size, false, why, sizeof why)) &&

@@ -72,6 +72,7 @@ typedef struct tcm_release_job {
     uint64_t keep_bytes;      /* backed free pages it leaves (0: none) */
     uint64_t released;        /* what the segment's blocks dropped by, measured per step */
     const char *why;          /* what started it, for its log line (NULL: an operator's command) */
+    bool split;               /* pressure: huge ranges punched into too */
 } tcm_release_job_t;
 
 typedef struct tcm_client {
@@ -118,6 +119,28 @@ static inline bool tcm__slot_backed(const tcm_client_t *c, uint32_t index)
     X(NOP, "nop") X(REFILL, "refill") X(RETURN, "return") X(ALLOC_PAGES, "alloc_pages")        \
     X(FREE_PAGES, "free_pages") X(ROOT_SET, "root_set")
 
+/* The collapser (huge.c): the ranges the heap thread hands it and its
+ * answers, under lock; lost with tcmd (a range handed and not answered is
+ * in no hint: the next tcmd looks at it again). */
+#define TCM_HUGE_QUEUE 64u
+typedef struct tcm_huge {
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool stop;                                /* lock */
+    uint32_t todo[TCM_HUGE_QUEUE], ntodo;     /* lock: ranges to collapse, oldest first */
+    uint32_t done[TCM_HUGE_QUEUE], ndone;     /* lock: ranges answered */
+    int done_err[TCM_HUGE_QUEUE];             /* lock: 0 or -errno of each */
+    uint32_t in_flight;                       /* heap thread: handed, not answered */
+    uint32_t cursor, remap_cursor;            /* heap thread: the next range to look at; to map again */
+    uint64_t scan_ns;                         /* heap thread: the last look */
+    bool found;                               /* heap thread: it found ranges in use (more looks soon) */
+    uint32_t looks;                           /* heap thread: looks at the heap so far (huge_since) */
+    _Atomic int off_err;                      /* W: heap thread: errno of why this kernel cannot (0: it can) */
+    _Atomic uint64_t busy_ns;                 /* collapser: CPU time spent collapsing, since tcmd started */
+} tcm_huge_t;
+
 struct tcm_server {
     /* settings, fixed after start */
     char socket_path[108];
@@ -144,6 +167,7 @@ struct tcm_server {
     uint64_t roots;             /* entries of a new heap's roots table */
     uint64_t roots_per_uid;     /* live roots one uid may hold */
     _Atomic uint64_t uid_quota; /* heap bytes each user may hold but the operator (0: no limit) */
+    _Atomic uint64_t huge_collapse_ms; /* collapsing each second may take this long (0: no huge pages) */
     uint32_t nroots;            /* entries of this heap's (an adopted one keeps its own) */
 
     bool discard_heap;        /* --discard-heap: replace segments left by a previous tcmd */
@@ -177,6 +201,7 @@ struct tcm_server {
     tcm_daemon_stats_t *dstats; /* in the state segment */
     uint64_t decayed_at;      /* heap thread: the quiet spell the last decay was for */
     tcm_release_job_t release_job; /* heap thread */
+    tcm_huge_t huge;          /* huge.c */
     uint64_t flush_asked_ns, flush_asked; /* heap thread: the last time the heap was full */
     tcm_quota_t quota;        /* what each user holds, against its quota (quota.c) */
     /* Bytes still allocated under each tag whose client has left (objects

@@ -139,6 +139,30 @@ size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
     row(rows, &n, max, "heap_migrations",
         "state layout migrations the heap went through (tcmd upgrades across a layout change)",
         srv->state->version - srv->state->born_version, false);
+    const tcm_heap_t *h = &srv->h;
+    int64_t huge = tcm__huge_mapped_bytes(srv->heap);
+    row(rows, &n, max, "bytes_huge",
+        "bytes of the heap the kernel backs with 2 MiB pages, as tcmd maps it (huge_collapse_ms)",
+        huge > 0 ? (uint64_t)huge : 0, false);
+    row(rows, &n, max, "huge_ranges", "2 MiB ranges of the heap collapsed and kept whole (they outlive tcmd restarts)",
+        atomic_load(&h->huge_ranges), false);
+    row(rows, &n, max, "huge_collapses", "ranges this tcmd collapsed into 2 MiB pages", atomic_load(&h->huge_collapses),
+        true);
+    row(rows, &n, max, "huge_collapse_failures", "collapses the kernel refused (huge_error says why)",
+        atomic_load(&h->huge_failures), true);
+    row(rows, &n, max, "huge_error",
+        "errno of the last collapse that failed, 0 if the last one worked (12 ENOMEM: no free 2 MiB page; "
+        "11 EAGAIN: pages busy; 22 EINVAL: this kernel cannot, see huge_off)",
+        (uint64_t)atomic_load(&h->huge_errno), false);
+    row(rows, &n, max, "huge_off",
+        "1 when the kernel cannot collapse the heap (Linux before 6.1, shmem_enabled 'deny'): 4 KiB pages only",
+        atomic_load(&srv->huge.off_err) != 0, false);
+    row(rows, &n, max, "huge_splits", "huge ranges a release under pressure punched into (tcmctl release, a smaller "
+        "heap limit, a full heap)", atomic_load(&h->huge_splits), true);
+    row(rows, &n, max, "huge_dissolved", "huge ranges the decay gave back to 4 KiB pages: a quarter of each stayed "
+        "free through a decay window", atomic_load(&h->huge_dissolved), true);
+    row(rows, &n, max, "huge_collapse_us", "CPU time the collapser spent collapsing",
+        atomic_load(&srv->huge.busy_ns) / 1000, true);
     char name[48];
     for (unsigned op = 0; op < TCM_NOPS; op++) {
         snprintf(name, sizeof name, "requests_%s", tcm__op_names[op]);

@@ -58,6 +58,14 @@ int tcm__discard(void *addr, uint64_t len);
  * /dev/shm instead of a SIGBUS at the first write. */
 int tcm__populate(void *addr, uint64_t len);
 int64_t tcm__backed_bytes(tcm_handle_t fd); /* allocated blocks of the object (Windows: committed bytes) */
+/* Make the kernel back [addr, addr + len) of a shared mapping, 2 MiB
+ * aligned, with large pages now (Linux 6.1+: MADV_COLLAPSE; the pages
+ * stay large for every process that maps them). 0 or -errno (-EINVAL:
+ * this kernel cannot; -ENOSYS: no such thing on this system). */
+int tcm__collapse(void *addr, uint64_t len);
+/* Bytes of the mapping that starts at addr which this process maps with
+ * large pages (Linux: its ShmemPmdMapped); -errno when unknown. */
+int64_t tcm__huge_mapped_bytes(const void *addr);
 /* Bytes of [addr, addr + len) with physical memory behind them: in the
  * page cache on Linux, in this process's working set on Windows. */
 int64_t tcm__resident_bytes(const void *addr, uint64_t len);
@@ -180,6 +188,7 @@ int tcm__socket_placeholder(const char *path);
 tcm_pid_t tcm__detach(tcm_handle_t log_fd, tcm_handle_t *ready);
 void tcm__detach_ready(tcm_handle_t ready);
 uint64_t tcm__now_ns(void);
+uint64_t tcm__thread_cpu_ns(void); /* CPU time the calling thread has used */
 uint64_t tcm__random64(void);        /* unpredictable, for resume tokens */
 void tcm__sleep_ns(uint64_t ns);
 void tcm__yield(void); /* let another thread run */

@@ -186,6 +186,43 @@ int tcm__release(tcm_handle_t fd, uint64_t off, uint64_t len)
     return -errno;
 }
 
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+int tcm__collapse(void *addr, uint64_t len)
+{
+    return madvise(addr, (size_t)len, MADV_COLLAPSE) == 0 ? 0 : -errno;
+}
+
+int64_t tcm__huge_mapped_bytes(const void *addr)
+{
+    FILE *f = fopen("/proc/self/smaps", "re");
+    if (!f)
+        return -errno;
+    char line[512];
+    bool in = false;
+    int64_t kb = -ENOENT;
+    /* the mappings come in address order, and the kernel measures each as
+     * it is read: stop at the heap's */
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) { /* a mapping's first line ("Anonymous:" is not) */
+            if (in)
+                break;
+            in = lo == (uintptr_t)addr;
+            continue;
+        }
+        long long v;
+        if (in && sscanf(line, "ShmemPmdMapped: %lld kB", &v) == 1) {
+            kb = v;
+            break;
+        }
+    }
+    fclose(f);
+    return kb < 0 ? kb : kb * 1024;
+}
+
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -642,6 +679,13 @@ uint64_t tcm__now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t tcm__thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 

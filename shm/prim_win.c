@@ -430,6 +430,19 @@ int tcm__release(tcm_handle_t fd, uint64_t off, uint64_t len)
     return (int)on_range(fd, off, len, RESET);
 }
 
+int tcm__collapse(void *addr, uint64_t len)
+{
+    (void)addr;
+    (void)len;
+    return -ENOSYS; /* large pages on Windows are locked at creation (SEC_LARGE_PAGES), not collapsed */
+}
+
+int64_t tcm__huge_mapped_bytes(const void *addr)
+{
+    (void)addr;
+    return -ENOSYS;
+}
+
 int tcm__populate(void *addr, uint64_t len)
 {
     segment_t s;
@@ -1016,6 +1029,16 @@ tcm_pid_t tcm__detach(tcm_handle_t log_fd, tcm_handle_t *ready)
 void tcm__detach_ready(tcm_handle_t ready)
 {
     (void)ready;
+}
+
+uint64_t tcm__thread_cpu_ns(void)
+{
+    FILETIME created, exited, kernel, user;
+    if (!GetThreadTimes(GetCurrentThread(), &created, &exited, &kernel, &user))
+        return 0;
+    uint64_t k = (uint64_t)kernel.dwHighDateTime << 32 | kernel.dwLowDateTime;
+    uint64_t u = (uint64_t)user.dwHighDateTime << 32 | user.dwLowDateTime;
+    return (k + u) * 100; /* 100 ns units */
 }
 
 uint64_t tcm__now_ns(void)

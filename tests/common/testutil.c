@@ -172,6 +172,10 @@ void tt_state_as_previous(const tcm_test_daemon_t *d)
     CHECK_GE(fd, 0);
     /* the header up to the page intent: what layout 14 and 15 tell apart */
     CHECK_EQ(pwrite(fd, &st, offsetof(tcm_state_hdr_t, page), 0), (ssize_t)offsetof(tcm_state_hdr_t, page));
+    /* and their size: they end where 16's huge-range hint begins */
+    tcm_state_layout_t sl;
+    tcm__state_layout(&sl, st.npages);
+    CHECK_EQ(ftruncate(fd, (off_t)sl.off_huge), 0);
     close(fd);
 }
 

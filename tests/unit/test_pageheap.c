@@ -268,7 +268,7 @@ static void test_steps(void)
 
     int steps = 0;
     tcm__ph_release_begin_ht(&h, true);
-    while (tcm__ph_release_step_ht(&h, 0, 1)) { /* a piece a step */
+    while (tcm__ph_release_step_ht(&h, 0, false, 1)) { /* a piece a step */
         validate();
         steps++;
     }
@@ -706,6 +706,87 @@ static void test_limit_across_states(void)
     (void)c;
 }
 
+static void release_all(bool split)
+{
+    tcm__ph_release_begin_ht(&h, true);
+    while (tcm__ph_release_step_ht(&h, 0, split, UINT64_MAX))
+        ;
+}
+
+/* Ranges kept whole (huge.c marks one once every page of it is in a
+ * span): what is freed inside stays backed on the huge lists, which cuts
+ * take from first; no free run crosses their edges; the decay's punching
+ * passes them by, pressure's splits the range (counted) and forgets it; a
+ * range freed whole goes whole, no split. Runs of 64 pages from page 1:
+ * run i is pages 64i+1 to 64i+64. */
+static void test_huge(void)
+{
+    uint64_t run[12], x, bytes;
+    uint32_t owner;
+    for (int i = 0; i < 12; i++)
+        CHECK_EQ(large_alloc(64, 1, 1, &run[i]), TCM_ST_OK);
+    h.huge[0] |= 1u << 1 | 1u << 2; /* ranges 1 (pages 256-511) and 2 (512-767): every page in a span */
+    CHECK_EQ(tcm__large_free_ht(&h, run[3], &bytes, &owner), TCM_ST_OK); /* 193-256: across the edge */
+    CHECK_EQ(tcm__large_free_ht(&h, run[4], &bytes, &owner), TCM_ST_OK); /* 257-320 */
+    validate();
+    CHECK_EQ(h.huge_free_pages, 65); /* 256-320; 193-255 outside, on the backed lists */
+    CHECK_EQ(h.spans[h.page_span[256]].first, 256);
+    CHECK_EQ(large_alloc(8, 1, 1, &x), TCM_ST_OK);
+    CHECK(x >> TCM_PAGE_SHIFT >= 256 && x >> TCM_PAGE_SHIFT < 321); /* from the huge lists first */
+    CHECK_EQ(h.huge_free_pages, 57);
+    release_all(false);
+    validate();
+    CHECK_EQ(h.huge_free_pages, 57);
+    CHECK_EQ(h.free_committed_pages, 57); /* 193-255 punched, range 1's kept */
+    CHECK(h.huge[0] >> 1 & 1);
+
+    /* range 2 freed whole: punched whole, forgotten, not a split */
+    for (int i = 7; i < 12; i++)
+        CHECK_EQ(tcm__large_free_ht(&h, run[i], &bytes, &owner), TCM_ST_OK);
+    validate();
+    CHECK_EQ(h.spans[h.page_span[512]].npages, TCM_HUGE_PAGES);
+    release_all(false);
+    validate();
+    CHECK(!(h.huge[0] >> 2 & 1));
+    CHECK_EQ(atomic_load(&h.huge_splits), 0);
+    CHECK_EQ(h.free_committed_pages, 57 + 63); /* and run 7's pages 449-511, in range 1 */
+
+    /* pressure: range 1 split, counted, its free pages punched */
+    release_all(true);
+    validate();
+    CHECK(!(h.huge[0] >> 1 & 1));
+    CHECK_EQ(atomic_load(&h.huge_splits), 1);
+    CHECK_EQ(h.free_committed_pages, 0);
+    CHECK_EQ(h.huge_free_pages, 0);
+    /* a recovery cuts its free stretches at the edges of kept ranges too */
+    h.huge[0] |= 1u << 1;
+    rebuild_and_compare();
+}
+
+/* A kept range a quarter of which stays free through a whole decay step
+ * is forgotten (huge_dissolved); one whose free pages were cut into below a
+ * quarter during the step is not. */
+static void test_sparse(void)
+{
+    uint64_t run[12], x, bytes;
+    uint32_t owner;
+    for (int i = 0; i < 12; i++)
+        CHECK_EQ(large_alloc(64, 1, 1, &run[i]), TCM_ST_OK);
+    h.huge[0] |= 1u << 1; /* range 1: pages 256-511 */
+    CHECK_EQ(tcm__large_free_ht(&h, run[4], &bytes, &owner), TCM_ST_OK); /* 257-320: a quarter */
+    tcm__ph_huge_step_ht(&h);
+    CHECK_EQ(large_alloc(8, 1, 1, &x), TCM_ST_OK); /* from it: 56 free at the step's low */
+    CHECK_EQ(tcm__large_free_ht(&h, x, &bytes, &owner), TCM_ST_OK);
+    tcm__ph_huge_sparse_ht(&h);
+    CHECK(h.huge[0] >> 1 & 1);
+    tcm__ph_huge_step_ht(&h);
+    tcm__ph_huge_sparse_ht(&h); /* a quarter free all through this step */
+    CHECK(!(h.huge[0] >> 1 & 1));
+    CHECK_EQ(atomic_load(&h.huge_dissolved), 1);
+    CHECK_EQ(h.huge_free_pages, 0);
+    validate();
+}
+
 #define ON_A_NEW_HEAP(name) \
     static void case_##name(void) \
     { \
@@ -724,13 +805,15 @@ ON_A_NEW_HEAP(limit_across_states)
 ON_A_NEW_HEAP(limit)
 ON_A_NEW_HEAP(roots)
 ON_A_NEW_HEAP(steps)
+ON_A_NEW_HEAP(huge)
+ON_A_NEW_HEAP(sparse)
 
 int main(void)
 {
     static const tt_case_t cases[] = {
         {"runs", case_runs}, {"objects", case_objects}, {"batch", case_batch}, {"kept", case_kept}, {"cut", case_cut}, {"random", case_random}, {"release", case_release},
         {"backed first", case_backed_first}, {"limit across states", case_limit_across_states},
-        {"limit", case_limit}, {"roots", case_roots}, {"steps", case_steps},
+        {"limit", case_limit}, {"roots", case_roots}, {"steps", case_steps}, {"huge ranges", case_huge}, {"sparse ranges", case_sparse},
     };
     return tt_run_cases("pageheap", cases, sizeof cases / sizeof cases[0], 60000) != 0;
 }
