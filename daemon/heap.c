@@ -7,6 +7,65 @@
 #include "pageheap.h"
 #include "prim.h"
 
+/* The record sets (the classes' object records and the tag blocks) and
+ * the page heap's maps of huge ranges: their bitmaps and counts in one
+ * private reservation, whose pages appear as they are touched. */
+static int reserve_private_maps(tcm_heap_t *h, uint8_t *sb)
+{
+    for (unsigned c = 1; c < TCM_NCLASSES; c++)
+        h->recs[c] = (tcm_rec_set_t){.off = h->sl.off_arena[c], .rec_bytes = h->sl.rec_bytes[c],
+                                       .max = h->sl.max_recs[c]};
+    h->tag_blocks = (tcm_rec_set_t){.off = h->sl.off_tag_blocks, .rec_bytes = TCM_TAG_BLOCK,
+                                     .max = h->sl.max_tag_blocks};
+    h->tag_block_base = sb + h->sl.off_tag_blocks;
+    uint64_t words = 0;
+    for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
+        tcm_rec_set_t *ss = c < TCM_NCLASSES ? &h->recs[c] : &h->tag_blocks;
+        words += (ss->max + 63) / 64 + ((uint64_t)ss->max * ss->rec_bytes / 4096 + 1 + 63) / 64;
+    }
+    h->nranges = h->npages / TCM_HUGE_PAGES;
+    /* and the page heap's map of huge ranges, its counts per range */
+    uint64_t hwords = h->nranges / 64 + 1, cwords = (h->nranges + 3) / 4, swords = (h->nranges + 1) / 2;
+    words += hwords + 2 * cwords + swords;
+    uint64_t *bits = tcm__reserve(words * sizeof(uint64_t));
+    if (!bits)
+        return -ENOMEM;
+    h->recs_bits = bits;
+    h->recs_words = words;
+    h->huge = bits;
+    h->huge_free = (uint16_t *)(bits + hwords);
+    h->huge_low = (uint16_t *)(bits + hwords + cwords);
+    h->huge_since = (uint32_t *)(bits + hwords + 2 * cwords);
+    bits += hwords + 2 * cwords + swords;
+    for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
+        tcm_rec_set_t *ss = c < TCM_NCLASSES ? &h->recs[c] : &h->tag_blocks;
+        ss->used = bits;
+        bits += (ss->max + 63) / 64;
+        ss->backed = bits;
+        bits += ((uint64_t)ss->max * ss->rec_bytes / 4096 + 1 + 63) / 64;
+    }
+    return 0;
+}
+
+/* The huge-range hint: backed now (a write to a hole of a full /dev/shm
+ * would be a SIGBUS); the page heap's private map starts from it. */
+static int attach_huge_hint(tcm_heap_t *h, uint8_t *sb, tcm_handle_t state_fd)
+{
+    if (state_fd >= 0) {
+        int err = tcm__commit(state_fd, h->sl.off_huge, h->sl.size - h->sl.off_huge);
+        if (err)
+            return err;
+    }
+    h->huge_hint = (_Atomic uint64_t *)(sb + h->sl.off_huge);
+    uint64_t ranges = 0;
+    for (uint32_t w = 0; w < (h->nranges + 63) / 64; w++) {
+        h->huge[w] = atomic_load_explicit(&h->huge_hint[w], memory_order_relaxed);
+        ranges += (uint64_t)__builtin_popcountll(h->huge[w]);
+    }
+    atomic_store(&h->huge_ranges, ranges);
+    return 0;
+}
+
 int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tcm_handle_t heap_fd, tcm_handle_t meta_fd,
                      tcm_handle_t state_fd, uint64_t heap_size, uint64_t base, uint32_t max_threads, bool fresh)
 {
@@ -72,54 +131,12 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tc
     h->state_fd = state_fd;
     h->heap_size = heap_size;
     h->npages = npages;
-    /* the record sets: the classes' object records and the tag blocks; their
-     * bitmaps in one private reservation (pages appear as they are touched) */
-    for (unsigned c = 1; c < TCM_NCLASSES; c++)
-        h->recs[c] = (tcm_rec_set_t){.off = h->sl.off_arena[c], .rec_bytes = h->sl.rec_bytes[c],
-                                       .max = h->sl.max_recs[c]};
-    h->tag_blocks = (tcm_rec_set_t){.off = h->sl.off_tag_blocks, .rec_bytes = TCM_TAG_BLOCK,
-                                     .max = h->sl.max_tag_blocks};
-    h->tag_block_base = sb + h->sl.off_tag_blocks;
-    uint64_t words = 0;
-    for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
-        tcm_rec_set_t *ss = c < TCM_NCLASSES ? &h->recs[c] : &h->tag_blocks;
-        words += (ss->max + 63) / 64 + ((uint64_t)ss->max * ss->rec_bytes / 4096 + 1 + 63) / 64;
-    }
-    h->nranges = npages / TCM_HUGE_PAGES;
-    /* and the page heap's map of huge ranges, its counts per range */
-    uint64_t hwords = h->nranges / 64 + 1, cwords = (h->nranges + 3) / 4, swords = (h->nranges + 1) / 2;
-    words += hwords + 2 * cwords + swords;
-    uint64_t *bits = tcm__reserve(words * sizeof(uint64_t));
-    if (!bits)
-        return -ENOMEM;
-    h->recs_bits = bits;
-    h->recs_words = words;
-    h->huge = bits;
-    h->huge_free = (uint16_t *)(bits + hwords);
-    h->huge_low = (uint16_t *)(bits + hwords + cwords);
-    h->huge_since = (uint32_t *)(bits + hwords + 2 * cwords);
-    bits += hwords + 2 * cwords + swords;
-    for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
-        tcm_rec_set_t *ss = c < TCM_NCLASSES ? &h->recs[c] : &h->tag_blocks;
-        ss->used = bits;
-        bits += (ss->max + 63) / 64;
-        ss->backed = bits;
-        bits += ((uint64_t)ss->max * ss->rec_bytes / 4096 + 1 + 63) / 64;
-    }
-    /* the huge-range hint: backed now (a write to a hole of a full
-     * /dev/shm would be a SIGBUS); the private maps start from it */
-    if (state_fd >= 0) {
-        int err = tcm__commit(state_fd, h->sl.off_huge, h->sl.size - h->sl.off_huge);
-        if (err)
-            return err;
-    }
-    h->huge_hint = (_Atomic uint64_t *)(sb + h->sl.off_huge);
-    uint64_t ranges = 0;
-    for (uint32_t w = 0; w < (h->nranges + 63) / 64; w++) {
-        h->huge[w] = atomic_load_explicit(&h->huge_hint[w], memory_order_relaxed);
-        ranges += (uint64_t)__builtin_popcountll(h->huge[w]);
-    }
-    atomic_store(&h->huge_ranges, ranges);
+    int err = reserve_private_maps(h, sb);
+    if (err)
+        return err;
+    err = attach_huge_hint(h, sb, state_fd);
+    if (err)
+        return err;
     tcm__ph_init(h);
     h->top = atomic_load(&st->top);
     return tcm__roots_count_ht(h);
