@@ -20,8 +20,8 @@
 #include "tcache.h"
 #include "xfer.h"
 
-/* A class's first refill asks for this many; each refill doubles it (slow
- * start), so a bin still at it has never been refilled. */
+/* A class's first refill asks for this many (refill_first); each refill
+ * doubles it (slow start), so a bin still at it has never been refilled. */
 enum { REFILL_FIRST = 2 };
 
 #define NOMEM_WAIT_NS 64000000ull /* a full heap: wait up to ~128 ms for other processes' caches */
@@ -341,6 +341,40 @@ static void fetch_ahead(tcm_thread_t *thr, unsigned cls)
         thr->tc->ahead_bytes -= (uint64_t)want * ci->size;
 }
 
+/* What a class's first refill asks for: REFILL_FIRST, or two cache lines'
+ * worth of a class smaller than a line, so that the bin holds a whole line
+ * of its own (line_on_top). */
+static uint32_t refill_first(unsigned cls)
+{
+    uint32_t size = tcm__proc.classes[cls].size, lines = 2 * TCM_CACHELINE / size;
+    return size < TCM_CACHELINE && lines > REFILL_FIRST ? lines : REFILL_FIRST;
+}
+
+/* After a refill of a class smaller than a cache line: the object the next
+ * malloc takes is one whose whole line the bin holds, if it holds one. A
+ * thread that reuses one object over and over (Hoard's cache-thrash) then
+ * writes a line no other thread has objects on: two threads' batches may
+ * share the lines at their ends, and with the bin's last object on such a
+ * line four threads wrote one line 1.5x slower than mimalloc's. */
+static void line_on_top(tcm_bin_t *b, uint32_t size)
+{
+    const uintptr_t line_mask = ~(uintptr_t)(TCM_CACHELINE - 1);
+    uint32_t n = b->count < 16 ? b->count : 16, per_line = TCM_CACHELINE / size;
+    void **top = b->objs + b->count - n;
+    for (uint32_t i = n; i-- > 0;) {
+        uintptr_t line = (uintptr_t)top[i] & line_mask;
+        uint32_t mates = 0;
+        for (uint32_t j = 0; j < n; j++)
+            mates += ((uintptr_t)top[j] & line_mask) == line;
+        if (mates >= per_line) {
+            void *o = top[i];
+            top[i] = top[n - 1];
+            top[n - 1] = o;
+            return;
+        }
+    }
+}
+
 /* Set a bin's room (its max), with the thread's capacity, the sum of its
  * bins' room in bytes, in step. */
 static void set_room(tcm_thread_t *thr, unsigned cls, uint32_t max)
@@ -621,7 +655,7 @@ TCM_COLD static tcm_thread_t *thread_register(void)
     thr->flush_seen = atomic_load(&pr->chan_hdr->flush_gen);
     thr->budget = thread_budget();
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-        thr->refill[cls] = REFILL_FIRST;
+        thr->refill[cls] = refill_first(cls);
         thr->low[cls] = UINT32_MAX;
     }
     pthread_once(&thread_key_once, thread_key_create);
@@ -696,7 +730,7 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
     uint32_t want = thr->refill[cls];
     if (!quick) {
         uint32_t size = tcm__proc.classes[cls].size, quiet = QUIET_BYTES / size ? QUIET_BYTES / size : 1;
-        thr->refill[cls] = want / 2 > REFILL_FIRST ? want / 2 : REFILL_FIRST;
+        thr->refill[cls] = want / 2 > refill_first(cls) ? want / 2 : refill_first(cls);
         want = thr->refill[cls] < quiet ? thr->refill[cls] : quiet;
     }
     grow(thr, cls, quick ? want : want > b->max ? want - b->max : 0);
@@ -855,6 +889,8 @@ TCM_NOINLINE void *tcm__malloc_slow(size_t size)
             errno = ENOMEM;
             return NULL;
         }
+        if (tcm__proc.classes[cls].size < TCM_CACHELINE)
+            line_on_top(b, tcm__proc.classes[cls].size);
         if (quiet && b->count == 1)
             set_room(thr, cls, 0); /* nothing stays for a free to fill */
     }
@@ -929,7 +965,7 @@ TCM_NOINLINE void tcm__free_slow(void *p)
         return;
     }
     tcm_bin_t *b = &thr->tc->bins[cls];
-    if (b->max == 0 && thr->refill[cls] == REFILL_FIRST && pr->classes[cls].size < 2 * TCM_CACHELINE &&
+    if (b->max == 0 && thr->refill[cls] == refill_first(cls) && pr->classes[cls].size < 2 * TCM_CACHELINE &&
         free_first(thr, cls, p))
         return;
     if (b->count >= b->max && quiet_span_class(thr, cls) &&
