@@ -660,6 +660,7 @@ void tcm__ph_huge_forget_ht(tcm_heap_t *h, uint32_t r)
         p = sp->first + sp->npages > p ? sp->first + sp->npages : p + 1;
     }
     h->huge[r / 64] &= ~bit;
+    h->huge_since[r] = 0; /* in use again for a while before it is handed over again (a collapse that failed) */
     for (uint32_t i = 0; i < n; i++) {
         h->spans[runs[i]].state = TCM_SPAN_FREE;
         insert_coalesced(h, runs[i]);
