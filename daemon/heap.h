@@ -114,12 +114,12 @@ typedef struct tcm_heap {
      * huge: private, rebuilt from the hint: the ranges the page heap keeps
      * whole, collapsed or handed to the collapser and not answered yet.
      * huge_since: private, per range, the look (huge.c) since which every
-     * look found it all in spans, plus one (0: the last did not). */
+     * look found it in use (range_in_use), plus one (0: the last did not). */
     _Atomic uint64_t *huge_hint;
     uint64_t *huge;
     uint32_t *huge_since;
     /* private, per range: free pages on the huge lists now, and the fewest
-     * since the decay window began (tcm__ph_huge_sparse_ht) */
+     * since the decay step began (tcm__ph_huge_sparse_ht) */
     uint16_t *huge_free, *huge_low;
     uint32_t nranges;
     /* W: heap thread, R: main (stats); since this tcmd started, but

@@ -5,8 +5,8 @@
  * (MADV_COLLAPSE, Linux 6.1+, whatever shmem_enabled says), every process
  * that maps the range gets the large page: one page-table entry where
  * there were 512, and a TLB entry that covers all of it. The heap thread
- * picks the ranges that stay in use (every page in a span at every look for
- * a second); the collapser, a thread of its own, asks the kernel for them
+ * picks the ranges that stay in use (at most an eighth free, at every look
+ * for HUGE_SETTLE_LOOKS); the collapser, a thread of its own, asks the kernel for them
  * within huge_collapse_ms a second; the page heap keeps collapsed ranges
  * whole (pageheap.c: cuts there first, punched only whole but under
  * pressure); the hint in the state segment says which they are across a
@@ -24,9 +24,9 @@
 
 #define HUGE_SCAN_RANGES 64u               /* ranges one look covers: 128 MiB of heap */
 /* Looks (TCM_HUGE_SCAN_NS each) a range must be in use through before it is
- * collapsed: a second. A range collapsed as soon as it filled was kept
- * whole through the churn of a program's first second (larson's steady
- * memory ~10% higher). */
+ * collapsed: 250 ms. A range collapsed at its second look was kept whole
+ * through the churn of a program's first second (larson's 1 s steady
+ * memory ~9% higher). */
 #define HUGE_SETTLE_LOOKS 5u
 
 static void *collapser_main(void *arg)
@@ -223,7 +223,7 @@ void tcm__huge_tick_ht(tcm_server_t *srv, uint64_t now)
         hg->found = true;
         if (!h->huge_since[r])
             h->huge_since[r] = hg->looks + 1;
-        if (hg->looks + 1 - h->huge_since[r] < HUGE_SETTLE_LOOKS) /* in use at every look for a second: it stays */
+        if (hg->looks + 1 - h->huge_since[r] < HUGE_SETTLE_LOOKS) /* in use at every look for 250 ms: it stays */
             continue;
         if (hg->in_flight >= TCM_HUGE_QUEUE)
             break;

@@ -160,7 +160,7 @@ size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
     row(rows, &n, max, "huge_splits", "huge ranges a release under pressure punched into (tcmctl release, a smaller "
         "heap limit, a full heap)", atomic_load(&h->huge_splits), true);
     row(rows, &n, max, "huge_dissolved", "huge ranges the decay gave back to 4 KiB pages: a quarter of each stayed "
-        "free through a decay window", atomic_load(&h->huge_dissolved), true);
+        "free through a decay step", atomic_load(&h->huge_dissolved), true);
     row(rows, &n, max, "huge_collapse_us", "CPU time the collapser spent collapsing",
         atomic_load(&srv->huge.busy_ns) / 1000, true);
     char name[48];
