@@ -358,6 +358,18 @@ void *tcm__preload_aligned(size_t align, size_t size)
     return aligned(align, size);
 }
 
+/* The drop-in links no C++ runtime (preload_new.cpp): the program's, after
+ * this library in the search order, or one a library loaded privately. */
+void *tcm__cxx_runtime_symbol(const char *name)
+{
+    void *f = tcm__next_symbol(name);
+    if (!f)
+        f = tcm__loaded_symbol("libstdc++.so.6", name);
+    if (!f)
+        f = tcm__loaded_symbol("libc++.so.1", name);
+    return f;
+}
+
 /* ---- tcm.h's functions, for a program that calls them (see api) */
 
 static void resolve_api(void)

@@ -11,6 +11,9 @@ extern "C" {
 
 /* aligned_alloc's path for an alignment above 16, as the drop-in serves it */
 __attribute__((visibility("hidden"))) void *tcm__preload_aligned(size_t align, size_t size);
+/* a function of the program's C++ runtime by its mangled name (one a
+ * library loaded with RTLD_LOCAL included); NULL without one */
+__attribute__((visibility("hidden"))) void *tcm__cxx_runtime_symbol(const char *name);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,16 @@
 // libtcm-malloc.so's malloc: new throws std::bad_alloc (after the
 // new_handler had its chances), nothrow returns nullptr, sized and aligned
 // deletes free by address like free().
+//
+// Without the C++ runtime: the drop-in is preloaded into every program, C
+// ones included, and linking libstdc++ (and libgcc_s, libm with it) cost
+// each of them ~1.2 MB of RSS and the time to load it. Built with
+// -fno-exceptions and linked as C; what only the runtime can do (read the
+// new_handler, throw, catch what a handler throws) is the runtime's own
+// functions, looked up when an allocation first fails: a program that calls
+// operator new has a C++ runtime loaded.
+#include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 
@@ -11,6 +21,38 @@
 
 namespace {
 
+typedef void (*handler_fn)();
+
+handler_fn new_handler()
+{
+    auto get = reinterpret_cast<handler_fn (*)()>(tcm__cxx_runtime_symbol("_ZSt15get_new_handlerv"));
+    return get ? get() : nullptr;
+}
+
+[[noreturn]] void throw_bad_alloc()
+{
+    auto thrower = reinterpret_cast<void (*)()>(tcm__cxx_runtime_symbol("_ZSt17__throw_bad_allocv"));
+    if (thrower)
+        thrower();
+    fputs("tcm-malloc: out of memory in operator new, and no C++ runtime to throw std::bad_alloc\n", stderr);
+    abort();
+}
+
+// The runtime's nothrow operator new, which calls the throwing one (this
+// file's) and turns what it throws into nullptr: with a new_handler the
+// handler may throw, and only the runtime can catch.
+void *nothrow_by_runtime(std::size_t size, std::size_t align)
+{
+    void *f = tcm__cxx_runtime_symbol(align ? "_ZnwmSt11align_val_tRKSt9nothrow_t" : "_ZnwmRKSt9nothrow_t");
+    if (!f)
+        return nullptr;
+    const std::nothrow_t tag{}; // std::nothrow itself is the runtime's
+    if (align)
+        return reinterpret_cast<void *(*)(std::size_t, std::align_val_t, const std::nothrow_t &)>(f)(
+            size, std::align_val_t(align), tag);
+    return reinterpret_cast<void *(*)(std::size_t, const std::nothrow_t &)>(f)(size, tag);
+}
+
 void *allocate(std::size_t size, std::size_t align, bool nothrow)
 {
     if (size == 0)
@@ -19,21 +61,15 @@ void *allocate(std::size_t size, std::size_t align, bool nothrow)
         void *p = align > 16 ? tcm__preload_aligned(align, size) : std::malloc(size);
         if (p)
             return p;
-        std::new_handler h = std::get_new_handler();
+        handler_fn h = new_handler();
         if (!h) {
             if (nothrow)
                 return nullptr;
-            throw std::bad_alloc();
+            throw_bad_alloc();
         }
-        if (nothrow) {
-            try {
-                h();
-            } catch (...) {
-                return nullptr;
-            }
-        } else {
-            h();
-        }
+        if (nothrow)
+            return nothrow_by_runtime(size, align > 16 ? align : 0);
+        h();
     }
 }
 

@@ -240,6 +240,10 @@ int tcm__at_fork(void (*prepare)(void), void (*parent)(void), void (*child)(void
 /* The definition of a symbol in the libraries after this one (dlsym
  * RTLD_NEXT): the system malloc under the drop-in. */
 void *tcm__next_symbol(const char *name);
+/* A symbol of a library the process has already loaded, by its file name,
+ * even one loaded with RTLD_LOCAL; NULL when it is not loaded (nothing is
+ * loaded for it). */
+void *tcm__loaded_symbol(const char *library, const char *name);
 size_t tcm__os_page_size(void);
 
 void tcm__kill_self(void) __attribute__((noreturn)); /* SIGKILL: test crash points */

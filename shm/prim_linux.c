@@ -1034,6 +1034,16 @@ void *tcm__next_symbol(const char *name)
     return dlsym(RTLD_NEXT, name);
 }
 
+void *tcm__loaded_symbol(const char *library, const char *name)
+{
+    void *lib = dlopen(library, RTLD_LAZY | RTLD_NOLOAD);
+    if (!lib)
+        return NULL;
+    void *f = dlsym(lib, name);
+    dlclose(lib); /* the reference RTLD_NOLOAD took: the library stays with its other users */
+    return f;
+}
+
 size_t tcm__os_page_size(void)
 {
     return (size_t)sysconf(_SC_PAGESIZE);

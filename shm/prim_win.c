@@ -1215,6 +1215,12 @@ void *tcm__next_symbol(const char *name)
     return NULL; /* no symbol interposition: the drop-in is for ELF systems */
 }
 
+void *tcm__loaded_symbol(const char *library, const char *name)
+{
+    (void)library, (void)name;
+    return NULL; /* the drop-in's C++ operators are for ELF systems */
+}
+
 size_t tcm__os_page_size(void)
 {
     SYSTEM_INFO si;

@@ -72,6 +72,13 @@ select b from t order by b desc limit 3;
 SQL
 same "sqlite3" "sqlite3 :memory: < $work/q.sql"
 same "C++ containers" "$build/tests/tcm_preload_cxx"
+same "C++ new out of memory: bad_alloc, new_handler, nothrow (no C++ runtime linked)" \
+  "TCM_MALLOC_FALLBACK=0 $build/tests/tcm_preload_newfail"
+if ldd "$lib" | grep -qE 'libstdc\+\+|libgcc_s|libm\.'; then
+  fail "the drop-in links the C++ runtime: $(ldd "$lib" | tr -s ' \n' ' ')"
+else
+  ok "the drop-in links no C++ runtime (every program it is preloaded into would load it)"
+fi
 same "300 threads, destructors that free, a handler that frees, exit from a thread" "$build/tests/tcm_preload_threads"
 same_shared "python3 dict and sort" \
   "$py -c 'd = {str(i): i * i for i in range(300000)}; ks = sorted(d, key=lambda k: d[k] % 1000); print(len(ks), ks[:3], sum(d.values()))'"
