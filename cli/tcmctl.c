@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "frame.h"
+#include "heapprof.h"
 #include "prim.h"
 #include "tcm_version.h"
 #include "util.h"
@@ -587,6 +588,133 @@ static int cmd_check(const ctx_t *ctx, int argc, char **argv)
     return rc;
 }
 
+/* Every page of the heap profile's process records or samples: the replies
+ * go into resps (kept: the records point into them), their entries into
+ * *items. */
+static bool fetch_profile(const ctx_t *ctx, uint32_t pid, bool procs, Tcm__Response ***resps, size_t *nresps,
+                          void ***items, size_t *nitems, uint64_t *interval)
+{
+    Tcm__HeapProfileRequest pr = TCM__HEAP_PROFILE_REQUEST__INIT;
+    pr.pid = pid;
+    pr.procs = procs;
+    do {
+        Tcm__Response *resp = ask(ctx, TCM__REQUEST__BODY_HEAP_PROFILE, &pr, TCM__RESPONSE__BODY_HEAP_PROFILE);
+        const Tcm__HeapProfile *hp = resp->heap_profile;
+        size_t add = procs ? hp->n_proc : hp->n_sample;
+        Tcm__Response **r = realloc(*resps, (*nresps + 1) * sizeof *r);
+        void **it = realloc(*items, (*nitems + add + 1) * sizeof *it);
+        if (r)
+            *resps = r;
+        if (it)
+            *items = it;
+        if (!r || !it) {
+            tcm__response__free_unpacked(resp, NULL);
+            return false;
+        }
+        r[(*nresps)++] = resp;
+        memcpy(it + *nitems, procs ? (void **)hp->proc : (void **)hp->sample, add * sizeof *it);
+        *nitems += add;
+        *interval = hp->interval;
+        if (hp->next && hp->next <= pr.from) /* a page that does not move on would never end */
+            break;
+        pr.from = hp->next;
+    } while (pr.from);
+    return true;
+}
+
+static void print_top(const ctx_t *ctx, const tcm_hp_t *hp, const tcm_hp_site_t *sites, long n, unsigned long top)
+{
+    double bytes = 0;
+    for (long i = 0; i < n; i++)
+        bytes += sites[i].bytes;
+    if (ctx->json) {
+        printf("{\"interval\":%llu,\"samples\":%zu,\"bytes\":%.0f,\"sites\":[", (unsigned long long)hp->interval,
+               hp->nsamples, bytes);
+        for (long i = 0; i < n && (unsigned long)i < top; i++) {
+            const tcm_hp_site_t *s = &sites[i];
+            printf("%s{\"function\":\"%s\",\"file\":\"%s\",\"line\":%d,\"bytes\":%.0f,\"objects\":%.0f,"
+                   "\"processes\":%u,\"pids\":[", i ? "," : "", js(s->func), js(s->file), s->line, s->bytes,
+                   s->objects, s->procs);
+            for (uint32_t k = 0; k < s->procs && k < sizeof s->pids / sizeof s->pids[0]; k++)
+                printf("%s%u", k ? "," : "", s->pids[k]);
+            printf("]}");
+        }
+        printf("]}\n");
+        return;
+    }
+    char total[32];
+    tcm__format_size((uint64_t)bytes, total, sizeof total);
+    printf("%zu samples (one per %llu bytes allocated, on average) stand for %s in use\n", hp->nsamples,
+           (unsigned long long)hp->interval, total);
+    printf("%10s %6s %10s %6s  %s\n", "bytes", "%", "objects", "procs", "site");
+    for (long i = 0; i < n && (unsigned long)i < top; i++) {
+        const tcm_hp_site_t *s = &sites[i];
+        char b[32], where[300] = "";
+        tcm__format_size((uint64_t)s->bytes, b, sizeof b);
+        if (s->file[0])
+            snprintf(where, sizeof where, "  %s:%d", tx(s->file), s->line);
+        printf("%10s %5.1f%% %10.0f %6u  %s%s\n", b, bytes > 0 ? 100 * s->bytes / bytes : 0.0, s->objects, s->procs,
+               tx(s->func), where);
+    }
+}
+
+static int cmd_heap_profile(const ctx_t *ctx, int argc, char **argv)
+{
+    unsigned long pid = 0, top = 0;
+    const char *output = "-";
+    for (int i = 0; i < argc; i++) {
+        char *end = "";
+        if (!strcmp(argv[i], "--pid") && i + 1 < argc)
+            pid = strtoul(argv[++i], &end, 10);
+        else if (!strcmp(argv[i], "--top") && i + 1 < argc)
+            top = strtoul(argv[++i], &end, 10);
+        else if (!strcmp(argv[i], "--output") && i + 1 < argc)
+            output = argv[++i];
+        else
+            return command_usage("heap-profile", stderr);
+        if (*end || pid > UINT32_MAX)
+            return command_usage("heap-profile", stderr);
+    }
+    if (!top && !strcmp(output, "-") && tcm__is_terminal(1)) {
+        fprintf(stderr, "tcmctl: the profile is gzipped protobuf: give --output FILE (or --top N for text)\n");
+        return EXIT_USAGE;
+    }
+    Tcm__Response **resps = NULL;
+    size_t nresps = 0;
+    tcm_hp_t hp = {0};
+    bool ok = fetch_profile(ctx, 0, true, &resps, &nresps, (void ***)&hp.procs, &hp.nprocs, &hp.interval) &&
+              fetch_profile(ctx, (uint32_t)pid, false, &resps, &nresps, (void ***)&hp.samples, &hp.nsamples,
+                            &hp.interval);
+    int rc = 0;
+    if (!ok) {
+        fprintf(stderr, "tcmctl: out of memory\n");
+        rc = EXIT_DAEMON;
+    } else if (top) {
+        tcm_hp_site_t *sites = NULL;
+        long n = tcm__hp_top(&hp, &sites);
+        if (n < 0) {
+            fprintf(stderr, "tcmctl: out of memory\n");
+            rc = EXIT_DAEMON;
+        } else {
+            print_top(ctx, &hp, sites, n, top);
+        }
+        free(sites);
+    } else {
+        char err[256];
+        FILE *f = strcmp(output, "-") ? fopen(output, "wb") : stdout;
+        if (!f || tcm__hp_pprof(&hp, f, err, sizeof err) != 0 || (f != stdout && fclose(f) != 0)) {
+            fprintf(stderr, "tcmctl: %s: %s\n", output, f ? err : strerror(errno));
+            rc = EXIT_DAEMON;
+        } else if (f != stdout && !ctx->json) {
+            fprintf(stderr, "tcmctl: %zu samples of %zu processes written to %s\n", hp.nsamples, hp.nprocs, output);
+        }
+    }
+    for (size_t i = 0; i < nresps; i++)
+        tcm__response__free_unpacked(resps[i], NULL);
+    free(resps), free(hp.procs), free(hp.samples);
+    return rc;
+}
+
 /* The one list of commands: tcmctl --help, tcmctl COMMAND --help, a usage
  * error, tcmctl(1) (packaging/man/tcmctl.1.sh, from --list-commands) and
  * the README's command list (tests/readme_test.py) all come from it. */
@@ -617,6 +745,11 @@ static const command_t commands[] = {
      "validate the whole heap (tcmd's uid or root); exit 1 naming the first inconsistency, of tcmd's "
      "structures or of a client's caches",
      cmd_check},
+    {"heap-profile", "[--pid PID] [--output FILE | --top N]",
+     "who holds the heap: the sampled allocations still in use (profile_sample), of every process or PID, alive or "
+     "departed, as a gzipped pprof profile (go tool pprof FILE) or the top N allocation sites (function, file:line "
+     "where the binaries have DWARF, bytes, objects, processes); tcmd's uid or root",
+     cmd_heap_profile},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

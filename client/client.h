@@ -58,6 +58,11 @@ typedef struct tcm_thread {
     uint64_t event_ns[TCM_NCLASSES]; /* when each bin last missed or overflowed */
     uint32_t low[TCM_NCLASSES];  /* fewest objects each bin is known to have held since the last
                                     scavenge (0 once it missed; UINT32_MAX: never missed) */
+    /* the heap profile (profile.c): tc->sample_left counts down from an
+     * interval drawn around sample_mean once armed */
+    bool sample_armed;
+    uint64_t sample_mean;
+    uint64_t sample_rng;
 } tcm_thread_t;
 
 /* The calling thread's record, for the slow paths: NULL until tcache.c

@@ -17,6 +17,7 @@
 #include "large.h"
 #include "lifecycle.h"
 #include "prim.h"
+#include "profile.h"
 #include "tcache.h"
 #include "xfer.h"
 
@@ -526,6 +527,10 @@ static void check_config(tcm_thread_t *thr)
         return;
     thr->config_gen = gen;
     thr->budget = thread_budget();
+    if (thr->sample_mean != atomic_load_explicit(&tcm__proc.meta->profile_sample, memory_order_relaxed)) {
+        thr->sample_armed = false; /* profile_sample changed: the next malloc draws from the new mean */
+        thr->tc->sample_left = 0;
+    }
     settle_all(thr, false); /* what it asked for ahead goes back: the budget may be smaller */
     shrink_to_budget(thr);
     tcm__xfer_trim(false);
@@ -640,6 +645,7 @@ TCM_COLD static tcm_thread_t *thread_register(void)
     pr->caches[idx].header_backed = true;
     memset(tc->bins, 0, sizeof tc->bins);
     tc->ahead_bytes = 0;
+    tc->sample_left = 0; /* its first malloc arms the countdown (tcm__sample_arm) */
     atomic_store(&tc->dropped, 0);
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         tc->bins[cls].objs = (void **)((uint8_t *)tc + pr->lay.bin_objs_off[cls]);
@@ -861,12 +867,49 @@ static void *take_larger(tcm_thread_t *thr, unsigned cls)
     return NULL;
 }
 
+/* Whether this allocation is the heap profile's sample: the hit path
+ * subtracted its size from the countdown and found it below zero, or (a
+ * miss, a page run) this subtracts it. The first one of a thread, with the
+ * count at 0, arms it instead. */
+static bool sample_due(tcm_thread_t *thr, size_t size)
+{
+    tcm_tcache_t *tc = thr->tc;
+    if (tc->sample_left >= 0 && (tc->sample_left -= (int64_t)(size < INT64_MAX ? size : INT64_MAX)) >= 0)
+        return false;
+    if (tcm_likely(thr->sample_armed))
+        return true;
+    tcm__sample_arm(thr);
+    return false;
+}
+
+/* A sampled allocation: a page run of its own, fresh from tcmd (one from
+ * the run cache may be another process's), so that its free reaches tcmd
+ * whoever frees it; then tcmd is told of it with the stack above
+ * tcm__malloc_slow's frame (cfa). NULL: not sampled, allocate as usual. */
+TCM_NOINLINE static void *sampled_alloc(tcm_thread_t *thr, size_t size, uintptr_t cfa)
+{
+    uint64_t mean = thr->sample_mean;
+    tcm__sample_arm(thr);
+    if (!mean || size > tcm__proc.heap_size)
+        return NULL;
+    uint64_t off, asked;
+    if (alloc_pages(size ? size : 1, 0, &off, &asked) != TCM_ST_OK)
+        return NULL;
+    tcm__sample_post(off, size ? size : 1, mean, cfa);
+    return tcm__proc.heap + off;
+}
+
 TCM_NOINLINE void *tcm__malloc_slow(size_t size)
 {
+    tcm_thread_t *thr = current_thread();
+    if (thr && tcm_unlikely(sample_due(thr, size))) {
+        void *p = sampled_alloc(thr, size, (uintptr_t)__builtin_dwarf_cfa());
+        if (p)
+            return p;
+    }
     if (size > TCM_MAX_SMALL)
         return tcm__large_alloc(size, 0);
     unsigned cls = tcm__size_class(size);
-    tcm_thread_t *thr = current_thread();
     if (!thr) {
         if (!atomic_load(&tcm__proc.attached)) {
             errno = ENOMEM;
@@ -947,7 +990,9 @@ TCM_NOINLINE void tcm__free_slow(void *p)
     if (pc == TCM_PAGE_CLASS_LARGE) {
         if (off != ((uint64_t)sp->first << TCM_PAGE_SHIFT))
             tcm__fatal("tcm_free(): invalid pointer %p (inside a page run)", p);
-        if (!tcm__large_keep(off, sp->npages))
+        /* a sampled run goes back to tcmd, which drops its sample */
+        if (atomic_load_explicit((const _Atomic uint32_t *)&sp->sample, memory_order_relaxed) ||
+            !tcm__large_keep(off, sp->npages))
             free_pages_async(off);
         return;
     }

@@ -1,5 +1,6 @@
 /* tcache_inl.h — the hot path. A hit is a class lookup, one load of the
- * thread's tcache pointer and a push or pop on a bin array: no locked
+ * thread's tcache pointer, (malloc) a subtract from the heap profile's
+ * countdown and a push or pop on a bin array: no locked
  * instruction, no fence, no lock, no syscall. A free also loads the three
  * hot globals (heap base, its size in granules, the page map), relaxed
  * atomic loads: plain moves on x86-64 and AArch64, atomic only because
@@ -28,9 +29,11 @@ static inline void *tcm__malloc_fast(size_t size)
         cls = tcm__size_class(size);
     else
         return TCM_MALLOC_SLOW(size);
-    tcm_bin_t *b = &tcm__tls_tc->bins[cls];
+    tcm_tcache_t *tc = tcm__tls_tc;
+    tcm_bin_t *b = &tc->bins[cls];
     uint32_t n = b->count;
-    if (tcm_likely(n != 0)) {
+    /* the heap profile's countdown: one subtract and branch (profile.c) */
+    if (tcm_likely(n != 0) && tcm_likely((tc->sample_left -= (int64_t)size) >= 0)) {
         b->count = n - 1;
         return b->objs[n - 1];
     }

@@ -7,3 +7,9 @@ add_custom_command(
   COMMAND ${PROTOC_C} --c_out=${PROTO_OUT} -I${CMAKE_CURRENT_SOURCE_DIR}/proto tcm.proto
   DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/proto/tcm.proto
   COMMENT "protoc-c tcm.proto")
+# the pprof format tcmctl heap-profile writes
+add_custom_command(
+  OUTPUT ${PROTO_OUT}/profile.pb-c.c ${PROTO_OUT}/profile.pb-c.h
+  COMMAND ${PROTOC_C} --c_out=${PROTO_OUT} -I${CMAKE_CURRENT_SOURCE_DIR}/proto profile.proto
+  DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/proto/profile.proto
+  COMMENT "protoc-c profile.proto")

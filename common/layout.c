@@ -198,6 +198,12 @@ void tcm__state_layout(tcm_state_layout_t *l, uint32_t npages)
     off = align_up(off + (uint64_t)l->max_tag_blocks * TCM_TAG_BLOCK, 4096);
     l->off_huge = off;
     off = align_up(off + ((uint64_t)npages / TCM_HUGE_PAGES + 63) / 64 * 8, 4096);
+    l->off_profile = off;
+    off += 4096;
+    l->off_samples = off;
+    off += (uint64_t)TCM_SAMPLES * sizeof(tcm_sample_t);
+    l->off_sample_procs = off;
+    off += (uint64_t)TCM_SAMPLE_PROCS * sizeof(tcm_sample_proc_t);
     l->size = off;
 }
 

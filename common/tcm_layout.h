@@ -86,7 +86,8 @@
  * groups per user); the state version went on from there. */
 #define TCM_ABI_VERSION 14u
 #define TCM_ABI_VERSION_OLDEST 14u
-#define TCM_STATE_VERSION 16u /* 15: the heap's history in the state header (born_version, served_by); 16: the huge-range hint */
+#define TCM_STATE_VERSION 17u /* 15: the heap's history in the state header (born_version, served_by); 16: the huge-range hint;
+                                 17: the heap profile's samples and their processes */
 #define TCM_STATE_VERSION_OLDEST 14u
 #define TCM_META_MAGIC 0x4154454d4d4354ull /* "TCMMETA" */
 #define TCM_CHAN_MAGIC 0x4e4148434d4354ull /* "TCMCHAN" */
@@ -127,6 +128,9 @@ _Static_assert(TCM_NCLASSES <= TCM_PAGE_CLASS_DRAIN && TCM_PAGE_CLASS_DRAIN + TC
 #define TCM_HOLDER_GROUPS 256u    /* and the rest, one tag per user and executable (the first: every other one) */
 #define TCM_QUOTA_RULES 64u       /* memory quotas an operator may set (tcmctl quota) */
 #define TCM_EXE_MAX 64u           /* an executable's path as kept (the end of a longer one) */
+#define TCM_SAMPLES 32768u        /* live heap-profile samples a heap can keep (docs/DESIGN.md, "Heap profiles") */
+#define TCM_SAMPLE_PROCS 1024u    /* processes those samples name (records kept while their samples live) */
+#define TCM_SAMPLE_FRAMES 27u     /* return addresses a sample keeps, innermost first */
 #define TCM_MAX_THREADS 4096u     /* the most --max-threads can be */
 #define TCM_RECONNECT_DEFAULT_S 30 /* reconnect_timeout's default, and a client's wait before it reads tcmd's */
 /* Defaults of tcmd's settings, as its settings table (daemon/config.c)
@@ -203,7 +207,11 @@ typedef struct tcm_span {
     uint8_t cls;        /* SMALL: size class */
     uint8_t committed;  /* FREE: every page is backed by tmpfs blocks */
     uint8_t on_list;    /* 1 while linked into a list */
-    uint32_t scan;      /* SMALL: first word of its object bits that may have a free bit */
+    union {
+        uint32_t scan;  /* SMALL: first word of its object bits that may have a free bit */
+        uint32_t sample;/* LARGE: 1 + its heap-profile sample's index, 0 none (a client frees such a run
+                           to tcmd, never to its run cache) */
+    };
 } tcm_span_t;
 TCM_SHARED_SIZE(tcm_span_t, 32);
 TCM_SHARED_OFFSET(tcm_span_t, first, 0); TCM_SHARED_OFFSET(tcm_span_t, npages, 4);
@@ -212,6 +220,7 @@ TCM_SHARED_OFFSET(tcm_span_t, nfree, 16); TCM_SHARED_OFFSET(tcm_span_t, owner, 2
 TCM_SHARED_OFFSET(tcm_span_t, rec, 20); TCM_SHARED_OFFSET(tcm_span_t, state, 24);
 TCM_SHARED_OFFSET(tcm_span_t, cls, 25); TCM_SHARED_OFFSET(tcm_span_t, committed, 26);
 TCM_SHARED_OFFSET(tcm_span_t, on_list, 27); TCM_SHARED_OFFSET(tcm_span_t, scan, 28);
+TCM_SHARED_OFFSET(tcm_span_t, sample, 28);
 
 /* Runtime settings. W: the main thread, at start and on config set and
  * SIGHUP (tcm__config_publish: every value, then gen bumped; seq_cst);
@@ -399,6 +408,13 @@ typedef struct tcm_meta_hdr {
     uint32_t unused_central_head[TCM_NCLASSES - 1]; /* was each class's one central list; tcmd's own now
                                                         (tcm_heap_t.central), rebuilt at every start */
     alignas(TCM_CACHELINE) _Atomic uint32_t heap_sleeping; /* heap thread asleep */
+    uint32_t reserved_sleeping;
+    /* Bytes a thread allocates, on average, per sampled allocation (the
+     * profile_sample setting; 0: none). W: the main thread, at start and on
+     * config set. R: clients' slow paths (relaxed). In room layout 14 had as
+     * padding: a tcmd that does not write it leaves 0, and its clients never
+     * sample (docs/DESIGN.md, "Heap profiles"). */
+    _Atomic uint64_t profile_sample;
     alignas(TCM_CACHELINE) tcm_config_t config;
     alignas(TCM_CACHELINE) tcm_heap_stats_t stats;
 } tcm_meta_hdr_t;
@@ -411,6 +427,7 @@ TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_classes, 48); TCM_SHARED_OFFSET(tcm_meta_h
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_page_span, 64); TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_spans, 72);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_roots, 80); TCM_SHARED_OFFSET(tcm_meta_hdr_t, heap_id, 88);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, nroots, 96); TCM_SHARED_OFFSET(tcm_meta_hdr_t, unused_central_head, 100); TCM_SHARED_OFFSET(tcm_meta_hdr_t, heap_sleeping, 512);
+TCM_SHARED_OFFSET(tcm_meta_hdr_t, profile_sample, 520);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, config, 576); TCM_SHARED_OFFSET(tcm_meta_hdr_t, stats, 640);
 
 /* ---- channel segment ---- */
@@ -423,8 +440,16 @@ enum tcm_op {
     TCM_OP_FREE_PAGES = 4,  /* arg = offset */
     TCM_OP_ROOT_SET = 5,    /* name in offs bytes, arg = offset or UINT64_MAX to delete, cls = enum
                                tcm_root_mode, arg2 = (REPLACE) the offset expected, UINT64_MAX: none */
+    /* The heap profile's (docs/DESIGN.md, "Heap profiles"); a client sends
+     * them only while meta.profile_sample is set, which a tcmd without them
+     * never does. */
+    TCM_OP_SAMPLE = 6,      /* arg = offset of a page run the client holds, arg2 = bytes asked for, count =
+                               return addresses in offs, cls = the mean interval it was sampled at, bytes */
+    TCM_OP_MAPS = 7,        /* the client's code mappings as text, count bytes in offs; arg = where in the
+                               text this part goes, arg2 = the whole text's length (the last part completes it) */
 };
-#define TCM_NOPS 6u
+#define TCM_NOPS 8u
+#define TCM_OPS_COUNTED 6u /* the ops tcm_daemon_stats_t.ops counts (layout 14's); the profile's have stats of their own */
 
 enum tcm_root_mode {
     TCM_ROOT_SET = 0,     /* whatever it held */
@@ -513,14 +538,20 @@ typedef struct tcm_tcache {
                                  the RETURN on async slot j has left the bin, so its objects need not be
                                  skipped (they may be back in a bin from a later refill) */
     uint32_t reserved32;
-    uint64_t reserved[5];
+    /* W and R: the client's thread only, in its malloc (the hit path
+     * subtracts each size; below 0 the slow path samples the allocation
+     * and draws the next interval). tcmd never reads it. In room layout 14
+     * had reserved. */
+    int64_t sample_left;
+    uint64_t reserved[4];
     tcm_bin_t bins[TCM_NBINS]; /* 1..TCM_NCLASSES-1 the classes; DRAIN + c the drain arrays (room: never) */
     /* then the bins' object arrays, at chan_hdr.bin_objs_off[c] from the tcache */
 } tcm_tcache_t;
 TCM_SHARED_SIZE(tcm_tcache_t, 4160);
 TCM_SHARED_OFFSET(tcm_tcache_t, in_use, 0); TCM_SHARED_OFFSET(tcm_tcache_t, index, 4);
 TCM_SHARED_OFFSET(tcm_tcache_t, ahead_bytes, 8); TCM_SHARED_OFFSET(tcm_tcache_t, dropped, 16);
-TCM_SHARED_OFFSET(tcm_tcache_t, reserved32, 20); TCM_SHARED_OFFSET(tcm_tcache_t, reserved, 24);
+TCM_SHARED_OFFSET(tcm_tcache_t, reserved32, 20); TCM_SHARED_OFFSET(tcm_tcache_t, sample_left, 24);
+TCM_SHARED_OFFSET(tcm_tcache_t, reserved, 32);
 TCM_SHARED_OFFSET(tcm_tcache_t, bins, 64);
 
 /* A page run a process keeps for its next large allocation. */
@@ -616,7 +647,7 @@ TCM_SHARED_OFFSET(tcm_class_stats_t, refills, 16); TCM_SHARED_OFFSET(tcm_class_s
 
 /* tcmd's own counters. W: heap thread (single writer). R: main thread. */
 typedef struct tcm_daemon_stats {
-    _Atomic uint64_t ops[TCM_NOPS];
+    _Atomic uint64_t ops[TCM_OPS_COUNTED];
     _Atomic uint64_t refused[16];
     _Atomic uint64_t latency[TCM_LAT_BUCKETS];
     _Atomic uint64_t latency_sum_ns;
@@ -983,7 +1014,85 @@ typedef struct tcm_state_layout {
      * never the reverse (a range the next tcmd does not know for huge is
      * at worst split by its decay). Layout 15 ended where it begins. */
     uint64_t off_huge;
+    /* The heap profile (17), after the hint: a tcm_profile_hdr_t page,
+     * tcm_sample_t[TCM_SAMPLES], then tcm_sample_proc_t[TCM_SAMPLE_PROCS];
+     * backed a page at a time as they are used. Layout 16 ended where
+     * off_profile begins. */
+    uint64_t off_profile, off_samples, off_sample_procs;
 } tcm_state_layout_t;
+
+/* How much of the heap profile's tables was ever used: a reader (the
+ * recovery, the main thread's profile) goes no further, so it never faults
+ * in their holes. W: the heap thread, raised before the entry past it is
+ * written. Backed with the hint. */
+typedef struct tcm_profile_hdr {
+    _Atomic uint32_t samples_hw, procs_hw;
+    uint32_t reserved[14];
+} tcm_profile_hdr_t;
+TCM_SHARED_SIZE(tcm_profile_hdr_t, 64);
+TCM_SHARED_OFFSET(tcm_profile_hdr_t, samples_hw, 0); TCM_SHARED_OFFSET(tcm_profile_hdr_t, procs_hw, 4);
+
+/* One sampled allocation of the heap profile (docs/DESIGN.md, "Heap
+ * profiles"): a page run of its own, whose span names it (tcm_span_t.sample).
+ * W: the heap thread: fields, then state (release); the span after it. A
+ * free of the run clears the span, then the state. R: the heap thread; the
+ * main thread's profile (state, fields, state again: a sample freed and
+ * taken again under it is skipped); a recovering tcmd keeps a live sample
+ * only where its run is still a page run, and points the span at it. */
+typedef struct tcm_sample {
+    _Atomic uint32_t state;  /* 0 free; else live, the sample's generation (odd) */
+    uint32_t proc;           /* its process's record (tcm_sample_proc_t) */
+    uint64_t run;            /* heap offset of its page run */
+    uint64_t size;           /* bytes asked for */
+    uint64_t interval;       /* the mean interval it was sampled at, bytes (its weight's) */
+    uint32_t born_unix;      /* when (seconds) */
+    uint16_t nframes;
+    uint16_t reserved;
+    uint64_t frames[TCM_SAMPLE_FRAMES]; /* return addresses, innermost first, as the process saw them */
+} tcm_sample_t;
+TCM_SHARED_SIZE(tcm_sample_t, 256);
+TCM_SHARED_OFFSET(tcm_sample_t, state, 0); TCM_SHARED_OFFSET(tcm_sample_t, proc, 4);
+TCM_SHARED_OFFSET(tcm_sample_t, run, 8); TCM_SHARED_OFFSET(tcm_sample_t, size, 16);
+TCM_SHARED_OFFSET(tcm_sample_t, interval, 24); TCM_SHARED_OFFSET(tcm_sample_t, born_unix, 32);
+TCM_SHARED_OFFSET(tcm_sample_t, nframes, 36); TCM_SHARED_OFFSET(tcm_sample_t, frames, 40);
+
+/* The process a heap-profile sample names: who it was, and its code
+ * mappings as it sent them (TCM_OP_MAPS: lines of "start limit offset bias
+ * build_id path", hex, bounded), so a profile symbolizes each process's
+ * addresses in its own files. Two copies of the text: a new one is written
+ * into the other, then current flips (release), so a kill leaves one
+ * whole. W: the heap thread (made with its first sample or text, departed
+ * when the client goes, freed when it is departed and no sample names it:
+ * fields first, state last). R: the heap thread; the main thread's profile
+ * (state before and after). Recovery frees a record no live sample names
+ * unless its client is still attached. */
+#define TCM_SAMPLE_MAPS_BYTES 4028u
+enum tcm_sample_proc_state {
+    TCM_SPROC_FREE = 0,
+    TCM_SPROC_LIVE = 1,     /* its client is attached */
+    TCM_SPROC_DEPARTED = 2, /* gone; kept while samples name it */
+};
+typedef struct tcm_sample_proc {
+    _Atomic uint32_t state;  /* enum tcm_sample_proc_state */
+    uint32_t client_id;      /* the client record's id while LIVE */
+    uint32_t pid, uid;
+    uint64_t proc_start;     /* with pid, which process (tcm_client_rec_t.proc_start) */
+    uint64_t attached_unix, departed_unix;
+    _Atomic uint32_t maps_cur; /* which text is whole */
+    uint32_t maps_len[2];
+    uint32_t maps_fill;      /* bytes of the other text received so far */
+    char comm[16];
+    char exe[TCM_EXE_MAX];
+    char maps[2][TCM_SAMPLE_MAPS_BYTES];
+} tcm_sample_proc_t;
+TCM_SHARED_SIZE(tcm_sample_proc_t, 8192);
+TCM_SHARED_OFFSET(tcm_sample_proc_t, state, 0); TCM_SHARED_OFFSET(tcm_sample_proc_t, client_id, 4);
+TCM_SHARED_OFFSET(tcm_sample_proc_t, pid, 8); TCM_SHARED_OFFSET(tcm_sample_proc_t, uid, 12);
+TCM_SHARED_OFFSET(tcm_sample_proc_t, proc_start, 16); TCM_SHARED_OFFSET(tcm_sample_proc_t, attached_unix, 24);
+TCM_SHARED_OFFSET(tcm_sample_proc_t, departed_unix, 32); TCM_SHARED_OFFSET(tcm_sample_proc_t, maps_cur, 40);
+TCM_SHARED_OFFSET(tcm_sample_proc_t, maps_len, 44); TCM_SHARED_OFFSET(tcm_sample_proc_t, maps_fill, 52);
+TCM_SHARED_OFFSET(tcm_sample_proc_t, comm, 56); TCM_SHARED_OFFSET(tcm_sample_proc_t, exe, 72);
+TCM_SHARED_OFFSET(tcm_sample_proc_t, maps, 136);
 
 /* The owner word of 64 objects of a span (one word of its object bits):
  * either the owner tag of all of them (below TCM_OWNER_BLOCK), or

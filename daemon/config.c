@@ -111,6 +111,8 @@ static const setting_t settings[] = {
     {{"huge_collapse_ms", true, "milliseconds of CPU time a second tcmd may spend having the kernel put 2 MiB "
       "pages behind ranges of the heap that stay in use (0: 4 KiB pages only)"}, T_UINT, 0, 1000, "100", "N",
      HOOKS(set_huge_collapse, show_huge_collapse)},
+    {{"profile_sample", true, "bytes a thread allocates, on average, per allocation sampled for the heap "
+      "profile (tcmctl heap-profile; 0: no sampling)"}, T_SIZE, 0, 1u << 30, "2M", "SIZE", FIELD(profile_sample)},
     {{"clients_per_uid", true, "client records (attached processes) one user may hold at once"}, T_UINT, 1,
      TCM_CLIENTS_MAX, TCM_STRINGIFY(TCM_DEFAULT_CLIENTS_PER_UID), "N", FIELD(clients_per_uid)},
     {{"conns_per_uid", true, "control connections one user may hold open (root and tcmd's user get "
@@ -425,6 +427,8 @@ void tcm__config_publish(tcm_server_t *srv)
         if (settings[i].meta && settings[i].field != NO_FIELD)
             atomic_store(meta_value(srv, &settings[i]), *field(srv, &settings[i]) * settings[i].meta_scale);
     TCM_STAT_SET_MAIN(srv->meta, bytes_limit, atomic_load(&srv->meta->config.heap_limit));
+    /* not in tcm_config_t, which layout 14 filled: in room after it (tcm_layout.h) */
+    atomic_store(&srv->meta->profile_sample, srv->profile_sample);
     atomic_fetch_add(&srv->meta->config.gen, 1);
 }
 

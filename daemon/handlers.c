@@ -20,6 +20,7 @@
 #include "prim.h"
 #include "quota.h"
 #include "rows.h"
+#include "samples.h"
 #include "segments.h"
 #include "stats.h"
 #include "transport.h"
@@ -445,6 +446,103 @@ static void handle_departed(tcm_conn_t *conn, const Tcm__DepartedRequest *dr)
     free(rows), free(out), free(ptrs);
 }
 
+/* A page of the heap profile: samples or process records from `from` on,
+ * read from the state segment as the heap thread writes it (a consistent
+ * copy of each, tcm__sample_read), within the frame and a bounded number
+ * of entries looked at (work per request). */
+#define PROFILE_PAGE_BYTES (TCM_FRAME_MAX - 4096u)
+#define PROFILE_LOOK_MAX 4096u
+
+static uint32_t profile_samples(tcm_server_t *srv, uint32_t pid, uint32_t from, Tcm__HeapProfile *hp,
+                                Tcm__ProfileSample *out, Tcm__ProfileSample **ptrs, uint64_t (*frames)[TCM_SAMPLE_FRAMES])
+{
+    const tcm_samples_t *s = &srv->h.samples;
+    uint32_t hw = atomic_load_explicit(&s->hdr->samples_hw, memory_order_acquire), i = from, bytes = 0;
+    for (; i < hw && i - from < PROFILE_LOOK_MAX && bytes < PROFILE_PAGE_BYTES; i++) {
+        tcm_sample_t e;
+        if (!tcm__sample_read(s, i, &e) || e.proc >= TCM_SAMPLE_PROCS ||
+            (pid && s->procs[e.proc].pid != pid))
+            continue;
+        size_t k = hp->n_sample++;
+        tcm__profile_sample__init(&out[k]);
+        out[k].proc = e.proc;
+        out[k].size = e.size;
+        out[k].interval = e.interval;
+        out[k].born_unix = e.born_unix;
+        memcpy(frames[k], e.frames, e.nframes * sizeof e.frames[0]);
+        out[k].n_frame = e.nframes;
+        out[k].frame = frames[k];
+        ptrs[k] = &out[k];
+        bytes += 32 + 10 * e.nframes;
+    }
+    return i < hw ? i : 0;
+}
+
+static uint32_t profile_procs(tcm_server_t *srv, uint32_t from, Tcm__HeapProfile *hp, Tcm__ProfileProc *out,
+                              Tcm__ProfileProc **ptrs, tcm_sample_proc_t *recs, char (*maps)[TCM_SAMPLE_MAPS_BYTES + 1])
+{
+    const tcm_samples_t *s = &srv->h.samples;
+    uint32_t hw = atomic_load_explicit(&s->hdr->procs_hw, memory_order_acquire), i = from, bytes = 0;
+    for (; i < hw && bytes + TCM_SAMPLE_MAPS_BYTES + 256 < PROFILE_PAGE_BYTES; i++) {
+        size_t k = hp->n_proc;
+        uint32_t len;
+        if (!tcm__sample_proc_read(s, i, &recs[k], maps[k], &len))
+            continue;
+        hp->n_proc++;
+        maps[k][len] = 0;
+        recs[k].comm[sizeof recs[k].comm - 1] = recs[k].exe[sizeof recs[k].exe - 1] = 0;
+        tcm__profile_proc__init(&out[k]);
+        out[k].index = i;
+        out[k].pid = recs[k].pid;
+        out[k].uid = recs[k].uid;
+        out[k].name = recs[k].comm;
+        out[k].exe = recs[k].exe;
+        out[k].live = recs[k].state == TCM_SPROC_LIVE;
+        out[k].attached_unix = recs[k].attached_unix;
+        out[k].departed_unix = recs[k].departed_unix;
+        out[k].maps = maps[k];
+        ptrs[k] = &out[k];
+        bytes += len + 256;
+    }
+    return i < hw ? i : 0;
+}
+
+#define PROFILE_ROWS_MAX (PROFILE_PAGE_BYTES / 32u)
+#define PROFILE_PROCS_MAX (PROFILE_PAGE_BYTES / (TCM_SAMPLE_MAPS_BYTES + 256u) + 1u)
+
+static void handle_heap_profile(tcm_conn_t *conn, const Tcm__HeapProfileRequest *pr)
+{
+    tcm_server_t *srv = conn->srv;
+    Tcm__HeapProfile hp = TCM__HEAP_PROFILE__INIT;
+    hp.interval = srv->profile_sample;
+    if (!pr->procs) {
+        Tcm__ProfileSample *out = calloc(PROFILE_ROWS_MAX, sizeof *out);
+        Tcm__ProfileSample **ptrs = calloc(PROFILE_ROWS_MAX, sizeof *ptrs);
+        uint64_t(*frames)[TCM_SAMPLE_FRAMES] = calloc(PROFILE_ROWS_MAX, sizeof *frames);
+        if (out && ptrs && frames) {
+            hp.sample = ptrs;
+            hp.next = profile_samples(srv, pr->pid, pr->from, &hp, out, ptrs, frames);
+            tcm__conn_reply(conn, TCM__RESPONSE__BODY_HEAP_PROFILE, &hp);
+        } else {
+            tcm__conn_error(conn, ENOMEM, "out of memory");
+        }
+        free(out), free(ptrs), free(frames);
+        return;
+    }
+    Tcm__ProfileProc *out = calloc(PROFILE_PROCS_MAX, sizeof *out);
+    Tcm__ProfileProc **ptrs = calloc(PROFILE_PROCS_MAX, sizeof *ptrs);
+    tcm_sample_proc_t *recs = calloc(PROFILE_PROCS_MAX, sizeof *recs);
+    char(*maps)[TCM_SAMPLE_MAPS_BYTES + 1] = calloc(PROFILE_PROCS_MAX, sizeof *maps);
+    if (out && ptrs && recs && maps) {
+        hp.proc = ptrs;
+        hp.next = profile_procs(srv, pr->from, &hp, out, ptrs, recs, maps);
+        tcm__conn_reply(conn, TCM__RESPONSE__BODY_HEAP_PROFILE, &hp);
+    } else {
+        tcm__conn_error(conn, ENOMEM, "out of memory");
+    }
+    free(out), free(ptrs), free(recs), free(maps);
+}
+
 #define QUOTA_ROWS_MAX 512 /* rows of a quota reply: well under TCM_FRAME_MAX */
 
 static void handle_quota(tcm_conn_t *conn, const Tcm__QuotaRequest *qr)
@@ -832,6 +930,11 @@ void tcm__control_handle(tcm_conn_t *conn, const Tcm__Request *req)
         break;
     case TCM__REQUEST__BODY_QUOTA:
         handle_quota(conn, req->quota);
+        break;
+    case TCM__REQUEST__BODY_HEAP_PROFILE:
+        /* code addresses of other processes defeat their ASLR */
+        if (tcm__conn_may_change(conn, "heap-profile"))
+            handle_heap_profile(conn, req->heap_profile);
         break;
     case TCM__REQUEST__BODY_RELEASE:
         if (tcm__conn_may_change(conn, "release"))

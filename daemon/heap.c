@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "heap.h"
+#include "samples.h"
 #include "pageheap.h"
 #include "prim.h"
 
@@ -47,12 +48,14 @@ static int reserve_private_maps(tcm_heap_t *h, uint8_t *sb)
     return 0;
 }
 
-/* The huge-range hint: backed now (a write to a hole of a full /dev/shm
- * would be a SIGBUS); the page heap's private map starts from it. */
+/* The huge-range hint and the heap profile's header: backed now (a write
+ * to a hole of a full /dev/shm would be a SIGBUS); the page heap's private
+ * map starts from the hint. */
 static int attach_huge_hint(tcm_heap_t *h, uint8_t *sb, tcm_handle_t state_fd)
 {
     if (state_fd >= 0) {
-        int err = tcm__commit(state_fd, h->sl.off_huge, h->sl.size - h->sl.off_huge);
+        /* with the heap profile's header (how much of its tables is used) */
+        int err = tcm__commit(state_fd, h->sl.off_huge, h->sl.off_samples - h->sl.off_huge);
         if (err)
             return err;
     }
@@ -135,6 +138,9 @@ int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tc
     if (err)
         return err;
     err = attach_huge_hint(h, sb, state_fd);
+    if (err)
+        return err;
+    err = tcm__samples_attach(&h->samples, sb, &h->sl);
     if (err)
         return err;
     tcm__ph_init(h);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "prim.h"
+#include "samples.h"
 #include "shares.h"
 #include "tcm_layout.h"
 
@@ -153,6 +154,7 @@ typedef struct tcm_heap {
      * not empty */
     uint32_t central[TCM_NCLASSES][TCM_CENTRAL_LISTS + 1];
     uint16_t central_nonempty[TCM_NCLASSES];
+    tcm_samples_t samples;         /* the heap profile's (samples.c) */
 } tcm_heap_t;
 
 /* Point h at a metadata and a state segment of a heap of heap_size bytes

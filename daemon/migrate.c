@@ -33,12 +33,21 @@ static void huge_hint(tcm_state_hdr_t *st)
     (void)st;
 }
 
+/* 16 -> 17: the heap profile (its header, samples and their processes), a
+ * part after the last one, grown like the hint: zeros, no sample, which is
+ * true of a heap no tcmd sampled. The header page is backed at attach. */
+static void heap_profile(tcm_state_hdr_t *st)
+{
+    (void)st;
+}
+
 static const struct {
     uint32_t from;
     void (*step)(tcm_state_hdr_t *st);
 } steps[] = {
     {14, history_fields},
     {15, huge_hint},
+    {16, heap_profile},
 };
 
 _Static_assert(TCM_STATE_VERSION - TCM_STATE_VERSION_OLDEST == sizeof steps / sizeof steps[0],

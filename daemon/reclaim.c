@@ -14,6 +14,7 @@
 #include "holders.h"
 #include "log.h"
 #include "reclaim.h"
+#include "samples.h"
 #include "requests.h"
 #include "server.h"
 
@@ -313,6 +314,7 @@ void tcm__reclaim_ht(tcm_server_t *srv, tcm_client_t *c)
     TCM_STAT_ADD(srv->meta, bytes_orphaned, held);
     atomic_fetch_add_explicit(&srv->tag_orphaned[rec->tag], held, memory_order_relaxed); /* before REAPED */
     tcm__holder_depart_ht(srv, c, held);
+    tcm__sample_client_gone_ht(srv, c);
     if (!bye)
         TCM_STAT_ADD(srv->meta, clients_died, 1);
     /* Whether what it allocated is leaked is not known yet (other

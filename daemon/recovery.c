@@ -15,6 +15,7 @@
 #include "prim.h"
 #include "reclaim.h"
 #include "recovery.h"
+#include "samples.h"
 #include "requests.h"
 #include "ring.h"
 #include "segments.h"
@@ -339,6 +340,7 @@ int tcm__recover(tcm_server_t *srv)
     }
     r.repairs += tcm__ph_rebuild_ht(h);
     r.repairs += tcm__central_rebuild_ht(h);
+    r.repairs += tcm__samples_recover_ht(srv);
     recount(srv);
 
     /* who is still there: the process that attached (same pid, same start

@@ -15,6 +15,7 @@
 #include "prim.h"
 #include "quota.h"
 #include "requests.h"
+#include "samples.h"
 #include "roots.h"
 #include "ring.h"
 #include "segments.h"
@@ -193,6 +194,30 @@ static int op_free_pages(tcm_server_t *srv, tcm_client_t *c, uint64_t off)
     return TCM_ST_OK;
 }
 
+/* The heap profile's (samples.c): what the client wrote in offs is copied
+ * once, then checked and kept by tcmd. result: 1 if the sample was kept. */
+static int op_sample(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, uint64_t run, uint64_t size,
+                     uint32_t interval, uint32_t nframes)
+{
+    uint64_t frames[TCM_SAMPLE_FRAMES];
+    if (nframes > TCM_SAMPLE_FRAMES)
+        return TCM_ST_BAD_COUNT;
+    memcpy(frames, slot->offs, nframes * sizeof frames[0]);
+    bool kept;
+    int st = tcm__sample_take_ht(srv, c, run, size, interval, frames, nframes, &kept);
+    slot->result = kept;
+    return st;
+}
+
+static int op_maps(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, uint64_t pos, uint64_t total, uint32_t len)
+{
+    char text[sizeof slot->offs];
+    if (len > sizeof text)
+        return TCM_ST_BAD_COUNT;
+    memcpy(text, slot->offs, len);
+    return tcm__sample_maps_ht(srv, c, pos, total, text, len);
+}
+
 static void count_latency(tcm_server_t *srv, uint64_t dt)
 {
     unsigned bucket = 0;
@@ -224,7 +249,7 @@ static uint64_t serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint
         return tcm__now_ns() - t0; /* a step of its commit: still posted, counted once it is served */
     TCM_HT_ADD(c->rec->requests, 1);
     TCM_STAT_ADD(srv->meta, requests, 1);
-    if (op < TCM_NOPS)
+    if (op < TCM_OPS_COUNTED)
         TCM_HT_ADD(srv->dstats->ops[op], 1);
 
     tcm_req_intent_t *ri = &srv->state->req;
@@ -259,6 +284,12 @@ static uint64_t serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint
         break;
     case TCM_OP_ROOT_SET:
         st = tcm__root_set_ht(srv, c, slot, arg, cls, arg2);
+        break;
+    case TCM_OP_SAMPLE:
+        st = frees_only ? TCM_ST_OK : op_sample(srv, c, slot, arg, arg2, cls, count);
+        break;
+    case TCM_OP_MAPS:
+        st = frees_only ? TCM_ST_OK : op_maps(srv, c, slot, arg, arg2, count);
         break;
     default:
         st = TCM_ST_BAD_OP;

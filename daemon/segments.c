@@ -152,19 +152,23 @@ static uint32_t left_nroots(tcm_server_t *srv)
     return n;
 }
 
-/* A state segment of layout 14 or 15 ends where the huge-range hint
- * begins (tcm_state_layout_t.off_huge): it grows to this layout's size,
- * zeros (no range known to be huge), before the size check, and the
- * migration (migrate.c) then moves its version on. Killed in between, the
- * next tcmd finds the old version at the new size, which it takes as is. */
+/* A state segment of an older layout ends where the first part it lacks
+ * begins: 14 and 15 where the huge-range hint does
+ * (tcm_state_layout_t.off_huge), 16 where the heap profile does
+ * (off_profile). It grows to this layout's size, zeros (no range known to
+ * be huge, no sample) before the size check, and the migration
+ * (migrate.c) then moves its version on. Killed in between, the next tcmd
+ * finds the old version at the new size, which it takes as is. */
 #define STATE_VERSION_HUGE_HINT 16u
+#define STATE_VERSION_PROFILE 17u
 static void grow_older_state(tcm_server_t *srv, const tcm_state_hdr_t *st, const tcm_state_layout_t *sl)
 {
     uint64_t size;
     tcm_uid_t uid;
     unsigned mode;
-    if (st->version >= STATE_VERSION_HUGE_HINT || st->version < TCM_STATE_VERSION_OLDEST ||
-        tcm__shm_stat(srv->state_fd, &size, &uid, &mode) != 0 || size != sl->off_huge || uid != tcm__uid())
+    uint64_t old_end = st->version < STATE_VERSION_HUGE_HINT ? sl->off_huge : sl->off_profile;
+    if (st->version >= STATE_VERSION_PROFILE || st->version < TCM_STATE_VERSION_OLDEST ||
+        tcm__shm_stat(srv->state_fd, &size, &uid, &mode) != 0 || size != old_end || uid != tcm__uid())
         return;
     int err = tcm__shm_cut(srv->state_fd, sl->size);
     if (err)

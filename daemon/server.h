@@ -95,6 +95,7 @@ typedef struct tcm_client {
      * behind (holders.c); "" for a process that ended before a tcmd read it */
     char comm[16];
     char exe[TCM_EXE_MAX];
+    uint32_t sample_proc;     /* heap thread: 1 + its heap-profile process record, 0 none yet (samples.c) */
     /* Set by tcmd's SIGBUS handler when the channel was shrunk or punched
      * under it: the mapping now reads zeros, and the client is cut off. */
     _Atomic uint32_t chan_broken;
@@ -117,7 +118,7 @@ static inline bool tcm__slot_backed(const tcm_client_t *c, uint32_t index)
 
 #define TCM_OP_NAMES(X)                                                                       \
     X(NOP, "nop") X(REFILL, "refill") X(RETURN, "return") X(ALLOC_PAGES, "alloc_pages")        \
-    X(FREE_PAGES, "free_pages") X(ROOT_SET, "root_set")
+    X(FREE_PAGES, "free_pages") X(ROOT_SET, "root_set") X(SAMPLE, "sample") X(MAPS, "maps")
 
 /* The collapser (huge.c): the ranges the heap thread hands it and its
  * answers, under lock; lost with tcmd (a range handed and not answered is
@@ -168,6 +169,7 @@ struct tcm_server {
     uint64_t roots_per_uid;     /* live roots one uid may hold */
     _Atomic uint64_t uid_quota; /* heap bytes each user may hold but the operator (0: no limit) */
     _Atomic uint64_t huge_collapse_ms; /* collapsing each second may take this long (0: no huge pages) */
+    uint64_t profile_sample;  /* bytes per sampled allocation, published in meta (0: none) */
     uint32_t nroots;            /* entries of this heap's (an adopted one keeps its own) */
 
     bool discard_heap;        /* --discard-heap: replace segments left by a previous tcmd */

@@ -9,6 +9,7 @@
 
 #include "prim.h"
 #include "reclaim.h"
+#include "samples.h"
 
 const char *const tcm__op_names[TCM_NOPS] = {
 #define TCM_OP_NAME(op, name) name,
@@ -163,8 +164,20 @@ size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
         "free through a decay step", atomic_load(&h->huge_dissolved), true);
     row(rows, &n, max, "huge_collapse_us", "CPU time the collapser spent collapsing",
         atomic_load(&srv->huge.busy_ns) / 1000, true);
+    const tcm_samples_t *sm = &h->samples;
+    row(rows, &n, max, "profile_samples", "live heap-profile samples: sampled allocations not freed yet "
+        "(profile_sample)", atomic_load(&sm->live), false);
+    row(rows, &n, max, "profile_sampled_bytes", "bytes those sampled allocations asked for",
+        atomic_load(&sm->live_bytes), false);
+    row(rows, &n, max, "profile_table_bytes", "bytes of the state segment the heap profile's tables have used "
+        "(samples and the processes they name)",
+        (uint64_t)atomic_load(&sm->hdr->samples_hw) * sizeof(tcm_sample_t) +
+            (uint64_t)atomic_load(&sm->hdr->procs_hw) * sizeof(tcm_sample_proc_t), false);
+    row(rows, &n, max, "profile_samples_taken", "samples this tcmd kept", atomic_load(&sm->taken), true);
+    row(rows, &n, max, "profile_samples_refused", "samples not kept: their user held its share of the table "
+        "(a quarter) or the table was full", atomic_load(&sm->refused_share) + atomic_load(&sm->refused_full), true);
     char name[48];
-    for (unsigned op = 0; op < TCM_NOPS; op++) {
+    for (unsigned op = 0; op < TCM_OPS_COUNTED; op++) {
         snprintf(name, sizeof name, "requests_%s", tcm__op_names[op]);
         row(rows, &n, max, name, "ring requests served, by operation", atomic_load(&srv->dstats->ops[op]), true);
     }

@@ -8,6 +8,7 @@ set -euo pipefail
 DEMO_PACKAGES=(
   build-essential cmake pkg-config          # toolchain
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler   # tcmd's control socket
+  zlib1g-dev libdw-dev                      # tcmctl heap-profile: gzip, and symbols with their files and lines
 )
 PACKAGES=(
   "${DEMO_PACKAGES[@]}"

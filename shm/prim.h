@@ -244,6 +244,24 @@ void *tcm__next_symbol(const char *name);
  * even one loaded with RTLD_LOCAL; NULL when it is not loaded (nothing is
  * loaded for it). */
 void *tcm__loaded_symbol(const char *library, const char *name);
+/* The calling thread's stack for the heap profile: the return addresses
+ * of the frames whose canonical frame address is above `above` (the CFA of
+ * the library's outermost frame, __builtin_dwarf_cfa(): its own frames are
+ * left out), and none inside the shared object this code is in (libtcm.so,
+ * the drop-in). Innermost first, at most max; the count. It allocates
+ * nothing (the unwinder reads the loaded objects' unwind tables). */
+unsigned tcm__backtrace(uint64_t *frames, unsigned max, uintptr_t above);
+/* The process's code mappings as text, a line per executable segment of
+ * each loaded object: "start limit file_offset load_bias build_id path",
+ * numbers in hex, build_id "-" when it has none; lines that do not fit
+ * are left out. The length. */
+size_t tcm__code_maps(char *buf, size_t len);
+/* Changes whenever an object is loaded or unloaded (dl_iterate_phdr's
+ * counters): the maps text is sent again then. */
+uint64_t tcm__code_maps_gen(void);
+/* Whether path names a regular file (tcmctl opens only those of the paths
+ * a process's mappings name). */
+bool tcm__is_regular_file(const char *path);
 size_t tcm__os_page_size(void);
 
 void tcm__kill_self(void) __attribute__((noreturn)); /* SIGKILL: test crash points */

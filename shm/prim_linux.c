@@ -6,6 +6,9 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <unwind.h>
 #include <grp.h>
 #include <pwd.h>
 #include <limits.h>
@@ -1047,6 +1050,155 @@ void *tcm__loaded_symbol(const char *library, const char *name)
 size_t tcm__os_page_size(void)
 {
     return (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* ---- the heap profile's stacks and mappings ---- */
+
+/* The executable segments of the shared object this code is in; empty
+ * when it is in the program itself (libtcm.a), whose frames are the
+ * program's. */
+static uintptr_t own_lo, own_hi;
+static pthread_once_t own_once = PTHREAD_ONCE_INIT;
+
+static int find_own(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size, (void)arg;
+    uintptr_t me = (uintptr_t)&tcm__backtrace;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && me >= lo && me < hi) {
+            if (info->dlpi_name && info->dlpi_name[0]) { /* the program's own has no name */
+                own_lo = lo;
+                own_hi = hi;
+            }
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void own_range(void)
+{
+    dl_iterate_phdr(find_own, NULL);
+}
+
+typedef struct unwinding {
+    uint64_t *frames;
+    unsigned n, max;
+    uintptr_t above;
+} unwinding_t;
+
+static _Unwind_Reason_Code frame(struct _Unwind_Context *ctx, void *arg)
+{
+    unwinding_t *u = arg;
+    uintptr_t ip = _Unwind_GetIP(ctx);
+    if (!ip)
+        return _URC_END_OF_STACK;
+    /* the CFA the unwinder gives with a frame's IP is that of the frame it
+     * returns from: the library's outermost frame gives `above` with the
+     * first of its caller's */
+    if (_Unwind_GetCFA(ctx) < u->above || (ip >= own_lo && ip < own_hi))
+        return _URC_NO_REASON;
+    u->frames[u->n++] = ip;
+    return u->n < u->max ? _URC_NO_REASON : _URC_END_OF_STACK;
+}
+
+unsigned tcm__backtrace(uint64_t *frames, unsigned max, uintptr_t above)
+{
+    pthread_once(&own_once, own_range);
+    unwinding_t u = {frames, 0, max, above};
+    if (max)
+        _Unwind_Backtrace(frame, &u);
+    return u.n;
+}
+
+typedef struct maps_text {
+    char *buf;
+    size_t len, used;
+} maps_text_t;
+
+/* The GNU build ID of an object, in hex ("-" without one). */
+static void build_id(const struct dl_phdr_info *info, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "-");
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_NOTE)
+            continue;
+        const uint8_t *p = (const uint8_t *)(info->dlpi_addr + ph->p_vaddr), *end = p + ph->p_memsz;
+        while (p + sizeof(ElfW(Nhdr)) <= end) {
+            const ElfW(Nhdr) *nh = (const ElfW(Nhdr) *)p;
+            const uint8_t *name = p + sizeof *nh, *desc = name + ((nh->n_namesz + 3) & ~3u);
+            if (desc + nh->n_descsz > end)
+                break;
+            if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && !memcmp(name, "GNU", 4) &&
+                nh->n_descsz * 2 < outlen) {
+                for (uint32_t k = 0; k < nh->n_descsz; k++)
+                    snprintf(out + 2 * k, 3, "%02x", desc[k]);
+                return;
+            }
+            p = desc + ((nh->n_descsz + 3) & ~3u);
+        }
+    }
+}
+
+static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    maps_text_t *t = arg;
+    char path[PATH_MAX], id[64];
+    const char *name = info->dlpi_name;
+    if (!name || !name[0]) {
+        ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+        path[n > 0 ? n : 0] = 0;
+        name = path;
+    }
+    if (!name[0] || strchr(name, '\n') || strchr(name, ' '))
+        return 0;
+    build_id(info, id, sizeof id);
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+            continue;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+        int n = snprintf(t->buf + t->used, t->len - t->used, "%lx %lx %lx %lx %s %s\n", (unsigned long)lo,
+                         (unsigned long)(lo + ph->p_memsz), (unsigned long)ph->p_offset,
+                         (unsigned long)info->dlpi_addr, id, name);
+        if (n > 0 && (size_t)n < t->len - t->used)
+            t->used += (size_t)n;
+        else if (t->used < t->len)
+            t->buf[t->used] = 0; /* left out */
+    }
+    return 0;
+}
+
+size_t tcm__code_maps(char *buf, size_t len)
+{
+    maps_text_t t = {buf, len, 0};
+    if (len)
+        dl_iterate_phdr(add_object, &t);
+    return t.used;
+}
+
+static int count_objects(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs)
+        *(uint64_t *)arg = (uint64_t)info->dlpi_adds * 0x100000001ull + info->dlpi_subs;
+    return 1;
+}
+
+bool tcm__is_regular_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+uint64_t tcm__code_maps_gen(void)
+{
+    uint64_t gen = 0;
+    dl_iterate_phdr(count_objects, &gen);
+    return gen;
 }
 
 bool tcm__path_exists(const char *path)

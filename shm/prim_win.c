@@ -1221,6 +1221,29 @@ void *tcm__loaded_symbol(const char *library, const char *name)
     return NULL; /* the drop-in's C++ operators are for ELF systems */
 }
 
+unsigned tcm__backtrace(uint64_t *frames, unsigned max, uintptr_t above)
+{
+    (void)frames, (void)max, (void)above;
+    return 0; /* the heap profile's stacks: RtlCaptureStackBackTrace, not done yet */
+}
+
+size_t tcm__code_maps(char *buf, size_t len)
+{
+    (void)buf, (void)len;
+    return 0;
+}
+
+uint64_t tcm__code_maps_gen(void)
+{
+    return 0;
+}
+
+bool tcm__is_regular_file(const char *path)
+{
+    DWORD a = GetFileAttributesA(path);
+    return a != INVALID_FILE_ATTRIBUTES && !(a & (FILE_ATTRIBUTE_DIRECTORY | FILE_ATTRIBUTE_DEVICE));
+}
+
 size_t tcm__os_page_size(void)
 {
     SYSTEM_INFO si;

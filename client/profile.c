@@ -1,0 +1,97 @@
+/* profile.c — sampling for the heap profile (docs/DESIGN.md, "Heap
+ * profiles"). Each thread counts down the bytes it allocates (the hit path
+ * subtracts each size from tcm_tcache_t.sample_left); the allocation that
+ * takes the count below zero is sampled: it gets a page run of its own
+ * (tcache.c), so that its free reaches tcmd whoever frees it, and tcmd is
+ * told of it with the thread's stack. The intervals are exponential with
+ * the mean profile_sample, as tcmalloc's, so every byte is equally likely
+ * to be sampled and a sample of s bytes stands for s / (1 - e^(-s/mean)). */
+#define _GNU_SOURCE
+#include "profile.h"
+
+#include <string.h>
+
+#include "channel.h"
+#include "diag.h"
+#include "prim.h"
+
+/* -ln(u) for u in (0, 1]: ln of the mantissa by its atanh series (error
+ * under 1e-6, plenty for an interval), no libm. */
+static double neg_log(double u)
+{
+    uint64_t bits;
+    memcpy(&bits, &u, sizeof bits);
+    int e = (int)((bits >> 52) & 0x7ff) - 1023;
+    bits = (bits & ((1ull << 52) - 1)) | (1023ull << 52);
+    double m, t;
+    memcpy(&m, &bits, sizeof m); /* u = m * 2^e, m in [1, 2) */
+    t = (m - 1) / (m + 1);
+    double t2 = t * t;
+    double ln_m = 2 * t * (1 + t2 * (1.0 / 3 + t2 * (1.0 / 5 + t2 * (1.0 / 7 + t2 * (1.0 / 9 + t2 / 11)))));
+    return -(e * 0.6931471805599453 + ln_m);
+}
+
+static int64_t draw(tcm_thread_t *thr, uint64_t mean)
+{
+    uint64_t x = thr->sample_rng ? thr->sample_rng : tcm__random64() | 1;
+    x ^= x >> 12, x ^= x << 25, x ^= x >> 27; /* xorshift64* */
+    thr->sample_rng = x;
+    double u = ((double)((x * 0x2545f4914f6cdd1dull) >> 11) + 0.5) * 0x1p-53;
+    double v = neg_log(u) * (double)mean;
+    return v < 1 ? 1 : v > 0x1p62 ? (int64_t)1 << 62 : (int64_t)v;
+}
+
+void tcm__sample_arm(tcm_thread_t *thr)
+{
+    uint64_t mean = atomic_load_explicit(&tcm__proc.meta->profile_sample, memory_order_relaxed);
+    thr->sample_armed = true;
+    thr->sample_mean = mean;
+    thr->tc->sample_left = mean ? draw(thr, mean) : INT64_MAX;
+}
+
+/* ---- what tcmd is told ---- */
+
+static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t maps_client;   /* the client the text was last sent as (a fork child is another) */
+static uint64_t maps_gen;      /* tcm__code_maps_gen() then */
+
+_Static_assert(TCM_SAMPLE_MAPS_BYTES <= sizeof(((tcm_slot_t *)0)->offs), "the text goes in one MAPS");
+
+static void send_maps(void)
+{
+    uint64_t gen = tcm__code_maps_gen();
+    pthread_mutex_lock(&maps_lock);
+    if (maps_client != tcm__proc.client_id || maps_gen != gen) {
+        uint32_t idx;
+        tcm_slot_t *slot = tcm__slot_acquire(&idx);
+        size_t len = tcm__code_maps((char *)slot->offs, TCM_SAMPLE_MAPS_BYTES);
+        slot->op = TCM_OP_MAPS;
+        slot->arg = 0;
+        slot->arg2 = len;
+        slot->count = (uint32_t)len;
+        tcm__call(slot, idx);
+        tcm__slot_release(slot);
+        /* once, whatever tcmd answered: a text it refuses is not sent again
+         * until the objects change */
+        maps_client = tcm__proc.client_id;
+        maps_gen = gen;
+    }
+    pthread_mutex_unlock(&maps_lock);
+}
+
+void tcm__sample_post(uint64_t run, size_t size, uint64_t interval, uintptr_t above)
+{
+    uint64_t frames[TCM_SAMPLE_FRAMES];
+    unsigned n = tcm__backtrace(frames, TCM_SAMPLE_FRAMES, above);
+    send_maps();
+    uint32_t idx;
+    tcm_slot_t *slot = tcm__slot_acquire(&idx);
+    slot->op = TCM_OP_SAMPLE;
+    slot->arg = run;
+    slot->arg2 = size;
+    slot->cls = (uint32_t)(interval < UINT32_MAX ? interval : UINT32_MAX);
+    slot->count = n;
+    memcpy(slot->offs, frames, n * sizeof frames[0]);
+    tcm__call(slot, idx); /* a sample tcmd does not keep is only a sample less */
+    tcm__slot_release(slot);
+}
