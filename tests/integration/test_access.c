@@ -103,6 +103,10 @@ static int member(void *arg)
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
     void *heap = find_mapping("heap", perms);
     CHECK(heap != NULL && perms[1] == 'w');
+    /* the heap profile is the operator's: other processes' code addresses defeat their ASLR */
+    char out[1024];
+    CHECK_NE(tt_tcmctl(&d, "heap-profile --top 5", out, sizeof out), 0);
+    CHECK(strstr(out, "heap-profile") != NULL);
 
     /* ride through a restart, then give everything back */
     atomic_store(phase, 1);

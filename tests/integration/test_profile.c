@@ -1,0 +1,301 @@
+/* The heap profile across processes: three processes allocate known
+ * amounts from known functions; one hands a table of its objects to
+ * another, which frees them; one is killed while it holds its objects.
+ * tcmctl heap-profile --top must report each site's bytes within 10%
+ * (a sampling interval of 2 KiB: the sites' estimates are within 3% at one
+ * standard deviation), under the right pid, keep the killed process's site
+ * and drop what was freed; the same after tcmd is killed and restarted;
+ * the gzipped pprof profile is read by `go tool pprof -top` where Go is
+ * installed. A client cannot sample a run it does not hold, nor send more
+ * frames than a sample keeps (integration.access: the profile is the
+ * operator's). */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "rawclient.h"
+#include "tcm.h"
+#include "testutil.h"
+
+#define INTERVAL "2K"
+#define A_N 6000
+#define A_SIZE 1000u
+#define SMALL_N 50000
+#define SMALL_SIZE 64u
+#define GIVEN_N 4000
+#define GIVEN_SIZE 1000u
+#define B_N 3000
+#define B_SIZE 3000u
+#define C_N 2000
+#define C_SIZE 4000u
+
+static const char *socket_path;
+static _Atomic int *phase; /* 1: A allocated; 2: B took A's table; 3: C allocated; 9: all may exit */
+
+static void wait_phase(int want)
+{
+    for (int i = 0; i < 60000 && atomic_load(phase) < want; i++)
+        usleep(1000);
+    CHECK_GE(atomic_load(phase), want);
+}
+
+/* The allocation sites: not inlined, and each keeps what it allocates
+ * itself (no tail call, so each is a frame of its own). */
+static void *volatile sink;
+__attribute__((noinline)) static void site_a(void **out, int n)
+{
+    for (int i = 0; i < n; i++)
+        out[i] = tcm_malloc(A_SIZE);
+    sink = out[0];
+}
+
+__attribute__((noinline)) static void site_small(void **out, int n)
+{
+    for (int i = 0; i < n; i++)
+        out[i] = tcm_malloc(SMALL_SIZE);
+    sink = out[0];
+}
+
+__attribute__((noinline)) static void site_given(void **out, int n)
+{
+    for (int i = 0; i < n; i++)
+        out[i] = tcm_malloc(GIVEN_SIZE);
+    sink = out[0];
+}
+
+__attribute__((noinline)) static void site_b(void **out, int n)
+{
+    for (int i = 0; i < n; i++)
+        out[i] = tcm_malloc(B_SIZE);
+    sink = out[0];
+}
+
+__attribute__((noinline)) static void site_c(void **out, int n)
+{
+    for (int i = 0; i < n; i++)
+        out[i] = tcm_malloc(C_SIZE);
+    sink = out[0];
+}
+
+static void check_all(void **p, int n)
+{
+    for (int i = 0; i < n; i++)
+        CHECK(p[i] != NULL);
+}
+
+static int proc_a(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(socket_path), 0);
+    static void *a[A_N], *small[SMALL_N];
+    void **given = tcm_malloc(GIVEN_N * sizeof *given); /* the table another process frees from */
+    site_a(a, A_N);
+    site_small(small, SMALL_N);
+    site_given(given, GIVEN_N);
+    check_all(a, A_N), check_all(small, SMALL_N), check_all(given, GIVEN_N);
+    CHECK_EQ(tcm_root_set("profile.given", given), 0);
+    atomic_store(phase, 1);
+    wait_phase(9);
+    return 0;
+}
+
+static int proc_b(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(socket_path), 0);
+    wait_phase(1);
+    void **given = tcm_root_get("profile.given");
+    CHECK(given != NULL);
+    for (int i = 0; i < GIVEN_N; i++)
+        tcm_free(given[i]);
+    static void *b[B_N];
+    site_b(b, B_N);
+    check_all(b, B_N);
+    atomic_store(phase, 2);
+    wait_phase(9);
+    return 0;
+}
+
+static int proc_c(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(socket_path), 0);
+    static void *c[C_N];
+    site_c(c, C_N);
+    check_all(c, C_N);
+    atomic_store(phase, 3);
+    for (;;)
+        pause(); /* killed holding them */
+}
+
+/* A site's row of tcmctl --json heap-profile --top: bytes and the first pid. */
+static bool site_row(const char *json, const char *func, double *bytes, unsigned *pid, unsigned *procs)
+{
+    char key[64];
+    snprintf(key, sizeof key, "\"function\":\"%s", func);
+    const char *at = json;
+    /* the function or a copy the compiler made of it (site_b.constprop.0) */
+    while ((at = strstr(at, key)) && at[strlen(key)] != '"' && at[strlen(key)] != '.')
+        at++;
+    if (!at)
+        return false;
+    const char *b = strstr(at, "\"bytes\":"), *p = strstr(at, "\"pids\":["), *n = strstr(at, "\"processes\":");
+    CHECK(b && p && n);
+    *bytes = strtod(b + 8, NULL);
+    *pid = (unsigned)strtoul(p + 8, NULL, 10);
+    *procs = (unsigned)strtoul(n + 12, NULL, 10);
+    return true;
+}
+
+static void expect_site(const char *json, const char *func, double want, pid_t pid)
+{
+    double bytes;
+    unsigned got_pid, procs;
+    if (!site_row(json, func, &bytes, &got_pid, &procs)) {
+        fprintf(stderr, "no site %s in: %s\n", func, json);
+        CHECK(!"site missing");
+    }
+    printf("  %-11s %10.0f bytes (%+.1f%% of %.0f), pid %u\n", func, bytes, 100 * (bytes - want) / want, want,
+           got_pid);
+    CHECK(bytes >= want * 0.9 && bytes <= want * 1.1);
+    CHECK_EQ(got_pid, (unsigned)pid);
+    CHECK_EQ(procs, 1u);
+}
+
+static void check_profile(const tcm_test_daemon_t *d, pid_t a, pid_t b, pid_t c, const char *when)
+{
+    static char out[1 << 16];
+    CHECK_EQ(tt_tcmctl(d, "--json heap-profile --top 50", out, sizeof out), 0);
+    printf("%s:\n", when);
+    expect_site(out, "site_a", (double)A_N * A_SIZE, a);
+    expect_site(out, "site_small", (double)SMALL_N * SMALL_SIZE, a);
+    expect_site(out, "site_b", (double)B_N * B_SIZE, b);
+    expect_site(out, "site_c", (double)C_N * C_SIZE, c); /* killed: still held, still there */
+    double bytes;
+    unsigned pid, procs;
+    CHECK(!site_row(out, "site_given", &bytes, &pid, &procs)); /* freed by b: gone */
+}
+
+/* go tool pprof reads the profile and finds site_b with its bytes. */
+static void check_pprof(const tcm_test_daemon_t *d)
+{
+    char file[160], cmd[512], out[8192];
+    tt_path("heap.pb.gz", file, sizeof file);
+    snprintf(cmd, sizeof cmd, "heap-profile --output %s", file);
+    CHECK_EQ(tt_tcmctl(d, cmd, out, sizeof out), 0);
+    if (tt_run("command -v go", out, sizeof out) != 0) {
+        printf("pprof: go is not installed (golang-go): the profile is checked by --top only\n");
+        unlink(file);
+        return;
+    }
+    snprintf(cmd, sizeof cmd, "go tool pprof -top -sample_index=inuse_space %s 2>&1", file);
+    CHECK_EQ(tt_run(cmd, out, sizeof out), 0);
+    const char *line = strstr(out, "site_b");
+    CHECK(line != NULL);
+    while (line > out && line[-1] != '\n')
+        line--;
+    double mb = strtod(line, NULL); /* flat, in MB: "8.58MB" */
+    printf("pprof: %.60s\n", line);
+    CHECK(strstr(line, "MB") != NULL);
+    CHECK(mb * 1048576 >= B_N * B_SIZE * 0.9 && mb * 1048576 <= B_N * B_SIZE * 1.1);
+    unlink(file);
+}
+
+/* A client may sample only a run it holds, with no more frames than a
+ * sample keeps and a size its run has room for. */
+static int sample(tt_raw_t *r, uint64_t run, uint64_t size, uint32_t nframes, uint64_t *kept)
+{
+    tcm_slot_t *s = &r->slots[0];
+    s->op = TCM_OP_SAMPLE;
+    s->arg = run;
+    s->arg2 = size;
+    s->cls = 2048;
+    s->count = nframes;
+    for (uint32_t i = 0; i < TCM_SAMPLE_FRAMES; i++)
+        s->offs[i] = 0x400000 + i;
+    int st = tt_raw_call(r, 0);
+    *kept = s->result;
+    return st;
+}
+
+static uint64_t others_run;
+
+/* Another process samples a run it does not hold. */
+static int other(void *arg)
+{
+    tt_raw_t r;
+    uint64_t kept;
+    tt_raw_attach(&r, ((const tcm_test_daemon_t *)arg)->socket);
+    CHECK_EQ(sample(&r, others_run, 100, 2, &kept), TCM_ST_NOT_OBJECT);
+    return 0;
+}
+
+static int forger(void *arg)
+{
+    const tcm_test_daemon_t *d = arg;
+    tt_raw_t mine;
+    tt_raw_attach(&mine, d->socket);
+    tcm_slot_t *s = &mine.slots[0];
+    s->op = TCM_OP_ALLOC_PAGES, s->arg = 1, s->arg2 = 1;
+    CHECK_EQ(tt_raw_call(&mine, 0), TCM_ST_OK);
+    uint64_t run = s->result, kept, refused = tt_stat(d, "refused"), live = tt_stat(d, "profile_samples");
+    others_run = run;
+    tt_wait_ok(tt_fork(other, (void *)d), 10000); /* not its run */
+    CHECK_EQ(sample(&mine, run + 16, 100, 2, &kept), TCM_ST_NOT_OBJECT);
+    CHECK_EQ(sample(&mine, run, 100, TCM_SAMPLE_FRAMES + 1, &kept), TCM_ST_BAD_COUNT);
+    CHECK_EQ(sample(&mine, run, TCM_PAGE_SIZE + 1, 2, &kept), TCM_ST_BAD_COUNT);
+    CHECK_EQ(tt_stat(d, "refused"), refused + 4);
+    CHECK_EQ(sample(&mine, run, 100, 2, &kept), TCM_ST_OK);
+    CHECK_EQ(kept, 1u);
+    CHECK_EQ(sample(&mine, run, 100, 2, &kept), TCM_ST_OK);
+    CHECK_EQ(kept, 0u); /* sampled already */
+    CHECK_EQ(tt_stat(d, "profile_samples"), live + 1);
+    s->op = TCM_OP_FREE_PAGES, s->arg = run;
+    CHECK_EQ(tt_raw_call(&mine, 0), TCM_ST_OK);
+    CHECK_EQ(tt_stat(d, "profile_samples"), live); /* its free drops it */
+    printf("forgery: another's run, a run's inside, too many frames, too large a size: refused\n");
+    fflush(stdout);
+    return 0;
+}
+
+int main(void)
+{
+    phase = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(phase != MAP_FAILED);
+    tcm_test_daemon_t d;
+    const char *args[] = {"--profile-sample", INTERVAL, NULL};
+    tt_daemon_start(&d, args);
+    socket_path = d.socket;
+    pid_t a = tt_fork(proc_a, NULL);
+    pid_t b = tt_fork(proc_b, NULL);
+    wait_phase(2);
+    pid_t c = tt_fork(proc_c, NULL);
+    wait_phase(3);
+    kill(c, SIGKILL);
+    int st = tt_wait(c, 10000);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    tt_wait_stat(&d, "clients_attached", 2, 10000);
+    check_profile(&d, a, b, c, "three processes, one killed");
+    check_pprof(&d);
+
+    tt_daemon_kill(&d);
+    tt_daemon_restart(&d, args, NULL);
+    check_profile(&d, a, b, c, "after tcmd was killed and restarted");
+    tt_wait_ok(tt_fork(forger, &d), 20000); /* a process of its own: it detaches when it exits */
+
+    atomic_store(phase, 9);
+    tt_wait_ok(a, 10000);
+    tt_wait_ok(b, 10000);
+    tt_check_heap(&d);
+    tt_daemon_stop(&d);
+    printf("ok\n");
+    return 0;
+}
