@@ -990,6 +990,10 @@ TCM_NOINLINE void tcm__free_slow(void *p)
     if (pc == TCM_PAGE_CLASS_LARGE) {
         if (off != ((uint64_t)sp->first << TCM_PAGE_SHIFT))
             tcm__fatal("tcm_free(): invalid pointer %p (inside a page run)", p);
+        /* a fork child's first call may be this free: the heap is mapped,
+         * the channel (the parent's) is not until it attaches */
+        if (tcm_unlikely(tcm__ensure_attached() != 0))
+            return; /* no tcmd to give it back to: it stays allocated, as any of a lost tcmd */
         /* a sampled run goes back to tcmd, which drops its sample */
         if (atomic_load_explicit((const _Atomic uint32_t *)&sp->sample, memory_order_relaxed) ||
             !tcm__large_keep(off, sp->npages))

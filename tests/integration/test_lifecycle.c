@@ -21,10 +21,13 @@ static tcm_test_daemon_t d;
 /* fork: the child frees the parent's objects and allocates its own; the
  * parent's caches are untouched by it. */
 static char *parent_objs[100];
+static char *parent_run; /* a page run: the child's very first call frees it (bash's command substitution) */
 
 static int child_after_fork(void *arg)
 {
     (void)arg;
+    CHECK_EQ(parent_run[4095], 7);
+    tcm_free(parent_run); /* the channel is not mapped yet: this attaches first */
     for (int i = 0; i < 100; i++) {
         CHECK_EQ(parent_objs[i][0], (char)i);
         tcm_free(parent_objs[i]); /* the child attaches as a new client */
@@ -36,6 +39,8 @@ static int child_after_fork(void *arg)
 
 static void test_fork(void)
 {
+    parent_run = tcm_malloc(1 << 20);
+    parent_run[4095] = 7;
     for (int i = 0; i < 100; i++) {
         parent_objs[i] = tcm_malloc(64);
         parent_objs[i][0] = (char)i;
@@ -810,7 +815,9 @@ static void test_leader_exits_no_pidfd(void)
 
 int main(int argc, char **argv)
 {
-    const char *args[] = {"--max-threads", "64", NULL};
+    /* no heap profile: a sampled page run goes back to tcmd at its free,
+     * never to the page-run cache that test_sigkill fills */
+    const char *args[] = {"--max-threads", "64", "--profile-sample", "0", NULL};
     tt_daemon_start(&d, args);
     CHECK_EQ(tcm_init(d.socket), 0);
     static const tt_case_t cases[] = {
