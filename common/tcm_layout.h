@@ -408,12 +408,15 @@ typedef struct tcm_meta_hdr {
     uint32_t unused_central_head[TCM_NCLASSES - 1]; /* was each class's one central list; tcmd's own now
                                                         (tcm_heap_t.central), rebuilt at every start */
     alignas(TCM_CACHELINE) _Atomic uint32_t heap_sleeping; /* heap thread asleep */
-    uint32_t reserved_sleeping;
     /* Bytes a thread allocates, on average, per sampled allocation (the
-     * profile_sample setting; 0: none). W: the main thread, at start and on
-     * config set. R: clients' slow paths (relaxed). In room layout 14 had as
-     * padding: a tcmd that does not write it leaves 0, and its clients never
-     * sample (docs/DESIGN.md, "Heap profiles"). */
+     * profile_sample setting; 0: none), and 1 in profile_set once a tcmd
+     * published it (an adopted heap keeps it then, as the settings of
+     * tcm_config_t). W: the main thread, at start and on config set. R:
+     * clients' slow paths (relaxed); the main thread when it adopts a heap.
+     * In room layout 14 had as padding: a tcmd that does not write them
+     * leaves 0, and its clients never sample (docs/DESIGN.md, "Heap
+     * profiles"). */
+    uint32_t profile_set;
     _Atomic uint64_t profile_sample;
     alignas(TCM_CACHELINE) tcm_config_t config;
     alignas(TCM_CACHELINE) tcm_heap_stats_t stats;
@@ -427,7 +430,7 @@ TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_classes, 48); TCM_SHARED_OFFSET(tcm_meta_h
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_page_span, 64); TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_spans, 72);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_roots, 80); TCM_SHARED_OFFSET(tcm_meta_hdr_t, heap_id, 88);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, nroots, 96); TCM_SHARED_OFFSET(tcm_meta_hdr_t, unused_central_head, 100); TCM_SHARED_OFFSET(tcm_meta_hdr_t, heap_sleeping, 512);
-TCM_SHARED_OFFSET(tcm_meta_hdr_t, profile_sample, 520);
+TCM_SHARED_OFFSET(tcm_meta_hdr_t, profile_set, 516); TCM_SHARED_OFFSET(tcm_meta_hdr_t, profile_sample, 520);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, config, 576); TCM_SHARED_OFFSET(tcm_meta_hdr_t, stats, 640);
 
 /* ---- channel segment ---- */

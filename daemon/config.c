@@ -427,8 +427,9 @@ void tcm__config_publish(tcm_server_t *srv)
         if (settings[i].meta && settings[i].field != NO_FIELD)
             atomic_store(meta_value(srv, &settings[i]), *field(srv, &settings[i]) * settings[i].meta_scale);
     TCM_STAT_SET_MAIN(srv->meta, bytes_limit, atomic_load(&srv->meta->config.heap_limit));
-    /* not in tcm_config_t, which layout 14 filled: in room after it (tcm_layout.h) */
+    /* not in tcm_config_t, which layout 14 filled: in room before it (tcm_layout.h) */
     atomic_store(&srv->meta->profile_sample, srv->profile_sample);
+    srv->meta->profile_set = 1;
     atomic_fetch_add(&srv->meta->config.gen, 1);
 }
 
@@ -517,6 +518,10 @@ void tcm__config_adopt(tcm_server_t *srv)
         if (!out_of_range(s, v))
             apply(srv, s, v, &(change_t){.value = "", .err = err, .errlen = sizeof err});
     }
+    const setting_t *ps = find("profile_sample");
+    uint64_t v = atomic_load(&srv->meta->profile_sample);
+    if (srv->meta->profile_set && !(srv->explicit_settings & 1u << (ps - settings)) && !out_of_range(ps, v))
+        srv->profile_sample = v; /* a heap from before the setting keeps the default */
 }
 
 int tcm__config_get(tcm_server_t *srv, const char *key, char *value, size_t len)

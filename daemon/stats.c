@@ -83,6 +83,24 @@ static uint64_t blocks_of(tcm_handle_t fd)
     return b > 0 ? (uint64_t)b : 0;
 }
 
+/* The heap profile's figures (samples.c). */
+static size_t profile_rows(const tcm_server_t *srv, tcm_stat_row_t *rows, size_t n, size_t max)
+{
+    const tcm_samples_t *sm = &srv->h.samples;
+    row(rows, &n, max, "profile_samples", "live heap-profile samples: sampled allocations not freed yet "
+        "(profile_sample)", atomic_load(&sm->live), false);
+    row(rows, &n, max, "profile_sampled_bytes", "bytes those sampled allocations asked for",
+        atomic_load(&sm->live_bytes), false);
+    row(rows, &n, max, "profile_table_bytes", "bytes of the state segment the heap profile's tables have used "
+        "(samples and the processes they name)",
+        (uint64_t)atomic_load(&sm->hdr->samples_hw) * sizeof(tcm_sample_t) +
+            (uint64_t)atomic_load(&sm->hdr->procs_hw) * sizeof(tcm_sample_proc_t), false);
+    row(rows, &n, max, "profile_samples_taken", "samples this tcmd kept", atomic_load(&sm->taken), true);
+    row(rows, &n, max, "profile_samples_refused", "samples not kept: their user held its share of the table "
+        "(a quarter) or the table was full", atomic_load(&sm->refused_share) + atomic_load(&sm->refused_full), true);
+    return n;
+}
+
 size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
 {
     size_t n = 0;
@@ -164,18 +182,7 @@ size_t tcm__stats_snapshot(tcm_server_t *srv, tcm_stat_row_t *rows, size_t max)
         "free through a decay step", atomic_load(&h->huge_dissolved), true);
     row(rows, &n, max, "huge_collapse_us", "CPU time the collapser spent collapsing",
         atomic_load(&srv->huge.busy_ns) / 1000, true);
-    const tcm_samples_t *sm = &h->samples;
-    row(rows, &n, max, "profile_samples", "live heap-profile samples: sampled allocations not freed yet "
-        "(profile_sample)", atomic_load(&sm->live), false);
-    row(rows, &n, max, "profile_sampled_bytes", "bytes those sampled allocations asked for",
-        atomic_load(&sm->live_bytes), false);
-    row(rows, &n, max, "profile_table_bytes", "bytes of the state segment the heap profile's tables have used "
-        "(samples and the processes they name)",
-        (uint64_t)atomic_load(&sm->hdr->samples_hw) * sizeof(tcm_sample_t) +
-            (uint64_t)atomic_load(&sm->hdr->procs_hw) * sizeof(tcm_sample_proc_t), false);
-    row(rows, &n, max, "profile_samples_taken", "samples this tcmd kept", atomic_load(&sm->taken), true);
-    row(rows, &n, max, "profile_samples_refused", "samples not kept: their user held its share of the table "
-        "(a quarter) or the table was full", atomic_load(&sm->refused_share) + atomic_load(&sm->refused_full), true);
+    n = profile_rows(srv, rows, n, max);
     char name[48];
     for (unsigned op = 0; op < TCM_OPS_COUNTED; op++) {
         snprintf(name, sizeof name, "requests_%s", tcm__op_names[op]);

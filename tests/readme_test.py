@@ -115,7 +115,7 @@ def readme_shapes(section):
                   lambda m: ", ".join(f"`{m.group(1)}_{w.strip()}`" for w in m.group(2).split(",")), section)
     while re.search(r"\([^()]*\)", text):
         text = re.sub(r"\([^()]*\)", "", text)
-    parts = re.split(r"(?:^- |\s)`([a-z]+(?: --[a-z]+)?)(?: [a-z]+)?`(?:/`[a-z]+`)?: ", text, flags=re.M)
+    parts = re.split(r"(?:^- |\s)`([a-z][a-z-]*(?: --[a-z]+)?)(?: [a-z]+)?`(?:/`[a-z]+`)?: ", text, flags=re.M)
     shapes = {}
     for command, said in zip(parts[1::2], parts[2::2]):
         row = {}
@@ -185,6 +185,12 @@ def check_json_against_tcmd(shapes):
                    "classes": js("classes"), "config": js("config", "get"), "roots": js("roots"),
                    "resize": js("resize", "1G"), "release": js("release"), "check": js("check"),
                    "detach": js("detach", str(cid)), "quota": js("quota", "set", "12345:worker", "1G")}
+        js("config", "set", "profile_sample", "1")  # every allocation from here on is sampled
+        sampled = Helper(build, d.sock)  # (the first one was detached)
+        if sampled.do("alloc 10 1000") != "ok":
+            problems.append("a helper client could not allocate")
+        answers["heap-profile --top"] = js("heap-profile", "--top", "5")
+        sampled.close()
         set_answer = js("config", "set", "spin_us", "10")
         if set(answers["config"]) != {n for n, _, _ in listed} or list(set_answer or {}) != ["spin_us"]:
             problems.append("config get does not print every setting by name, or config set not the one it set")

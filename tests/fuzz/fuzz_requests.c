@@ -20,7 +20,9 @@
 #include "pageheap.h"
 #include "prim.h"
 #include "reclaim.h"
+#include "samples.h"
 #include "requests.h"
+#include "samples.h"
 #include "ring.h"
 #include "server.h"
 #include "validate.h"
@@ -63,6 +65,7 @@ static void reset(void)
         tcm__release(heap_fd, 0, HEAP);
     }
     tcm__shares_free(&srv.h.root_shares);
+    tcm__samples_detach(&srv.h.samples);
     memset(&srv, 0, sizeof srv);
     srv.heap_size = HEAP;
     srv.base = BASE;
@@ -76,6 +79,7 @@ static void reset(void)
     srv.dstats = &srv.state->dstats;
     atomic_store(&srv.meta->config.page_cache_cap, 1u << 20); /* punches happen too */
     atomic_store(&srv.meta->config.heap_limit, HEAP);
+    atomic_store(&srv.meta->profile_sample, 4096); /* SAMPLE and MAPS keep what passes their checks */
     tcm__chan_layout(&srv.chan_layout, srv.h.classes, THREADS);
 
     memset(&client, 0, sizeof client);
