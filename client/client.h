@@ -32,7 +32,15 @@ extern TCM_HIDDEN const uint8_t *_Atomic tcm__page_class;
 
 /* The calling thread's cache; &tcm__empty_tcache (every bin count 0 and
  * max 0) until the thread registers, so the hot path needs no NULL test. */
-extern TCM_HIDDEN TCM_TLS tcm_tcache_t *tcm__tls_tc;
+/* With the heap profile's countdown beside it (one TLS block: the hit path
+ * reaches both from one address): the bytes this thread may still allocate
+ * before the one it samples (profile.c; the hit path subtracts each
+ * malloc's size, a slow path samples once it is below 0). */
+typedef struct tcm_tls_hot {
+    tcm_tcache_t *tc;
+    int64_t sample_left;
+} tcm_tls_hot_t;
+extern TCM_HIDDEN TCM_TLS tcm_tls_hot_t tcm__hot;
 /* Non-zero while this thread runs the library's own code that may call
  * malloc (its background thread, a thread's exit, the exit handler, the
  * drop-in's slow paths): libtcm-malloc.so serves those from the system
@@ -58,7 +66,7 @@ typedef struct tcm_thread {
     uint64_t event_ns[TCM_NCLASSES]; /* when each bin last missed or overflowed */
     uint32_t low[TCM_NCLASSES];  /* fewest objects each bin is known to have held since the last
                                     scavenge (0 once it missed; UINT32_MAX: never missed) */
-    /* the heap profile (profile.c): tc->sample_left counts down from an
+    /* the heap profile (profile.c): tcm__hot.sample_left counts down from an
      * interval drawn around sample_mean once armed */
     bool sample_armed;
     uint64_t sample_mean;
@@ -74,7 +82,8 @@ extern TCM_HIDDEN TCM_TLS tcm_thread_t *tcm__tls_thread;
  * (tcache.c, and fork.c in a child). Its record is the caller's to free. */
 static inline void tcm__thread_forget(void)
 {
-    tcm__tls_tc = &tcm__empty_tcache;
+    tcm__hot.tc = &tcm__empty_tcache;
+    tcm__hot.sample_left = 0;
     tcm__tls_thread = NULL;
 }
 

@@ -1,6 +1,6 @@
 /* profile.c — sampling for the heap profile (docs/DESIGN.md, "Heap
  * profiles"). Each thread counts down the bytes it allocates (the hit path
- * subtracts each size from tcm_tcache_t.sample_left); the allocation that
+ * subtracts each size from tcm__hot.sample_left); the allocation that
  * takes the count below zero is sampled: it gets a page run of its own
  * (tcache.c), so that its free reaches tcmd whoever frees it, and tcmd is
  * told of it with the thread's stack. The intervals are exponential with
@@ -46,7 +46,7 @@ void tcm__sample_arm(tcm_thread_t *thr)
     uint64_t mean = atomic_load_explicit(&tcm__proc.meta->profile_sample, memory_order_relaxed);
     thr->sample_armed = true;
     thr->sample_mean = mean;
-    thr->tc->sample_left = mean ? draw(thr, mean) : INT64_MAX;
+    tcm__hot.sample_left = mean ? draw(thr, mean) : INT64_MAX;
 }
 
 /* ---- what tcmd is told ---- */

@@ -16,7 +16,7 @@ tcm_proc_t tcm__proc = {
     .sock = -1,
 };
 
-TCM_TLS tcm_tcache_t *tcm__tls_tc = &tcm__empty_tcache;
+TCM_TLS tcm_tls_hot_t tcm__hot = {&tcm__empty_tcache, 0};
 TCM_TLS tcm_thread_t *tcm__tls_thread;
 TCM_TLS unsigned tcm__in_library;
 tcm_tcache_t tcm__empty_tcache;

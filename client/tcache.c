@@ -529,7 +529,7 @@ static void check_config(tcm_thread_t *thr)
     thr->budget = thread_budget();
     if (thr->sample_mean != atomic_load_explicit(&tcm__proc.meta->profile_sample, memory_order_relaxed)) {
         thr->sample_armed = false; /* profile_sample changed: the next malloc draws from the new mean */
-        thr->tc->sample_left = 0;
+        tcm__hot.sample_left = 0;
     }
     settle_all(thr, false); /* what it asked for ahead goes back: the budget may be smaller */
     shrink_to_budget(thr);
@@ -645,7 +645,6 @@ TCM_COLD static tcm_thread_t *thread_register(void)
     pr->caches[idx].header_backed = true;
     memset(tc->bins, 0, sizeof tc->bins);
     tc->ahead_bytes = 0;
-    tc->sample_left = 0; /* its first malloc arms the countdown (tcm__sample_arm) */
     atomic_store(&tc->dropped, 0);
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         tc->bins[cls].objs = (void **)((uint8_t *)tc + pr->lay.bin_objs_off[cls]);
@@ -667,7 +666,8 @@ TCM_COLD static tcm_thread_t *thread_register(void)
     pthread_once(&thread_key_once, thread_key_create);
     pthread_setspecific(pr->thread_key, thr);
     tcm__tls_thread = thr;
-    tcm__tls_tc = tc;
+    tcm__hot.tc = tc;
+    tcm__hot.sample_left = 0; /* its first malloc arms the countdown (tcm__sample_arm) */
     return thr;
 }
 
@@ -873,8 +873,8 @@ static void *take_larger(tcm_thread_t *thr, unsigned cls)
  * count at 0, arms it instead. */
 static bool sample_due(tcm_thread_t *thr, size_t size)
 {
-    tcm_tcache_t *tc = thr->tc;
-    if (tc->sample_left >= 0 && (tc->sample_left -= (int64_t)(size < INT64_MAX ? size : INT64_MAX)) >= 0)
+    if (tcm__hot.sample_left >= 0 &&
+        (tcm__hot.sample_left -= (int64_t)(size < INT64_MAX ? size : INT64_MAX)) >= 0)
         return false;
     if (tcm_likely(thr->sample_armed))
         return true;

@@ -29,11 +29,10 @@ static inline void *tcm__malloc_fast(size_t size)
         cls = tcm__size_class(size);
     else
         return TCM_MALLOC_SLOW(size);
-    tcm_tcache_t *tc = tcm__tls_tc;
-    tcm_bin_t *b = &tc->bins[cls];
+    tcm_bin_t *b = &tcm__hot.tc->bins[cls];
     uint32_t n = b->count;
     /* the heap profile's countdown: one subtract and branch (profile.c) */
-    if (tcm_likely(n != 0) && tcm_likely((tc->sample_left -= (int64_t)size) >= 0)) {
+    if (tcm_likely(n != 0) && tcm_likely((tcm__hot.sample_left -= (int64_t)size) >= 0)) {
         b->count = n - 1;
         return b->objs[n - 1];
     }
@@ -49,7 +48,7 @@ static inline void tcm__free_fast(void *p)
     uintptr_t granule = off >> TCM_GRANULE_SHIFT | off << (64 - TCM_GRANULE_SHIFT);
     if (tcm_likely(granule < atomic_load_explicit(&tcm__heap_granules, memory_order_relaxed))) {
         const uint8_t *pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed);
-        tcm_bin_t *b = &tcm__tls_tc->bins[pc[granule >> (TCM_PAGE_SHIFT - TCM_GRANULE_SHIFT)]];
+        tcm_bin_t *b = &tcm__hot.tc->bins[pc[granule >> (TCM_PAGE_SHIFT - TCM_GRANULE_SHIFT)]];
         uint32_t n = b->count;
         if (tcm_likely(n < b->max)) {
             b->objs[n] = p;

@@ -541,20 +541,14 @@ typedef struct tcm_tcache {
                                  the RETURN on async slot j has left the bin, so its objects need not be
                                  skipped (they may be back in a bin from a later refill) */
     uint32_t reserved32;
-    /* W and R: the client's thread only, in its malloc (the hit path
-     * subtracts each size; below 0 the slow path samples the allocation
-     * and draws the next interval). tcmd never reads it. In room layout 14
-     * had reserved. */
-    int64_t sample_left;
-    uint64_t reserved[4];
+    uint64_t reserved[5];
     tcm_bin_t bins[TCM_NBINS]; /* 1..TCM_NCLASSES-1 the classes; DRAIN + c the drain arrays (room: never) */
     /* then the bins' object arrays, at chan_hdr.bin_objs_off[c] from the tcache */
 } tcm_tcache_t;
 TCM_SHARED_SIZE(tcm_tcache_t, 4160);
 TCM_SHARED_OFFSET(tcm_tcache_t, in_use, 0); TCM_SHARED_OFFSET(tcm_tcache_t, index, 4);
 TCM_SHARED_OFFSET(tcm_tcache_t, ahead_bytes, 8); TCM_SHARED_OFFSET(tcm_tcache_t, dropped, 16);
-TCM_SHARED_OFFSET(tcm_tcache_t, reserved32, 20); TCM_SHARED_OFFSET(tcm_tcache_t, sample_left, 24);
-TCM_SHARED_OFFSET(tcm_tcache_t, reserved, 32);
+TCM_SHARED_OFFSET(tcm_tcache_t, reserved32, 20); TCM_SHARED_OFFSET(tcm_tcache_t, reserved, 24);
 TCM_SHARED_OFFSET(tcm_tcache_t, bins, 64);
 
 /* A page run a process keeps for its next large allocation. */
