@@ -86,6 +86,21 @@ same_shared "perl text" "perl -ne 'chomp; \$h{\$_ % 997} .= \$_ . q(,); END { pr
 same_shared "300 threads" "$build/tests/tcm_preload_threads"
 same_shared "C++ containers" "$build/tests/tcm_preload_cxx"
 
+# the heap profile at a 1-byte interval: every allocation is sampled (a page
+# run of its own, its stack unwound, tcmd told) under the drop-in, and
+# nothing the unwinder does comes back into it
+"$build/tcmctl" config set profile_sample 1 > /dev/null
+same_shared "python3, every allocation sampled (profile_sample 1)" \
+  "$py -c 'd = {str(i): i * i for i in range(20000)}; print(len(d), sum(d.values()))'"
+same_shared "perl, every allocation sampled" "perl -ne 'chomp; \$h{\$_ % 97} .= \$_; END { print scalar(keys %h), qq(\\n) }' $work/numbers"
+same_shared "C++ new, every allocation sampled" "TCM_MALLOC_FALLBACK=0 $build/tests/tcm_preload_newfail"
+if "$build/tcmctl" heap-profile --top 3 > "$work/top" && grep -q "samples" "$work/top" && (( $(stat profile_samples) > 0 )); then
+  ok "heap-profile of the sampled programs: $(head -1 "$work/top")"
+else
+  fail "heap-profile after the sampled programs: $(cat "$work/top")"
+fi
+"$build/tcmctl" config set profile_sample 2M > /dev/null
+
 # private: malloc's memory is not in tcmd's shared heap (which any client
 # maps), fork copies it on write and the child goes on allocating from it,
 # and a thousand programs leave nothing in tcmd's heap
