@@ -37,7 +37,7 @@ target_link_libraries(tcm_platform PUBLIC pthread synchronization bcrypt psapi a
 
 # tcmd's heap: the page heap and the central lists, as tcmd runs them
 add_library(tcm_heap STATIC daemon/heap.c daemon/pageheap.c daemon/central.c daemon/objrec.c daemon/log.c daemon/crash.c
-  daemon/validate_heap.c daemon/shares.c)
+  daemon/validate_heap.c daemon/shares.c daemon/samples.c)
 target_include_directories(tcm_heap PUBLIC daemon)
 target_link_libraries(tcm_heap PUBLIC tcm_platform)
 
@@ -51,16 +51,16 @@ if(TCM_WIN_CONTROL)
   add_library(tcmd_core STATIC daemon/config.c daemon/control.c daemon/transport.c daemon/access.c
     daemon/clientwatch.c daemon/handlers.c daemon/heapthread.c
     daemon/mailbox.c daemon/metrics.c daemon/reclaim.c daemon/recovery.c daemon/migrate.c daemon/requests.c daemon/continuation.c daemon/quota.c daemon/heapfull.c daemon/rows.c
-    daemon/segments.c daemon/stats.c daemon/validate.c daemon/holders.c daemon/decay.c daemon/huge.c daemon/roots.c)
+    daemon/segments.c daemon/stats.c daemon/validate.c daemon/holders.c daemon/decay.c daemon/huge.c daemon/roots.c daemon/profile.c)
   target_link_libraries(tcmd_core PUBLIC tcm_heap tcm_proto uv_a)
   add_executable(tcmd daemon/main.c)
   target_link_libraries(tcmd PRIVATE tcmd_core)
-  add_executable(tcmctl cli/tcmctl.c)
+  add_executable(tcmctl cli/tcmctl.c cli/heapprof_none.c) # no libdw nor zlib here: no heap-profile
   target_link_libraries(tcmctl PRIVATE tcm_proto)
 
   add_library(tcm STATIC client/tcm.c client/tcache.c client/channel.c client/background.c client/large.c
     client/xfer.c client/lifecycle.c client/reconnect.c client/state.c client/diag.c client/ctlsock.c client/fork.c
-    client/given.c)
+    client/given.c client/profile.c)
   target_include_directories(tcm PUBLIC client/include PRIVATE client)
   target_link_libraries(tcm PUBLIC tcm_proto)
   add_executable(test_no_daemon tests/windows/test_no_daemon.c)
@@ -82,7 +82,7 @@ if(TCM_WIN_CONTROL)
 else()
   # libtcm's caches without the handshake (client/lifecycle.c, reconnect.c and ctlsock.c need protobuf-c)
   add_library(tcm STATIC client/tcm.c client/tcache.c client/channel.c client/background.c client/large.c
-    client/xfer.c client/state.c client/diag.c client/given.c)
+    client/xfer.c client/state.c client/diag.c client/given.c client/profile.c)
   target_include_directories(tcm PUBLIC client/include PRIVATE client)
   target_link_libraries(tcm PUBLIC tcm_platform)
 endif()

@@ -158,7 +158,9 @@ static bool intent_sane(tcm_server_t *srv, const tcm_req_intent_t *ri, tcm_clien
 {
     const tcm_heap_t *h = &srv->h;
     *c = ri->client < srv->max_clients ? atomic_load(&srv->clients[ri->client]) : NULL;
-    if (!*c || ri->slot >= (*c)->lay.nslots || ri->cls >= TCM_NCLASSES || ri->count > TCM_MAX_BATCH ||
+    /* cls is a class for REFILL and RETURN only (SAMPLE's is its interval) */
+    bool class_op = ri->op == TCM_OP_REFILL || ri->op == TCM_OP_RETURN;
+    if (!*c || ri->slot >= (*c)->lay.nslots || (class_op && ri->cls >= TCM_NCLASSES) || ri->count > TCM_MAX_BATCH ||
         ri->n > TCM_MAX_BATCH || ri->root >= h->nroots)
         return false;
     if (ri->op == TCM_OP_FREE_PAGES &&

@@ -1,11 +1,8 @@
-/* samples.c — the heap profile's samples and the processes they name
- * (docs/DESIGN.md, "Heap profiles"). A client samples an allocation by
- * giving it a page run of its own and telling tcmd the run, the size asked
- * for and its stack (TCM_OP_SAMPLE); tcmd stamps who sent it, keeps it in
- * the state segment, so it outlives the process and tcmd, and lets it go
- * when the run is freed, by whoever frees it. A client can lie about its
- * own stacks and mappings only: the run must be one it holds, and the
- * process a sample names is the one its ring belongs to. */
+/* samples.c — the heap profile's tables in the state segment (docs/DESIGN.md,
+ * "Heap profiles"): samples and the processes they name, a sample let go
+ * when its run is freed (by whoever frees it), the tables recovered from
+ * what the page heap holds, and read for a profile. What clients ask of
+ * them is profile.c's. */
 #define _GNU_SOURCE
 #include "samples.h"
 
@@ -14,11 +11,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "central.h"
 #include "heap.h"
 #include "log.h"
 #include "prim.h"
-#include "server.h"
 
 static bool bit(const uint64_t *bits, uint64_t i)
 {
@@ -56,7 +51,7 @@ void tcm__samples_detach(tcm_samples_t *s)
 
 /* Pages [from, from + len) of a table, backed before they are written (a
  * write to a hole of a full /dev/shm would be a SIGBUS). */
-static bool back(tcm_heap_t *h, uint64_t *bits, uint64_t table_off, uint64_t from, uint64_t len)
+bool tcm__samples_back(tcm_heap_t *h, uint64_t *bits, uint64_t table_off, uint64_t from, uint64_t len)
 {
     for (uint64_t page = from / 4096; page <= (from + len - 1) / 4096; page++) {
         if (bit(bits, page))
@@ -71,123 +66,23 @@ static bool back(tcm_heap_t *h, uint64_t *bits, uint64_t table_off, uint64_t fro
     return true;
 }
 
-static uint32_t unix_now(void)
+uint32_t tcm__unix_now32(void)
 {
     return (uint32_t)time(NULL);
 }
 
 /* ---- process records ---- */
 
-static void proc_free(tcm_samples_t *s, uint32_t i)
+void tcm__sample_proc_free(tcm_samples_t *s, uint32_t i)
 {
     tcm_sample_proc_t *p = &s->procs[i];
     tcm__shares_drop(&s->procs_by_uid, p->uid);
     atomic_store_explicit(&p->state, TCM_SPROC_FREE, memory_order_release);
 }
 
-/* c's record: the one it has, one a previous tcmd made for it, or a new
- * one (UINT32_MAX: the table or the user's share is full). */
-static uint32_t proc_for(tcm_server_t *srv, tcm_client_t *c)
-{
-    tcm_samples_t *s = &srv->h.samples;
-    const tcm_client_rec_t *rec = c->rec;
-    uint32_t hw = atomic_load_explicit(&s->hdr->procs_hw, memory_order_relaxed), free_one = UINT32_MAX;
-    if (c->sample_proc && c->sample_proc <= hw)
-        return c->sample_proc - 1;
-    for (uint32_t i = 0; i < hw; i++) {
-        tcm_sample_proc_t *p = &s->procs[i];
-        uint32_t st = atomic_load_explicit(&p->state, memory_order_relaxed);
-        if (st == TCM_SPROC_LIVE && p->client_id == rec->id && p->pid == rec->pid &&
-            p->proc_start == rec->proc_start) {
-            c->sample_proc = i + 1;
-            return i;
-        }
-        if (st == TCM_SPROC_FREE && free_one == UINT32_MAX)
-            free_one = i;
-    }
-    if (tcm__shares_of(&s->procs_by_uid, rec->uid) >= TCM_SAMPLE_PROCS_PER_UID)
-        return UINT32_MAX;
-    uint32_t i = free_one != UINT32_MAX ? free_one : hw;
-    if (i >= TCM_SAMPLE_PROCS ||
-        !back(&srv->h, s->procs_backed, srv->h.sl.off_sample_procs, (uint64_t)i * sizeof(tcm_sample_proc_t),
-              sizeof(tcm_sample_proc_t)))
-        return UINT32_MAX;
-    if (i == hw)
-        atomic_store_explicit(&s->hdr->procs_hw, hw + 1, memory_order_release);
-    tcm_sample_proc_t *p = &s->procs[i];
-    p->client_id = rec->id;
-    p->pid = rec->pid;
-    p->uid = rec->uid;
-    p->proc_start = rec->proc_start;
-    p->attached_unix = rec->attached_unix;
-    p->departed_unix = 0;
-    p->maps_len[0] = p->maps_len[1] = p->maps_fill = 0;
-    atomic_store_explicit(&p->maps_cur, 0, memory_order_relaxed);
-    memcpy(p->comm, c->comm, sizeof p->comm);
-    memcpy(p->exe, c->exe, sizeof p->exe);
-    atomic_store_explicit(&p->state, TCM_SPROC_LIVE, memory_order_release);
-    s->refs[i] = 0;
-    tcm__shares_add(&s->procs_by_uid, rec->uid);
-    c->sample_proc = i + 1;
-    return i;
-}
-
-void tcm__sample_client_gone_ht(tcm_server_t *srv, tcm_client_t *c)
-{
-    tcm_samples_t *s = &srv->h.samples;
-    if (!c->sample_proc)
-        return;
-    uint32_t i = c->sample_proc - 1;
-    c->sample_proc = 0;
-    tcm_sample_proc_t *p = &s->procs[i];
-    if (atomic_load_explicit(&p->state, memory_order_relaxed) != TCM_SPROC_LIVE)
-        return;
-    p->departed_unix = unix_now();
-    if (s->refs[i])
-        atomic_store_explicit(&p->state, TCM_SPROC_DEPARTED, memory_order_release);
-    else
-        proc_free(s, i);
-}
-
-/* What a process says of its mappings: printable text and newlines. */
-static bool text_ok(const char *text, uint32_t len)
-{
-    for (uint32_t i = 0; i < len; i++)
-        if ((text[i] < ' ' || text[i] > '~') && text[i] != '\n')
-            return false;
-    return true;
-}
-
-int tcm__sample_maps_ht(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint64_t total, const char *text,
-                        uint32_t len)
-{
-    if (!atomic_load_explicit(&srv->meta->profile_sample, memory_order_relaxed))
-        return TCM_ST_OK; /* sampling was turned off: nothing is kept */
-    if (total > TCM_SAMPLE_MAPS_BYTES || pos > total || len > total - pos || !text_ok(text, len))
-        return TCM_ST_BAD_COUNT;
-    uint32_t i = proc_for(srv, c);
-    if (i == UINT32_MAX)
-        return TCM_ST_OK;
-    tcm_sample_proc_t *p = &srv->h.samples.procs[i];
-    uint32_t other = 1 - atomic_load_explicit(&p->maps_cur, memory_order_relaxed);
-    if (pos == 0)
-        p->maps_fill = 0;
-    if (pos != p->maps_fill)
-        return TCM_ST_BAD_COUNT; /* in order, from the start */
-    memcpy(p->maps[other] + pos, text, len);
-    p->maps_fill = (uint32_t)(pos + len);
-    if (p->maps_fill == total) {
-        p->maps_len[other] = (uint32_t)total;
-        atomic_store_explicit(&p->maps_cur, other, memory_order_release);
-        p->maps_fill = 0;
-        atomic_fetch_add_explicit(&srv->h.samples.maps_texts, 1, memory_order_relaxed);
-    }
-    return TCM_ST_OK;
-}
-
 /* ---- samples ---- */
 
-static uint32_t sample_slot(tcm_samples_t *s)
+uint32_t tcm__sample_slot(tcm_samples_t *s)
 {
     for (uint32_t w = s->lowest / 64; w < TCM_SAMPLES / 64; w++)
         if (~s->used[w]) {
@@ -198,56 +93,14 @@ static uint32_t sample_slot(tcm_samples_t *s)
     return UINT32_MAX;
 }
 
-int tcm__sample_take_ht(tcm_server_t *srv, tcm_client_t *c, uint64_t run, uint64_t size, uint64_t interval,
-                        const uint64_t *frames, uint32_t nframes, bool *recorded)
+void tcm__sample_count(tcm_samples_t *s, uint32_t i)
 {
-    tcm_heap_t *h = &srv->h;
-    tcm_samples_t *s = &h->samples;
-    *recorded = false;
-    uint32_t sp;
-    int st = tcm__large_check_ht(h, run, &sp);
-    if (st != TCM_ST_OK)
-        return st;
-    if (h->spans[sp].owner != c->rec->tag)
-        return TCM_ST_NOT_OBJECT; /* only a run the client itself allocated */
-    if (nframes > TCM_SAMPLE_FRAMES || size == 0 || size > tcm__page_off(h->spans[sp].npages) || interval == 0)
-        return TCM_ST_BAD_COUNT;
-    if (h->spans[sp].sample || !atomic_load_explicit(&srv->meta->profile_sample, memory_order_relaxed))
-        return TCM_ST_OK; /* sampled already; or sampling was turned off since */
-    uint32_t uid = c->rec->uid;
-    if (tcm__shares_of(&s->by_uid, uid) >= TCM_SAMPLES_PER_UID) {
-        atomic_fetch_add_explicit(&s->refused_share, 1, memory_order_relaxed);
-        return TCM_ST_OK;
-    }
-    uint32_t proc = proc_for(srv, c), i = sample_slot(s);
-    if (proc == UINT32_MAX || i == UINT32_MAX ||
-        !back(h, s->samples_backed, h->sl.off_samples, (uint64_t)i * sizeof(tcm_sample_t), sizeof(tcm_sample_t))) {
-        atomic_fetch_add_explicit(&s->refused_full, 1, memory_order_relaxed);
-        return TCM_ST_OK;
-    }
-    uint32_t hw = atomic_load_explicit(&s->hdr->samples_hw, memory_order_relaxed);
-    if (i >= hw) /* before the entry: a reader and a recovery look below it only */
-        atomic_store_explicit(&s->hdr->samples_hw, i + 1, memory_order_release);
-    tcm_sample_t *e = &s->samples[i];
-    e->proc = proc;
-    e->run = run;
-    e->size = size;
-    e->interval = interval;
-    e->born_unix = unix_now();
-    e->nframes = (uint16_t)nframes;
-    e->reserved = 0;
-    memcpy(e->frames, frames, nframes * sizeof frames[0]);
-    atomic_store_explicit(&e->state, s->gen, memory_order_release);
-    s->gen += 2;
-    TCM_PERSIST_STORE(h->spans[sp].sample, i + 1);
+    const tcm_sample_t *e = &s->samples[i];
     bit_set(s->used, i, true);
-    s->refs[proc]++;
-    tcm__shares_add(&s->by_uid, uid);
+    s->refs[e->proc]++;
+    tcm__shares_add(&s->by_uid, s->procs[e->proc].uid);
     atomic_fetch_add_explicit(&s->live, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->live_bytes, size, memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->taken, 1, memory_order_relaxed);
-    *recorded = true;
-    return TCM_ST_OK;
+    atomic_fetch_add_explicit(&s->live_bytes, e->size, memory_order_relaxed);
 }
 
 /* Sample i goes; its span was cleared first (a kill in between leaves a
@@ -268,7 +121,7 @@ static void sample_free(tcm_samples_t *s, uint32_t i)
     tcm__shares_drop(&s->by_uid, p->uid);
     if (s->refs[proc] && !--s->refs[proc] &&
         atomic_load_explicit(&p->state, memory_order_relaxed) == TCM_SPROC_DEPARTED)
-        proc_free(s, proc);
+        tcm__sample_proc_free(s, proc);
 }
 
 void tcm__sample_drop_ht(tcm_heap_t *h, uint32_t sp)
@@ -296,19 +149,6 @@ static uint32_t run_span(const tcm_heap_t *h, const tcm_sample_t *e)
         return 0;
     uint32_t sp = h->page_span[page];
     return sp && h->spans[sp].first == page && h->spans[sp].state == TCM_SPAN_LARGE ? sp : 0;
-}
-
-/* A live process record whose client is no longer attached departs. */
-static bool client_attached(const tcm_server_t *srv, const tcm_sample_proc_t *p)
-{
-    const tcm_client_rec_t *recs = (const tcm_client_rec_t *)((const uint8_t *)srv->state + srv->h.sl.off_clients);
-    uint32_t n = srv->state->max_clients < TCM_CLIENTS_MAX ? srv->state->max_clients : TCM_CLIENTS_MAX;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t st = atomic_load_explicit(&recs[i].state, memory_order_relaxed);
-        if ((st == TCM_REC_ACTIVE || st == TCM_REC_EVICTED) && recs[i].id == p->client_id && recs[i].pid == p->pid)
-            return true;
-    }
-    return false;
 }
 
 static uint64_t recover_samples(tcm_heap_t *h)
@@ -346,11 +186,7 @@ static uint64_t recover_samples(tcm_heap_t *h)
             h->spans[sp].sample = i + 1; /* killed between the sample and its span */
             repairs++;
         }
-        bit_set(s->used, i, true);
-        s->refs[e->proc]++;
-        tcm__shares_add(&s->by_uid, s->procs[e->proc].uid);
-        atomic_fetch_add_explicit(&s->live, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->live_bytes, e->size, memory_order_relaxed);
+        tcm__sample_count(s, i);
         if (st >= s->gen)
             s->gen = st + 2;
     }
@@ -378,40 +214,13 @@ static uint64_t recover_spans(tcm_heap_t *h)
     return repairs;
 }
 
-uint64_t tcm__samples_recover_ht(tcm_server_t *srv)
+uint64_t tcm__samples_recover_table_ht(tcm_heap_t *h)
 {
-    tcm_heap_t *h = &srv->h;
     tcm_samples_t *s = &h->samples;
     memset(s->used, 0, sizeof s->used);
     memset(s->refs, 0, sizeof s->refs);
     s->lowest = 0;
-    uint64_t repairs = recover_samples(h) + recover_spans(h);
-    uint32_t phw = atomic_load_explicit(&s->hdr->procs_hw, memory_order_relaxed);
-    for (uint32_t i = 0; i < phw; i++) {
-        tcm_sample_proc_t *p = &s->procs[i];
-        uint32_t st = atomic_load_explicit(&p->state, memory_order_relaxed);
-        if (st == TCM_SPROC_FREE)
-            continue;
-        if (st > TCM_SPROC_DEPARTED || atomic_load_explicit(&p->maps_cur, memory_order_relaxed) > 1) {
-            atomic_store_explicit(&p->state, TCM_SPROC_FREE, memory_order_relaxed); /* torn */
-            repairs++;
-            continue;
-        }
-        p->maps_fill = 0;
-        for (unsigned k = 0; k < 2; k++)
-            if (p->maps_len[k] > TCM_SAMPLE_MAPS_BYTES)
-                p->maps_len[k] = 0;
-        if (st == TCM_SPROC_LIVE && !client_attached(srv, p)) {
-            p->departed_unix = unix_now();
-            atomic_store_explicit(&p->state, st = TCM_SPROC_DEPARTED, memory_order_relaxed);
-        }
-        if (st == TCM_SPROC_DEPARTED && !s->refs[i]) {
-            atomic_store_explicit(&p->state, TCM_SPROC_FREE, memory_order_relaxed);
-            continue;
-        }
-        tcm__shares_add(&s->procs_by_uid, p->uid);
-    }
-    return repairs;
+    return recover_samples(h) + recover_spans(h);
 }
 
 /* ---- readers (the main thread) ---- */

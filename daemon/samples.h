@@ -40,7 +40,7 @@ typedef struct tcm_samples {
 int tcm__samples_attach(tcm_samples_t *s, uint8_t *state_base, const tcm_state_layout_t *sl);
 void tcm__samples_detach(tcm_samples_t *s);
 
-/* TCM_OP_SAMPLE and TCM_OP_MAPS from client c (requests.c): a status;
+/* TCM_OP_SAMPLE and TCM_OP_MAPS from client c (requests.c; profile.c): a status;
  * *recorded (SAMPLE): whether it was kept (a full table or a used share
  * refuse it quietly, counted). frames/text: tcmd's private copy. */
 int tcm__sample_take_ht(struct tcm_server *srv, struct tcm_client *c, uint64_t run, uint64_t size,
@@ -60,6 +60,17 @@ void tcm__sample_client_gone_ht(struct tcm_server *srv, struct tcm_client *c);
  * page runs, points their spans at them and nothing else at any; rebuilds
  * what is derived. Returns the repairs made. */
 uint64_t tcm__samples_recover_ht(struct tcm_server *srv);
+
+/* For profile.c: pages of a table backed before they are written (false:
+ * /dev/shm is full), a process record freed, a free sample entry
+ * (UINT32_MAX: none), a sample counted, the samples' and spans' part of
+ * the recovery (its repairs), the time as a sample keeps it. */
+bool tcm__samples_back(struct tcm_heap *h, uint64_t *bits, uint64_t table_off, uint64_t from, uint64_t len);
+void tcm__sample_proc_free(tcm_samples_t *s, uint32_t i);
+uint32_t tcm__sample_slot(tcm_samples_t *s);
+void tcm__sample_count(tcm_samples_t *s, uint32_t i); /* live sample i, its fields written: used, counted */
+uint64_t tcm__samples_recover_table_ht(struct tcm_heap *h);
+uint32_t tcm__unix_now32(void);
 
 /* One consistent copy of live sample i for a reader that is not the heap
  * thread; false if it is not live (or changed while read). */
