@@ -67,9 +67,12 @@ typedef struct tcm_thread {
     uint32_t low[TCM_NCLASSES];  /* fewest objects each bin is known to have held since the last
                                     scavenge (0 once it missed; UINT32_MAX: never missed) */
     /* the heap profile (profile.c): tcm__hot.sample_left counts down from an
-     * interval drawn around sample_mean once armed */
+     * interval drawn around sample_mean once armed; sample_base is the
+     * profile_sample it follows (sample_mean rises above it while samples
+     * come too fast); sample_ns, when the last sample was taken */
     bool sample_armed;
-    uint64_t sample_mean;
+    uint32_t sample_slot;        /* 1 + the async slot where the next small sample's page is asked for ahead */
+    uint64_t sample_base, sample_mean, sample_ns;
     uint64_t sample_rng;
 } tcm_thread_t;
 

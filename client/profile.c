@@ -41,12 +41,38 @@ static int64_t draw(tcm_thread_t *thr, uint64_t mean)
     return v < 1 ? 1 : v > 0x1p62 ? (int64_t)1 << 62 : (int64_t)v;
 }
 
-void tcm__sample_arm(tcm_thread_t *thr)
+/* A sample costs the thread microseconds (its stack unwound, tcmd told, a
+ * page run of its own): a thread that allocates gigabytes a second would
+ * spend much of its time sampling. So a thread takes about profile_rate
+ * samples a second at most: a sample sooner than a quarter of 1/rate after
+ * the last doubles the mean its next interval is drawn around, one later
+ * than 1/rate halves it back towards profile_sample. With exponential
+ * gaps this settles near the rate. Each sample keeps the mean its interval
+ * was drawn around, so its weight, and the profile, stay unbiased. */
+#define SAMPLE_MEAN_MAX (1ull << 31) /* (it travels in 32 bits: TCM_OP_SAMPLE) */
+
+void tcm__sample_arm(tcm_thread_t *thr, bool sampled)
 {
-    uint64_t mean = atomic_load_explicit(&tcm__proc.meta->profile_sample, memory_order_relaxed);
+    uint64_t base = atomic_load_explicit(&tcm__proc.meta->profile_sample, memory_order_relaxed);
+    if (base != thr->sample_base)
+        thr->sample_base = thr->sample_mean = base;
     thr->sample_armed = true;
-    thr->sample_mean = mean;
-    tcm__hot.sample_left = mean ? draw(thr, mean) : INT64_MAX;
+    if (!base) {
+        tcm__hot.sample_left = INT64_MAX;
+        return;
+    }
+    uint32_t rate = atomic_load_explicit(&tcm__proc.meta->profile_rate, memory_order_relaxed);
+    if (sampled && rate) {
+        uint64_t now = tcm__now_ns(), gap = now - thr->sample_ns, per = 1000000000u / rate;
+        thr->sample_ns = now;
+        if (gap < per / 4 && thr->sample_mean < SAMPLE_MEAN_MAX)
+            thr->sample_mean *= 2;
+        else if (gap > per && thr->sample_mean > base)
+            thr->sample_mean = thr->sample_mean / 2 > base ? thr->sample_mean / 2 : base;
+    } else if (!rate) {
+        thr->sample_mean = base;
+    }
+    tcm__hot.sample_left = draw(thr, thr->sample_mean);
 }
 
 /* ---- what tcmd is told ---- */
@@ -79,19 +105,12 @@ static void send_maps(void)
     pthread_mutex_unlock(&maps_lock);
 }
 
-void tcm__sample_post(uint64_t run, size_t size, uint64_t interval, uintptr_t above)
+void tcm__sample_fill(tcm_slot_t *slot, uint64_t run, size_t size, uint64_t interval, uintptr_t above)
 {
-    uint64_t frames[TCM_SAMPLE_FRAMES];
-    unsigned n = tcm__backtrace(frames, TCM_SAMPLE_FRAMES, above);
     send_maps();
-    uint32_t idx;
-    tcm_slot_t *slot = tcm__slot_acquire(&idx);
     slot->op = TCM_OP_SAMPLE;
     slot->arg = run;
     slot->arg2 = size;
     slot->cls = (uint32_t)(interval < UINT32_MAX ? interval : UINT32_MAX);
-    slot->count = n;
-    memcpy(slot->offs, frames, n * sizeof frames[0]);
-    tcm__call(slot, idx); /* a sample tcmd does not keep is only a sample less */
-    tcm__slot_release(slot);
+    slot->count = tcm__backtrace(slot->offs, TCM_SAMPLE_FRAMES, above);
 }

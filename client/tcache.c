@@ -244,6 +244,13 @@ static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *into)
             }
         }
     }
+    if (slot->op == TCM_OP_ALLOC_PAGES && st == TCM_ST_OK) {
+        /* a sample's page asked for ahead that no sample took: back on
+         * the same slot (a death in between lists it as answered there) */
+        slot->op = TCM_OP_FREE_PAGES;
+        slot->arg = slot->result;
+        st = tcm__call(slot, idx);
+    }
     atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
     if (slot->op == TCM_OP_RETURN && st != TCM_ST_OK && st != TCM_ST_NOMEM)
         tcm__fatal_refused(st, cls);
@@ -265,13 +272,14 @@ static void settle_all(tcm_thread_t *thr, bool stash)
         if (atomic_load_explicit(&tcm__proc.slots[idx].state, memory_order_relaxed) != TCM_SLOT_IDLE)
             settle_slot(&tcm__proc.slots[idx], idx, stash ? thr : NULL);
     }
+    thr->sample_slot = 0; /* its page went back */
 }
 
-/* A request that gives memory back (a RETURN or a FREE_PAGES): settling it
- * touches no bin. */
+/* A request whose settling touches no bin: one that gives memory back (a
+ * RETURN or a FREE_PAGES) or the heap profile's SAMPLE. */
 static bool gives_back(const tcm_slot_t *slot)
 {
-    return slot->op == TCM_OP_RETURN || slot->op == TCM_OP_FREE_PAGES;
+    return slot->op == TCM_OP_RETURN || slot->op == TCM_OP_FREE_PAGES || slot->op == TCM_OP_SAMPLE;
 }
 
 /* An async slot for a new request: an IDLE one, else one that gives memory
@@ -527,7 +535,7 @@ static void check_config(tcm_thread_t *thr)
         return;
     thr->config_gen = gen;
     thr->budget = thread_budget();
-    if (thr->sample_mean != atomic_load_explicit(&tcm__proc.meta->profile_sample, memory_order_relaxed)) {
+    if (thr->sample_base != atomic_load_explicit(&tcm__proc.meta->profile_sample, memory_order_relaxed)) {
         thr->sample_armed = false; /* profile_sample changed: the next malloc draws from the new mean */
         tcm__hot.sample_left = 0;
     }
@@ -878,24 +886,76 @@ static bool sample_due(tcm_thread_t *thr, size_t size)
         return false;
     if (tcm_likely(thr->sample_armed))
         return true;
-    tcm__sample_arm(thr);
+    tcm__sample_arm(thr, false);
     return false;
 }
 
-/* A sampled allocation: a page run of its own, fresh from tcmd (one from
- * the run cache may be another process's), so that its free reaches tcmd
- * whoever frees it; then tcmd is told of it with the stack above
+/* The page a sample of at most a page takes: the one asked for ahead at the
+ * last sample (a round trip's wait, on a busy box a scheduler slice of
+ * tcmd's, is what a sample cost most), and the next one asked for now.
+ * 0: none ready. */
+static uint64_t sample_page(tcm_thread_t *thr)
+{
+    uint64_t off = 0;
+    if (thr->sample_slot) {
+        uint32_t idx = thr->sample_slot - 1;
+        tcm_slot_t *slot = &tcm__proc.slots[idx];
+        thr->sample_slot = 0;
+        if (tcm__await(slot) == TCM_ST_OK && slot->op == TCM_OP_ALLOC_PAGES) {
+            off = slot->result;
+            tcm__check_given_run(off, 1);
+            tcm__map_given_run(off, 1);
+        }
+        atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
+    }
+    uint32_t idx;
+    tcm_slot_t *slot = async_take(thr, &idx);
+    if (slot) {
+        slot->op = TCM_OP_ALLOC_PAGES;
+        slot->arg = 1;
+        slot->arg2 = 1;
+        if (tcm__post(slot, idx))
+            thr->sample_slot = idx + 1;
+        else
+            atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
+    }
+    return off;
+}
+
+/* A sampled allocation: a page run of its own, so that its free reaches
+ * tcmd whoever frees it (a small object's fresh from tcmd; a large one's
+ * may come from the run cache, and is not kept if another process
+ * allocated it); then tcmd is told of it with the stack above
  * tcm__malloc_slow's frame (cfa). NULL: not sampled, allocate as usual. */
 TCM_NOINLINE static void *sampled_alloc(tcm_thread_t *thr, size_t size, uintptr_t cfa)
 {
-    uint64_t mean = thr->sample_mean;
-    tcm__sample_arm(thr);
+    uint64_t mean = thr->sample_mean; /* what this sample's interval was drawn around: its weight's */
+    tcm__sample_arm(thr, true);
     if (!mean || size > tcm__proc.heap_size)
         return NULL;
     uint64_t off, asked;
-    if (alloc_pages(size ? size : 1, 0, &off, &asked) != TCM_ST_OK)
+    if (size > TCM_MAX_SMALL) { /* a page run anyway: as any, from the run cache or tcmd */
+        uint8_t *p = tcm__large_alloc(size, 0);
+        if (!p)
+            return NULL;
+        off = (uint64_t)(p - tcm__proc.heap);
+    } else if (!(size <= TCM_PAGE_SIZE && (off = sample_page(thr))) &&
+               alloc_pages(size ? size : 1, 0, &off, &asked) != TCM_ST_OK) {
         return NULL;
-    tcm__sample_post(off, size ? size : 1, mean, cfa);
+    }
+    /* told without waiting (a sample tcmd does not keep is only a sample
+     * less); on the thread's own slot when every async one is taken */
+    uint32_t idx;
+    tcm_slot_t *slot = async_take(thr, &idx);
+    if (slot) {
+        tcm__sample_fill(slot, off, size ? size : 1, mean, cfa);
+        tcm__post(slot, idx);
+    } else {
+        slot = tcm__slot_acquire(&idx);
+        tcm__sample_fill(slot, off, size ? size : 1, mean, cfa);
+        tcm__call(slot, idx);
+        tcm__slot_release(slot);
+    }
     return tcm__proc.heap + off;
 }
 

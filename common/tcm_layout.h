@@ -418,6 +418,7 @@ typedef struct tcm_meta_hdr {
      * profiles"). */
     uint32_t profile_set;
     _Atomic uint64_t profile_sample;
+    _Atomic uint32_t profile_rate; /* samples a thread takes a second before its intervals grow (0: no limit) */
     alignas(TCM_CACHELINE) tcm_config_t config;
     alignas(TCM_CACHELINE) tcm_heap_stats_t stats;
 } tcm_meta_hdr_t;
@@ -431,6 +432,7 @@ TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_page_span, 64); TCM_SHARED_OFFSET(tcm_meta
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, off_roots, 80); TCM_SHARED_OFFSET(tcm_meta_hdr_t, heap_id, 88);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, nroots, 96); TCM_SHARED_OFFSET(tcm_meta_hdr_t, unused_central_head, 100); TCM_SHARED_OFFSET(tcm_meta_hdr_t, heap_sleeping, 512);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, profile_set, 516); TCM_SHARED_OFFSET(tcm_meta_hdr_t, profile_sample, 520);
+TCM_SHARED_OFFSET(tcm_meta_hdr_t, profile_rate, 528);
 TCM_SHARED_OFFSET(tcm_meta_hdr_t, config, 576); TCM_SHARED_OFFSET(tcm_meta_hdr_t, stats, 640);
 
 /* ---- channel segment ---- */

@@ -113,6 +113,8 @@ static const setting_t settings[] = {
      HOOKS(set_huge_collapse, show_huge_collapse)},
     {{"profile_sample", true, "bytes a thread allocates, on average, per allocation sampled for the heap "
       "profile (tcmctl heap-profile; 0: no sampling)"}, T_SIZE, 0, 1u << 30, "2M", "SIZE", FIELD(profile_sample)},
+    {{"profile_rate", true, "samples a thread may take a second: past it its intervals grow, the profile stays "
+      "unbiased (0: no limit)"}, T_UINT, 0, 1000000, "1000", "N", FIELD(profile_rate)},
     {{"clients_per_uid", true, "client records (attached processes) one user may hold at once"}, T_UINT, 1,
      TCM_CLIENTS_MAX, TCM_STRINGIFY(TCM_DEFAULT_CLIENTS_PER_UID), "N", FIELD(clients_per_uid)},
     {{"conns_per_uid", true, "control connections one user may hold open (root and tcmd's user get "
@@ -429,6 +431,7 @@ void tcm__config_publish(tcm_server_t *srv)
     TCM_STAT_SET_MAIN(srv->meta, bytes_limit, atomic_load(&srv->meta->config.heap_limit));
     /* not in tcm_config_t, which layout 14 filled: in room before it (tcm_layout.h) */
     atomic_store(&srv->meta->profile_sample, srv->profile_sample);
+    atomic_store(&srv->meta->profile_rate, (uint32_t)srv->profile_rate);
     srv->meta->profile_set = 1;
     atomic_fetch_add(&srv->meta->config.gen, 1);
 }
@@ -518,10 +521,13 @@ void tcm__config_adopt(tcm_server_t *srv)
         if (!out_of_range(s, v))
             apply(srv, s, v, &(change_t){.value = "", .err = err, .errlen = sizeof err});
     }
-    const setting_t *ps = find("profile_sample");
-    uint64_t v = atomic_load(&srv->meta->profile_sample);
+    /* a heap from before these settings keeps their defaults */
+    const setting_t *ps = find("profile_sample"), *pr = find("profile_rate");
+    uint64_t v = atomic_load(&srv->meta->profile_sample), r = atomic_load(&srv->meta->profile_rate);
     if (srv->meta->profile_set && !(srv->explicit_settings & 1u << (ps - settings)) && !out_of_range(ps, v))
-        srv->profile_sample = v; /* a heap from before the setting keeps the default */
+        srv->profile_sample = v;
+    if (srv->meta->profile_set && !(srv->explicit_settings & 1u << (pr - settings)) && !out_of_range(pr, r))
+        srv->profile_rate = r;
 }
 
 int tcm__config_get(tcm_server_t *srv, const char *key, char *value, size_t len)

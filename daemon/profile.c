@@ -127,8 +127,11 @@ int tcm__sample_take_ht(tcm_server_t *srv, tcm_client_t *c, uint64_t run, uint64
     int st = tcm__large_check_ht(h, run, &sp);
     if (st != TCM_ST_OK)
         return st;
-    if (h->spans[sp].owner != c->rec->tag)
-        return TCM_ST_NOT_OBJECT; /* only a run the client itself allocated */
+    if (h->spans[sp].owner != c->rec->tag) { /* only a run the client itself allocated (one in its run
+                                                  cache may be another's): not kept */
+        atomic_fetch_add_explicit(&s->refused_share, 1, memory_order_relaxed);
+        return TCM_ST_OK;
+    }
     if (nframes > TCM_SAMPLE_FRAMES || size == 0 || size > tcm__page_off(h->spans[sp].npages) || interval == 0)
         return TCM_ST_BAD_COUNT;
     if (h->spans[sp].sample || !atomic_load_explicit(&srv->meta->profile_sample, memory_order_relaxed))

@@ -170,6 +170,7 @@ struct tcm_server {
     _Atomic uint64_t uid_quota; /* heap bytes each user may hold but the operator (0: no limit) */
     _Atomic uint64_t huge_collapse_ms; /* collapsing each second may take this long (0: no huge pages) */
     uint64_t profile_sample;  /* bytes per sampled allocation, published in meta (0: none) */
+    uint64_t profile_rate;    /* samples a thread takes a second before its intervals grow (0: no limit) */
     uint32_t nroots;            /* entries of this heap's (an adopted one keeps its own) */
 
     bool discard_heap;        /* --discard-heap: replace segments left by a previous tcmd */
