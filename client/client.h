@@ -71,7 +71,6 @@ typedef struct tcm_thread {
      * profile_sample it follows (sample_mean rises above it while samples
      * come too fast); sample_ns, when the last sample was taken */
     bool sample_armed;
-    uint32_t sample_slot;        /* 1 + the async slot where the next small sample's page is asked for ahead */
     uint64_t sample_base, sample_mean, sample_ns;
     uint64_t sample_rng;
 } tcm_thread_t;

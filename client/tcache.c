@@ -244,13 +244,6 @@ static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *into)
             }
         }
     }
-    if (slot->op == TCM_OP_ALLOC_PAGES && st == TCM_ST_OK) {
-        /* a sample's page asked for ahead that no sample took: back on
-         * the same slot (a death in between lists it as answered there) */
-        slot->op = TCM_OP_FREE_PAGES;
-        slot->arg = slot->result;
-        st = tcm__call(slot, idx);
-    }
     atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
     if (slot->op == TCM_OP_RETURN && st != TCM_ST_OK && st != TCM_ST_NOMEM)
         tcm__fatal_refused(st, cls);
@@ -272,7 +265,6 @@ static void settle_all(tcm_thread_t *thr, bool stash)
         if (atomic_load_explicit(&tcm__proc.slots[idx].state, memory_order_relaxed) != TCM_SLOT_IDLE)
             settle_slot(&tcm__proc.slots[idx], idx, stash ? thr : NULL);
     }
-    thr->sample_slot = 0; /* its page went back */
 }
 
 /* A request whose settling touches no bin: one that gives memory back (a
@@ -890,38 +882,6 @@ static bool sample_due(tcm_thread_t *thr, size_t size)
     return false;
 }
 
-/* The page a sample of at most a page takes: the one asked for ahead at the
- * last sample (a round trip's wait, on a busy box a scheduler slice of
- * tcmd's, is what a sample cost most), and the next one asked for now.
- * 0: none ready. */
-static uint64_t sample_page(tcm_thread_t *thr)
-{
-    uint64_t off = 0;
-    if (thr->sample_slot) {
-        uint32_t idx = thr->sample_slot - 1;
-        tcm_slot_t *slot = &tcm__proc.slots[idx];
-        thr->sample_slot = 0;
-        if (tcm__await(slot) == TCM_ST_OK && slot->op == TCM_OP_ALLOC_PAGES) {
-            off = slot->result;
-            tcm__check_given_run(off, 1);
-            tcm__map_given_run(off, 1);
-        }
-        atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
-    }
-    uint32_t idx;
-    tcm_slot_t *slot = async_take(thr, &idx);
-    if (slot) {
-        slot->op = TCM_OP_ALLOC_PAGES;
-        slot->arg = 1;
-        slot->arg2 = 1;
-        if (tcm__post(slot, idx))
-            thr->sample_slot = idx + 1;
-        else
-            atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
-    }
-    return off;
-}
-
 /* A sampled allocation: a page run of its own, so that its free reaches
  * tcmd whoever frees it (a small object's fresh from tcmd; a large one's
  * may come from the run cache, and is not kept if another process
@@ -939,8 +899,7 @@ TCM_NOINLINE static void *sampled_alloc(tcm_thread_t *thr, size_t size, uintptr_
         if (!p)
             return NULL;
         off = (uint64_t)(p - tcm__proc.heap);
-    } else if (!(size <= TCM_PAGE_SIZE && (off = sample_page(thr))) &&
-               alloc_pages(size ? size : 1, 0, &off, &asked) != TCM_ST_OK) {
+    } else if (alloc_pages(size ? size : 1, 0, &off, &asked) != TCM_ST_OK) {
         return NULL;
     }
     /* told without waiting (a sample tcmd does not keep is only a sample
