@@ -192,6 +192,20 @@ static inline uint16_t tcm__owner_of(const tcm_heap_t *h, const uint32_t *owners
     return w & TCM_OWNER_BLOCK ? tcm__tag_block(h, w)[i % 64] : (uint16_t)w;
 }
 
+/* Bit i of a bitmap of words, and setting it (the daemon's private maps). */
+static inline bool tcm__bit(const uint64_t *bits, uint64_t i)
+{
+    return bits[i / 64] >> (i % 64) & 1;
+}
+
+static inline void tcm__bit_set(uint64_t *bits, uint64_t i, bool on)
+{
+    if (on)
+        bits[i / 64] |= 1ull << (i % 64);
+    else
+        bits[i / 64] &= ~(1ull << (i % 64));
+}
+
 /* Whether page p is in a range the page heap keeps whole. */
 static inline bool tcm__huge_at(const tcm_heap_t *h, uint32_t p)
 {

@@ -37,27 +37,14 @@
 #define FIRST_HOLDER TCM_HOLDER_GROUPS /* entries [0, groups) are groups; [0] every other executable */
 #define MERGE_SPANS_PER_STEP 256       /* spans the sweep looks at per heap-thread turn */
 
-static bool bit(const uint64_t *bits, uint64_t i)
-{
-    return bits[i / 64] >> (i % 64) & 1;
-}
-
-static void bit_set(uint64_t *bits, uint64_t i, bool on)
-{
-    if (on)
-        bits[i / 64] |= 1ull << (i % 64);
-    else
-        bits[i / 64] &= ~(1ull << (i % 64));
-}
-
 static bool tag_used(const tcm_server_t *srv, uint32_t t)
 {
-    return bit(srv->tag_used, t);
+    return tcm__bit(srv->tag_used, t);
 }
 
 static void tag_mark(tcm_server_t *srv, uint32_t t, bool used)
 {
-    bit_set(srv->tag_used, t, used);
+    tcm__bit_set(srv->tag_used, t, used);
 }
 
 /* under holders_lock */
@@ -107,7 +94,7 @@ tcm_client_t *tcm__tag_client_ht(tcm_server_t *srv, uint16_t tag)
 static bool back(tcm_server_t *srv, uint64_t *bits, uint64_t base, uint64_t from, uint64_t len)
 {
     for (uint64_t page = from / 4096; page <= (from + len - 1) / 4096; page++) {
-        if (bit(bits, page))
+        if (tcm__bit(bits, page))
             continue;
         int err = srv->state_fd >= 0 ? tcm__commit(srv->state_fd, base + page * 4096, 4096) : 0;
         if (err) {
@@ -115,7 +102,7 @@ static bool back(tcm_server_t *srv, uint64_t *bits, uint64_t base, uint64_t from
                              strerror(-err));
             return false;
         }
-        bit_set(bits, page, true);
+        tcm__bit_set(bits, page, true);
     }
     return true;
 }
@@ -131,7 +118,7 @@ static bool back_entry(tcm_server_t *srv, uint32_t i)
 static bool readable(const tcm_server_t *srv, uint32_t i)
 {
     uint64_t from = (uint64_t)i * sizeof(tcm_holder_t), to = from + sizeof(tcm_holder_t) - 1;
-    return bit(srv->entries_backed, from / 4096) && bit(srv->entries_backed, to / 4096);
+    return tcm__bit(srv->entries_backed, from / 4096) && tcm__bit(srv->entries_backed, to / 4096);
 }
 
 static uint32_t state_of(const tcm_server_t *srv, uint32_t i)
@@ -142,7 +129,7 @@ static uint32_t state_of(const tcm_server_t *srv, uint32_t i)
 /* The group tag t is being merged into, or 0. */
 static uint16_t remap_of(const tcm_server_t *srv, uint32_t t)
 {
-    return bit(srv->tag_merging, t) ? srv->remap[t] : 0;
+    return tcm__bit(srv->tag_merging, t) ? srv->remap[t] : 0;
 }
 
 static bool set_remap(tcm_server_t *srv, uint16_t t, uint16_t to)
@@ -150,7 +137,7 @@ static bool set_remap(tcm_server_t *srv, uint16_t t, uint16_t to)
     if (to && !back(srv, &srv->remap_backed, srv->h.sl.off_remap, (uint64_t)t * 2, 2))
         return false;
     TCM_PERSIST_STORE(srv->remap[t], to);
-    bit_set(srv->tag_merging, t, to != 0);
+    tcm__bit_set(srv->tag_merging, t, to != 0);
     return true;
 }
 
@@ -423,7 +410,7 @@ void tcm__holders_init(tcm_server_t *srv, bool fresh)
 static void find_backed(const tcm_server_t *srv, uint64_t off, uint64_t pages, uint64_t *bits)
 {
     for (uint64_t p = 0; p < pages; p++)
-        bit_set(bits, p, srv->state_fd < 0 || tcm__backed_range(srv->state_fd, off + p * 4096, 4096) == 1);
+        tcm__bit_set(bits, p, srv->state_fd < 0 || tcm__backed_range(srv->state_fd, off + p * 4096, 4096) == 1);
 }
 
 uint64_t tcm__holders_recover(tcm_server_t *srv, uint64_t *held)
@@ -442,10 +429,10 @@ uint64_t tcm__holders_recover(tcm_server_t *srv, uint64_t *held)
     find_backed(srv, srv->h.sl.off_holders, (NENTRIES * sizeof(tcm_holder_t) + 4095) / 4096, srv->entries_backed);
     /* interrupted merges: their bytes are their groups' */
     for (uint32_t t = 1; t < TCM_TAGS; t++) {
-        if (!bit(&srv->remap_backed, (uint64_t)t * 2 / 4096) || !srv->remap[t])
+        if (!tcm__bit(&srv->remap_backed, (uint64_t)t * 2 / 4096) || !srv->remap[t])
             continue;
         uint16_t to = srv->remap[t];
-        bit_set(srv->tag_merging, t, true);
+        tcm__bit_set(srv->tag_merging, t, true);
         held[to] += held[t];
         held[t] = 0;
         tag_mark(srv, t, true);

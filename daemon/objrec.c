@@ -16,18 +16,13 @@
 
 #define ARENA_PAGE 4096u
 
-static bool bit_get(const uint64_t *bits, uint64_t i)
-{
-    return bits[i / 64] >> (i % 64) & 1;
-}
-
 /* Back the arena pages of a record of ss. Spans are cut and freed over and
  * over: the pages already backed cost one look at a bitmap. */
 static int record_commit(tcm_heap_t *h, tcm_rec_set_t *ss, uint32_t rec)
 {
     uint64_t lo = (uint64_t)rec * ss->rec_bytes, hi = lo + ss->rec_bytes;
     uint64_t plo = lo / ARENA_PAGE, phi = (hi - 1) / ARENA_PAGE, p = plo;
-    while (p <= phi && bit_get(ss->backed, p))
+    while (p <= phi && tcm__bit(ss->backed, p))
         p++;
     if (p > phi)
         return 0;
@@ -70,7 +65,7 @@ int tcm__rec_take_ht(tcm_heap_t *h, tcm_rec_set_t *ss, uint32_t *rec)
 
 void tcm__rec_put_ht(tcm_rec_set_t *ss, uint32_t rec)
 {
-    TCM_ASSERT(rec < ss->max && bit_get(ss->used, rec));
+    TCM_ASSERT(rec < ss->max && tcm__bit(ss->used, rec));
     ss->used[rec / 64] &= ~(1ull << (rec % 64));
     ss->nused--;
     if (rec < ss->lowest)
@@ -105,7 +100,7 @@ void tcm__recs_reset_ht(tcm_heap_t *h)
 
 bool tcm__rec_claim_ht(tcm_rec_set_t *ss, uint32_t rec)
 {
-    if (rec >= ss->max || bit_get(ss->used, rec))
+    if (rec >= ss->max || tcm__bit(ss->used, rec))
         return false;
     ss->used[rec / 64] |= 1ull << (rec % 64);
     ss->nused++;
@@ -140,7 +135,7 @@ static bool page_in_use(const tcm_rec_set_t *ss, uint64_t p)
             if (ss->used[i / 64])
                 return true;
             i += 63;
-        } else if (bit_get(ss->used, i)) {
+        } else if (tcm__bit(ss->used, i)) {
             return true;
         }
     }
@@ -151,7 +146,7 @@ static uint64_t punch(tcm_heap_t *h, tcm_rec_set_t *ss, uint64_t plo, uint64_t p
 {
     uint64_t backed = 0;
     for (uint64_t p = plo; p < phi; p++) {
-        backed += bit_get(ss->backed, p);
+        backed += tcm__bit(ss->backed, p);
         ss->backed[p / 64] &= ~(1ull << (p % 64));
     }
     if (h->state_fd >= 0) {

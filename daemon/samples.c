@@ -15,19 +15,6 @@
 #include "log.h"
 #include "prim.h"
 
-static bool bit(const uint64_t *bits, uint64_t i)
-{
-    return bits[i / 64] >> (i % 64) & 1;
-}
-
-static void bit_set(uint64_t *bits, uint64_t i, bool on)
-{
-    if (on)
-        bits[i / 64] |= 1ull << (i % 64);
-    else
-        bits[i / 64] &= ~(1ull << (i % 64));
-}
-
 int tcm__samples_attach(tcm_samples_t *s, uint8_t *state_base, const tcm_state_layout_t *sl)
 {
     memset(s, 0, sizeof *s);
@@ -54,14 +41,14 @@ void tcm__samples_detach(tcm_samples_t *s)
 bool tcm__samples_back(tcm_heap_t *h, uint64_t *bits, uint64_t table_off, uint64_t from, uint64_t len)
 {
     for (uint64_t page = from / 4096; page <= (from + len - 1) / 4096; page++) {
-        if (bit(bits, page))
+        if (tcm__bit(bits, page))
             continue;
         int err = h->state_fd >= 0 ? tcm__commit(h->state_fd, table_off + page * 4096, 4096) : 0;
         if (err) {
             tcm__log_limited(TCM_LOG_WARN, "heap profile: backing its tables failed: %s", strerror(-err));
             return false;
         }
-        bit_set(bits, page, true);
+        tcm__bit_set(bits, page, true);
     }
     return true;
 }
@@ -96,7 +83,7 @@ uint32_t tcm__sample_slot(tcm_samples_t *s)
 void tcm__sample_count(tcm_samples_t *s, uint32_t i)
 {
     const tcm_sample_t *e = &s->samples[i];
-    bit_set(s->used, i, true);
+    tcm__bit_set(s->used, i, true);
     s->refs[e->proc]++;
     tcm__shares_add(&s->by_uid, s->procs[e->proc].uid);
     atomic_fetch_add_explicit(&s->live, 1, memory_order_relaxed);
@@ -111,7 +98,7 @@ static void sample_free(tcm_samples_t *s, uint32_t i)
     uint32_t proc = e->proc;
     atomic_fetch_sub_explicit(&s->live_bytes, e->size, memory_order_relaxed);
     atomic_store_explicit(&e->state, 0, memory_order_release);
-    bit_set(s->used, i, false);
+    tcm__bit_set(s->used, i, false);
     if (i < s->lowest)
         s->lowest = i;
     atomic_fetch_sub_explicit(&s->live, 1, memory_order_relaxed);
@@ -131,7 +118,7 @@ void tcm__sample_drop_ht(tcm_heap_t *h, uint32_t sp)
         return;
     TCM_PERSIST_STORE(h->spans[sp].sample, 0);
     tcm_samples_t *s = &h->samples;
-    if (i - 1 < TCM_SAMPLES && bit(s->used, i - 1)) {
+    if (i - 1 < TCM_SAMPLES && tcm__bit(s->used, i - 1)) {
         sample_free(s, i - 1);
         atomic_fetch_add_explicit(&s->dropped, 1, memory_order_relaxed);
     }
@@ -165,9 +152,9 @@ static uint64_t recover_samples(tcm_heap_t *h)
         repairs++;
     }
     for (uint64_t b = 0; b < (uint64_t)hw * sizeof(tcm_sample_t); b += 4096)
-        bit_set(s->samples_backed, b / 4096, true);
+        tcm__bit_set(s->samples_backed, b / 4096, true);
     for (uint64_t b = 0; b < (uint64_t)phw * sizeof(tcm_sample_proc_t); b += 4096)
-        bit_set(s->procs_backed, b / 4096, true);
+        tcm__bit_set(s->procs_backed, b / 4096, true);
     for (uint32_t i = 0; i < hw; i++) {
         tcm_sample_t *e = &s->samples[i];
         uint32_t st = atomic_load_explicit(&e->state, memory_order_relaxed);
@@ -205,7 +192,7 @@ static uint64_t recover_spans(tcm_heap_t *h)
             continue;
         }
         uint32_t i = h->spans[sp].sample;
-        if (i && (i - 1 >= TCM_SAMPLES || !bit(s->used, i - 1) || s->samples[i - 1].run != tcm__page_off(p))) {
+        if (i && (i - 1 >= TCM_SAMPLES || !tcm__bit(s->used, i - 1) || s->samples[i - 1].run != tcm__page_off(p))) {
             h->spans[sp].sample = 0;
             repairs++;
         }
