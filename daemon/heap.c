@@ -1,9 +1,11 @@
 /* heap.c — laying out a fresh metadata and state segment, and pointing the
  * heap thread's view (tcm_heap_t) at the parts of either segment. */
 #include <errno.h>
+#include <string.h>
 #include <time.h>
 
 #include "heap.h"
+#include "log.h"
 #include "samples.h"
 #include "pageheap.h"
 #include "prim.h"
@@ -67,6 +69,21 @@ static int attach_huge_hint(tcm_heap_t *h, uint8_t *sb, tcm_handle_t state_fd)
     }
     atomic_store(&h->huge_ranges, ranges);
     return 0;
+}
+
+bool tcm__state_back(tcm_heap_t *h, uint64_t *bits, uint64_t part_off, uint64_t from, uint64_t len, const char *what)
+{
+    for (uint64_t page = from / 4096; page <= (from + len - 1) / 4096; page++) {
+        if (tcm__bit(bits, page))
+            continue;
+        int err = h->state_fd >= 0 ? tcm__commit(h->state_fd, part_off + page * 4096, 4096) : 0;
+        if (err) {
+            tcm__log_limited(TCM_LOG_WARN, "fallocate(state segment, %s) failed: %s", what, strerror(-err));
+            return false;
+        }
+        tcm__bit_set(bits, page, true);
+    }
+    return true;
 }
 
 int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tcm_handle_t heap_fd, tcm_handle_t meta_fd,

@@ -163,6 +163,11 @@ typedef struct tcm_heap {
 /* Each root holder's live roots, counted from the table (at attach, and
  * after recovery). 0 or -ENOMEM. */
 int tcm__roots_count_ht(tcm_heap_t *h);
+/* Pages [from, from + len) of a part of the state segment at part_off,
+ * backed before they are written (a write to a hole of a full /dev/shm
+ * would be a SIGBUS); bits: the part's pages this tcmd backed. false (and
+ * a log line naming what): /dev/shm is full. */
+bool tcm__state_back(tcm_heap_t *h, uint64_t *bits, uint64_t part_off, uint64_t from, uint64_t len, const char *what);
 int tcm__heap_attach(tcm_heap_t *h, void *meta, void *state, uint32_t nroots, tcm_handle_t heap_fd, tcm_handle_t meta_fd,
                      tcm_handle_t state_fd, uint64_t heap_size, uint64_t base, uint32_t max_threads, bool fresh);
 

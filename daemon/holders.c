@@ -91,26 +91,10 @@ tcm_client_t *tcm__tag_client_ht(tcm_server_t *srv, uint16_t tag)
 
 /* ---- the persistent parts, backed before they are written ---- */
 
-static bool back(tcm_server_t *srv, uint64_t *bits, uint64_t base, uint64_t from, uint64_t len)
-{
-    for (uint64_t page = from / 4096; page <= (from + len - 1) / 4096; page++) {
-        if (tcm__bit(bits, page))
-            continue;
-        int err = srv->state_fd >= 0 ? tcm__commit(srv->state_fd, base + page * 4096, 4096) : 0;
-        if (err) {
-            tcm__log_limited(TCM_LOG_WARN, "fallocate(%s, departed holders) failed: %s", srv->state_name,
-                             strerror(-err));
-            return false;
-        }
-        tcm__bit_set(bits, page, true);
-    }
-    return true;
-}
-
 static bool back_entry(tcm_server_t *srv, uint32_t i)
 {
-    return back(srv, srv->entries_backed, srv->h.sl.off_holders, (uint64_t)i * sizeof(tcm_holder_t),
-                sizeof(tcm_holder_t));
+    return tcm__state_back(&srv->h, srv->entries_backed, srv->h.sl.off_holders, (uint64_t)i * sizeof(tcm_holder_t),
+                           sizeof(tcm_holder_t), "departed holders");
 }
 
 /* Entry i lies on backed pages: it may be read (an entry on a page never
@@ -134,7 +118,7 @@ static uint16_t remap_of(const tcm_server_t *srv, uint32_t t)
 
 static bool set_remap(tcm_server_t *srv, uint16_t t, uint16_t to)
 {
-    if (to && !back(srv, &srv->remap_backed, srv->h.sl.off_remap, (uint64_t)t * 2, 2))
+    if (to && !tcm__state_back(&srv->h, &srv->remap_backed, srv->h.sl.off_remap, (uint64_t)t * 2, 2, "departed holders"))
         return false;
     TCM_PERSIST_STORE(srv->remap[t], to);
     tcm__bit_set(srv->tag_merging, t, to != 0);

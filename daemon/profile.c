@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 
 #include "central.h"
 #include "heap.h"
@@ -41,8 +42,8 @@ static uint32_t proc_for(tcm_server_t *srv, tcm_client_t *c)
         return UINT32_MAX;
     uint32_t i = free_one != UINT32_MAX ? free_one : hw;
     if (i >= TCM_SAMPLE_PROCS ||
-        !tcm__samples_back(&srv->h, s->procs_backed, srv->h.sl.off_sample_procs, (uint64_t)i * sizeof(tcm_sample_proc_t),
-              sizeof(tcm_sample_proc_t)))
+        !tcm__state_back(&srv->h, s->procs_backed, srv->h.sl.off_sample_procs, (uint64_t)i * sizeof(tcm_sample_proc_t),
+                         sizeof(tcm_sample_proc_t), "heap profile"))
         return UINT32_MAX;
     if (i == hw)
         atomic_store_explicit(&s->hdr->procs_hw, hw + 1, memory_order_release);
@@ -74,7 +75,7 @@ void tcm__sample_client_gone_ht(tcm_server_t *srv, tcm_client_t *c)
     tcm_sample_proc_t *p = &s->procs[i];
     if (atomic_load_explicit(&p->state, memory_order_relaxed) != TCM_SPROC_LIVE)
         return;
-    p->departed_unix = tcm__unix_now32();
+    p->departed_unix = (uint32_t)time(NULL);
     if (s->refs[i])
         atomic_store_explicit(&p->state, TCM_SPROC_DEPARTED, memory_order_release);
     else
@@ -112,7 +113,6 @@ int tcm__sample_maps_ht(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint64
         p->maps_len[other] = (uint32_t)total;
         atomic_store_explicit(&p->maps_cur, other, memory_order_release);
         p->maps_fill = 0;
-        atomic_fetch_add_explicit(&srv->h.samples.maps_texts, 1, memory_order_relaxed);
     }
     return TCM_ST_OK;
 }
@@ -129,7 +129,7 @@ int tcm__sample_take_ht(tcm_server_t *srv, tcm_client_t *c, uint64_t run, uint64
         return st;
     if (h->spans[sp].owner != c->rec->tag) { /* only a run the client itself allocated (one in its run
                                                   cache may be another's): not kept */
-        atomic_fetch_add_explicit(&s->refused_share, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->refused, 1, memory_order_relaxed);
         return TCM_ST_OK;
     }
     if (nframes > TCM_SAMPLE_FRAMES || size == 0 || size > tcm__page_off(h->spans[sp].npages) || interval == 0)
@@ -138,13 +138,14 @@ int tcm__sample_take_ht(tcm_server_t *srv, tcm_client_t *c, uint64_t run, uint64
         return TCM_ST_OK; /* sampled already; or sampling was turned off since */
     uint32_t uid = c->rec->uid;
     if (tcm__shares_of(&s->by_uid, uid) >= TCM_SAMPLES_PER_UID) {
-        atomic_fetch_add_explicit(&s->refused_share, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->refused, 1, memory_order_relaxed);
         return TCM_ST_OK;
     }
     uint32_t proc = proc_for(srv, c), i = tcm__sample_slot(s);
     if (proc == UINT32_MAX || i == UINT32_MAX ||
-        !tcm__samples_back(h, s->samples_backed, h->sl.off_samples, (uint64_t)i * sizeof(tcm_sample_t), sizeof(tcm_sample_t))) {
-        atomic_fetch_add_explicit(&s->refused_full, 1, memory_order_relaxed);
+        !tcm__state_back(h, s->samples_backed, h->sl.off_samples, (uint64_t)i * sizeof(tcm_sample_t),
+                         sizeof(tcm_sample_t), "heap profile")) {
+        atomic_fetch_add_explicit(&s->refused, 1, memory_order_relaxed);
         return TCM_ST_OK;
     }
     uint32_t hw = atomic_load_explicit(&s->hdr->samples_hw, memory_order_relaxed);
@@ -155,7 +156,7 @@ int tcm__sample_take_ht(tcm_server_t *srv, tcm_client_t *c, uint64_t run, uint64
     e->run = run;
     e->size = size;
     e->interval = interval;
-    e->born_unix = tcm__unix_now32();
+    e->born_unix = (uint32_t)time(NULL);
     e->nframes = (uint16_t)nframes;
     e->reserved = 0;
     memcpy(e->frames, frames, nframes * sizeof frames[0]);
@@ -202,7 +203,7 @@ uint64_t tcm__samples_recover_ht(tcm_server_t *srv)
             if (p->maps_len[k] > TCM_SAMPLE_MAPS_BYTES)
                 p->maps_len[k] = 0;
         if (st == TCM_SPROC_LIVE && !client_attached(srv, p)) {
-            p->departed_unix = tcm__unix_now32();
+            p->departed_unix = (uint32_t)time(NULL);
             atomic_store_explicit(&p->state, st = TCM_SPROC_DEPARTED, memory_order_relaxed);
         }
         if (st == TCM_SPROC_DEPARTED && !s->refs[i]) {

@@ -9,11 +9,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "heap.h"
 #include "log.h"
-#include "prim.h"
 
 int tcm__samples_attach(tcm_samples_t *s, uint8_t *state_base, const tcm_state_layout_t *sl)
 {
@@ -34,28 +32,6 @@ void tcm__samples_detach(tcm_samples_t *s)
 {
     tcm__shares_free(&s->by_uid);
     tcm__shares_free(&s->procs_by_uid);
-}
-
-/* Pages [from, from + len) of a table, backed before they are written (a
- * write to a hole of a full /dev/shm would be a SIGBUS). */
-bool tcm__samples_back(tcm_heap_t *h, uint64_t *bits, uint64_t table_off, uint64_t from, uint64_t len)
-{
-    for (uint64_t page = from / 4096; page <= (from + len - 1) / 4096; page++) {
-        if (tcm__bit(bits, page))
-            continue;
-        int err = h->state_fd >= 0 ? tcm__commit(h->state_fd, table_off + page * 4096, 4096) : 0;
-        if (err) {
-            tcm__log_limited(TCM_LOG_WARN, "heap profile: backing its tables failed: %s", strerror(-err));
-            return false;
-        }
-        tcm__bit_set(bits, page, true);
-    }
-    return true;
-}
-
-uint32_t tcm__unix_now32(void)
-{
-    return (uint32_t)time(NULL);
 }
 
 /* ---- process records ---- */
@@ -118,10 +94,8 @@ void tcm__sample_drop_ht(tcm_heap_t *h, uint32_t sp)
         return;
     TCM_PERSIST_STORE(h->spans[sp].sample, 0);
     tcm_samples_t *s = &h->samples;
-    if (i - 1 < TCM_SAMPLES && tcm__bit(s->used, i - 1)) {
+    if (i - 1 < TCM_SAMPLES && tcm__bit(s->used, i - 1))
         sample_free(s, i - 1);
-        atomic_fetch_add_explicit(&s->dropped, 1, memory_order_relaxed);
-    }
 }
 
 /* ---- recovery ---- */
@@ -166,7 +140,7 @@ static uint64_t recover_samples(tcm_heap_t *h)
         if (!sp || !(st & 1) || !proc_ok || e->nframes > TCM_SAMPLE_FRAMES ||
             (h->spans[sp].sample && h->spans[sp].sample != i + 1)) {
             atomic_store_explicit(&e->state, 0, memory_order_relaxed); /* its run was freed, or torn */
-            repairs += sp != 0;
+            repairs++;
             continue;
         }
         if (h->spans[sp].sample != i + 1) {

@@ -29,7 +29,7 @@ typedef struct tcm_samples {
     tcm_shares_t procs_by_uid;                  /* process records per uid */
     uint32_t gen;                               /* the next live state (odd) */
     /* W: heap thread, R: main (stats); since this tcmd started, but live */
-    _Atomic uint64_t live, live_bytes, taken, refused_share, refused_full, dropped, maps_texts;
+    _Atomic uint64_t live, live_bytes, taken, refused;
 } tcm_samples_t;
 
 /* The samples' share of a user (a quarter of the table) and of records. */
@@ -61,16 +61,13 @@ void tcm__sample_client_gone_ht(struct tcm_server *srv, struct tcm_client *c);
  * what is derived. Returns the repairs made. */
 uint64_t tcm__samples_recover_ht(struct tcm_server *srv);
 
-/* For profile.c: pages of a table backed before they are written (false:
- * /dev/shm is full), a process record freed, a free sample entry
- * (UINT32_MAX: none), a sample counted, the samples' and spans' part of
- * the recovery (its repairs), the time as a sample keeps it. */
-bool tcm__samples_back(struct tcm_heap *h, uint64_t *bits, uint64_t table_off, uint64_t from, uint64_t len);
+/* For profile.c: a process record freed, a free sample entry (UINT32_MAX:
+ * none), a sample counted, the samples' and spans' part of the recovery
+ * (its repairs). */
 void tcm__sample_proc_free(tcm_samples_t *s, uint32_t i);
 uint32_t tcm__sample_slot(tcm_samples_t *s);
 void tcm__sample_count(tcm_samples_t *s, uint32_t i); /* live sample i, its fields written: used, counted */
 uint64_t tcm__samples_recover_table_ht(struct tcm_heap *h);
-uint32_t tcm__unix_now32(void);
 
 /* One consistent copy of live sample i for a reader that is not the heap
  * thread; false if it is not live (or changed while read). */
