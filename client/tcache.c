@@ -920,9 +920,12 @@ TCM_NOINLINE static void *sampled_alloc(tcm_thread_t *thr, size_t size, uintptr_
 
 TCM_NOINLINE void *tcm__malloc_slow(size_t size)
 {
-    /* a thread of an attached process (registering attaches, and a page
-     * run's allocation tries that itself: not twice) */
-    tcm_thread_t *thr = atomic_load_explicit(&tcm__proc.attached, memory_order_acquire) ? current_thread() : NULL;
+    /* the thread's record, once: a small allocation registers it (which
+     * attaches), a page run only in an attached process (its allocation
+     * tries attaching itself: not twice) */
+    tcm_thread_t *thr = size <= TCM_MAX_SMALL || atomic_load_explicit(&tcm__proc.attached, memory_order_acquire)
+                            ? current_thread()
+                            : NULL;
     if (thr && tcm_unlikely(sample_due(thr, size))) {
         void *p = sampled_alloc(thr, size, (uintptr_t)__builtin_dwarf_cfa());
         if (p)
@@ -931,7 +934,6 @@ TCM_NOINLINE void *tcm__malloc_slow(size_t size)
     if (size > TCM_MAX_SMALL)
         return tcm__large_alloc(size, 0);
     unsigned cls = tcm__size_class(size);
-    thr = current_thread();
     if (!thr) {
         if (!atomic_load(&tcm__proc.attached)) {
             errno = ENOMEM;
