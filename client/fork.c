@@ -11,6 +11,7 @@
 #include "ctlsock.h"
 #include "fork.h"
 #include "prim.h"
+#include "profile.h"
 
 /* The background thread is stopped across fork: the child inherits none of
  * its locks or half-done work, and a process with no threads of its own
@@ -83,6 +84,7 @@ TCM_COLD static void fork_child(void)
     pthread_mutex_init(&pr->large_lock, NULL);
     pthread_mutex_init(&pr->tcache_lock, NULL);
     pthread_mutex_init(&pr->spare_lock, NULL);
+    tcm__profile_fork_child();
     for (unsigned c = 0; c < TCM_NCLASSES; c++)
         pthread_mutex_init(&pr->xfer_lock[c], NULL);
     pr->epoch++;

@@ -77,7 +77,7 @@ void tcm__sample_arm(tcm_thread_t *thr, bool sampled)
 
 /* ---- what tcmd is told ---- */
 
-static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER; /* held across a round trip: fork.c resets it */
 static uint32_t maps_client;   /* the client the text was last sent as (a fork child is another) */
 static uint64_t maps_gen;      /* tcm__code_maps_gen() then */
 
@@ -103,6 +103,11 @@ static void send_maps(void)
         maps_gen = gen;
     }
     pthread_mutex_unlock(&maps_lock);
+}
+
+void tcm__profile_fork_child(void)
+{
+    pthread_mutex_init(&maps_lock, NULL); /* another thread of the parent may have held it */
 }
 
 void tcm__sample_fill(tcm_slot_t *slot, uint64_t run, size_t size, uint64_t interval, uintptr_t above)

@@ -19,4 +19,7 @@ TCM_HIDDEN void tcm__sample_arm(tcm_thread_t *thr, bool sampled);
  * of this process or they changed. */
 TCM_HIDDEN void tcm__sample_fill(tcm_slot_t *slot, uint64_t run, size_t size, uint64_t interval, uintptr_t above);
 
+/* In a fork child: the lock another thread of the parent may have held. */
+TCM_HIDDEN void tcm__profile_fork_child(void);
+
 #endif
