@@ -129,7 +129,8 @@ _Static_assert(TCM_NCLASSES <= TCM_PAGE_CLASS_DRAIN && TCM_PAGE_CLASS_DRAIN + TC
 #define TCM_QUOTA_RULES 64u       /* memory quotas an operator may set (tcmctl quota) */
 #define TCM_EXE_MAX 64u           /* an executable's path as kept (the end of a longer one) */
 #define TCM_SAMPLES 32768u        /* live heap-profile samples a heap can keep (docs/DESIGN.md, "Heap profiles") */
-#define TCM_SAMPLE_PROCS 1024u    /* processes those samples name (records kept while their samples live) */
+#define TCM_SAMPLE_PROCS 4096u    /* processes those samples name (records kept while their samples live): a
+                                     user's share, a quarter, is more than clients_per_uid's default */
 #define TCM_SAMPLE_FRAMES 27u     /* return addresses a sample keeps, innermost first */
 #define TCM_MAX_THREADS 4096u     /* the most --max-threads can be */
 #define TCM_RECONNECT_DEFAULT_S 30 /* reconnect_timeout's default, and a client's wait before it reads tcmd's */

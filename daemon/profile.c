@@ -9,6 +9,7 @@
  * to. And the processes' records after a restart. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -17,6 +18,9 @@
 #include "log.h"
 #include "samples.h"
 #include "server.h"
+
+_Static_assert(TCM_SAMPLE_PROCS_PER_UID >= TCM_DEFAULT_CLIENTS_PER_UID,
+               "a user's share of the process records covers the processes it may attach by default");
 
 /* c's record: the one it has, one a previous tcmd made for it, or a new
  * one (UINT32_MAX: the table or the user's share is full). */
@@ -169,16 +173,37 @@ int tcm__sample_take_ht(tcm_server_t *srv, tcm_client_t *c, uint64_t run, uint64
     return TCM_ST_OK;
 }
 
-/* A live process record whose client is no longer attached departs. */
-static bool client_attached(const tcm_server_t *srv, const tcm_sample_proc_t *p)
+/* The ids of the clients still attached (or evicted, not gone yet), an
+ * open-addressing set of a power of two at least twice their number (0:
+ * empty; ids start at 1): a live process record whose client is not in it
+ * departs. One pass over the client records, not one per process record.
+ * NULL: out of memory. */
+static uint32_t *attached_ids(const tcm_server_t *srv, uint32_t *mask)
 {
     const tcm_client_rec_t *recs = (const tcm_client_rec_t *)((const uint8_t *)srv->state + srv->h.sl.off_clients);
     uint32_t n = srv->state->max_clients < TCM_CLIENTS_MAX ? srv->state->max_clients : TCM_CLIENTS_MAX;
+    uint32_t cap = tcm__pow2_at_least(2ull * n + 2);
+    uint32_t *set = calloc(cap, sizeof *set);
+    if (!set)
+        return NULL;
+    *mask = cap - 1;
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t st = atomic_load_explicit(&recs[i].state, memory_order_relaxed);
-        if ((st == TCM_REC_ACTIVE || st == TCM_REC_EVICTED) && recs[i].id == p->client_id && recs[i].pid == p->pid)
-            return true;
+        uint32_t st = atomic_load_explicit(&recs[i].state, memory_order_relaxed), id = recs[i].id;
+        if ((st != TCM_REC_ACTIVE && st != TCM_REC_EVICTED) || !id)
+            continue;
+        uint32_t k = tcm__uid_hash(id, *mask);
+        while (set[k] && set[k] != id)
+            k = (k + 1) & *mask;
+        set[k] = id;
     }
+    return set;
+}
+
+static bool id_in(const uint32_t *set, uint32_t mask, uint32_t id)
+{
+    for (uint32_t k = tcm__uid_hash(id, mask); set[k]; k = (k + 1) & mask)
+        if (set[k] == id)
+            return true;
     return false;
 }
 
@@ -187,7 +212,8 @@ uint64_t tcm__samples_recover_ht(tcm_server_t *srv)
     tcm_heap_t *h = &srv->h;
     tcm_samples_t *s = &h->samples;
     uint64_t repairs = tcm__samples_recover_table_ht(h);
-    uint32_t phw = atomic_load_explicit(&s->hdr->procs_hw, memory_order_relaxed);
+    uint32_t phw = atomic_load_explicit(&s->hdr->procs_hw, memory_order_relaxed), mask = 0;
+    uint32_t *ids = attached_ids(srv, &mask); /* without it (no memory), every process record departs */
     for (uint32_t i = 0; i < phw; i++) {
         tcm_sample_proc_t *p = &s->procs[i];
         uint32_t st = atomic_load_explicit(&p->state, memory_order_relaxed);
@@ -202,7 +228,7 @@ uint64_t tcm__samples_recover_ht(tcm_server_t *srv)
         for (unsigned k = 0; k < 2; k++)
             if (p->maps_len[k] > TCM_SAMPLE_MAPS_BYTES)
                 p->maps_len[k] = 0;
-        if (st == TCM_SPROC_LIVE && !client_attached(srv, p)) {
+        if (st == TCM_SPROC_LIVE && !(ids && id_in(ids, mask, p->client_id))) {
             p->departed_unix = (uint32_t)time(NULL);
             atomic_store_explicit(&p->state, st = TCM_SPROC_DEPARTED, memory_order_relaxed);
         }
@@ -212,6 +238,7 @@ uint64_t tcm__samples_recover_ht(tcm_server_t *srv)
         }
         tcm__shares_add(&s->procs_by_uid, p->uid);
     }
+    free(ids);
     return repairs;
 }
 
