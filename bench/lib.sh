@@ -14,6 +14,19 @@ bench_configure() {
     done
 }
 
+# build_preload_workloads ROOT DIR: bench/preload/*.c built into DIR (only
+# those WORKLOADS names, when set); sets `workloads` to their names.
+build_preload_workloads() {
+    local src w
+    workloads=()
+    for src in "$1"/bench/preload/*.c; do
+        w=$(basename "$src" .c)
+        [[ -n ${WORKLOADS:-} && " $WORKLOADS " != *" $w "* ]] && continue
+        cc -O2 -pthread -o "$2/$w" "$src"
+        workloads+=("$w")
+    done
+}
+
 # Percent of all CPUs busy over the next $1 seconds (anyone's work).
 busy_pct() {
     local a b t=0 k

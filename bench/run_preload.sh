@@ -23,13 +23,8 @@ scratch preload-bench
 D=/usr/lib/x86_64-linux-gnu
 allocs=(glibc: "tcm:$build/libtcm-malloc.so" "jemalloc:$D/libjemalloc.so.2" "tcmalloc:$D/libtcmalloc_minimal.so.4"
         "mimalloc:$D/libmimalloc.so.2")
-workloads=()
-for src in "$root"/bench/preload/*.c; do
-  w=$(basename "$src" .c)
-  [[ -n ${WORKLOADS:-} && " $WORKLOADS " != *" $w "* ]] && continue
-  cc -O2 -pthread -o "$work/$w" "$src"
-  workloads+=("$w")
-done
+source "$root/bench/lib.sh"
+build_preload_workloads "$root" "$work"
 
 # Real programs (Debian's packages; scripts/setup.sh installs them). A
 # server runs under the preload and its client does not: the time is the

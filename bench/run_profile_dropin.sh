@@ -14,13 +14,8 @@ build=${1:-$root/build-bench}
 runs=${RUNS:-5}
 source "$root/tests/common/lib.sh"
 scratch profile-dropin
-workloads=()
-for src in "$root"/bench/preload/*.c; do
-  w=$(basename "$src" .c)
-  [[ -n ${WORKLOADS:-} && " $WORKLOADS " != *" $w "* ]] && continue
-  cc -O2 -pthread -o "$work/$w" "$src"
-  workloads+=("$w")
-done
+source "$root/bench/lib.sh"
+build_preload_workloads "$root" "$work"
 export TCM_SOCKET=$work/tcmd.sock
 start_tcmd "$build" "$TCM_SOCKET" --name "pcost$$" --log "$work/tcmd.log" --heap-size 8G
 default=$("$build/tcmd" --list-settings | awk -F'\t' '$1 == "profile_sample" {print $3}')

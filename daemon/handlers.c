@@ -483,7 +483,7 @@ static uint32_t profile_procs(tcm_server_t *srv, uint32_t from, Tcm__HeapProfile
 {
     const tcm_samples_t *s = &srv->h.samples;
     uint32_t hw = atomic_load_explicit(&s->hdr->procs_hw, memory_order_acquire), i = from, bytes = 0;
-    for (; i < hw && bytes + TCM_SAMPLE_MAPS_BYTES + 256 < PROFILE_PAGE_BYTES; i++) {
+    for (; i < hw && i - from < PROFILE_LOOK_MAX && bytes + TCM_SAMPLE_MAPS_BYTES + 256 < PROFILE_PAGE_BYTES; i++) {
         size_t k = hp->n_proc;
         uint32_t len;
         if (!tcm__sample_proc_read(s, i, &recs[k], maps[k], &len))
