@@ -6,7 +6,6 @@
 
 #include "heap.h"
 #include "log.h"
-#include "samples.h"
 #include "pageheap.h"
 #include "prim.h"
 
