@@ -882,40 +882,24 @@ static bool sample_due(tcm_thread_t *thr, size_t size)
     return false;
 }
 
-/* A sampled allocation: a page run of its own, so that its free reaches
- * tcmd whoever frees it (a small object's fresh from tcmd; a large one's
- * may come from the run cache, and is not kept if another process
- * allocated it); then tcmd is told of it with the stack above
- * tcm__malloc_slow's frame (cfa). NULL: not sampled, allocate as usual. */
-TCM_NOINLINE static void *sampled_alloc(tcm_thread_t *thr, size_t size, uintptr_t cfa)
+/* tcmd is told of a sampled allocation (a page run of its own, so that
+ * its free reaches tcmd whoever frees it) with the stack above
+ * tcm__malloc_slow's frame (cfa), without waiting (a sample tcmd does not
+ * keep is only a sample less); on the thread's own slot when every async
+ * one is taken. */
+TCM_NOINLINE static void sample_post(tcm_thread_t *thr, uint64_t off, size_t size, uint64_t mean, uintptr_t cfa)
 {
-    uint64_t mean = thr->sample_mean; /* what this sample's interval was drawn around: its weight's */
-    tcm__sample_arm(thr, true);
-    if (!mean || size > tcm__proc.heap_size)
-        return NULL;
-    uint64_t off, asked;
-    if (size > TCM_MAX_SMALL) { /* a page run anyway: as any, from the run cache or tcmd */
-        uint8_t *p = tcm__large_alloc(size, 0);
-        if (!p)
-            return NULL;
-        off = (uint64_t)(p - tcm__proc.heap);
-    } else if (alloc_pages(size ? size : 1, 0, &off, &asked) != TCM_ST_OK) {
-        return NULL;
-    }
-    /* told without waiting (a sample tcmd does not keep is only a sample
-     * less); on the thread's own slot when every async one is taken */
     uint32_t idx;
     tcm_slot_t *slot = async_take(thr, &idx);
     if (slot) {
         tcm__sample_fill(slot, off, size ? size : 1, mean, cfa);
         tcm__post(slot, idx);
-    } else {
-        slot = tcm__slot_acquire(&idx);
-        tcm__sample_fill(slot, off, size ? size : 1, mean, cfa);
-        tcm__call(slot, idx);
-        tcm__slot_release(slot);
+        return;
     }
-    return tcm__proc.heap + off;
+    slot = tcm__slot_acquire(&idx);
+    tcm__sample_fill(slot, off, size ? size : 1, mean, cfa);
+    tcm__call(slot, idx);
+    tcm__slot_release(slot);
 }
 
 TCM_NOINLINE void *tcm__malloc_slow(size_t size)
@@ -926,13 +910,23 @@ TCM_NOINLINE void *tcm__malloc_slow(size_t size)
     tcm_thread_t *thr = size <= TCM_MAX_SMALL || atomic_load_explicit(&tcm__proc.attached, memory_order_acquire)
                             ? current_thread()
                             : NULL;
+    uint64_t mean = 0;
     if (thr && tcm_unlikely(sample_due(thr, size))) {
-        void *p = sampled_alloc(thr, size, (uintptr_t)__builtin_dwarf_cfa());
-        if (p)
-            return p;
+        mean = thr->sample_mean; /* what this sample's interval was drawn around: its weight's */
+        tcm__sample_arm(thr, true);
     }
-    if (size > TCM_MAX_SMALL)
-        return tcm__large_alloc(size, 0);
+    if (size > TCM_MAX_SMALL) { /* a page run anyway: as any, from the run cache or tcmd (a cached run
+                                   another process allocated is not kept as a sample) */
+        void *p = tcm__large_alloc(size, 0);
+        if (p && mean)
+            sample_post(thr, (uint64_t)((uint8_t *)p - tcm__proc.heap), size, mean, (uintptr_t)__builtin_dwarf_cfa());
+        return p;
+    }
+    uint64_t off, asked;
+    if (mean && alloc_pages(size ? size : 1, 0, &off, &asked) == TCM_ST_OK) { /* a small one: a fresh run */
+        sample_post(thr, off, size, mean, (uintptr_t)__builtin_dwarf_cfa());
+        return tcm__proc.heap + off;
+    }
     unsigned cls = tcm__size_class(size);
     if (!thr) {
         if (!atomic_load(&tcm__proc.attached)) {
