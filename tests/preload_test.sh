@@ -89,6 +89,7 @@ same_shared "C++ containers" "$build/tests/tcm_preload_cxx"
 # the heap profile at a 1-byte interval: every allocation is sampled (a page
 # run of its own, its stack unwound, tcmd told) under the drop-in, and
 # nothing the unwinder does comes back into it
+was=$("$build/tcmctl" --json config get profile_sample | grep -o '"value":"[^"]*"' | cut -d'"' -f4)
 "$build/tcmctl" config set profile_sample 1 > /dev/null
 same_shared "python3, every allocation sampled (profile_sample 1)" \
   "$py -c 'd = {str(i): i * i for i in range(20000)}; print(len(d), sum(d.values()))'"
@@ -99,7 +100,7 @@ if "$build/tcmctl" heap-profile --top 3 > "$work/top" && grep -q "samples" "$wor
 else
   fail "heap-profile after the sampled programs: $(cat "$work/top")"
 fi
-"$build/tcmctl" config set profile_sample 2M > /dev/null
+"$build/tcmctl" config set profile_sample "$was" > /dev/null
 
 # private: malloc's memory is not in tcmd's shared heap (which any client
 # maps), fork copies it on write and the child goes on allocating from it,
