@@ -223,7 +223,7 @@ void tcm__huge_tick_ht(tcm_server_t *srv, uint64_t now)
         hg->found = true;
         if (!h->huge_since[r])
             h->huge_since[r] = hg->looks + 1;
-        if (hg->looks + 1 - h->huge_since[r] < HUGE_SETTLE_LOOKS) /* in use at every look for 250 ms: it stays */
+        if (hg->looks + 1 - h->huge_since[r] < HUGE_SETTLE_LOOKS) /* in use at every look for the settling looks: it stays */
             continue;
         if (hg->in_flight >= TCM_HUGE_QUEUE)
             break;
