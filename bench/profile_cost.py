@@ -3,7 +3,7 @@
 46 cases (bench/suite.py's), tcm with profile_sample at its default against
 0, alternated in each case, the median of RUNS runs of each; tcm's time on /
 off per case and their geometric mean (docs/BENCHMARKS.md, "The heap
-profile"). usage: bench/profile_cost.py BUILD_DIR [--quick] [--runs R]"""
+profile"). usage: bench/profile_cost.py BUILD_DIR [--quick] [--runs R] [--on "TCMD ARGS"]"""
 import argparse
 import math
 import os
@@ -19,10 +19,11 @@ def main():
     ap.add_argument("build")
     ap.add_argument("--quick", action="store_true", help="a tenth of the pairs")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--on", default="", help="tcmd's arguments for sampling on (default: none, its defaults)")
     a = ap.parse_args()
     seed = os.path.join(os.path.abspath(a.build), "bench", "tcm-bench-seed")
     allocs = {"off": ([seed, "--alloc", "tcm"], {"TCM_BENCH_TCMD_ARGS": "--profile-sample 0"}),
-              "on": ([seed, "--alloc", "tcm"], {"TCM_BENCH_TCMD_ARGS": ""})}
+              "on": ([seed, "--alloc", "tcm"], {"TCM_BENCH_TCMD_ARGS": a.on})}
     ratios = []
     print("case,off_s,on_s,on/off")
     for case in suite.cases(a.quick):

@@ -136,7 +136,8 @@ static void parse_maps(proc_t *p)
             if (sscanf(buf, "%llx %llx %llx %llx %63s %n", &s, &l, &o, &b, m->build_id, &at) == 5 && at > 0 &&
                 l > s && buf[at]) {
                 m->start = s, m->limit = l, m->offset = o, m->bias = b;
-                snprintf(m->path, sizeof m->path, "%s", buf + at);
+                snprintf(m->path, sizeof m->path, "%s",
+                         strcmp(buf + at, TCM_MAPS_PROGRAM) || !p->rec->exe ? buf + at : p->rec->exe);
                 p->nmaps++;
             }
         }

@@ -1,7 +1,9 @@
 /* channel.c — the client side of the ring: post a request on a slot, ring
- * the doorbell, and (now or at the thread's next slow path) spin briefly,
- * then sleep on the slot's futex until the daemon answers. A daemon that disappeared is noticed by its socket; the
- * call then waits (bounded) for the next tcmd and resumes with it. */
+ * the doorbell (or not, for a request tcmd need not serve soon), and (now
+ * or at the thread's next slow path) spin briefly, then sleep on the
+ * slot's futex until the daemon answers. A daemon that disappeared is
+ * noticed by its socket; the call then waits (bounded) for the next tcmd
+ * and resumes with it. */
 #define _GNU_SOURCE
 #include <errno.h>
 
@@ -47,9 +49,9 @@ static void resume_if_asked(void)
         tcm__await_daemon();
 }
 
-/* Post the request on a slot without waiting for it; false (and nothing
- * posted) when tcmd is lost and not back yet. */
-bool tcm__post(tcm_slot_t *slot, uint32_t slot_index)
+/* Post the request on a slot without waiting for it, ringing tcmd's bell
+ * or not; false (and nothing posted) when tcmd is lost and not back yet. */
+static bool post(tcm_slot_t *slot, uint32_t slot_index, bool ring)
 {
     tcm_proc_t *pr = &tcm__proc;
     if (pr->daemon_lost) {
@@ -72,8 +74,26 @@ bool tcm__post(tcm_slot_t *slot, uint32_t slot_index)
         pr->serve();
         return true;
     }
-    tcm__bell_ring((_Atomic uint32_t *)&pr->meta->heap_sleeping, pr->bell);
+    if (ring)
+        tcm__bell_ring((_Atomic uint32_t *)&pr->meta->heap_sleeping, pr->bell);
     return true;
+}
+
+bool tcm__post(tcm_slot_t *slot, uint32_t slot_index)
+{
+    return post(slot, slot_index, true);
+}
+
+bool tcm__post_quiet(tcm_slot_t *slot, uint32_t slot_index)
+{
+    return post(slot, slot_index, false);
+}
+
+void tcm__ring_bell(void)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    if (!pr->serve)
+        tcm__bell_ring((_Atomic uint32_t *)&pr->meta->heap_sleeping, pr->bell);
 }
 
 /* Wait for the answer to a posted request: spin briefly, then sleep on the
@@ -82,6 +102,8 @@ bool tcm__post(tcm_slot_t *slot, uint32_t slot_index)
 int tcm__await(tcm_slot_t *slot)
 {
     tcm_proc_t *pr = &tcm__proc;
+    if (atomic_load_explicit(&slot->state, memory_order_relaxed) != TCM_SLOT_DONE)
+        tcm__ring_bell(); /* a request posted quietly is waited for only once tcmd was told of it */
     uint64_t start = tcm__now_ns();
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(&slot->state, memory_order_acquire) == TCM_SLOT_DONE) {

@@ -13,6 +13,14 @@
  * TCM_ST_NOMEM when the daemon is gone. */
 TCM_HIDDEN int tcm__call(tcm_slot_t *slot, uint32_t slot_index);
 TCM_HIDDEN bool tcm__post(tcm_slot_t *slot, uint32_t slot_index);
+/* Posted without waking tcmd: served at the heap thread's next turn,
+ * whoever causes it (another request, its one-second timeout, or the
+ * tcm__await of this slot, which rings first). For requests nobody waits
+ * on: the heap profile's. */
+TCM_HIDDEN bool tcm__post_quiet(tcm_slot_t *slot, uint32_t slot_index);
+/* Wakes tcmd's heap thread if it sleeps (what tcm__post does after the
+ * push). */
+TCM_HIDDEN void tcm__ring_bell(void);
 /* ThreadSanitizer builds: an offset from another process orders after
  * what this process gave tcmd (channel.c); nothing otherwise. */
 #if defined(__SANITIZE_THREAD__)

@@ -69,9 +69,13 @@ typedef struct tcm_thread {
     /* the heap profile (profile.c): tcm__hot.sample_left counts down from an
      * interval drawn around sample_mean once armed; sample_base is the
      * profile_sample it follows (sample_mean rises above it while samples
-     * come too fast); sample_ns, when the last sample was taken */
+     * come too fast); sample_ns, when the last sample was taken;
+     * sample_drawn, the interval counted down since; sample_ahead, the
+     * async slot of the run asked for ahead for its next small sample (0:
+     * none) */
     bool sample_armed;
-    uint64_t sample_base, sample_mean, sample_ns;
+    uint32_t sample_ahead;
+    uint64_t sample_base, sample_mean, sample_ns, sample_drawn;
     uint64_t sample_rng;
 } tcm_thread_t;
 

@@ -41,15 +41,19 @@ static int64_t draw(tcm_thread_t *thr, uint64_t mean)
     return v < 1 ? 1 : v > 0x1p62 ? (int64_t)1 << 62 : (int64_t)v;
 }
 
-/* A sample costs the thread microseconds (its stack unwound, tcmd told, a
- * page run of its own): a thread that allocates gigabytes a second would
+/* A sample costs the thread microseconds (its stack unwound, a page run
+ * of its own from tcmd): a thread that allocates gigabytes a second would
  * spend much of its time sampling. So a thread takes about profile_rate
  * samples a second at most: a sample sooner than a quarter of 1/rate after
- * the last doubles the mean its next interval is drawn around, one later
- * than 1/rate halves it back towards profile_sample. With exponential
- * gaps this settles near the rate. Each sample keeps the mean its interval
- * was drawn around, so its weight, and the profile, stay unbiased. */
-#define SAMPLE_MEAN_MAX (1ull << 31) /* (it travels in 32 bits: TCM_OP_SAMPLE) */
+ * the last (from the end of the last, or from the thread's first malloc)
+ * sets the mean its next interval is drawn around to the bytes the thread
+ * allocates in 1/rate at the pace it just had (the interval it counted
+ * down over the time that took; at least twice the mean), so that a
+ * thread's first burst costs a sample or two, not one per doubling; one
+ * later than 1/rate halves it back towards profile_sample. Each sample
+ * keeps the mean its interval was drawn around, so its weight, and the
+ * profile, stay unbiased. */
+#define SAMPLE_MEAN_MAX (1ull << 44) /* (it travels in 32 bits: tcm__sample_interval_pack) */
 
 void tcm__sample_arm(tcm_thread_t *thr, bool sampled)
 {
@@ -62,47 +66,56 @@ void tcm__sample_arm(tcm_thread_t *thr, bool sampled)
         return;
     }
     uint32_t rate = atomic_load_explicit(&tcm__proc.meta->profile_rate, memory_order_relaxed);
+    if (!sampled && rate && !thr->sample_ns)
+        thr->sample_ns = tcm__now_ns(); /* the thread's first malloc: its first gap counts from here */
     if (sampled && rate) {
-        uint64_t now = tcm__now_ns(), gap = now - thr->sample_ns, per = 1000000000u / rate;
-        thr->sample_ns = now;
-        if (gap < per / 4 && thr->sample_mean < SAMPLE_MEAN_MAX)
-            thr->sample_mean *= 2;
-        else if (gap > per && thr->sample_mean > base)
+        uint64_t gap = tcm__now_ns() - thr->sample_ns, per = 1000000000u / rate;
+        if (gap < per / 4 && thr->sample_mean < SAMPLE_MEAN_MAX) {
+            double paced = (double)thr->sample_drawn * (double)per / (double)(gap ? gap : 1);
+            double mean = paced > 2.0 * (double)thr->sample_mean ? paced : 2.0 * (double)thr->sample_mean;
+            thr->sample_mean = mean < (double)SAMPLE_MEAN_MAX ? (uint64_t)mean : SAMPLE_MEAN_MAX;
+        } else if (gap > per && thr->sample_mean > base)
             thr->sample_mean = thr->sample_mean / 2 > base ? thr->sample_mean / 2 : base;
     } else if (!rate) {
         thr->sample_mean = base;
     }
-    tcm__hot.sample_left = draw(thr, thr->sample_mean);
+    tcm__hot.sample_left = (int64_t)(thr->sample_drawn = (uint64_t)draw(thr, thr->sample_mean));
+}
+
+void tcm__sample_done(tcm_thread_t *thr)
+{
+    if (atomic_load_explicit(&tcm__proc.meta->profile_rate, memory_order_relaxed))
+        thr->sample_ns = tcm__now_ns(); /* the next gap leaves out what this sample cost */
 }
 
 /* ---- what tcmd is told ---- */
 
-static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER; /* held across a round trip: fork.c resets it */
+static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER; /* fork.c resets it */
 static uint32_t maps_client;   /* the client the text was last sent as (a fork child is another) */
 static uint64_t maps_gen;      /* tcm__code_maps_gen() then */
 
 _Static_assert(TCM_SAMPLE_MAPS_BYTES <= sizeof(((tcm_slot_t *)0)->offs), "the text goes in one MAPS");
 
-static void send_maps(void)
+bool tcm__maps_due(void)
 {
     uint64_t gen = tcm__code_maps_gen();
     pthread_mutex_lock(&maps_lock);
-    if (maps_client != tcm__proc.client_id || maps_gen != gen) {
-        uint32_t idx;
-        tcm_slot_t *slot = tcm__slot_acquire(&idx);
-        size_t len = tcm__code_maps((char *)slot->offs, TCM_SAMPLE_MAPS_BYTES);
-        slot->op = TCM_OP_MAPS;
-        slot->arg = 0;
-        slot->arg2 = len;
-        slot->count = (uint32_t)len;
-        tcm__call(slot, idx);
-        tcm__slot_release(slot);
-        /* once, whatever tcmd answered: a text it refuses is not sent again
-         * until the objects change */
-        maps_client = tcm__proc.client_id;
-        maps_gen = gen;
-    }
+    /* once, whatever tcmd answers: a text it refuses is not sent again
+     * until the objects change */
+    bool due = maps_client != tcm__proc.client_id || maps_gen != gen;
+    maps_client = tcm__proc.client_id;
+    maps_gen = gen;
     pthread_mutex_unlock(&maps_lock);
+    return due;
+}
+
+void tcm__maps_fill(tcm_slot_t *slot)
+{
+    size_t len = tcm__code_maps((char *)slot->offs, TCM_SAMPLE_MAPS_BYTES);
+    slot->op = TCM_OP_MAPS;
+    slot->arg = 0;
+    slot->arg2 = len;
+    slot->count = (uint32_t)len;
 }
 
 void tcm__profile_fork_child(void)
@@ -112,10 +125,9 @@ void tcm__profile_fork_child(void)
 
 void tcm__sample_fill(tcm_slot_t *slot, uint64_t run, size_t size, uint64_t interval, uintptr_t above)
 {
-    send_maps();
     slot->op = TCM_OP_SAMPLE;
     slot->arg = run;
     slot->arg2 = size;
-    slot->cls = (uint32_t)(interval < UINT32_MAX ? interval : UINT32_MAX);
+    slot->cls = tcm__sample_interval_pack(interval);
     slot->count = tcm__backtrace(slot->offs, TCM_SAMPLE_FRAMES, above);
 }

@@ -10,14 +10,20 @@
 
 /* Arms thr's countdown: a new interval drawn around profile_sample (or
  * none when it is 0), or around a larger mean while the thread samples
- * faster than SAMPLE_GAP_NS allows; sampled: a sample was just taken. */
+ * faster than profile_rate allows; sampled: a sample was just taken. */
 TCM_HIDDEN void tcm__sample_arm(tcm_thread_t *thr, bool sampled);
+/* A sample was taken and told: the next gap counts from now. */
+TCM_HIDDEN void tcm__sample_done(tcm_thread_t *thr);
 /* Fills slot with the TCM_OP_SAMPLE of the sampled allocation at heap
  * offset run (size bytes asked for, drawn at mean interval), with the
- * calling thread's stack above the frame whose CFA is above; sends the
- * process's code mappings first (on a slot of its own) when tcmd has none
- * of this process or they changed. */
+ * calling thread's stack above the frame whose CFA is above. */
 TCM_HIDDEN void tcm__sample_fill(tcm_slot_t *slot, uint64_t run, size_t size, uint64_t interval, uintptr_t above);
+/* Whether tcmd is to be sent the process's code mappings before a sample:
+ * it has none of this process, or objects were loaded or unloaded since
+ * (true once: the caller sends them). */
+TCM_HIDDEN bool tcm__maps_due(void);
+/* Fills slot with the TCM_OP_MAPS of the process's code mappings. */
+TCM_HIDDEN void tcm__maps_fill(tcm_slot_t *slot);
 
 /* In a fork child: the lock another thread of the parent may have held. */
 TCM_HIDDEN void tcm__profile_fork_child(void);

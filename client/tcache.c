@@ -44,6 +44,7 @@ static uint64_t thread_budget(void)
 
 static tcm_slot_t *async_take(tcm_thread_t *thr, uint32_t *idx);
 static uint32_t async_index(const tcm_thread_t *thr, uint32_t j);
+static bool post_quietly(tcm_thread_t *thr, tcm_slot_t *slot, uint32_t idx);
 
 /* Give the top n objects of a thread's bin to tcmd without waiting for the
  * answer (settled when the slot is next needed). The bin drops them only
@@ -78,8 +79,12 @@ static void return_async(tcm_thread_t *thr, unsigned cls, tcm_bin_t *b, uint32_t
 /* A page run the cache does not keep, back to tcmd without waiting for the
  * answer (settled when the slot is next needed; a refusal is fatal then).
  * Once posted it is tcmd's: a death after that leaves it in a posted
- * FREE_PAGES, which reclaim serves. */
-static void free_pages_async(uint64_t off)
+ * FREE_PAGES, which reclaim serves. quiet: tcmd need not take it soon (a
+ * sampled run: the page it holds is little, and the heap thread woken for
+ * each would cost more than the sample). */
+#define SAMPLE_QUIET_PAGES (TCM_MAX_SMALL >> TCM_PAGE_SHIFT) /* a small allocation's sampled run */
+
+static void free_pages_async(uint64_t off, bool quiet)
 {
     tcm_thread_t *thr = tcm__tls_thread;
     uint32_t idx;
@@ -90,7 +95,8 @@ static void free_pages_async(uint64_t off)
     }
     slot->op = TCM_OP_FREE_PAGES;
     slot->arg = off;
-    if (!tcm__post(slot, idx)) /* tcmd is lost: the call that waits says so */
+    bool posted = quiet ? post_quietly(thr, slot, idx) : tcm__post(slot, idx);
+    if (!posted) /* tcmd is lost: the call that waits says so */
         tcm__free_pages(off);
 }
 
@@ -249,6 +255,10 @@ static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *into)
         tcm__fatal_refused(st, cls);
     if (slot->op == TCM_OP_FREE_PAGES)
         tcm__free_pages_answered((uint64_t)slot->arg, st);
+    if (slot->op == TCM_OP_ALLOC_PAGES && st == TCM_ST_OK) { /* a run asked for ahead of a sample: back */
+        tcm__check_given_run(slot->result, 1);
+        tcm__free_pages(slot->result);
+    }
 }
 
 static uint32_t async_index(const tcm_thread_t *thr, uint32_t j)
@@ -256,10 +266,74 @@ static uint32_t async_index(const tcm_thread_t *thr, uint32_t j)
     return tcm__async_slot(&tcm__proc.lay, thr->index, j);
 }
 
+/* After a request posted quietly: when it took the thread's last async
+ * slot that was free or answered, tcmd is woken now, so that the thread's
+ * next request finds a slot without waiting for a round trip. */
+static bool post_quietly(tcm_thread_t *thr, tcm_slot_t *slot, uint32_t idx)
+{
+    if (!tcm__post_quiet(slot, idx))
+        return false;
+    for (uint32_t j = 0; j < TCM_ASYNC_SLOTS; j++) {
+        uint32_t state = atomic_load_explicit(&tcm__proc.slots[async_index(thr, j)].state, memory_order_relaxed);
+        if (state == TCM_SLOT_IDLE || state == TCM_SLOT_DONE)
+            return true;
+    }
+    tcm__ring_bell();
+    return true;
+}
+
+/* ---- the run of the next small sample, asked for ahead ----
+ *
+ * A sample's run is a round trip to tcmd, and one that waits for its heap
+ * thread to be woken and scheduled (100 us and more on a busy 2-CPU guest,
+ * against ~1 us of unwinding). So a thread asks for its next small
+ * sample's run ahead: at its first malloc without waking tcmd, just before
+ * its first refill, which tcmd serves with it; and after each sample,
+ * waking tcmd (ring), which serves it with what the sample posted quietly
+ * (its SAMPLE, and a sampled run freed since the last): a wake a sample,
+ * and the thread waits for none. The answer waits on one of the thread's
+ * async slots (a process that dies first leaves a run answered and never
+ * taken, which reclaim frees); a sample finding it unanswered asks for a
+ * run of its own. */
+
+static void sample_ask_ahead(tcm_thread_t *thr, bool ring)
+{
+    uint32_t idx;
+    tcm_slot_t *slot;
+    if (thr->sample_ahead || !(slot = async_take(thr, &idx)))
+        return;
+    slot->op = TCM_OP_ALLOC_PAGES;
+    slot->arg = 1;
+    slot->arg2 = 1;
+    slot->cls = TCM_ALLOC_SAMPLED;
+    if (ring ? tcm__post(slot, idx) : post_quietly(thr, slot, idx))
+        thr->sample_ahead = idx;
+}
+
+/* The run asked for ahead, once tcmd answered; 0 when it has not, or
+ * refused. (settle_slot gives back one nobody took.) */
+static uint64_t sample_take_ahead(tcm_thread_t *thr)
+{
+    uint32_t idx = thr->sample_ahead;
+    tcm_slot_t *slot = &tcm__proc.slots[idx];
+    if (!idx || atomic_load_explicit(&slot->state, memory_order_relaxed) != TCM_SLOT_DONE)
+        return 0;
+    thr->sample_ahead = 0;
+    int st = tcm__await(slot);
+    uint64_t off = slot->result;
+    atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
+    if (st != TCM_ST_OK)
+        return 0;
+    tcm__check_given_run(off, 1);
+    return off;
+}
+
+
 /* Every async slot of the thread settled. stash: fetched objects go into
  * its bins (only where no bin is being worked on); otherwise back to tcmd. */
 static void settle_all(tcm_thread_t *thr, bool stash)
 {
+    thr->sample_ahead = 0; /* its run goes back with its slot */
     for (uint32_t j = 0; j < TCM_ASYNC_SLOTS; j++) {
         uint32_t idx = async_index(thr, j);
         if (atomic_load_explicit(&tcm__proc.slots[idx].state, memory_order_relaxed) != TCM_SLOT_IDLE)
@@ -268,15 +342,16 @@ static void settle_all(tcm_thread_t *thr, bool stash)
 }
 
 /* A request whose settling touches no bin: one that gives memory back (a
- * RETURN or a FREE_PAGES) or the heap profile's SAMPLE. */
-static bool gives_back(const tcm_slot_t *slot)
+ * RETURN or a FREE_PAGES) or the heap profile's SAMPLE or MAPS. */
+static bool touches_no_bin(const tcm_slot_t *slot)
 {
-    return slot->op == TCM_OP_RETURN || slot->op == TCM_OP_FREE_PAGES || slot->op == TCM_OP_SAMPLE;
+    return slot->op == TCM_OP_RETURN || slot->op == TCM_OP_FREE_PAGES || slot->op == TCM_OP_SAMPLE ||
+           slot->op == TCM_OP_MAPS;
 }
 
-/* An async slot for a new request: an IDLE one, else one that gives memory
- * back (settled here, waiting if need be). NULL when every one holds a batch
- * asked for ahead. */
+/* An async slot for a new request: an IDLE one, else one whose settling
+ * touches no bin (settled here, waiting if need be). NULL when every one
+ * holds a batch asked for ahead. */
 static tcm_slot_t *async_take(tcm_thread_t *thr, uint32_t *idx)
 {
     uint32_t ret = UINT32_MAX;
@@ -288,7 +363,7 @@ static tcm_slot_t *async_take(tcm_thread_t *thr, uint32_t *idx)
             ret = i;
             break;
         }
-        if (gives_back(slot) && (ret == UINT32_MAX || state == TCM_SLOT_DONE))
+        if (touches_no_bin(slot) && (ret == UINT32_MAX || state == TCM_SLOT_DONE))
             ret = i; /* the oldest pending one, unless another is answered already */
     }
     if (ret == UINT32_MAX)
@@ -785,7 +860,7 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
     return got != 0;
 }
 
-static int alloc_pages(size_t size, size_t align, uint64_t *off, uint64_t *asked)
+static int alloc_pages(size_t size, size_t align, bool sampled, uint64_t *off, uint64_t *asked)
 {
     uint32_t idx;
     uint64_t npages = (size + TCM_PAGE_SIZE - 1) >> TCM_PAGE_SHIFT;
@@ -793,6 +868,7 @@ static int alloc_pages(size_t size, size_t align, uint64_t *off, uint64_t *asked
     slot->op = TCM_OP_ALLOC_PAGES;
     slot->arg = npages;
     slot->arg2 = align > TCM_PAGE_SIZE ? align >> TCM_PAGE_SHIFT : 1;
+    slot->cls = sampled ? TCM_ALLOC_SAMPLED : 0;
     int st = tcm__call(slot, idx);
     *off = slot->result;
     *asked = st == TCM_ST_NOMEM ? slot->result : 0;
@@ -804,23 +880,26 @@ static int alloc_pages(size_t size, size_t align, uint64_t *off, uint64_t *asked
     return st;
 }
 
-TCM_NOINLINE void *tcm__large_alloc(size_t size, size_t align)
+/* A page run from the run cache or tcmd; sampled: a fresh one from tcmd,
+ * marked as a sample's (TCM_ALLOC_SAMPLED). */
+static void *large_alloc(size_t size, size_t align, bool sampled)
 {
     uint64_t off;
     if (tcm__ensure_attached() != 0 || size > tcm__proc.heap_size) {
         errno = ENOMEM;
         return NULL;
     }
-    if (align <= TCM_PAGE_SIZE && (off = tcm__large_take((uint32_t)((size + TCM_PAGE_SIZE - 1) >> TCM_PAGE_SHIFT))))
+    if (!sampled && align <= TCM_PAGE_SIZE &&
+        (off = tcm__large_take((uint32_t)((size + TCM_PAGE_SIZE - 1) >> TCM_PAGE_SHIFT))))
         return tcm__proc.heap + off;
     uint64_t asked;
-    int st = alloc_pages(size, align, &off, &asked);
+    int st = alloc_pages(size, align, sampled, &off, &asked);
     if (st == TCM_ST_NOMEM && !tcm__proc.daemon_lost) {
         flush_for_nomem();
-        st = alloc_pages(size, align, &off, &asked);
+        st = alloc_pages(size, align, sampled, &off, &asked);
         for (uint64_t ns = 1000000; st == TCM_ST_NOMEM && asked && ns <= NOMEM_WAIT_NS; ns *= 2) {
             tcm__sleep_ns(ns);
-            st = alloc_pages(size, align, &off, &asked);
+            st = alloc_pages(size, align, sampled, &off, &asked);
         }
     }
     if (st != TCM_ST_OK) {
@@ -828,6 +907,11 @@ TCM_NOINLINE void *tcm__large_alloc(size_t size, size_t align)
         return NULL;
     }
     return tcm__proc.heap + off;
+}
+
+TCM_NOINLINE void *tcm__large_alloc(size_t size, size_t align)
+{
+    return large_alloc(size, align, false);
 }
 
 /* How far every object of a class is aligned: objects sit at multiples of
@@ -879,27 +963,51 @@ static bool sample_due(tcm_thread_t *thr, size_t size)
     if (tcm_likely(thr->sample_armed))
         return true;
     tcm__sample_arm(thr, false);
+    if (tcm__hot.sample_left != INT64_MAX) /* sampling: a thread's first malloc */
+        sample_ask_ahead(thr, false);
     return false;
 }
 
-/* tcmd is told of a sampled allocation (a page run of its own, so that
- * its free reaches tcmd whoever frees it) with the stack above
- * tcm__malloc_slow's frame (cfa), without waiting (a sample tcmd does not
- * keep is only a sample less); on the thread's own slot when every async
- * one is taken. */
-TCM_NOINLINE static void sample_post(tcm_thread_t *thr, uint64_t off, size_t size, uint64_t mean, uintptr_t cfa)
+/* A request of the heap profile's, which nobody waits for: on an async
+ * slot, posted without waking tcmd (served at its next turn); on the
+ * thread's own slot, answered, when every async one holds a batch asked for
+ * ahead. sample NULL: the process's code mappings. */
+typedef struct sample_req {
+    uint64_t off, mean;
+    size_t size;
+    uintptr_t cfa;
+} sample_req_t;
+
+static void profile_post(tcm_thread_t *thr, const sample_req_t *sample)
 {
     uint32_t idx;
     tcm_slot_t *slot = async_take(thr, &idx);
-    if (slot) {
-        tcm__sample_fill(slot, off, size ? size : 1, mean, cfa);
-        tcm__post(slot, idx);
+    bool own = !slot;
+    if (own)
+        slot = tcm__slot_acquire(&idx);
+    if (sample)
+        tcm__sample_fill(slot, sample->off, sample->size ? sample->size : 1, sample->mean, sample->cfa);
+    else
+        tcm__maps_fill(slot);
+    if (!own) {
+        post_quietly(thr, slot, idx);
         return;
     }
-    slot = tcm__slot_acquire(&idx);
-    tcm__sample_fill(slot, off, size ? size : 1, mean, cfa);
     tcm__call(slot, idx);
     tcm__slot_release(slot);
+}
+
+/* tcmd is told of a sampled allocation (a page run of its own, so that its
+ * free reaches tcmd whoever frees it) with the stack above
+ * tcm__malloc_slow's frame (cfa), and first of the process's code mappings
+ * when it has none or they changed. A sample tcmd does not keep is only a
+ * sample less. */
+TCM_NOINLINE static void sample_post(tcm_thread_t *thr, uint64_t off, size_t size, uint64_t mean, uintptr_t cfa)
+{
+    if (tcm__maps_due())
+        profile_post(thr, NULL);
+    profile_post(thr, &(sample_req_t){off, mean, size, cfa});
+    tcm__sample_done(thr);
 }
 
 TCM_NOINLINE void *tcm__malloc_slow(size_t size)
@@ -915,16 +1023,20 @@ TCM_NOINLINE void *tcm__malloc_slow(size_t size)
         mean = thr->sample_mean; /* what this sample's interval was drawn around: its weight's */
         tcm__sample_arm(thr, true);
     }
-    if (size > TCM_MAX_SMALL) { /* a page run anyway: as any, from the run cache or tcmd (a cached run
-                                   another process allocated is not kept as a sample) */
-        void *p = tcm__large_alloc(size, 0);
+    /* a sampled allocation gets a fresh run, marked by tcmd as a sample's
+     * (TCM_ALLOC_SAMPLED), whatever its size */
+    if (size > TCM_MAX_SMALL) {
+        void *p = large_alloc(size, 0, mean != 0);
         if (p && mean)
             sample_post(thr, (uint64_t)((uint8_t *)p - tcm__proc.heap), size, mean, (uintptr_t)__builtin_dwarf_cfa());
         return p;
     }
-    uint64_t off, asked;
-    if (mean && alloc_pages(size ? size : 1, 0, &off, &asked) == TCM_ST_OK) { /* a small one: a fresh run */
+    uint64_t off = mean && size <= TCM_PAGE_SIZE ? sample_take_ahead(thr) : 0, asked;
+    if (off)
+        tcm__map_given_run(off, 1);
+    if (off || (mean && alloc_pages(size ? size : 1, 0, true, &off, &asked) == TCM_ST_OK)) {
         sample_post(thr, off, size, mean, (uintptr_t)__builtin_dwarf_cfa());
+        sample_ask_ahead(thr, true);
         return tcm__proc.heap + off;
     }
     unsigned cls = tcm__size_class(size);
@@ -1013,9 +1125,10 @@ TCM_NOINLINE void tcm__free_slow(void *p)
         if (tcm_unlikely(tcm__ensure_attached() != 0))
             return; /* no tcmd to give it back to: it stays allocated, as any of a lost tcmd */
         /* a sampled run goes back to tcmd, which drops its sample */
-        if (atomic_load_explicit((const _Atomic uint32_t *)&sp->sample, memory_order_relaxed) ||
-            !tcm__large_keep(off, sp->npages))
-            free_pages_async(off);
+        if (atomic_load_explicit((const _Atomic uint32_t *)&sp->sample, memory_order_relaxed))
+            free_pages_async(off, sp->npages <= SAMPLE_QUIET_PAGES);
+        else if (!tcm__large_keep(off, sp->npages))
+            free_pages_async(off, false);
         return;
     }
     uint64_t rel = off - ((uint64_t)sp->first << TCM_PAGE_SHIFT);

@@ -210,8 +210,8 @@ typedef struct tcm_span {
     uint8_t on_list;    /* 1 while linked into a list */
     union {
         uint32_t scan;  /* SMALL: first word of its object bits that may have a free bit */
-        uint32_t sample;/* LARGE: 1 + its heap-profile sample's index, 0 none (a client frees such a run
-                           to tcmd, never to its run cache) */
+        uint32_t sample;/* LARGE: 1 + its heap-profile sample's index, TCM_SAMPLE_AWAITED, 0 none (a
+                           client frees such a run to tcmd, never to its run cache) */
     };
 } tcm_span_t;
 TCM_SHARED_SIZE(tcm_span_t, 32);
@@ -442,7 +442,8 @@ enum tcm_op {
     TCM_OP_NOP = 0,         /* round trip only */
     TCM_OP_REFILL = 1,      /* cls, count -> offs[nresult] */
     TCM_OP_RETURN = 2,      /* cls, count, offs[count] -> result = refused */
-    TCM_OP_ALLOC_PAGES = 3, /* arg = npages, arg2 = alignment pages -> result = offset */
+    TCM_OP_ALLOC_PAGES = 3, /* arg = npages, arg2 = alignment pages, cls = TCM_ALLOC_SAMPLED or 0 -> result =
+                               offset */
     TCM_OP_FREE_PAGES = 4,  /* arg = offset */
     TCM_OP_ROOT_SET = 5,    /* name in offs bytes, arg = offset or UINT64_MAX to delete, cls = enum
                                tcm_root_mode, arg2 = (REPLACE) the offset expected, UINT64_MAX: none */
@@ -450,10 +451,32 @@ enum tcm_op {
      * them only while meta.profile_sample is set, which a tcmd without them
      * never does. */
     TCM_OP_SAMPLE = 6,      /* arg = offset of a page run the client holds, arg2 = bytes asked for, count =
-                               return addresses in offs, cls = the mean interval it was sampled at, bytes */
+                               return addresses in offs, cls = the mean interval it was sampled at
+                               (tcm__sample_interval) */
     TCM_OP_MAPS = 7,        /* the client's code mappings as text, count bytes in offs; arg = where in the
                                text this part goes, arg2 = the whole text's length (the last part completes it) */
 };
+/* A SAMPLE's mean interval in its 32 bits: bytes below 2^31, else MiB
+ * with the top bit set (a thread allocating terabytes a second). */
+#define TCM_SAMPLE_INTERVAL_MIB 0x80000000u
+static inline uint32_t tcm__sample_interval_pack(uint64_t bytes)
+{
+    if (bytes < TCM_SAMPLE_INTERVAL_MIB)
+        return (uint32_t)bytes;
+    uint64_t mib = bytes >> 20;
+    return TCM_SAMPLE_INTERVAL_MIB | (uint32_t)(mib < TCM_SAMPLE_INTERVAL_MIB ? mib : TCM_SAMPLE_INTERVAL_MIB - 1);
+}
+static inline uint64_t tcm__sample_interval(uint32_t packed)
+{
+    return packed & TCM_SAMPLE_INTERVAL_MIB ? (uint64_t)(packed & ~TCM_SAMPLE_INTERVAL_MIB) << 20 : packed;
+}
+
+/* ALLOC_PAGES' cls for the run of a sampled allocation: its span is marked
+ * TCM_SAMPLE_AWAITED before the client has it, so that a free before tcmd
+ * takes the SAMPLE (posted without waking it) reaches tcmd, not the run
+ * cache; the SAMPLE replaces the mark. */
+#define TCM_ALLOC_SAMPLED 1u
+#define TCM_SAMPLE_AWAITED UINT32_MAX
 #define TCM_NOPS 8u
 #define TCM_OPS_COUNTED 6u /* the ops tcm_daemon_stats_t.ops counts (layout 14's); the profile's have stats of their own */
 
@@ -1058,7 +1081,7 @@ TCM_SHARED_OFFSET(tcm_sample_t, nframes, 36); TCM_SHARED_OFFSET(tcm_sample_t, fr
 
 /* The process a heap-profile sample names: who it was, and its code
  * mappings as it sent them (TCM_OP_MAPS: lines of "start limit offset bias
- * build_id path", hex, bounded), so a profile symbolizes each process's
+ * build_id path", hex, bounded; path "*": the exe field), so a profile symbolizes each process's
  * addresses in its own files. Two copies of the text: a new one is written
  * into the other, then current flips (release), so a kill leaves one
  * whole. W: the heap thread (made with its first sample or text, departed

@@ -510,25 +510,58 @@ static uint32_t profile_procs(tcm_server_t *srv, uint32_t from, Tcm__HeapProfile
 #define PROFILE_ROWS_MAX (PROFILE_PAGE_BYTES / 32u)
 #define PROFILE_PROCS_MAX (PROFILE_PAGE_BYTES / (TCM_SAMPLE_MAPS_BYTES + 256u) + 1u)
 
+static void samples_page(tcm_conn_t *conn, uint32_t pid, uint32_t from)
+{
+    Tcm__HeapProfile hp = TCM__HEAP_PROFILE__INIT;
+    hp.interval = conn->srv->profile_sample;
+    Tcm__ProfileSample *out = calloc(PROFILE_ROWS_MAX, sizeof *out);
+    Tcm__ProfileSample **ptrs = calloc(PROFILE_ROWS_MAX, sizeof *ptrs);
+    uint64_t(*frames)[TCM_SAMPLE_FRAMES] = calloc(PROFILE_ROWS_MAX, sizeof *frames);
+    if (out && ptrs && frames) {
+        hp.sample = ptrs;
+        hp.next = profile_samples(conn->srv, pid, from, &hp, out, ptrs, frames);
+        tcm__conn_reply(conn, TCM__RESPONSE__BODY_HEAP_PROFILE, &hp);
+    } else {
+        tcm__conn_error(conn, ENOMEM, "out of memory");
+    }
+    free(out), free(ptrs), free(frames);
+}
+
+/* The first page of samples comes after a turn of the heap thread: clients
+ * post their samples without waking it (docs/DESIGN.md, "Heap profiles"),
+ * and a turn takes in every ring's. */
+typedef struct profile_ask {
+    tcm_conn_t *conn;
+    uint32_t pid;
+} profile_ask_t;
+
+#define PROFILE_TURN_WAIT_MS 2000
+
+static void profile_turned(tcm_server_t *srv, void *arg, int rc, uint64_t result, const char *text)
+{
+    profile_ask_t *a = arg;
+    (void)srv, (void)rc, (void)result, (void)text; /* a heap thread late or stopping: the samples it took */
+    samples_page(a->conn, a->pid, 0);
+    tcm__conn_resume(a->conn);
+    free(a);
+}
+
 static void handle_heap_profile(tcm_conn_t *conn, const Tcm__HeapProfileRequest *pr)
 {
     tcm_server_t *srv = conn->srv;
-    Tcm__HeapProfile hp = TCM__HEAP_PROFILE__INIT;
-    hp.interval = srv->profile_sample;
-    if (!pr->procs) {
-        Tcm__ProfileSample *out = calloc(PROFILE_ROWS_MAX, sizeof *out);
-        Tcm__ProfileSample **ptrs = calloc(PROFILE_ROWS_MAX, sizeof *ptrs);
-        uint64_t(*frames)[TCM_SAMPLE_FRAMES] = calloc(PROFILE_ROWS_MAX, sizeof *frames);
-        if (out && ptrs && frames) {
-            hp.sample = ptrs;
-            hp.next = profile_samples(srv, pr->pid, pr->from, &hp, out, ptrs, frames);
-            tcm__conn_reply(conn, TCM__RESPONSE__BODY_HEAP_PROFILE, &hp);
-        } else {
-            tcm__conn_error(conn, ENOMEM, "out of memory");
-        }
-        free(out), free(ptrs), free(frames);
+    profile_ask_t *a;
+    if (!pr->procs && pr->from == 0 && (a = malloc(sizeof *a))) {
+        *a = (profile_ask_t){conn, pr->pid};
+        tcm__conn_wait(conn);
+        tcm__mailbox_post(srv, TCM_MBOX_NOP, 0, PROFILE_TURN_WAIT_MS, profile_turned, a);
         return;
     }
+    if (!pr->procs) {
+        samples_page(conn, pr->pid, pr->from);
+        return;
+    }
+    Tcm__HeapProfile hp = TCM__HEAP_PROFILE__INIT;
+    hp.interval = srv->profile_sample;
     Tcm__ProfileProc *out = calloc(PROFILE_PROCS_MAX, sizeof *out);
     Tcm__ProfileProc **ptrs = calloc(PROFILE_PROCS_MAX, sizeof *ptrs);
     tcm_sample_proc_t *recs = calloc(PROFILE_PROCS_MAX, sizeof *recs);

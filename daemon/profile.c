@@ -138,8 +138,10 @@ int tcm__sample_take_ht(tcm_server_t *srv, tcm_client_t *c, uint64_t run, uint64
     }
     if (nframes > TCM_SAMPLE_FRAMES || size == 0 || size > tcm__page_off(h->spans[sp].npages) || interval == 0)
         return TCM_ST_BAD_COUNT;
-    if (h->spans[sp].sample || !atomic_load_explicit(&srv->meta->profile_sample, memory_order_relaxed))
-        return TCM_ST_OK; /* sampled already; or sampling was turned off since */
+    uint32_t mark = h->spans[sp].sample;
+    if ((mark && mark != TCM_SAMPLE_AWAITED) || !atomic_load_explicit(&srv->meta->profile_sample, memory_order_relaxed))
+        return TCM_ST_OK; /* sampled already; or sampling was turned off since (an awaited mark stays: the run
+                             still goes back to tcmd) */
     uint32_t uid = c->rec->uid;
     if (tcm__shares_of(&s->by_uid, uid) >= TCM_SAMPLES_PER_UID) {
         atomic_fetch_add_explicit(&s->refused, 1, memory_order_relaxed);

@@ -235,8 +235,11 @@ static void resolve_request_intent(tcm_server_t *srv, report_t *r)
         break;
     }
     case TCM_OP_ALLOC_PAGES: /* made: the page intent (resolved before) finished its mapping */
-        if (!answered)
+        if (!answered) {
             slot->result = tcm__page_off(ri->first);
+            if (ri->cls == TCM_ALLOC_SAMPLED && !h->spans[h->page_span[ri->first]].sample)
+                h->spans[h->page_span[ri->first]].sample = TCM_SAMPLE_AWAITED; /* killed before its mark */
+        }
         break;
     case TCM_OP_FREE_PAGES:
         /* the page intent finished an unmap it had begun; this one it

@@ -147,7 +147,7 @@ static int op_return(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
  * intent (tcm__large_alloc_ht, tcm__large_free_ht); the request intent
  * says which run the answer names, for a recovery to answer it. */
 static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, uint64_t npages,
-                          uint64_t align_pages)
+                          uint64_t align_pages, bool sampled)
 {
     if (npages <= srv->h.npages && npages > tcm__quota_room_ht(srv, c) >> TCM_PAGE_SHIFT) {
         slot->result = tcm__quota_refuse_ht(srv, c, npages << TCM_PAGE_SHIFT);
@@ -164,6 +164,8 @@ static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, 
     if (st != TCM_ST_OK)
         return st;
     slot->result = tcm__page_off(ri->first);
+    if (sampled) /* (a crash before this store: the recovery marks it as it answers) */
+        TCM_PERSIST_STORE(srv->h.spans[srv->h.page_span[ri->first]].sample, TCM_SAMPLE_AWAITED);
     TCM_HT_ADD(c->rec->bytes_out, npages << TCM_PAGE_SHIFT);
     tcm__quota_charge_ht(srv, c, npages << TCM_PAGE_SHIFT);
     TCM_STAT_ADD(srv->meta, bytes_clients, npages << TCM_PAGE_SHIFT);
@@ -204,7 +206,7 @@ static int op_sample(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, uint6
         return TCM_ST_BAD_COUNT;
     memcpy(frames, slot->offs, nframes * sizeof frames[0]);
     bool kept;
-    int st = tcm__sample_take_ht(srv, c, run, size, interval, frames, nframes, &kept);
+    int st = tcm__sample_take_ht(srv, c, run, size, tcm__sample_interval(interval), frames, nframes, &kept);
     slot->result = kept;
     return st;
 }
@@ -277,7 +279,7 @@ static uint64_t serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint
         st = op_return(srv, c, slot, cls, count, emptied, &nemptied);
         break;
     case TCM_OP_ALLOC_PAGES:
-        st = frees_only ? TCM_ST_NOMEM : op_alloc_pages(srv, c, slot, arg, arg2);
+        st = frees_only ? TCM_ST_NOMEM : op_alloc_pages(srv, c, slot, arg, arg2, cls == TCM_ALLOC_SAMPLED);
         break;
     case TCM_OP_FREE_PAGES:
         st = op_free_pages(srv, c, arg);
@@ -285,11 +287,12 @@ static uint64_t serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint
     case TCM_OP_ROOT_SET:
         st = tcm__root_set_ht(srv, c, slot, arg, cls, arg2);
         break;
-    case TCM_OP_SAMPLE:
-        st = frees_only ? TCM_ST_OK : op_sample(srv, c, slot, arg, arg2, cls, count);
+    case TCM_OP_SAMPLE: /* a departed client's too: posted without waking tcmd, it may not have been
+                           taken before the client died */
+        st = op_sample(srv, c, slot, arg, arg2, cls, count);
         break;
     case TCM_OP_MAPS:
-        st = frees_only ? TCM_ST_OK : op_maps(srv, c, slot, arg, arg2, count);
+        st = op_maps(srv, c, slot, arg, arg2, count);
         break;
     default:
         st = TCM_ST_BAD_OP;

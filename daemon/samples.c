@@ -138,7 +138,7 @@ static uint64_t recover_samples(tcm_heap_t *h)
         bool proc_ok = e->proc < phw && atomic_load_explicit(&s->procs[e->proc].state, memory_order_relaxed) !=
                                             TCM_SPROC_FREE;
         if (!sp || !(st & 1) || !proc_ok || e->nframes > TCM_SAMPLE_FRAMES ||
-            (h->spans[sp].sample && h->spans[sp].sample != i + 1)) {
+            (h->spans[sp].sample && h->spans[sp].sample != TCM_SAMPLE_AWAITED && h->spans[sp].sample != i + 1)) {
             atomic_store_explicit(&e->state, 0, memory_order_relaxed); /* its run was freed, or torn */
             repairs++;
             continue;
@@ -154,7 +154,8 @@ static uint64_t recover_samples(tcm_heap_t *h)
     return repairs;
 }
 
-/* Every page run's span names its own live sample or none. */
+/* Every page run's span names its own live sample, a sample awaited or
+ * none. */
 static uint64_t recover_spans(tcm_heap_t *h)
 {
     tcm_samples_t *s = &h->samples;
@@ -166,7 +167,7 @@ static uint64_t recover_spans(tcm_heap_t *h)
             continue;
         }
         uint32_t i = h->spans[sp].sample;
-        if (i && (i - 1 >= TCM_SAMPLES || !tcm__bit(s->used, i - 1) || s->samples[i - 1].run != tcm__page_off(p))) {
+        if (i && i != TCM_SAMPLE_AWAITED && (i - 1 >= TCM_SAMPLES || !tcm__bit(s->used, i - 1) || s->samples[i - 1].run != tcm__page_off(p))) {
             h->spans[sp].sample = 0;
             repairs++;
         }

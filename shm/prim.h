@@ -253,8 +253,10 @@ void *tcm__loaded_symbol(const char *library, const char *name);
 unsigned tcm__backtrace(uint64_t *frames, unsigned max, uintptr_t above);
 /* The process's code mappings as text, a line per executable segment of
  * each loaded object: "start limit file_offset load_bias build_id path",
- * numbers in hex, build_id "-" when it has none; lines that do not fit
- * are left out. The length. */
+ * numbers in hex, build_id "-" when it has none, path TCM_MAPS_PROGRAM
+ * for the program's own executable; lines that do not fit are left out.
+ * The length. */
+#define TCM_MAPS_PROGRAM "*" /* (the executable tcmd read for the process's record) */
 size_t tcm__code_maps(char *buf, size_t len);
 /* Changes whenever an object is loaded or unloaded (dl_iterate_phdr's
  * counters): the maps text is sent again then. */

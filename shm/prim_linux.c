@@ -1118,10 +1118,36 @@ typedef struct maps_text {
     size_t len, used;
 } maps_text_t;
 
+/* The text is written by hand, not with snprintf: a process's first
+ * snprintf costs tens of microseconds (its first sample's), and
+ * readlink(/proc/self/exe) as much again: the program's own object is
+ * named TCM_MAPS_PROGRAM instead. */
+static const char hex_digits[] = "0123456789abcdef";
+
+static char *put_hex(char *out, uint64_t v)
+{
+    char tmp[16];
+    int n = 0;
+    do
+        tmp[n++] = hex_digits[v & 15];
+    while (v >>= 4);
+    while (n)
+        *out++ = tmp[--n];
+    *out++ = ' ';
+    return out;
+}
+
+static char *put_str(char *out, const char *s)
+{
+    size_t n = strlen(s);
+    memcpy(out, s, n);
+    return out + n;
+}
+
 /* The GNU build ID of an object, in hex ("-" without one). */
 static void build_id(const struct dl_phdr_info *info, char *out, size_t outlen)
 {
-    snprintf(out, outlen, "-");
+    out[0] = '-', out[1] = 0;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_NOTE)
@@ -1134,8 +1160,11 @@ static void build_id(const struct dl_phdr_info *info, char *out, size_t outlen)
                 break;
             if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && !memcmp(name, "GNU", 4) &&
                 nh->n_descsz * 2 < outlen) {
-                for (uint32_t k = 0; k < nh->n_descsz; k++)
-                    snprintf(out + 2 * k, 3, "%02x", desc[k]);
+                for (uint32_t k = 0; k < nh->n_descsz; k++) {
+                    out[2 * k] = hex_digits[desc[k] >> 4];
+                    out[2 * k + 1] = hex_digits[desc[k] & 15];
+                }
+                out[2 * nh->n_descsz] = 0;
                 return;
             }
             p = desc + ((nh->n_descsz + 3) & ~3u);
@@ -1147,14 +1176,9 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
     maps_text_t *t = arg;
-    char path[PATH_MAX], id[64];
-    const char *name = info->dlpi_name;
-    if (!name || !name[0]) {
-        ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-        path[n > 0 ? n : 0] = 0;
-        name = path;
-    }
-    if (!name[0] || strchr(name, '\n') || strchr(name, ' '))
+    char id[64], line[PATH_MAX + 192];
+    const char *name = info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : TCM_MAPS_PROGRAM;
+    if (strlen(name) >= PATH_MAX || strchr(name, '\n') || strchr(name, ' '))
         return 0;
     build_id(info, id, sizeof id);
     for (int i = 0; i < info->dlpi_phnum; i++) {
@@ -1162,13 +1186,19 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
         if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
             continue;
         uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-        int n = snprintf(t->buf + t->used, t->len - t->used, "%lx %lx %lx %lx %s %s\n", (unsigned long)lo,
-                         (unsigned long)(lo + ph->p_memsz), (unsigned long)ph->p_offset,
-                         (unsigned long)info->dlpi_addr, id, name);
-        if (n > 0 && (size_t)n < t->len - t->used)
-            t->used += (size_t)n;
-        else if (t->used < t->len)
-            t->buf[t->used] = 0; /* left out */
+        char *e = put_hex(line, lo);
+        e = put_hex(e, lo + ph->p_memsz);
+        e = put_hex(e, ph->p_offset);
+        e = put_hex(e, info->dlpi_addr);
+        e = put_str(e, id);
+        *e++ = ' ';
+        e = put_str(e, name);
+        *e++ = '\n';
+        size_t n = (size_t)(e - line);
+        if (n < t->len - t->used) {
+            memcpy(t->buf + t->used, line, n);
+            t->used += n;
+        }
     }
     return 0;
 }

@@ -9,8 +9,11 @@
  * pprof -top` where Go is installed. A client cannot sample a run it does
  * not hold, nor send more frames than a sample keeps; a user past its
  * share of the table gets its allocations, not their samples
- * (integration.access: the profile is the operator's). */
+ * (integration.access: the profile is the operator's). Runs freed before
+ * tcmd took their samples leave no sample behind, and the run a thread
+ * keeps for its next sample is never orphaned. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -39,7 +42,8 @@
 #define C_SIZE 4000u
 
 static const char *socket_path;
-static _Atomic int *phase; /* 1: A allocated; 2: B took A's table; 3: C allocated; 9: all may exit */
+static _Atomic int *phase; /* 1: A allocated; 2: B took A's table; 3: C allocated; 9: all may exit; 10-14:
+                              the later cases' */
 
 static void wait_phase(int want)
 {
@@ -301,10 +305,100 @@ static void check_share(const tcm_test_daemon_t *d)
     CHECK_EQ(tt_tcmctl(d, "config set profile_sample " INTERVAL, out, sizeof out), 0);
 }
 
+/* Every allocation sampled and freed at once: each run's free reaches tcmd
+ * after its SAMPLE, which the thread posted without waking tcmd, so no
+ * sample outlives its object, and no run went to the run cache. */
+static int churner(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(socket_path), 0);
+    for (int i = 0; i < 2000; i++) {
+        char *p = tcm_malloc(64 + (size_t)i % 3000);
+        CHECK(p != NULL);
+        p[0] = 1;
+        tcm_free(p);
+    }
+    atomic_store(phase, 12);
+    wait_phase(13);
+    return 0;
+}
+
+static void check_churn(const tcm_test_daemon_t *d)
+{
+    char out[4096];
+    CHECK_EQ(tt_tcmctl(d, "config set profile_sample 1", out, sizeof out), 0);
+    uint64_t live = tt_stat(d, "profile_samples"), taken = tt_stat(d, "profile_samples_taken");
+    pid_t f = tt_fork(churner, NULL);
+    wait_phase(12);
+    CHECK_EQ(tt_tcmctl(d, "heap-profile --top 5", out, sizeof out), 0); /* a turn of the heap thread first */
+    printf("churn: %llu samples taken, %llu live after\n",
+           (unsigned long long)(tt_stat(d, "profile_samples_taken") - taken),
+           (unsigned long long)tt_stat(d, "profile_samples"));
+    CHECK_GE(tt_stat(d, "profile_samples_taken") - taken, 1990u);
+    CHECK_EQ(tt_stat(d, "profile_samples"), live);
+    atomic_store(phase, 13);
+    tt_wait_ok(f, 30000);
+    CHECK_EQ(tt_tcmctl(d, "config set profile_sample " INTERVAL, out, sizeof out), 0);
+}
+
+/* A thread's run asked for ahead for its next sample goes back when the
+ * thread exits, and to reclaim when its process is killed: threads that
+ * come and go, and a process killed while its threads hold one, leave
+ * nothing orphaned. */
+static _Atomic int *waiting_threads;
+
+static void *touch_and_go(void *arg)
+{
+    void *p = tcm_malloc(64);
+    CHECK(p != NULL);
+    tcm_free(p);
+    return arg;
+}
+
+static void *touch_and_wait(void *arg)
+{
+    touch_and_go(arg);
+    atomic_fetch_add(waiting_threads, 1);
+    for (;;)
+        pause();
+    return arg;
+}
+
+static int comer(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(socket_path), 0);
+    pthread_t t;
+    for (int i = 0; i < 64; i++) {
+        CHECK_EQ(pthread_create(&t, NULL, touch_and_go, NULL), 0);
+        CHECK_EQ(pthread_join(t, NULL), 0);
+    }
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ(pthread_create(&t, NULL, touch_and_wait, NULL), 0);
+    while (atomic_load(waiting_threads) < 8)
+        usleep(1000);
+    atomic_store(phase, 14);
+    for (;;)
+        pause();
+}
+
+static void check_threads_leave_nothing(const tcm_test_daemon_t *d)
+{
+    uint64_t orphaned = tt_stat(d, "bytes_orphaned"), attached = tt_stat(d, "clients_attached");
+    pid_t p = tt_fork(comer, NULL);
+    wait_phase(14);
+    kill(p, SIGKILL);
+    tt_wait(p, 10000);
+    tt_wait_stat(d, "clients_attached", attached, 10000);
+    CHECK_EQ(tt_stat(d, "bytes_orphaned"), orphaned);
+    printf("threads: 64 came and went, 8 killed holding their next sample's run: nothing orphaned\n");
+}
+
 int main(void)
 {
     phase = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(phase != MAP_FAILED);
+    waiting_threads = phase + 1;
     tcm_test_daemon_t d;
     /* no limit on a thread's samples a second: these bursts would get few */
     const char *args[] = {"--profile-sample", INTERVAL, "--profile-rate", "0", NULL};
@@ -328,6 +422,8 @@ int main(void)
     tt_wait_ok(tt_fork(forger, &d), 20000); /* a process of its own: it detaches when it exits */
 
     check_share(&d);
+    check_churn(&d);
+    check_threads_leave_nothing(&d);
     atomic_store(phase, 9);
     tt_wait_ok(a, 10000);
     tt_wait_ok(b, 10000);
