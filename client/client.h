@@ -174,6 +174,9 @@ typedef struct tcm_proc {
      * may outlive its mapping (tcmd punched the page out since): that page
      * then faults in as it would have anyway. NULL: no map (calloc failed). */
     _Atomic uint64_t *mapped;
+    /* the heap profile: the mean a thread's last sample set as it kept to
+     * profile_rate (profile.c), where a new thread starts */
+    _Atomic uint64_t sample_pace;
 
     /* A private heap (the drop-in's, client/local.c), laid out and served
      * in this process: serve() answers what was just posted on the ring,

@@ -68,6 +68,29 @@ TCM_NOINLINE uint64_t tcm__large_take(uint32_t npages)
     return off;
 }
 
+TCM_NOINLINE uint64_t tcm__large_marked(bool take)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    tcm_chan_hdr_t *hdr = pr->chan_hdr;
+    uint64_t off = 0;
+    pthread_mutex_lock(&pr->large_lock);
+    uint32_t n = hdr->large_count;
+    for (uint32_t i = 0; i < n && !off; i++) {
+        const tcm_span_t *sp = &pr->spans[pr->page_span[pr->large_off[i] >> TCM_PAGE_SHIFT]];
+        if (pr->large_np[i] != 1 ||
+            atomic_load_explicit((const _Atomic uint32_t *)&sp->sample, memory_order_relaxed) != TCM_SAMPLE_AWAITED)
+            continue;
+        off = pr->large_off[i];
+        if (take) {
+            atomic_fetch_sub_explicit(&pr->large_bytes, run_bytes(1), memory_order_relaxed);
+            put_entry(i, pr->large_off[n - 1], pr->large_np[n - 1]);
+            hdr->large_count = n - 1;
+        }
+    }
+    pthread_mutex_unlock(&pr->large_lock);
+    return off;
+}
+
 TCM_NOINLINE bool tcm__large_keep(uint64_t off, uint32_t npages)
 {
     tcm_proc_t *pr = &tcm__proc;

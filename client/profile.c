@@ -50,22 +50,27 @@ static int64_t draw(tcm_thread_t *thr, uint64_t mean)
  * allocates in 1/rate at the pace it just had (the interval it counted
  * down over the time that took; at least twice the mean), so that a
  * thread's first burst costs a sample or two, not one per doubling; one
- * later than 1/rate halves it back towards profile_sample. Each sample
- * keeps the mean its interval was drawn around, so its weight, and the
- * profile, stay unbiased. */
+ * later than 1/rate halves it back towards profile_sample. A new thread
+ * starts at the mean the process's last sample set (threads that come and
+ * go would each start at profile_sample, and take their first samples at
+ * its pace, whatever the rate). Each sample keeps the mean its interval
+ * was drawn around, so its weight, and the profile, stay unbiased. */
 #define SAMPLE_MEAN_MAX (1ull << 44) /* (it travels in 32 bits: tcm__sample_interval_pack) */
 
 void tcm__sample_arm(tcm_thread_t *thr, bool sampled)
 {
     uint64_t base = atomic_load_explicit(&tcm__proc.meta->profile_sample, memory_order_relaxed);
-    if (base != thr->sample_base)
-        thr->sample_base = thr->sample_mean = base;
+    uint32_t rate = atomic_load_explicit(&tcm__proc.meta->profile_rate, memory_order_relaxed);
+    if (base != thr->sample_base) { /* a new thread starts at the pace of the process's last sample */
+        uint64_t pace = rate ? atomic_load_explicit(&tcm__proc.sample_pace, memory_order_relaxed) : 0;
+        thr->sample_base = base;
+        thr->sample_mean = pace > base ? pace : base;
+    }
     thr->sample_armed = true;
     if (!base) {
         tcm__hot.sample_left = INT64_MAX;
         return;
     }
-    uint32_t rate = atomic_load_explicit(&tcm__proc.meta->profile_rate, memory_order_relaxed);
     if (!sampled && rate && !thr->sample_ns)
         thr->sample_ns = tcm__now_ns(); /* the thread's first malloc: its first gap counts from here */
     if (sampled && rate) {
@@ -76,6 +81,7 @@ void tcm__sample_arm(tcm_thread_t *thr, bool sampled)
             thr->sample_mean = mean < (double)SAMPLE_MEAN_MAX ? (uint64_t)mean : SAMPLE_MEAN_MAX;
         } else if (gap > per && thr->sample_mean > base)
             thr->sample_mean = thr->sample_mean / 2 > base ? thr->sample_mean / 2 : base;
+        atomic_store_explicit(&tcm__proc.sample_pace, thr->sample_mean, memory_order_relaxed);
     } else if (!rate) {
         thr->sample_mean = base;
     }

@@ -255,9 +255,13 @@ static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *into)
         tcm__fatal_refused(st, cls);
     if (slot->op == TCM_OP_FREE_PAGES)
         tcm__free_pages_answered((uint64_t)slot->arg, st);
-    if (slot->op == TCM_OP_ALLOC_PAGES && st == TCM_ST_OK) { /* a run asked for ahead of a sample: back */
+    if (slot->op == TCM_OP_ALLOC_PAGES && st == TCM_ST_OK) {
+        /* a run asked for ahead of a sample that did not come: the run cache
+         * has it (a thread's exit waits for no round trip), or tcmd; a
+         * run marked a sample's goes back to tcmd from whoever frees it */
         tcm__check_given_run(slot->result, 1);
-        tcm__free_pages(slot->result);
+        if (!tcm__large_keep(slot->result, 1))
+            tcm__free_pages(slot->result);
     }
 }
 
@@ -293,14 +297,16 @@ static bool post_quietly(tcm_thread_t *thr, tcm_slot_t *slot, uint32_t idx)
  * (its SAMPLE, and a sampled run freed since the last): a wake a sample,
  * and the thread waits for none. The answer waits on one of the thread's
  * async slots (a process that dies first leaves a run answered and never
- * taken, which reclaim frees); a sample finding it unanswered asks for a
- * run of its own. */
+ * taken, which reclaim frees). A thread that leaves first puts the run in
+ * the process's page-run cache, where the next sample of any thread takes
+ * it (threads that come and go ask for none while one is there); a sample
+ * finding neither asks for a run of its own. */
 
 static void sample_ask_ahead(tcm_thread_t *thr, bool ring)
 {
     uint32_t idx;
     tcm_slot_t *slot;
-    if (thr->sample_ahead || !(slot = async_take(thr, &idx)))
+    if (thr->sample_ahead || tcm__large_marked(false) || !(slot = async_take(thr, &idx)))
         return;
     slot->op = TCM_OP_ALLOC_PAGES;
     slot->arg = 1;
@@ -1032,6 +1038,8 @@ TCM_NOINLINE void *tcm__malloc_slow(size_t size)
         return p;
     }
     uint64_t off = mean && size <= TCM_PAGE_SIZE ? sample_take_ahead(thr) : 0, asked;
+    if (!off && mean && size <= TCM_PAGE_SIZE)
+        off = tcm__large_marked(true);
     if (off)
         tcm__map_given_run(off, 1);
     if (off || (mean && alloc_pages(size ? size : 1, 0, true, &off, &asked) == TCM_ST_OK)) {
