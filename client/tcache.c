@@ -334,7 +334,6 @@ static uint64_t sample_take_ahead(tcm_thread_t *thr)
     return off;
 }
 
-
 /* Every async slot of the thread settled. stash: fetched objects go into
  * its bins (only where no bin is being worked on); otherwise back to tcmd. */
 static void settle_all(tcm_thread_t *thr, bool stash)
