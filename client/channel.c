@@ -96,13 +96,14 @@ void tcm__ring_bell(void)
         tcm__bell_ring((_Atomic uint32_t *)&pr->meta->heap_sleeping, pr->bell);
 }
 
-/* Wait for the answer to a posted request: spin briefly, then sleep on the
- * slot. Returns the slot's status, or TCM_ST_NOMEM when tcmd is gone for
- * good (the request may then never be served). */
-int tcm__await(tcm_slot_t *slot)
+/* Wait for the answer to a posted request (rung: its post rang the bell;
+ * otherwise it is rung now, unless the answer is there): spin briefly,
+ * then sleep on the slot. Returns the slot's status, or TCM_ST_NOMEM when
+ * tcmd is gone for good (the request may then never be served). */
+static int await_answer(tcm_slot_t *slot, bool rung)
 {
     tcm_proc_t *pr = &tcm__proc;
-    if (atomic_load_explicit(&slot->state, memory_order_relaxed) != TCM_SLOT_DONE)
+    if (!rung && atomic_load_explicit(&slot->state, memory_order_relaxed) != TCM_SLOT_DONE)
         tcm__ring_bell(); /* a request posted quietly is waited for only once tcmd was told of it */
     uint64_t start = tcm__now_ns();
     for (unsigned i = 1;; i++) {
@@ -144,11 +145,21 @@ int tcm__await(tcm_slot_t *slot)
     return slot->status;
 }
 
+int tcm__await(tcm_slot_t *slot)
+{
+    return await_answer(slot, false);
+}
+
+int tcm__await_rung(tcm_slot_t *slot)
+{
+    return await_answer(slot, true);
+}
+
 int tcm__call(tcm_slot_t *slot, uint32_t slot_index)
 {
     if (!tcm__post(slot, slot_index))
         return TCM_ST_NOMEM;
-    return tcm__await(slot);
+    return await_answer(slot, true);
 }
 
 /* The calling thread's own slot, or the shared spare one (locked). */

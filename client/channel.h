@@ -29,6 +29,9 @@ TCM_HIDDEN void tcm__tsan_from_elsewhere(void);
 static inline void tcm__tsan_from_elsewhere(void) {}
 #endif
 TCM_HIDDEN int tcm__await(tcm_slot_t *slot);
+/* The same for a slot posted with tcm__post (its bell rung already: a
+ * second ring would be a second futex wake while tcmd wakes up). */
+TCM_HIDDEN int tcm__await_rung(tcm_slot_t *slot);
 TCM_HIDDEN tcm_slot_t *tcm__slot_acquire(uint32_t *index);
 TCM_HIDDEN void tcm__slot_release(tcm_slot_t *slot);
 /* Give the top n of objs[0..*count) back to tcmd a batch at a time, *count

@@ -75,6 +75,8 @@ typedef struct tcm_thread {
      * none) */
     bool sample_armed;
     uint32_t sample_ahead;
+    uint8_t quiet_posted; /* bit j: its async slot j holds a request posted without ringing (tcmd is
+                             rung before that one is waited for) */
     uint64_t sample_base, sample_mean, sample_ns, sample_drawn;
     uint64_t sample_rng;
 } tcm_thread_t;

@@ -225,12 +225,16 @@ static uint32_t stash_fetched(tcm_thread_t *thr, unsigned cls, const tcm_slot_t 
     return k;
 }
 
-/* Wait for a request posted on an async slot, take its answer in and leave
- * the slot IDLE. into: the thread whose bin may take a batch fetched ahead
- * (NULL: it goes back to tcmd, on the same slot). */
-static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *into)
+/* Wait for a request posted on an async slot of thread owner (NULL: not
+ * known), take its answer in and leave the slot IDLE. into: the thread
+ * whose bin may take a batch fetched ahead (NULL: it goes back to tcmd, on
+ * the same slot). */
+static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *owner, tcm_thread_t *into)
 {
-    int st = tcm__await(slot);
+    uint8_t bit = owner ? (uint8_t)(1u << (idx - async_index(owner, 0))) : 0;
+    int st = owner && !(owner->quiet_posted & bit) ? tcm__await_rung(slot) : tcm__await(slot);
+    if (owner)
+        owner->quiet_posted &= (uint8_t)~bit;
     unsigned cls = slot->cls;
     uint32_t t, j;
     if (slot->op == TCM_OP_REFILL && cls > 0 && cls < TCM_NCLASSES && tcm__async_slot_of(&tcm__proc.lay, idx, &t, &j)) {
@@ -273,10 +277,13 @@ static uint32_t async_index(const tcm_thread_t *thr, uint32_t j)
 /* After a request posted quietly: when it took the thread's last async
  * slot that was free or answered, tcmd is woken now, so that the thread's
  * next request finds a slot without waiting for a round trip. */
+_Static_assert(TCM_ASYNC_SLOTS <= 8, "tcm_thread_t.quiet_posted has a bit per async slot");
+
 static bool post_quietly(tcm_thread_t *thr, tcm_slot_t *slot, uint32_t idx)
 {
     if (!tcm__post_quiet(slot, idx))
         return false;
+    thr->quiet_posted |= (uint8_t)(1u << (idx - async_index(thr, 0)));
     for (uint32_t j = 0; j < TCM_ASYNC_SLOTS; j++) {
         uint32_t state = atomic_load_explicit(&tcm__proc.slots[async_index(thr, j)].state, memory_order_relaxed);
         if (state == TCM_SLOT_IDLE || state == TCM_SLOT_DONE)
@@ -325,7 +332,8 @@ static uint64_t sample_take_ahead(tcm_thread_t *thr)
     if (!idx || atomic_load_explicit(&slot->state, memory_order_relaxed) != TCM_SLOT_DONE)
         return 0;
     thr->sample_ahead = 0;
-    int st = tcm__await(slot);
+    thr->quiet_posted &= (uint8_t)~(1u << (idx - async_index(thr, 0)));
+    int st = tcm__await(slot); /* (answered: it rings nothing) */
     uint64_t off = slot->result;
     atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
     if (st != TCM_ST_OK)
@@ -342,7 +350,7 @@ static void settle_all(tcm_thread_t *thr, bool stash)
     for (uint32_t j = 0; j < TCM_ASYNC_SLOTS; j++) {
         uint32_t idx = async_index(thr, j);
         if (atomic_load_explicit(&tcm__proc.slots[idx].state, memory_order_relaxed) != TCM_SLOT_IDLE)
-            settle_slot(&tcm__proc.slots[idx], idx, stash ? thr : NULL);
+            settle_slot(&tcm__proc.slots[idx], idx, thr, stash ? thr : NULL);
     }
 }
 
@@ -375,7 +383,7 @@ static tcm_slot_t *async_take(tcm_thread_t *thr, uint32_t *idx)
         return NULL;
     tcm_slot_t *slot = &tcm__proc.slots[ret];
     if (atomic_load_explicit(&slot->state, memory_order_relaxed) != TCM_SLOT_IDLE)
-        settle_slot(slot, ret, NULL);
+        settle_slot(slot, ret, thr, NULL);
     thr->async_next = (ret - async_index(thr, 0) + 1) % TCM_ASYNC_SLOTS;
     *idx = ret;
     return slot;
@@ -826,7 +834,7 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
     uint32_t idx;
     tcm_slot_t *ahead = fetched_ahead(thr, cls, &idx);
     if (ahead) {
-        settle_slot(ahead, idx, thr);
+        settle_slot(ahead, idx, thr, thr);
         if (b->count) {
             if (quick)
                 slow_start(thr, cls);
@@ -1200,7 +1208,7 @@ TCM_COLD void tcm__flush_all(void)
         for (uint32_t j = 0; j < TCM_ASYNC_SLOTS; j++) {
             uint32_t a = tcm__async_slot(&pr->lay, i, j);
             if (atomic_load_explicit(&pr->slots[a].state, memory_order_relaxed) != TCM_SLOT_IDLE)
-                settle_slot(&pr->slots[a], a, NULL);
+                settle_slot(&pr->slots[a], a, NULL, NULL);
         }
         tcm_tcache_t *tc = thread_tcache(i);
         for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {

@@ -131,7 +131,7 @@ static bool return_top_batch(unsigned cls)
         atomic_fetch_sub_explicit(&pr->xfer_bytes, (uint64_t)k * pr->classes[cls].size, memory_order_relaxed);
     }
     pthread_mutex_unlock(&pr->xfer_lock[cls]);
-    int st = posted ? tcm__await(slot) : TCM_ST_NOMEM;
+    int st = posted ? tcm__await_rung(slot) : TCM_ST_NOMEM;
     tcm__slot_release(slot);
     if (st != TCM_ST_OK && st != TCM_ST_NOMEM)
         tcm__fatal_refused(st, cls);
