@@ -49,6 +49,13 @@ static void resume_if_asked(void)
         tcm__await_daemon();
 }
 
+void tcm__ring_bell(void)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    if (!pr->serve)
+        tcm__bell_ring((_Atomic uint32_t *)&pr->meta->heap_sleeping, pr->bell);
+}
+
 /* Post the request on a slot without waiting for it, ringing tcmd's bell
  * or not; false (and nothing posted) when tcmd is lost and not back yet. */
 static bool post(tcm_slot_t *slot, uint32_t slot_index, bool ring)
@@ -75,7 +82,7 @@ static bool post(tcm_slot_t *slot, uint32_t slot_index, bool ring)
         return true;
     }
     if (ring)
-        tcm__bell_ring((_Atomic uint32_t *)&pr->meta->heap_sleeping, pr->bell);
+        tcm__ring_bell();
     return true;
 }
 
@@ -87,13 +94,6 @@ bool tcm__post(tcm_slot_t *slot, uint32_t slot_index)
 bool tcm__post_quiet(tcm_slot_t *slot, uint32_t slot_index)
 {
     return post(slot, slot_index, false);
-}
-
-void tcm__ring_bell(void)
-{
-    tcm_proc_t *pr = &tcm__proc;
-    if (!pr->serve)
-        tcm__bell_ring((_Atomic uint32_t *)&pr->meta->heap_sleeping, pr->bell);
 }
 
 /* Wait for the answer to a posted request (rung: its post rang the bell;

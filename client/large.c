@@ -43,6 +43,20 @@ static void put_entry(uint32_t i, uint64_t off, uint32_t npages)
     pr->large_off[i] = off;
 }
 
+/* Entry i out of the cache, under large_lock: the last one fills its hole.
+ * Its offset. */
+static uint64_t take_entry(uint32_t i)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    uint32_t n = pr->chan_hdr->large_count;
+    uint64_t off = pr->large_off[i];
+    atomic_fetch_sub_explicit(&pr->large_bytes, run_bytes(pr->large_np[i]), memory_order_relaxed);
+    put_entry(i, pr->large_off[n - 1], pr->large_np[n - 1]);
+    pr->chan_hdr->large_count = n - 1;
+    atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
+    return off;
+}
+
 TCM_NOINLINE uint64_t tcm__large_take(uint32_t npages)
 {
     tcm_proc_t *pr = &tcm__proc;
@@ -56,14 +70,7 @@ TCM_NOINLINE uint64_t tcm__large_take(uint32_t npages)
         best = (i & take) | (best & ~take);
         best_np = (have & take) | (best_np & ~take);
     }
-    uint64_t off = 0;
-    if (best != TCM_LARGE_CACHE) {
-        off = pr->large_off[best];
-        atomic_fetch_sub_explicit(&pr->large_bytes, run_bytes(best_np), memory_order_relaxed);
-        put_entry(best, pr->large_off[n - 1], pr->large_np[n - 1]);
-        hdr->large_count = n - 1;
-        atomic_store_explicit(&pr->xfer_used, true, memory_order_relaxed);
-    }
+    uint64_t off = best != TCM_LARGE_CACHE ? take_entry(best) : 0;
     pthread_mutex_unlock(&pr->large_lock);
     return off;
 }
@@ -80,12 +87,7 @@ TCM_NOINLINE uint64_t tcm__large_marked(bool take)
         if (pr->large_np[i] != 1 ||
             atomic_load_explicit((const _Atomic uint32_t *)&sp->sample, memory_order_relaxed) != TCM_SAMPLE_AWAITED)
             continue;
-        off = pr->large_off[i];
-        if (take) {
-            atomic_fetch_sub_explicit(&pr->large_bytes, run_bytes(1), memory_order_relaxed);
-            put_entry(i, pr->large_off[n - 1], pr->large_np[n - 1]);
-            hdr->large_count = n - 1;
-        }
+        off = take ? take_entry(i) : pr->large_off[i];
     }
     pthread_mutex_unlock(&pr->large_lock);
     return off;

@@ -477,6 +477,7 @@ static inline uint64_t tcm__sample_interval(uint32_t packed)
  * cache; the SAMPLE replaces the mark. */
 #define TCM_ALLOC_SAMPLED 1u
 #define TCM_SAMPLE_AWAITED UINT32_MAX
+_Static_assert(TCM_SAMPLES < TCM_SAMPLE_AWAITED, "the awaited mark is no sample's 1 + index");
 #define TCM_NOPS 8u
 #define TCM_OPS_COUNTED 6u /* the ops tcm_daemon_stats_t.ops counts (layout 14's); the profile's have stats of their own */
 
@@ -1081,8 +1082,8 @@ TCM_SHARED_OFFSET(tcm_sample_t, nframes, 36); TCM_SHARED_OFFSET(tcm_sample_t, fr
 
 /* The process a heap-profile sample names: who it was, and its code
  * mappings as it sent them (TCM_OP_MAPS: lines of "start limit offset bias
- * build_id path", hex, bounded; path "*": the exe field), so a profile symbolizes each process's
- * addresses in its own files. Two copies of the text: a new one is written
+ * build_id path", hex, bounded; path "*": the exe field), so a profile
+ * symbolizes each process's addresses in its own files. Two copies of the text: a new one is written
  * into the other, then current flips (release), so a kill leaves one
  * whole. W: the heap thread (made with its first sample or text, departed
  * when the client goes, freed when it is departed and no sample names it:
