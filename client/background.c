@@ -2,7 +2,8 @@
  * own threads cannot do while they are busy elsewhere or idle: give the
  * transfer tier back when no thread has used it for decay_ms, trim it when
  * tcmd lowers the budget, and empty it at once when tcmd asks (the heap is
- * full and another process is waiting for memory). Thread caches stay with
+ * full and another process is waiting for memory); and, as it starts, pay
+ * what a first heap-profile sample would (profile.c). Thread caches stay with
  * their threads: a thread empties its own when it next reaches a slow path
  * after such a request, or when it exits. The thread sleeps on the channel's
  * bg_wake word, which tcmd increments and wakes. */
@@ -12,6 +13,7 @@
 #include "background.h"
 #include "client.h"
 #include "prim.h"
+#include "profile.h"
 #include "xfer.h"
 
 #define TICK_NS 1000000000ull /* at least once a second */
@@ -21,6 +23,7 @@ static void *bg_main(void *arg)
     tcm_proc_t *pr = &tcm__proc;
     (void)arg;
     tcm__in_library = 1; /* for the thread's whole life */
+    tcm__profile_warm();
     uint64_t last_used = tcm__now_ns(), seen_gen = atomic_load(&pr->meta->config.gen);
     uint32_t seen_flush = atomic_load(&pr->chan_hdr->flush_gen);
     while (!atomic_load(&pr->bg_stop)) {

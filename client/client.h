@@ -72,9 +72,13 @@ typedef struct tcm_thread {
      * come too fast); sample_ns, when the last sample was taken;
      * sample_drawn, the interval counted down since; sample_ahead, the
      * async slot of the run asked for ahead for its next small sample (0:
-     * none) */
+     * none); sample_owed, the weight (as a mean) of a small sample whose run
+     * was not there yet, which the allocation at the next point of a
+     * shorter countdown (sample_retry, its interval) takes instead (0: none
+     * owed; tcache.c, "A sample waits for nobody") */
     bool sample_armed;
     uint32_t sample_ahead;
+    uint64_t sample_owed, sample_retry;
     uint8_t quiet_posted; /* bit j: its async slot j holds a request posted without ringing (tcmd is
                              rung before that one is waited for) */
     uint64_t sample_base, sample_mean, sample_ns, sample_drawn;

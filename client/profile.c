@@ -31,14 +31,14 @@ static double neg_log(double u)
     return -(e * 0.6931471805599453 + ln_m);
 }
 
-static int64_t draw(tcm_thread_t *thr, uint64_t mean)
+uint64_t tcm__sample_draw(tcm_thread_t *thr, uint64_t mean)
 {
     uint64_t x = thr->sample_rng ? thr->sample_rng : tcm__random64() | 1;
     x ^= x >> 12, x ^= x << 25, x ^= x >> 27; /* xorshift64* */
     thr->sample_rng = x;
     double u = ((double)((x * 0x2545f4914f6cdd1dull) >> 11) + 0.5) * 0x1p-53;
     double v = neg_log(u) * (double)mean;
-    return v < 1 ? 1 : v > 0x1p62 ? (int64_t)1 << 62 : (int64_t)v;
+    return v < 1 ? 1 : v > 0x1p62 ? (uint64_t)1 << 62 : (uint64_t)v;
 }
 
 /* A sample costs the thread microseconds (its stack unwound, a page run
@@ -85,7 +85,7 @@ void tcm__sample_arm(tcm_thread_t *thr, bool sampled)
     } else if (!rate) {
         thr->sample_mean = base;
     }
-    tcm__hot.sample_left = (int64_t)(thr->sample_drawn = (uint64_t)draw(thr, thr->sample_mean));
+    tcm__hot.sample_left = (int64_t)(thr->sample_drawn = tcm__sample_draw(thr, thr->sample_mean));
 }
 
 void tcm__sample_done(tcm_thread_t *thr)
@@ -122,6 +122,23 @@ void tcm__maps_fill(tcm_slot_t *slot)
     slot->arg = 0;
     slot->arg2 = len;
     slot->count = (uint32_t)len;
+}
+
+/* A process's first sample would pay, on the thread that allocates, for
+ * the unwinder's first use (libgcc reads the unwind tables of the objects
+ * on the stack, a page fault at a time: 50-100 us on this guest) and the
+ * first walk of the loaded objects' headers for the mappings text (30-80
+ * us). The background thread pays them instead, once, as the process
+ * attaches while sampling is on; the first sample's unwind still reads
+ * the program's own tables. */
+void tcm__profile_warm(void)
+{
+    static char text[TCM_SAMPLE_MAPS_BYTES]; /* (the background thread's alone) */
+    uint64_t frames[TCM_SAMPLE_FRAMES];
+    if (!atomic_load_explicit(&tcm__proc.meta->profile_sample, memory_order_relaxed))
+        return;
+    (void)tcm__backtrace(frames, TCM_SAMPLE_FRAMES, 0);
+    (void)tcm__code_maps(text, sizeof text);
 }
 
 void tcm__profile_fork_child(void)

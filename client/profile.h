@@ -12,6 +12,8 @@
  * none when it is 0), or around a larger mean while the thread samples
  * faster than profile_rate allows; sampled: a sample was just taken. */
 TCM_HIDDEN void tcm__sample_arm(tcm_thread_t *thr, bool sampled);
+/* An interval drawn around mean (exponential, at least 1 byte). */
+TCM_HIDDEN uint64_t tcm__sample_draw(tcm_thread_t *thr, uint64_t mean);
 /* A sample was taken and told: the next gap counts from now. */
 TCM_HIDDEN void tcm__sample_done(tcm_thread_t *thr);
 /* Fills slot with the TCM_OP_SAMPLE of the sampled allocation at heap
@@ -24,6 +26,10 @@ TCM_HIDDEN void tcm__sample_fill(tcm_slot_t *slot, uint64_t run, size_t size, ui
 TCM_HIDDEN bool tcm__maps_due(void);
 /* Fills slot with the TCM_OP_MAPS of the process's code mappings. */
 TCM_HIDDEN void tcm__maps_fill(tcm_slot_t *slot);
+
+/* The background thread, as the process attaches: what a first sample
+ * would pay the first time (profile.c). */
+TCM_HIDDEN void tcm__profile_warm(void);
 
 /* In a fork child: the lock another thread of the parent may have held. */
 TCM_HIDDEN void tcm__profile_fork_child(void);

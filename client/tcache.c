@@ -301,13 +301,16 @@ static bool post_quietly(tcm_thread_t *thr, tcm_slot_t *slot, uint32_t idx)
  * sample's run ahead: at its first malloc without waking tcmd, just before
  * its first refill, which tcmd serves with it; and after each sample,
  * waking tcmd (ring), which serves it with what the sample posted quietly
- * (its SAMPLE, and a sampled run freed since the last): a wake a sample,
- * and the thread waits for none. The answer waits on one of the thread's
- * async slots (a process that dies first leaves a run answered and never
- * taken, which reclaim frees). A thread that leaves first puts the run in
- * the process's page-run cache, where the next sample of any thread takes
- * it (threads that come and go ask for none while one is there); a sample
- * finding neither asks for a run of its own. */
+ * (its SAMPLE, and a sampled run freed since the last): a wake a sample.
+ * (Asked for quietly, to be served by whatever wakes tcmd next, it mostly
+ * was not there for the next sample, which then rang: no fewer wakes, and
+ * every sample owed; measured, no faster.) A sample that finds its run
+ * not answered yet is owed (below). The answer waits on one of the
+ * thread's async slots (a process that dies first leaves a run answered
+ * and never taken, which reclaim frees). A thread that leaves first puts
+ * the run in the process's page-run cache, where the next sample of any
+ * thread takes it (threads that come and go ask for none while one is
+ * there). */
 
 static void sample_ask_ahead(tcm_thread_t *thr, bool ring)
 {
@@ -617,6 +620,7 @@ static void check_config(tcm_thread_t *thr)
     thr->budget = thread_budget();
     if (thr->sample_base != atomic_load_explicit(&tcm__proc.meta->profile_sample, memory_order_relaxed)) {
         thr->sample_armed = false; /* profile_sample changed: the next malloc draws from the new mean */
+        thr->sample_owed = 0;
         tcm__hot.sample_left = 0;
     }
     settle_all(thr, false); /* what it asked for ahead goes back: the budget may be smaller */
@@ -981,6 +985,52 @@ static bool sample_due(tcm_thread_t *thr, size_t size)
     return false;
 }
 
+/* ---- a sample waits for nobody ----
+ *
+ * A small sample's run is the one its thread asked for ahead (or one a
+ * departed thread left in the run cache). tcmd was woken for it after the
+ * thread's last sample, but on busy CPUs the scheduler may run it a slice
+ * later (a millisecond and more), and a malloc must not wait that long for
+ * the profile. So a sample whose run is not there yet is owed: the thread
+ * counts down a shorter interval (around SAMPLE_RETRY_MEAN) and the
+ * allocation at its end takes the sample once the run is there, weighing
+ * what the owed one did plus the bytes allocated in between (the profile
+ * stays unbiased where the mix of allocations does not change within that
+ * time). With profile_rate 0, no bound on the profile's cost, a sample is
+ * taken where it falls and waits for a run if need be. */
+#define SAMPLE_RETRY_MEAN (64u << 10)
+
+/* The countdown ran out at this allocation: the mean its sample weighs,
+ * and a small one's run (off), or 0: not sampled, the sample is owed. */
+static uint64_t sample_point(tcm_thread_t *thr, size_t size, uint64_t *off)
+{
+    uint64_t mean = thr->sample_mean;
+    if (thr->sample_owed) { /* a retry: the bytes it counted down join the weight (and the pace's interval) */
+        uint64_t counted = (uint64_t)((int64_t)thr->sample_retry - tcm__hot.sample_left);
+        thr->sample_owed += counted;
+        thr->sample_drawn += counted;
+        mean = thr->sample_owed;
+    }
+    if (size <= TCM_PAGE_SIZE) {
+        *off = sample_take_ahead(thr);
+        if (!*off)
+            *off = tcm__large_marked(true);
+        if (!*off && atomic_load_explicit(&tcm__proc.meta->profile_rate, memory_order_relaxed)) {
+            if (!thr->sample_ahead)
+                sample_ask_ahead(thr, true);
+            else if (!thr->sample_owed)
+                tcm__ring_bell(); /* it may have been asked for quietly */
+            thr->sample_owed = mean;
+            uint64_t retry = thr->sample_mean < SAMPLE_RETRY_MEAN ? thr->sample_mean : SAMPLE_RETRY_MEAN;
+            tcm__hot.sample_left = (int64_t)(thr->sample_retry = tcm__sample_draw(thr, retry));
+            return 0;
+        }
+    }
+    thr->sample_owed = 0;
+    tcm__sample_arm(thr, true);
+    return mean;
+}
+
 /* A request of the heap profile's, which nobody waits for: on an async
  * slot, posted without waking tcmd (served at its next turn); on the
  * thread's own slot, answered, when every async one holds a batch asked for
@@ -1031,11 +1081,9 @@ TCM_NOINLINE void *tcm__malloc_slow(size_t size)
     tcm_thread_t *thr = size <= TCM_MAX_SMALL || atomic_load_explicit(&tcm__proc.attached, memory_order_acquire)
                             ? current_thread()
                             : NULL;
-    uint64_t mean = 0;
-    if (thr && tcm_unlikely(sample_due(thr, size))) {
-        mean = thr->sample_mean; /* what this sample's interval was drawn around: its weight's */
-        tcm__sample_arm(thr, true);
-    }
+    uint64_t mean = 0, off = 0, asked; /* mean: the sample's weight (what its interval was drawn around) */
+    if (thr && tcm_unlikely(sample_due(thr, size)))
+        mean = sample_point(thr, size, &off);
     /* a sampled allocation gets a fresh run, marked by tcmd as a sample's
      * (TCM_ALLOC_SAMPLED), whatever its size */
     if (size > TCM_MAX_SMALL) {
@@ -1044,9 +1092,6 @@ TCM_NOINLINE void *tcm__malloc_slow(size_t size)
             sample_post(thr, (uint64_t)((uint8_t *)p - tcm__proc.heap), size, mean, (uintptr_t)__builtin_dwarf_cfa());
         return p;
     }
-    uint64_t off = mean && size <= TCM_PAGE_SIZE ? sample_take_ahead(thr) : 0, asked;
-    if (!off && mean && size <= TCM_PAGE_SIZE)
-        off = tcm__large_marked(true);
     if (off)
         tcm__map_given_run(off, 1);
     if (off || (mean && alloc_pages(size ? size : 1, 0, true, &off, &asked) == TCM_ST_OK)) {

@@ -114,7 +114,7 @@ static const setting_t settings[] = {
     {{"profile_sample", true, "bytes a thread allocates, on average, per allocation sampled for the heap "
       "profile (tcmctl heap-profile; 0: no sampling)"}, T_SIZE, 0, 1u << 30, "2M", "SIZE", FIELD(profile_sample)},
     {{"profile_rate", true, "samples a thread may take a second: past it its intervals grow, the profile stays "
-      "unbiased (0: no limit)"}, T_UINT, 0, 1000000, "100", "N", FIELD(profile_rate)},
+      "unbiased (0: no limit, and a sample waits for tcmd if need be)"}, T_UINT, 0, 1000000, "100", "N", FIELD(profile_rate)},
     {{"clients_per_uid", true, "client records (attached processes) one user may hold at once"}, T_UINT, 1,
      TCM_CLIENTS_MAX, TCM_STRINGIFY(TCM_DEFAULT_CLIENTS_PER_UID), "N", FIELD(clients_per_uid)},
     {{"conns_per_uid", true, "control connections one user may hold open (root and tcmd's user get "

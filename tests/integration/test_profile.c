@@ -10,8 +10,9 @@
  * not hold, nor send more frames than a sample keeps; a user past its
  * share of the table gets its allocations, not their samples
  * (integration.access: the profile is the operator's). Runs freed before
- * tcmd took their samples leave no sample behind, and the run a thread
- * keeps for its next sample is never orphaned. */
+ * tcmd took their samples leave no sample behind, the run a thread
+ * keeps for its next sample is never orphaned, and a sample waits for no
+ * tcmd. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -341,6 +342,61 @@ static void check_churn(const tcm_test_daemon_t *d)
     CHECK_EQ(tt_tcmctl(d, "config set profile_sample " INTERVAL, out, sizeof out), 0);
 }
 
+/* A sample waits for nobody: with tcmd stopped (SIGSTOP: alive, so its
+ * clients wait for it), a thread whose cache holds what it allocates goes
+ * on allocating at a 1-byte sampling interval, its samples owed; once tcmd
+ * runs again they are taken. (A rate that never lengthens the interval:
+ * every malloc is a sample's point. Under profile_rate 0 a sample waits
+ * for its run.) */
+#define STOPPED_PAIRS 200000
+
+static int stopped_allocator(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(socket_path), 0);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < STOPPED_PAIRS; i++) {
+            char *p = tcm_malloc(SMALL_SIZE);
+            CHECK(p != NULL);
+            p[0] = 1;
+            tcm_free(p);
+        }
+        atomic_store(phase, 15 + 2 * round); /* 15: warm; 17: done with tcmd stopped; 19: done after */
+        wait_phase(16 + 2 * round);
+    }
+    return 0;
+}
+
+static void check_stopped_daemon(const tcm_test_daemon_t *d)
+{
+    char out[4096];
+    CHECK_EQ(tt_tcmctl(d, "config set profile_rate 1000000", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(d, "config set profile_sample 1", out, sizeof out), 0);
+    pid_t f = tt_fork(stopped_allocator, NULL);
+    wait_phase(15);
+    CHECK_EQ(tt_tcmctl(d, "heap-profile --top 1", out, sizeof out), 0); /* a turn: what it posted quietly is served */
+    uint64_t taken = tt_stat(d, "profile_samples_taken");
+    CHECK_EQ(kill(d->pid, SIGSTOP), 0);
+    atomic_store(phase, 16);
+    for (int i = 0; i < 10000 && atomic_load(phase) < 17; i++)
+        usleep(1000);
+    int reached = atomic_load(phase);
+    CHECK_EQ(kill(d->pid, SIGCONT), 0);
+    CHECK_GE(reached, 17); /* it did not wait for the stopped tcmd */
+    CHECK_EQ(tt_tcmctl(d, "heap-profile --top 1", out, sizeof out), 0); /* tcmd served the run the sample owed waits for */
+    atomic_store(phase, 18);
+    wait_phase(19);
+    CHECK_EQ(tt_tcmctl(d, "heap-profile --top 1", out, sizeof out), 0);
+    uint64_t after = tt_stat(d, "profile_samples_taken") - taken;
+    printf("stopped tcmd: %d pairs allocated while it was stopped, %llu samples taken in all\n", STOPPED_PAIRS,
+           (unsigned long long)after);
+    CHECK_GE(after, 1u); /* the owed one, once tcmd ran again */
+    atomic_store(phase, 20);
+    tt_wait_ok(f, 30000);
+    CHECK_EQ(tt_tcmctl(d, "config set profile_sample " INTERVAL, out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(d, "config set profile_rate 0", out, sizeof out), 0);
+}
+
 /* A thread's run asked for ahead for its next sample goes back when the
  * thread exits, and to reclaim when its process is killed: threads that
  * come and go, and a process killed while its threads hold one, leave
@@ -424,6 +480,7 @@ int main(void)
     check_share(&d);
     check_churn(&d);
     check_threads_leave_nothing(&d);
+    check_stopped_daemon(&d);
     atomic_store(phase, 9);
     tt_wait_ok(a, 10000);
     tt_wait_ok(b, 10000);
