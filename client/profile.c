@@ -41,6 +41,22 @@ uint64_t tcm__sample_draw(tcm_thread_t *thr, uint64_t mean)
     return v < 1 ? 1 : v > 0x1p62 ? (uint64_t)1 << 62 : (uint64_t)v;
 }
 
+uint64_t tcm__sample_mean_for(uint64_t weight, uint64_t size)
+{
+    if (!size)
+        size = 1;
+    if (weight <= size)
+        return 1; /* it stands for itself alone */
+    double x = (double)size / (double)weight, l = 0, p = 1;
+    if (x < 0.5)
+        for (int k = 1; k <= 40; k++) /* -ln(1 - x) by its series: neg_log is coarse near 1 */
+            l += (p *= x) / k;
+    else
+        l = neg_log(1 - x);
+    double m = (double)size / l;
+    return m < 1 ? 1 : m > 0x1p62 ? (uint64_t)1 << 62 : (uint64_t)m;
+}
+
 /* A sample costs the thread microseconds (its stack unwound, a page run
  * of its own from tcmd): a thread that allocates gigabytes a second would
  * spend much of its time sampling. So a thread takes about profile_rate

@@ -14,6 +14,9 @@
 TCM_HIDDEN void tcm__sample_arm(tcm_thread_t *thr, bool sampled);
 /* An interval drawn around mean (exponential, at least 1 byte). */
 TCM_HIDDEN uint64_t tcm__sample_draw(tcm_thread_t *thr, uint64_t mean);
+/* The mean to tell tcmd for a sample of size bytes that stands for weight
+ * bytes (tcmd weighs a sample s / (1 - e^(-s/mean))). */
+TCM_HIDDEN uint64_t tcm__sample_mean_for(uint64_t weight, uint64_t size);
 /* A sample was taken and told: the next gap counts from now. */
 TCM_HIDDEN void tcm__sample_done(tcm_thread_t *thr);
 /* Fills slot with the TCM_OP_SAMPLE of the sampled allocation at heap

@@ -993,23 +993,29 @@ static bool sample_due(tcm_thread_t *thr, size_t size)
  * later (a millisecond and more), and a malloc must not wait that long for
  * the profile. So a sample whose run is not there yet is owed: the thread
  * counts down a shorter interval (around SAMPLE_RETRY_MEAN) and the
- * allocation at its end takes the sample once the run is there, weighing
- * what the owed one did plus the bytes allocated in between (the profile
- * stays unbiased where the mix of allocations does not change within that
- * time). With profile_rate 0, no bound on the profile's cost, a sample is
- * taken where it falls and waits for a run if need be. */
+ * allocation at its end takes the sample once the run is there, standing
+ * for every byte the thread allocated since its last sample, this one's
+ * included. The profile stays unbiased where the mix of allocations does
+ * not change within that time; where it does (a burst's end), an owed
+ * sample's bytes go to the next site, or nowhere if the thread allocates
+ * no more: one sample's worth, as tcmd answers within an interval at the
+ * default rates. With profile_rate 0, no bound on the profile's cost, a
+ * sample is taken where it falls and waits for a run if need be (the
+ * accuracy test's: at a 4 KiB interval and no limit, a sample is owed more
+ * often than not). */
 #define SAMPLE_RETRY_MEAN (64u << 10)
 
-/* The countdown ran out at this allocation: the mean its sample weighs,
- * and a small one's run (off), or 0: not sampled, the sample is owed. */
+/* The countdown ran out at this allocation: the mean its sample is told
+ * with (its weight's), and a small one's run (off); or 0: not sampled, the
+ * sample is owed (sample_owed: the bytes since the last sample). */
 static uint64_t sample_point(tcm_thread_t *thr, size_t size, uint64_t *off)
 {
     uint64_t mean = thr->sample_mean;
-    if (thr->sample_owed) { /* a retry: the bytes it counted down join the weight (and the pace's interval) */
+    if (thr->sample_owed) { /* a retry: what it counted down (this allocation too) joins the weight */
         uint64_t counted = (uint64_t)((int64_t)thr->sample_retry - tcm__hot.sample_left);
         thr->sample_owed += counted;
-        thr->sample_drawn += counted;
-        mean = thr->sample_owed;
+        thr->sample_drawn += counted; /* (the pace's interval) */
+        mean = tcm__sample_mean_for(thr->sample_owed, size);
     }
     if (size <= TCM_PAGE_SIZE) {
         *off = sample_take_ahead(thr);
@@ -1020,7 +1026,8 @@ static uint64_t sample_point(tcm_thread_t *thr, size_t size, uint64_t *off)
                 sample_ask_ahead(thr, true);
             else if (!thr->sample_owed)
                 tcm__ring_bell(); /* it may have been asked for quietly */
-            thr->sample_owed = mean;
+            if (!thr->sample_owed)
+                thr->sample_owed = (uint64_t)((int64_t)thr->sample_drawn - tcm__hot.sample_left);
             uint64_t retry = thr->sample_mean < SAMPLE_RETRY_MEAN ? thr->sample_mean : SAMPLE_RETRY_MEAN;
             tcm__hot.sample_left = (int64_t)(thr->sample_retry = tcm__sample_draw(thr, retry));
             return 0;
