@@ -1001,8 +1001,8 @@ static bool sample_due(tcm_thread_t *thr, size_t size)
  * no more: one sample's worth, as tcmd answers within an interval at the
  * default rates. With profile_rate 0, no bound on the profile's cost, a
  * sample is taken where it falls and waits for a run if need be (the
- * accuracy test's: at a 4 KiB interval and no limit, a sample is owed more
- * often than not). */
+ * accuracy test's: at its 4 KiB interval, with a limit, a sample is owed
+ * more often than not). */
 #define SAMPLE_RETRY_MEAN (64u << 10)
 
 /* The countdown ran out at this allocation: the mean its sample is told
