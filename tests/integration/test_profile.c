@@ -347,7 +347,8 @@ static void check_churn(const tcm_test_daemon_t *d)
  * on allocating at a 1-byte sampling interval, its samples owed; once tcmd
  * runs again they are taken. (A rate that never lengthens the interval:
  * every malloc is a sample's point. Under profile_rate 0 a sample waits
- * for its run.) */
+ * for its run. No decay: the thread's scavenger hands its idle objects
+ * back and waits for the answer.) */
 #define STOPPED_PAIRS 200000
 
 static int stopped_allocator(void *arg)
@@ -371,6 +372,7 @@ static void check_stopped_daemon(const tcm_test_daemon_t *d)
 {
     char out[4096];
     CHECK_EQ(tt_tcmctl(d, "config set profile_rate 1000000", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(d, "config set decay_ms 0", out, sizeof out), 0);
     CHECK_EQ(tt_tcmctl(d, "config set profile_sample 1", out, sizeof out), 0);
     pid_t f = tt_fork(stopped_allocator, NULL);
     wait_phase(15);
@@ -395,6 +397,7 @@ static void check_stopped_daemon(const tcm_test_daemon_t *d)
     tt_wait_ok(f, 30000);
     CHECK_EQ(tt_tcmctl(d, "config set profile_sample " INTERVAL, out, sizeof out), 0);
     CHECK_EQ(tt_tcmctl(d, "config set profile_rate 0", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(d, "config set decay_ms " TCM_DEFAULT_DECAY_MS, out, sizeof out), 0);
 }
 
 /* A thread's run asked for ahead for its next sample goes back when the
