@@ -1041,17 +1041,20 @@ static uint64_t sample_point(tcm_thread_t *thr, size_t size, uint64_t *off)
 /* A request of the heap profile's, which nobody waits for: on an async
  * slot, posted without waking tcmd (served at its next turn); on the
  * thread's own slot, answered, when every async one holds a batch asked for
- * ahead. sample NULL: the process's code mappings. */
+ * ahead, or when the sample marks its run (wait: a run tcmd did not mark,
+ * whose free must not go anywhere but to tcmd once the application has
+ * it). sample NULL: the process's code mappings. */
 typedef struct sample_req {
     uint64_t off, mean;
     size_t size;
     uintptr_t cfa;
+    bool wait;
 } sample_req_t;
 
 static void profile_post(tcm_thread_t *thr, const sample_req_t *sample)
 {
     uint32_t idx;
-    tcm_slot_t *slot = async_take(thr, &idx);
+    tcm_slot_t *slot = sample && sample->wait ? NULL : async_take(thr, &idx);
     bool own = !slot;
     if (own)
         slot = tcm__slot_acquire(&idx);
@@ -1072,11 +1075,11 @@ static void profile_post(tcm_thread_t *thr, const sample_req_t *sample)
  * tcm__malloc_slow's frame (cfa), and first of the process's code mappings
  * when it has none or they changed. A sample tcmd does not keep is only a
  * sample less. */
-TCM_NOINLINE static void sample_post(tcm_thread_t *thr, uint64_t off, size_t size, uint64_t mean, uintptr_t cfa)
+TCM_NOINLINE static void sample_post(tcm_thread_t *thr, const sample_req_t *sample)
 {
     if (tcm__maps_due())
         profile_post(thr, NULL);
-    profile_post(thr, &(sample_req_t){off, mean, size, cfa});
+    profile_post(thr, sample);
     tcm__sample_done(thr);
 }
 
@@ -1091,18 +1094,24 @@ TCM_NOINLINE void *tcm__malloc_slow(size_t size)
     uint64_t mean = 0, off = 0, asked; /* mean: the sample's weight (what its interval was drawn around) */
     if (thr && tcm_unlikely(sample_due(thr, size)))
         mean = sample_point(thr, size, &off);
-    /* a sampled allocation gets a fresh run, marked by tcmd as a sample's
-     * (TCM_ALLOC_SAMPLED), whatever its size */
+    /* a sampled allocation gets a run of its own, marked by tcmd as a
+     * sample's, whatever its size: a small one the run asked for ahead, or
+     * a fresh one (TCM_ALLOC_SAMPLED); a large one one from the run cache
+     * if it has one, marked by a SAMPLE waited for (a round trip, where a
+     * fresh run of megabytes would cost its commit and faults too:
+     * milliseconds), else a fresh one */
     if (size > TCM_MAX_SMALL) {
-        void *p = large_alloc(size, 0, mean != 0);
+        off = mean ? tcm__large_take((uint32_t)((size + TCM_PAGE_SIZE - 1) >> TCM_PAGE_SHIFT)) : 0;
+        void *p = off ? tcm__proc.heap + off : large_alloc(size, 0, mean != 0);
         if (p && mean)
-            sample_post(thr, (uint64_t)((uint8_t *)p - tcm__proc.heap), size, mean, (uintptr_t)__builtin_dwarf_cfa());
+            sample_post(thr, &(sample_req_t){(uint64_t)((uint8_t *)p - tcm__proc.heap), mean, size,
+                                             (uintptr_t)__builtin_dwarf_cfa(), off != 0});
         return p;
     }
     if (off)
         tcm__map_given_run(off, 1);
     if (off || (mean && alloc_pages(size ? size : 1, 0, true, &off, &asked) == TCM_ST_OK)) {
-        sample_post(thr, off, size, mean, (uintptr_t)__builtin_dwarf_cfa());
+        sample_post(thr, &(sample_req_t){off, mean, size, (uintptr_t)__builtin_dwarf_cfa(), false});
         sample_ask_ahead(thr, true);
         return tcm__proc.heap + off;
     }

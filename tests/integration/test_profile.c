@@ -10,7 +10,8 @@
  * not hold, nor send more frames than a sample keeps; a user past its
  * share of the table gets its allocations, not their samples
  * (integration.access: the profile is the operator's). Runs freed before
- * tcmd took their samples leave no sample behind, the run a thread
+ * tcmd took their samples leave no sample behind (small ones, and large
+ * ones from the run cache), the run a thread
  * keeps for its next sample is never orphaned, and a sample waits for no
  * tcmd. */
 #define _GNU_SOURCE
@@ -324,6 +325,24 @@ static int churner(void *arg)
     return 0;
 }
 
+/* Runs of 1 MiB, about half of them sampled: a run freed unsampled goes
+ * to the process's run cache, and a sample that takes it from there marks
+ * it with a SAMPLE it waits for, so that its free reaches tcmd too. */
+static int large_churner(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(socket_path), 0);
+    for (int i = 0; i < 400; i++) {
+        char *p = tcm_malloc(1u << 20);
+        CHECK(p != NULL);
+        p[0] = 1;
+        tcm_free(p);
+    }
+    atomic_store(phase, 21); /* alive, its run cache holding what it freed unsampled */
+    wait_phase(22);
+    return 0;
+}
+
 static void check_churn(const tcm_test_daemon_t *d)
 {
     char out[4096];
@@ -339,6 +358,20 @@ static void check_churn(const tcm_test_daemon_t *d)
     CHECK_EQ(tt_stat(d, "profile_samples"), live);
     atomic_store(phase, 13);
     tt_wait_ok(f, 30000);
+
+    CHECK_EQ(tt_tcmctl(d, "config set profile_sample 1536K", out, sizeof out), 0);
+    taken = tt_stat(d, "profile_samples_taken");
+    f = tt_fork(large_churner, NULL);
+    wait_phase(21);
+    CHECK_EQ(tt_tcmctl(d, "heap-profile --top 5", out, sizeof out), 0);
+    printf("large churn: %llu samples taken, %llu live after\n",
+           (unsigned long long)(tt_stat(d, "profile_samples_taken") - taken),
+           (unsigned long long)tt_stat(d, "profile_samples"));
+    CHECK_GE(tt_stat(d, "profile_samples_taken") - taken, 100u);
+    CHECK_EQ(tt_stat(d, "profile_samples"), live);
+    atomic_store(phase, 22);
+    tt_wait_ok(f, 30000);
+    atomic_store(phase, 13); /* the later cases' phases count on from the churn's */
     CHECK_EQ(tt_tcmctl(d, "config set profile_sample " INTERVAL, out, sizeof out), 0);
 }
 
