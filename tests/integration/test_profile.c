@@ -343,34 +343,33 @@ static int large_churner(void *arg)
     return 0;
 }
 
+/* A churner run at interval: once it reaches its phase (alive), after a
+ * turn of the heap thread, at least min_taken samples were taken and none
+ * outlives its object; then it may go on to the next phase and exit. */
+static void churn_once(const tcm_test_daemon_t *d, const char *name, const char *interval, int (*fn)(void *),
+                       int reached, uint64_t min_taken)
+{
+    char out[4096], cmd[64];
+    snprintf(cmd, sizeof cmd, "config set profile_sample %s", interval);
+    CHECK_EQ(tt_tcmctl(d, cmd, out, sizeof out), 0);
+    uint64_t live = tt_stat(d, "profile_samples"), taken = tt_stat(d, "profile_samples_taken");
+    pid_t f = tt_fork(fn, NULL);
+    wait_phase(reached);
+    CHECK_EQ(tt_tcmctl(d, "heap-profile --top 5", out, sizeof out), 0); /* a turn of the heap thread first */
+    printf("%s: %llu samples taken, %llu live after\n", name,
+           (unsigned long long)(tt_stat(d, "profile_samples_taken") - taken),
+           (unsigned long long)tt_stat(d, "profile_samples"));
+    CHECK_GE(tt_stat(d, "profile_samples_taken") - taken, min_taken);
+    CHECK_EQ(tt_stat(d, "profile_samples"), live);
+    atomic_store(phase, reached + 1);
+    tt_wait_ok(f, 30000);
+}
+
 static void check_churn(const tcm_test_daemon_t *d)
 {
     char out[4096];
-    CHECK_EQ(tt_tcmctl(d, "config set profile_sample 1", out, sizeof out), 0);
-    uint64_t live = tt_stat(d, "profile_samples"), taken = tt_stat(d, "profile_samples_taken");
-    pid_t f = tt_fork(churner, NULL);
-    wait_phase(12);
-    CHECK_EQ(tt_tcmctl(d, "heap-profile --top 5", out, sizeof out), 0); /* a turn of the heap thread first */
-    printf("churn: %llu samples taken, %llu live after\n",
-           (unsigned long long)(tt_stat(d, "profile_samples_taken") - taken),
-           (unsigned long long)tt_stat(d, "profile_samples"));
-    CHECK_GE(tt_stat(d, "profile_samples_taken") - taken, 1990u);
-    CHECK_EQ(tt_stat(d, "profile_samples"), live);
-    atomic_store(phase, 13);
-    tt_wait_ok(f, 30000);
-
-    CHECK_EQ(tt_tcmctl(d, "config set profile_sample 1536K", out, sizeof out), 0);
-    taken = tt_stat(d, "profile_samples_taken");
-    f = tt_fork(large_churner, NULL);
-    wait_phase(21);
-    CHECK_EQ(tt_tcmctl(d, "heap-profile --top 5", out, sizeof out), 0);
-    printf("large churn: %llu samples taken, %llu live after\n",
-           (unsigned long long)(tt_stat(d, "profile_samples_taken") - taken),
-           (unsigned long long)tt_stat(d, "profile_samples"));
-    CHECK_GE(tt_stat(d, "profile_samples_taken") - taken, 100u);
-    CHECK_EQ(tt_stat(d, "profile_samples"), live);
-    atomic_store(phase, 22);
-    tt_wait_ok(f, 30000);
+    churn_once(d, "churn", "1", churner, 12, 1990);
+    churn_once(d, "large churn", "1536K", large_churner, 21, 100);
     atomic_store(phase, 13); /* the later cases' phases count on from the churn's */
     CHECK_EQ(tt_tcmctl(d, "config set profile_sample " INTERVAL, out, sizeof out), 0);
 }
