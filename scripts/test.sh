@@ -35,7 +35,8 @@ failed=0
 
 # Daemons that tests of BUILD_DIR left running (a test killed on timeout, a
 # helper that forgot to stop its tcmd): report them and stop them, so that
-# they do not hold /dev/shm space through the next pass.
+# they do not hold /dev/shm space through the next pass; then what they
+# left behind. reap_daemons BUILD_DIR PASS_STATUS
 reap_daemons() {
   local exe p pids=()
   exe="$(cd "$1" && pwd)/tcmd"
@@ -68,6 +69,26 @@ reap_daemons() {
     echo "test.sh: warning: removing ${#left[@]} shared-memory segments the tests left behind" >&2
     rm -f "${left[@]}"
   fi
+  # and what the daemons a test killed last left in /tmp (tcmd removes its
+  # socket and its restart hint, SOCKET.heap, only when it stops; the
+  # test its log only when it stopped it; a failed pass keeps the logs):
+  # the same rule, a daemon's files in use while something listens on its
+  # socket
+  local listening files=() status=${2:-ok}
+  listening=$(awk 'NR > 1 && $NF ~ /^\/tmp\/tcmtest-/ {print $NF}' /proc/net/unix 2>/dev/null | sort -u || true)
+  while IFS= read -r f; do
+    grep -qxF "$f" <<<"$tmp_before" && continue
+    [[ $f == *.log && $status != ok ]] && continue
+    local sock=${f%.heap}
+    sock=${sock%.log}
+    [[ $sock == *.sock ]] || sock=$sock.sock
+    grep -qxF "$sock" <<<"$listening" && continue
+    files+=("$f")
+  done < <(find /tmp -maxdepth 1 \( -name 'tcmtest-*.sock' -o -name 'tcmtest-*.sock.heap' -o -name 'tcmtest-*.log' \) \
+             2>/dev/null)
+  if ((${#files[@]})); then
+    rm -f "${files[@]}"
+  fi
 }
 
 # run_pass NAME BUILD_DIR CMAKE_ARGS...
@@ -76,6 +97,7 @@ run_pass() {
   shift 2
   local start=$SECONDS status=ok
   shm_before=$(ls /dev/shm 2>/dev/null)
+  tmp_before=$(find /tmp -maxdepth 1 -name 'tcmtest-*' 2>/dev/null)
   printf '\n==> %s: configure %s (%s)\n' "$name" "$dir" "$*"
   if ! cmake -S . -B "$dir" --log-level=WARNING "$@"; then
     status="FAILED (configure)"
@@ -88,7 +110,7 @@ run_pass() {
       if ! ctest --test-dir "$dir" --output-on-failure -j"$JOBS" --timeout 300 --no-tests=error; then
         status="FAILED (tests)"
       fi
-      reap_daemons "$dir"
+      reap_daemons "$dir" "$status"
     fi
   fi
   [[ $status == ok ]] || failed=1
