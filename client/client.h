@@ -72,10 +72,11 @@ typedef struct tcm_thread {
      * come too fast); sample_ns, when the last sample was taken;
      * sample_drawn, the interval counted down since; sample_ahead, the
      * async slot of the run asked for ahead for its next small sample (0:
-     * none); sample_owed, the weight (as a mean) of a small sample whose run
-     * was not there yet, which the allocation at the next point of a
-     * shorter countdown (sample_retry, its interval) takes instead (0: none
-     * owed; tcache.c, "A sample waits for nobody") */
+     * none); sample_owed, the bytes allocated since the last sample by a
+     * thread whose small sample's run was not there yet, which the
+     * allocation at the end of a shorter countdown (sample_retry, its
+     * interval) samples instead (0: none owed; tcache.c, "a sample waits
+     * for nobody") */
     bool sample_armed;
     uint32_t sample_ahead;
     uint64_t sample_owed, sample_retry;

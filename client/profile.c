@@ -149,7 +149,7 @@ void tcm__maps_fill(tcm_slot_t *slot)
  * the program's own tables. */
 void tcm__profile_warm(void)
 {
-    static char text[TCM_SAMPLE_MAPS_BYTES]; /* (the background thread's alone) */
+    char text[TCM_SAMPLE_MAPS_BYTES];
     uint64_t frames[TCM_SAMPLE_FRAMES];
     if (!atomic_load_explicit(&tcm__proc.meta->profile_sample, memory_order_relaxed))
         return;

@@ -326,6 +326,22 @@ static void sample_ask_ahead(tcm_thread_t *thr, bool ring)
         thr->sample_ahead = idx;
 }
 
+/* A sample is owed for want of the run asked for ahead: tcmd is told of
+ * the ask, once, if it went quietly (a thread's first; asked for again if
+ * it could not be asked for at all). */
+static void ring_ahead(tcm_thread_t *thr)
+{
+    if (!thr->sample_ahead) {
+        sample_ask_ahead(thr, true);
+        return;
+    }
+    uint8_t bit = (uint8_t)(1u << (thr->sample_ahead - async_index(thr, 0)));
+    if (thr->quiet_posted & bit) {
+        thr->quiet_posted &= (uint8_t)~bit;
+        tcm__ring_bell();
+    }
+}
+
 /* The run asked for ahead, once tcmd answered; 0 when it has not, or
  * refused. (settle_slot gives back one nobody took.) */
 static uint64_t sample_take_ahead(tcm_thread_t *thr)
@@ -897,18 +913,21 @@ static int alloc_pages(size_t size, size_t align, bool sampled, uint64_t *off, u
     return st;
 }
 
-/* A page run from the run cache or tcmd; sampled: a fresh one from tcmd,
- * marked as a sample's (TCM_ALLOC_SAMPLED). */
-static void *large_alloc(size_t size, size_t align, bool sampled)
+/* A page run from the run cache (*cached set) or tcmd; sampled: one from
+ * tcmd is marked as a sample's (TCM_ALLOC_SAMPLED), one from the cache is
+ * not (the caller's SAMPLE, waited for, marks it). */
+static void *large_alloc(size_t size, size_t align, bool sampled, bool *cached)
 {
     uint64_t off;
+    *cached = false;
     if (tcm__ensure_attached() != 0 || size > tcm__proc.heap_size) {
         errno = ENOMEM;
         return NULL;
     }
-    if (!sampled && align <= TCM_PAGE_SIZE &&
-        (off = tcm__large_take((uint32_t)((size + TCM_PAGE_SIZE - 1) >> TCM_PAGE_SHIFT))))
+    if (align <= TCM_PAGE_SIZE && (off = tcm__large_take((uint32_t)((size + TCM_PAGE_SIZE - 1) >> TCM_PAGE_SHIFT)))) {
+        *cached = true;
         return tcm__proc.heap + off;
+    }
     uint64_t asked;
     int st = alloc_pages(size, align, sampled, &off, &asked);
     if (st == TCM_ST_NOMEM && !tcm__proc.daemon_lost) {
@@ -928,7 +947,8 @@ static void *large_alloc(size_t size, size_t align, bool sampled)
 
 TCM_NOINLINE void *tcm__large_alloc(size_t size, size_t align)
 {
-    return large_alloc(size, align, false);
+    bool cached;
+    return large_alloc(size, align, false, &cached);
 }
 
 /* How far every object of a class is aligned: objects sit at multiples of
@@ -1022,12 +1042,9 @@ static uint64_t sample_point(tcm_thread_t *thr, size_t size, uint64_t *off)
         if (!*off)
             *off = tcm__large_marked(true);
         if (!*off && atomic_load_explicit(&tcm__proc.meta->profile_rate, memory_order_relaxed)) {
-            if (!thr->sample_ahead)
-                sample_ask_ahead(thr, true);
-            else if (!thr->sample_owed)
-                tcm__ring_bell(); /* it may have been asked for quietly */
             if (!thr->sample_owed)
                 thr->sample_owed = (uint64_t)((int64_t)thr->sample_drawn - tcm__hot.sample_left);
+            ring_ahead(thr);
             uint64_t retry = thr->sample_mean < SAMPLE_RETRY_MEAN ? thr->sample_mean : SAMPLE_RETRY_MEAN;
             tcm__hot.sample_left = (int64_t)(thr->sample_retry = tcm__sample_draw(thr, retry));
             return 0;
@@ -1096,16 +1113,16 @@ TCM_NOINLINE void *tcm__malloc_slow(size_t size)
         mean = sample_point(thr, size, &off);
     /* a sampled allocation gets a run of its own, marked by tcmd as a
      * sample's, whatever its size: a small one the run asked for ahead, or
-     * a fresh one (TCM_ALLOC_SAMPLED); a large one one from the run cache
-     * if it has one, marked by a SAMPLE waited for (a round trip, where a
-     * fresh run of megabytes would cost its commit and faults too:
-     * milliseconds), else a fresh one */
+     * a fresh one (TCM_ALLOC_SAMPLED); a large one from the run cache as
+     * any, marked by a SAMPLE waited for (a round trip, where a fresh run
+     * of megabytes would cost its commit and faults too: milliseconds), or
+     * a fresh one */
     if (size > TCM_MAX_SMALL) {
-        off = mean ? tcm__large_take((uint32_t)((size + TCM_PAGE_SIZE - 1) >> TCM_PAGE_SHIFT)) : 0;
-        void *p = off ? tcm__proc.heap + off : large_alloc(size, 0, mean != 0);
+        bool cached;
+        void *p = large_alloc(size, 0, mean != 0, &cached);
         if (p && mean)
             sample_post(thr, &(sample_req_t){(uint64_t)((uint8_t *)p - tcm__proc.heap), mean, size,
-                                             (uintptr_t)__builtin_dwarf_cfa(), off != 0});
+                                             (uintptr_t)__builtin_dwarf_cfa(), cached});
         return p;
     }
     if (off)

@@ -73,12 +73,16 @@ reap_daemons() {
   # socket and its restart hint, SOCKET.heap, only when it stops; the
   # test its log only when it stopped it; a failed pass keeps the logs):
   # the same rule, a daemon's files in use while something listens on its
-  # socket
-  local listening files=() status=${2:-ok}
+  # socket or the test that named them (tcmtest-PID-N) still runs, as
+  # another run's on this box may
+  local listening files=() status=${2:-ok} pid
   listening=$(awk 'NR > 1 && $NF ~ /^\/tmp\/tcmtest-/ {print $NF}' /proc/net/unix 2>/dev/null | sort -u || true)
   while IFS= read -r f; do
     grep -qxF "$f" <<<"$tmp_before" && continue
     [[ $f == *.log && $status != ok ]] && continue
+    pid=${f#/tmp/tcmtest-}
+    pid=${pid%%-*}
+    [[ -d /proc/$pid ]] && continue
     local sock=${f%.heap}
     sock=${sock%.log}
     [[ $sock == *.sock ]] || sock=$sock.sock
