@@ -20,6 +20,7 @@
 #include "reclaim.h"
 #include "requests.h"
 #include "ring.h"
+#include "samples.h"
 #include "server.h"
 #include "tcm_assert.h"
 #include "huge.h"
@@ -252,6 +253,7 @@ static void *heap_thread_main(void *arg)
         tcm__decay_ht(srv, now);
         tcm__decay_window_ht(srv, now);
         tcm__huge_tick_ht(srv, now);
+        tcm__profile_ahead_ht(srv);
         if (!idle_since)
             idle_since = now;
         if (now - idle_since < atomic_load_explicit(&srv->spin_ns, memory_order_relaxed)) {

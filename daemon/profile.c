@@ -16,6 +16,7 @@
 #include "central.h"
 #include "heap.h"
 #include "log.h"
+#include "prim.h"
 #include "samples.h"
 #include "server.h"
 
@@ -67,6 +68,33 @@ static uint32_t proc_for(tcm_server_t *srv, tcm_client_t *c)
     tcm__shares_add(&s->procs_by_uid, rec->uid);
     c->sample_proc = i + 1;
     return i;
+}
+
+/* Back and map one entry of a table (a part of the state segment) unless
+ * this tcmd backed it already. */
+static void back_entry(tcm_heap_t *h, uint64_t *bits, uint64_t part_off, uint64_t from, uint64_t len)
+{
+    bool backed = true;
+    for (uint64_t page = from / 4096; page <= (from + len - 1) / 4096; page++)
+        backed = backed && tcm__bit(bits, page);
+    if (!backed && tcm__state_back(h, bits, part_off, from, len, "heap profile"))
+        tcm__populate((uint8_t *)h->state + part_off + from, len); /* a hint: a failure faults later */
+}
+
+void tcm__profile_ahead_ht(tcm_server_t *srv)
+{
+    tcm_heap_t *h = &srv->h;
+    tcm_samples_t *s = &h->samples;
+    if (!atomic_load_explicit(&srv->meta->profile_sample, memory_order_relaxed))
+        return;
+    uint32_t procs = atomic_load_explicit(&s->hdr->procs_hw, memory_order_relaxed),
+             samples = atomic_load_explicit(&s->hdr->samples_hw, memory_order_relaxed);
+    if (procs < TCM_SAMPLE_PROCS)
+        back_entry(h, s->procs_backed, h->sl.off_sample_procs, (uint64_t)procs * sizeof(tcm_sample_proc_t),
+                   sizeof(tcm_sample_proc_t));
+    if (samples < TCM_SAMPLES)
+        back_entry(h, s->samples_backed, h->sl.off_samples, (uint64_t)samples * sizeof(tcm_sample_t),
+                   sizeof(tcm_sample_t));
 }
 
 void tcm__sample_client_gone_ht(tcm_server_t *srv, tcm_client_t *c)

@@ -52,6 +52,14 @@ int tcm__sample_maps_ht(struct tcm_server *srv, struct tcm_client *c, uint64_t p
  * only place a page run is freed): its sample, if any, goes. */
 void tcm__sample_drop_ht(struct tcm_heap *h, uint32_t sp);
 
+/* The heap thread, idle: the record the next new process takes and the
+ * next new sample's entry are backed and mapped before a request needs
+ * them (a process's first MAPS paid two fallocates and three page faults
+ * for its record). At most one of each beyond the tables' high-water marks;
+ * a kill leaves them backed and unused, which the next tcmd's backing of
+ * them finds so. */
+void tcm__profile_ahead_ht(struct tcm_server *srv);
+
 /* Client c left: its process record, if any, becomes departed (freed when
  * no sample names it). */
 void tcm__sample_client_gone_ht(struct tcm_server *srv, struct tcm_client *c);

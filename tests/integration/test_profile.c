@@ -485,11 +485,33 @@ static void check_threads_leave_nothing(const tcm_test_daemon_t *d)
     printf("threads: 64 came and went, 8 killed holding their next sample's run: nothing orphaned\n");
 }
 
+/* A tcmd that turns sampling on backs, while idle, the record the next
+ * new process takes and the next sample's entry (a process's first MAPS
+ * had backed its record on the heap thread, ~100 us): the state segment
+ * grows by them with no process attached. */
+static void check_backed_ahead(void)
+{
+    tcm_test_daemon_t d;
+    const char *args[] = {"--profile-sample", "0", NULL};
+    tt_daemon_start(&d, args);
+    uint64_t off = tt_stat(&d, "bytes_state_committed"), want = off + sizeof(tcm_sample_proc_t) + 4096, on = 0;
+    char out[256];
+    CHECK_EQ(tt_tcmctl(&d, "config set profile_sample 2M", out, sizeof out), 0);
+    for (int i = 0; i < 500 && (on = tt_stat(&d, "bytes_state_committed")) < want; i++)
+        usleep(10000);
+    printf("backed ahead: state committed %llu -> %llu bytes as sampling turned on\n", (unsigned long long)off,
+           (unsigned long long)on);
+    CHECK_GE(on, want);
+    CHECK_EQ(tt_stat(&d, "profile_table_bytes"), 0); /* backed, not used */
+    tt_daemon_stop(&d);
+}
+
 int main(void)
 {
     phase = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(phase != MAP_FAILED);
     waiting_threads = phase + 1;
+    check_backed_ahead();
     tcm_test_daemon_t d;
     /* no limit on a thread's samples a second: these bursts would get few */
     const char *args[] = {"--profile-sample", INTERVAL, "--profile-rate", "0", NULL};
