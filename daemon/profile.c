@@ -89,6 +89,10 @@ void tcm__profile_ahead_ht(tcm_server_t *srv)
         return;
     uint32_t procs = atomic_load_explicit(&s->hdr->procs_hw, memory_order_relaxed),
              samples = atomic_load_explicit(&s->hdr->samples_hw, memory_order_relaxed);
+    if (procs + 1 == s->ahead_procs && samples + 1 == s->ahead_samples)
+        return; /* tried at these marks already (a full /dev/shm is not tried again at every idle turn) */
+    s->ahead_procs = procs + 1;
+    s->ahead_samples = samples + 1;
     if (procs < TCM_SAMPLE_PROCS)
         back_entry(h, s->procs_backed, h->sl.off_sample_procs, (uint64_t)procs * sizeof(tcm_sample_proc_t),
                    sizeof(tcm_sample_proc_t));
