@@ -63,7 +63,6 @@ typedef struct tcm_thread {
     /* scavenging (tcache.c): what a bin kept unused through an interval goes back */
     uint32_t slow_calls;         /* slow-path entries since the clock was last read */
     uint64_t scavenge_ns;        /* when the next scavenge is due (0: not yet set) */
-    uint32_t scavenge_from;      /* the class the next scavenge looks at first */
     uint64_t event_ns[TCM_NCLASSES]; /* when each bin last missed or overflowed */
     uint32_t low[TCM_NCLASSES];  /* fewest objects each bin is known to have held since the last
                                     scavenge (0 once it missed; UINT32_MAX: never missed) */

@@ -544,11 +544,10 @@ static void slow_start(tcm_thread_t *thr, unsigned cls)
  * batch is answered before the bin drops it; the rest then moves down in
  * address order, so every object stays listed at least once (a death in
  * between lists some twice: reclaim frees the first and refuses the
- * second, silently). Returns the round trips it made. */
-static uint32_t release_idle(unsigned cls, tcm_bin_t *b, uint32_t n)
+ * second, silently). */
+static void release_idle(unsigned cls, tcm_bin_t *b, uint32_t n)
 {
-    uint32_t trips = 0;
-    for (; n; trips++) {
+    while (n) {
         uint32_t k = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH;
         int st;
         tcm_slot_t *slot = tcm__return_post(cls, b->objs, k, &st);
@@ -558,7 +557,6 @@ static uint32_t release_idle(unsigned cls, tcm_bin_t *b, uint32_t n)
         tcm__return_done(slot, st, cls);
         n -= k;
     }
-    return trips;
 }
 
 /* How often a thread scavenges its bins: TCM_DECAY_STEPS times per
@@ -578,32 +576,16 @@ static uint64_t scavenge_interval_ns(void)
  * view stands in for it: a bin that missed kept nothing idle; otherwise it
  * held at least what it held at the last scavenge and holds now. A bin in
  * steady use (the seed's alloc-64-free-64 loops) misses every cycle or
- * never reaches a slow path, and keeps everything. Each batch is a round
- * trip the allocating thread waits for, so a scavenge makes at most
- * SCAVENGE_TRIPS of them, whatever the number of idle classes (no malloc
- * pays for all of them at once); the classes it did not reach keep their
- * low-water marks and come first next time (every class within
- * (TCM_NCLASSES - 1) / SCAVENGE_TRIPS intervals: 0.6 decay_ms). */
-#define SCAVENGE_TRIPS 4u
-
+ * never reaches a slow path, and keeps everything. */
 TCM_COLD static void scavenge(tcm_thread_t *thr)
 {
-    uint32_t first = thr->scavenge_from ? thr->scavenge_from : 1, next = 0, trips = 0;
-    for (uint32_t j = 0; j < TCM_NCLASSES - 1; j++) {
-        unsigned cls = 1 + (first - 1 + j) % (TCM_NCLASSES - 1);
+    for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         tcm_bin_t *b = &thr->tc->bins[cls];
         uint32_t low = thr->low[cls] < b->count ? thr->low[cls] : b->count;
-        if (low && trips >= SCAVENGE_TRIPS) { /* idle still: the next scavenge's, first */
-            next = next ? next : cls;
-            thr->low[cls] = low;
-            continue;
-        }
         if (low) {
             /* a bin may hold one more than its max (a free into a bin of max 0) */
             uint32_t drop = low - low / 4, max = b->max > drop ? b->max - drop : 0;
-            if (drop > (SCAVENGE_TRIPS - trips) * TCM_MAX_BATCH)
-                drop = (SCAVENGE_TRIPS - trips) * TCM_MAX_BATCH;
-            trips += release_idle(cls, b, drop);
+            release_idle(cls, b, drop);
             if (max < b->count)
                 max = b->count;
             if (max < 1)
@@ -612,7 +594,6 @@ TCM_COLD static void scavenge(tcm_thread_t *thr)
         }
         thr->low[cls] = b->count;
     }
-    thr->scavenge_from = next ? next : first;
     memset(thr->borrowed, 0, sizeof thr->borrowed);
     flush_drains(thr, thr);
 }
