@@ -70,15 +70,12 @@ static uint32_t proc_for(tcm_server_t *srv, tcm_client_t *c)
     return i;
 }
 
-/* Back and map one entry of a table (a part of the state segment) unless
- * this tcmd backed it already. */
-static void back_entry(tcm_heap_t *h, uint64_t *bits, uint64_t part_off, uint64_t from, uint64_t len)
+/* An entry of a table in the state segment, backed and mapped (a hint:
+ * a failure to map only faults it later). */
+static void back_and_map(tcm_heap_t *h, uint64_t *bits, uint64_t part_off, uint64_t at, uint64_t len)
 {
-    bool backed = true;
-    for (uint64_t page = from / 4096; page <= (from + len - 1) / 4096; page++)
-        backed = backed && tcm__bit(bits, page);
-    if (!backed && tcm__state_back(h, bits, part_off, from, len, "heap profile"))
-        tcm__populate((uint8_t *)h->state + part_off + from, len); /* a hint: a failure faults later */
+    if (tcm__state_back(h, bits, part_off, at, len, "heap profile"))
+        tcm__populate((uint8_t *)h->state + part_off + at, len);
 }
 
 void tcm__profile_ahead_ht(tcm_server_t *srv)
@@ -89,16 +86,16 @@ void tcm__profile_ahead_ht(tcm_server_t *srv)
         return;
     uint32_t procs = atomic_load_explicit(&s->hdr->procs_hw, memory_order_relaxed),
              samples = atomic_load_explicit(&s->hdr->samples_hw, memory_order_relaxed);
-    if (procs + 1 == s->ahead_procs && samples + 1 == s->ahead_samples)
-        return; /* tried at these marks already (a full /dev/shm is not tried again at every idle turn) */
-    s->ahead_procs = procs + 1;
-    s->ahead_samples = samples + 1;
+    if (procs == s->ahead_procs && samples == s->ahead_samples)
+        return; /* done at these marks (or failed: a full /dev/shm is not tried at every idle turn) */
+    s->ahead_procs = procs;
+    s->ahead_samples = samples;
     if (procs < TCM_SAMPLE_PROCS)
-        back_entry(h, s->procs_backed, h->sl.off_sample_procs, (uint64_t)procs * sizeof(tcm_sample_proc_t),
-                   sizeof(tcm_sample_proc_t));
+        back_and_map(h, s->procs_backed, h->sl.off_sample_procs, (uint64_t)procs * sizeof(tcm_sample_proc_t),
+                     sizeof(tcm_sample_proc_t));
     if (samples < TCM_SAMPLES)
-        back_entry(h, s->samples_backed, h->sl.off_samples, (uint64_t)samples * sizeof(tcm_sample_t),
-                   sizeof(tcm_sample_t));
+        back_and_map(h, s->samples_backed, h->sl.off_samples, (uint64_t)samples * sizeof(tcm_sample_t),
+                     sizeof(tcm_sample_t));
 }
 
 void tcm__sample_client_gone_ht(tcm_server_t *srv, tcm_client_t *c)

@@ -20,6 +20,7 @@ int tcm__samples_attach(tcm_samples_t *s, uint8_t *state_base, const tcm_state_l
     s->samples = (tcm_sample_t *)(state_base + sl->off_samples);
     s->procs = (tcm_sample_proc_t *)(state_base + sl->off_sample_procs);
     s->gen = 1;
+    s->ahead_procs = s->ahead_samples = UINT32_MAX;
     if (tcm__shares_init(&s->by_uid, tcm__pow2_at_least(2ull * TCM_SAMPLES)) != 0 ||
         tcm__shares_init(&s->procs_by_uid, tcm__pow2_at_least(2ull * TCM_SAMPLE_PROCS)) != 0) {
         tcm__samples_detach(s);

@@ -28,7 +28,8 @@ typedef struct tcm_samples {
     tcm_shares_t by_uid;                        /* live samples per uid */
     tcm_shares_t procs_by_uid;                  /* process records per uid */
     uint32_t gen;                               /* the next live state (odd) */
-    uint32_t ahead_procs, ahead_samples;        /* high-water marks + 1 tcm__profile_ahead_ht last backed past */
+    uint32_t ahead_procs, ahead_samples;        /* the high-water marks tcm__profile_ahead_ht last backed past
+                                                   (UINT32_MAX: none yet) */
     /* W: heap thread, R: main (stats); since this tcmd started, but live */
     _Atomic uint64_t live, live_bytes, taken, refused;
 } tcm_samples_t;
