@@ -71,10 +71,15 @@ static uint32_t proc_for(tcm_server_t *srv, tcm_client_t *c)
 }
 
 /* An entry of a table in the state segment, backed and mapped (a hint:
- * a failure to map only faults it later). */
+ * a failure to map only faults it later); one backed already was mapped
+ * then or written since (a samples page holds 16 entries: an madvise a
+ * sample would cost the heap thread a system call each). */
 static void back_and_map(tcm_heap_t *h, uint64_t *bits, uint64_t part_off, uint64_t at, uint64_t len)
 {
-    if (tcm__state_back(h, bits, part_off, at, len, "heap profile"))
+    bool backed = true;
+    for (uint64_t page = at / 4096; page <= (at + len - 1) / 4096; page++)
+        backed = backed && tcm__bit(bits, page);
+    if (!backed && tcm__state_back(h, bits, part_off, at, len, "heap profile"))
         tcm__populate((uint8_t *)h->state + part_off + at, len);
 }
 

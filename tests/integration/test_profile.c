@@ -489,11 +489,45 @@ static void check_threads_leave_nothing(const tcm_test_daemon_t *d)
  * new process takes and the next sample's entry (a process's first MAPS
  * had backed its record on the heap thread, ~100 us): the state segment
  * grows by them with no process attached. */
+/* A process that samples nothing: its record is made as it attaches. */
+static int attacher(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(tcm_init(socket_path), 0);
+    char *p = tcm_malloc(64);
+    CHECK(p != NULL);
+    tcm_free(p);
+    wait_phase(1);
+    return 0;
+}
+
+/* Its record goes as it leaves (no sample names it): processes that come
+ * and go take one record between them. */
+static void check_record_at_attach(const tcm_test_daemon_t *d)
+{
+    uint64_t before = tt_stat(d, "profile_table_bytes"), want = before + sizeof(tcm_sample_proc_t), now = 0;
+    for (int k = 0; k < 3; k++) {
+        atomic_store(phase, 0);
+        pid_t pid = tt_fork(attacher, NULL);
+        for (int i = 0; i < 500 && (now = tt_stat(d, "profile_table_bytes")) < want; i++)
+            usleep(10000);
+        printf("record at attach: process %d: profile_table_bytes %llu -> %llu\n", k, (unsigned long long)before,
+               (unsigned long long)now);
+        CHECK_EQ(now, want);
+        atomic_store(phase, 1);
+        tt_wait_ok(pid, 10000);
+        tt_wait_stat(d, "clients_attached", 0, 10000);
+    }
+    CHECK_EQ(tt_stat(d, "profile_samples"), 0);
+    atomic_store(phase, 0);
+}
+
 static void check_backed_ahead(void)
 {
     tcm_test_daemon_t d;
     const char *args[] = {"--profile-sample", "0", NULL};
     tt_daemon_start(&d, args);
+    socket_path = d.socket;
     uint64_t off = tt_stat(&d, "bytes_state_committed"), want = off + sizeof(tcm_sample_proc_t) + 4096, on = 0;
     char out[256];
     CHECK_EQ(tt_tcmctl(&d, "config set profile_sample 2M", out, sizeof out), 0);
@@ -503,6 +537,7 @@ static void check_backed_ahead(void)
            (unsigned long long)on);
     CHECK_GE(on, want);
     CHECK_EQ(tt_stat(&d, "profile_table_bytes"), 0); /* backed, not used */
+    check_record_at_attach(&d);
     tt_daemon_stop(&d);
 }
 
