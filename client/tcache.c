@@ -644,18 +644,22 @@ static void check_config(tcm_thread_t *thr)
     tcm__xfer_trim(false);
 }
 
+/* What tcmd takes goes on the thread's async slots, a batch each (an
+ * exiting thread of a process with many classes in use waited for a round
+ * trip a class), and is waited for at the end, all in one wake or few. */
 TCM_COLD static void thread_flush(tcm_thread_t *thr, bool to_daemon)
 {
     settle_all(thr, true);
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         tcm_bin_t *b = &thr->tc->bins[cls];
         if (b->count)
-            release_objects(cls, b, 0, to_daemon, NULL);
+            release_objects(cls, b, 0, to_daemon, thr);
         b->max = 0;
         thr->low[cls] = 0;
     }
     thr->capacity = 0;
-    flush_drains(thr, NULL);
+    flush_drains(thr, thr);
+    settle_all(thr, false);
 }
 
 /* The heap is at its limit: give back everything this thread and the
