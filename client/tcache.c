@@ -66,7 +66,10 @@ static void return_async(tcm_thread_t *thr, unsigned cls, tcm_bin_t *b, uint32_t
     slot->count = n;
     for (uint32_t i = 0; i < n; i++)
         slot->offs[i] = (uintptr_t)b->objs[top - n + i] - base;
-    if (tcm__post(slot, idx)) {
+    /* quietly: taken at tcmd's next turn, whoever causes it (within its
+     * one-second timeout); a ring each cost test-stress's 32 threads a
+     * futex wake of the heap thread for every batch they overflowed */
+    if (post_quietly(thr, slot, idx)) {
         b->count = top - n;
         /* from now on a reclaim must not skip them: the bin no longer
          * lists them, and a later refill may bring them back into it */
