@@ -142,26 +142,21 @@ void tcm__maps_fill(tcm_slot_t *slot)
 
 /* A process's first sample would pay, on the thread that allocates, for
  * the unwinder's first use (libgcc reads the unwind tables of the objects
- * on the stack, a page fault at a time: 50-100 us on this guest), the
+ * on the stack, a page fault at a time: 50-100 us on this guest) and the
  * first walk of the loaded objects' headers for the mappings text (30-80
- * us), and tcmd for the process's record, made at its first MAPS (its
- * first writes after the heap thread slept: 20-250 us of a CPU the
- * process's threads want). The background thread pays them instead, once,
- * as the process attaches while sampling is on (a round trip of its own);
- * the first sample's unwind still reads the program's own tables. */
+ * us). The background thread pays them instead, once, as the process
+ * attaches while sampling is on (nothing it waits for: a fork or a
+ * shutdown joins it); the first sample's unwind still reads the program's
+ * own tables, and the text itself goes at a thread's first malloc
+ * (tcache.c, maps_ahead). */
 void tcm__profile_warm(void)
 {
+    char text[TCM_SAMPLE_MAPS_BYTES];
     uint64_t frames[TCM_SAMPLE_FRAMES];
     if (!atomic_load_explicit(&tcm__proc.meta->profile_sample, memory_order_relaxed))
         return;
     (void)tcm__backtrace(frames, TCM_SAMPLE_FRAMES, 0);
-    if (tcm__maps_due()) {
-        uint32_t idx;
-        tcm_slot_t *slot = tcm__slot_acquire(&idx);
-        tcm__maps_fill(slot);
-        (void)tcm__call(slot, idx);
-        tcm__slot_release(slot);
-    }
+    (void)tcm__code_maps(text, sizeof text);
 }
 
 void tcm__profile_fork_child(void)

@@ -995,6 +995,22 @@ static void *take_larger(tcm_thread_t *thr, unsigned cls)
     return NULL;
 }
 
+/* The process's code mappings, quietly, at a thread's first malloc while
+ * sampling is on (when they are due: the process's first thread, or the
+ * objects changed), served with that thread's first refill: tcmd makes the
+ * process's record then, not at its first sample, whose SAMPLE would have
+ * made it on a heap thread just woken, on a CPU the process's threads
+ * want (20-250 us of first writes on this guest). */
+static void maps_ahead(tcm_thread_t *thr)
+{
+    uint32_t idx;
+    tcm_slot_t *slot = async_take(thr, &idx); /* (idle, or settled) */
+    if (slot && tcm__maps_due()) {
+        tcm__maps_fill(slot);
+        (void)post_quietly(thr, slot, idx); /* tcmd lost: the first SAMPLE makes the record, with no text */
+    }
+}
+
 /* Whether this allocation is the heap profile's sample: the hit path
  * subtracted its size from the countdown and found it below zero, or (a
  * miss, a page run) this subtracts it. The first one of a thread, with the
@@ -1007,8 +1023,10 @@ static bool sample_due(tcm_thread_t *thr, size_t size)
     if (tcm_likely(thr->sample_armed))
         return true;
     tcm__sample_arm(thr, false);
-    if (tcm__hot.sample_left != INT64_MAX) /* sampling: a thread's first malloc */
+    if (tcm__hot.sample_left != INT64_MAX) { /* sampling: a thread's first malloc */
+        maps_ahead(thr);
         sample_ask_ahead(thr, false);
+    }
     return false;
 }
 

@@ -489,7 +489,8 @@ static void check_threads_leave_nothing(const tcm_test_daemon_t *d)
  * new process takes and the next sample's entry (a process's first MAPS
  * had backed its record on the heap thread, ~100 us): the state segment
  * grows by them with no process attached. */
-/* A process that samples nothing: its record is made as it attaches. */
+/* A process that samples nothing: its record is made at its first malloc
+ * (the mappings posted then, served with its first refill). */
 static int attacher(void *arg)
 {
     (void)arg;
