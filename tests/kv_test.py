@@ -16,6 +16,7 @@ import atexit
 import glob
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -800,4 +801,9 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rc = main()
+    if rc == 0:  # its sockets and logs; a failed run's stay for the logs
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        print(f"kept: {tmp}", file=sys.stderr)
+    sys.exit(rc)

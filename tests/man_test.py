@@ -6,6 +6,7 @@ print every item its workers made and leave nothing held), and tcm-kv(1)
 names every option `tcm-kv --help` has, and no other."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,7 @@ try:
     ok = ok and '"bytes_orphaned":0' in stats()  # everything the workers made was freed
 finally:
     clean = d.stop()
+    shutil.rmtree(work, ignore_errors=True)
 print(f"man: tcm(3)'s example: exit {r.returncode}, {len(items)} of 64 items, {'ok' if ok else 'FAILED'}; "
       f"{r.stderr.strip()}")
 sys.exit(0 if ok and clean else 1)
