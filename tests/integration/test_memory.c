@@ -703,8 +703,8 @@ static void test_mixed_owners(void)
     CHECK(mixed != MAP_FAILED);
     tcm_test_daemon_t d;
     /* no heap profile: a sampled object is a page run of its own, which
-     * the orphaned figure counts as 8 KiB (A's 192 KB drew a sample in
-     * about one run in ten) */
+     * the orphaned figure counts as 8 KiB (A's 192 KB drew one in about
+     * one run in ten, held in about one in twenty) */
     const char *args[] = {"--profile-sample", "0", NULL};
     tt_daemon_start(&d, args);
     socket_path = d.socket;

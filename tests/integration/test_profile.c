@@ -485,10 +485,6 @@ static void check_threads_leave_nothing(const tcm_test_daemon_t *d)
     printf("threads: 64 came and went, 8 killed holding their next sample's run: nothing orphaned\n");
 }
 
-/* A tcmd that turns sampling on backs, while idle, the record the next
- * new process takes and the next sample's entry (a process's first MAPS
- * had backed its record on the heap thread, ~100 us): the state segment
- * grows by them with no process attached. */
 /* A process that samples nothing: its record is made at its first malloc
  * (the mappings posted then, served with its first refill). */
 static int attacher(void *arg)
@@ -504,7 +500,7 @@ static int attacher(void *arg)
 
 /* Its record goes as it leaves (no sample names it): processes that come
  * and go take one record between them. */
-static void check_record_at_attach(const tcm_test_daemon_t *d)
+static void check_process_record(const tcm_test_daemon_t *d)
 {
     uint64_t before = tt_stat(d, "profile_table_bytes"), want = before + sizeof(tcm_sample_proc_t), now = 0;
     for (int k = 0; k < 3; k++) {
@@ -512,7 +508,7 @@ static void check_record_at_attach(const tcm_test_daemon_t *d)
         pid_t pid = tt_fork(attacher, NULL);
         for (int i = 0; i < 500 && (now = tt_stat(d, "profile_table_bytes")) < want; i++)
             usleep(10000);
-        printf("record at attach: process %d: profile_table_bytes %llu -> %llu\n", k, (unsigned long long)before,
+        printf("process record: process %d: profile_table_bytes %llu -> %llu\n", k, (unsigned long long)before,
                (unsigned long long)now);
         CHECK_EQ(now, want);
         atomic_store(phase, 1);
@@ -523,6 +519,10 @@ static void check_record_at_attach(const tcm_test_daemon_t *d)
     atomic_store(phase, 0);
 }
 
+/* A tcmd that turns sampling on backs, while idle, the record the next
+ * new process takes and the next sample's entry (a process's first MAPS
+ * had backed its record on the heap thread, ~100 us): the state segment
+ * grows by them with no process attached. */
 static void check_backed_ahead(void)
 {
     tcm_test_daemon_t d;
@@ -538,7 +538,7 @@ static void check_backed_ahead(void)
            (unsigned long long)on);
     CHECK_GE(on, want);
     CHECK_EQ(tt_stat(&d, "profile_table_bytes"), 0); /* backed, not used */
-    check_record_at_attach(&d);
+    check_process_record(&d);
     tt_daemon_stop(&d);
 }
 
