@@ -148,7 +148,7 @@ void tcm__maps_fill(tcm_slot_t *slot)
  * attaches while sampling is on (nothing it waits for: a fork or a
  * shutdown joins it); the first sample's unwind still reads the program's
  * own tables, and the text itself goes at a thread's first malloc
- * (tcache.c, maps_ahead). */
+ * (tcache.c, maps_post_if_due). */
 void tcm__profile_warm(void)
 {
     char text[TCM_SAMPLE_MAPS_BYTES];

@@ -45,6 +45,7 @@ static uint64_t thread_budget(void)
 static tcm_slot_t *async_take(tcm_thread_t *thr, uint32_t *idx);
 static uint32_t async_index(const tcm_thread_t *thr, uint32_t j);
 static bool post_quietly(tcm_thread_t *thr, tcm_slot_t *slot, uint32_t idx);
+static void maps_post_if_due(tcm_thread_t *thr);
 
 /* Give the top n objects of a thread's bin to tcmd without waiting for the
  * answer (settled when the slot is next needed). The bin drops them only
@@ -67,7 +68,7 @@ static void return_async(tcm_thread_t *thr, unsigned cls, tcm_bin_t *b, uint32_t
     for (uint32_t i = 0; i < n; i++)
         slot->offs[i] = (uintptr_t)b->objs[top - n + i] - base;
     /* quietly: taken at tcmd's next turn, whoever causes it (within its
-     * one-second timeout); a ring each cost test-stress's 32 threads a
+     * one-second timeout); a ring each cost threads that come and go a
      * futex wake of the heap thread for every batch they overflowed */
     if (post_quietly(thr, slot, idx)) {
         b->count = top - n;
@@ -995,22 +996,6 @@ static void *take_larger(tcm_thread_t *thr, unsigned cls)
     return NULL;
 }
 
-/* The process's code mappings, quietly, at a thread's first malloc while
- * sampling is on (when they are due: the process's first thread, or the
- * objects changed), served with that thread's first refill: tcmd makes the
- * process's record then, not at its first sample, whose SAMPLE would have
- * made it on a heap thread just woken, on a CPU the process's threads
- * want (20-250 us of first writes on this guest). */
-static void maps_ahead(tcm_thread_t *thr)
-{
-    uint32_t idx;
-    tcm_slot_t *slot = async_take(thr, &idx); /* (idle, or settled) */
-    if (slot && tcm__maps_due()) {
-        tcm__maps_fill(slot);
-        (void)post_quietly(thr, slot, idx); /* tcmd lost: the first SAMPLE makes the record, with no text */
-    }
-}
-
 /* Whether this allocation is the heap profile's sample: the hit path
  * subtracted its size from the countdown and found it below zero, or (a
  * miss, a page run) this subtracts it. The first one of a thread, with the
@@ -1024,7 +1009,7 @@ static bool sample_due(tcm_thread_t *thr, size_t size)
         return true;
     tcm__sample_arm(thr, false);
     if (tcm__hot.sample_left != INT64_MAX) { /* sampling: a thread's first malloc */
-        maps_ahead(thr);
+        maps_post_if_due(thr);
         sample_ask_ahead(thr, false);
     }
     return false;
@@ -1117,10 +1102,21 @@ static void profile_post(tcm_thread_t *thr, const sample_req_t *sample)
  * tcm__malloc_slow's frame (cfa), and first of the process's code mappings
  * when it has none or they changed. A sample tcmd does not keep is only a
  * sample less. */
-TCM_NOINLINE static void sample_post(tcm_thread_t *thr, const sample_req_t *sample)
+/* The process's code mappings, when it has sent none as this client or
+ * its objects changed: at a thread's first malloc while sampling is on
+ * (posted quietly, served with that thread's first refill, so that tcmd
+ * makes the process's record then, not at its first SAMPLE on a heap
+ * thread just woken onto a CPU the sampling threads want), and before
+ * each sample. */
+static void maps_post_if_due(tcm_thread_t *thr)
 {
     if (tcm__maps_due())
         profile_post(thr, NULL);
+}
+
+TCM_NOINLINE static void sample_post(tcm_thread_t *thr, const sample_req_t *sample)
+{
+    maps_post_if_due(thr);
     profile_post(thr, sample);
     tcm__sample_done(thr);
 }
@@ -1151,8 +1147,8 @@ TCM_NOINLINE void *tcm__malloc_slow(size_t size)
         return p;
     }
     /* (a small sample's page faults in where it is touched: mapping it
-     * ahead, a system call, and then its first write cost more on this
-     * guest, 19-22 against 13-17 us) */
+     * ahead, a system call, and then its first write cost more;
+     * docs/BENCHMARKS.md, "The heap profile") */
     if (off || (mean && alloc_pages(size ? size : 1, 0, true, &off, &asked) == TCM_ST_OK)) {
         sample_post(thr, &(sample_req_t){off, mean, size, (uintptr_t)__builtin_dwarf_cfa(), false});
         sample_ask_ahead(thr, true);

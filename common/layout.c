@@ -90,11 +90,11 @@ void tcm__class_table_init(tcm_class_info_t tab[TCM_NCLASSES])
          * grow to 16 MiB (a thread of a one- or two-thread process keeps 64
          * objects of the largest class, the seed's batch, without trading
          * half of them through the transfer tier), the transfer tier to
-         * 16 MiB of one class (65536 objects of 256 B and less: at 8192,
-         * 128 KiB of 16-byte objects, test-stress's 32 exiting threads
-         * handed most of their small objects to tcmd and the next round's
-         * refilled from it, ~1 200 round trips a run against ~250); the
-         * byte budgets (per thread, per process) bound the total. */
+         * 16 MiB of one class (at most 65536 objects: at 8192, 128 KiB of
+         * 16-byte objects, threads that come and go handed most of their
+         * small objects to tcmd and the next ones refilled from it;
+         * docs/BENCHMARKS.md, test-stress); the byte budgets (per thread,
+         * per process) bound the total. */
         ci->batch = clamp_u32((2u << 20) / size, 4, TCM_MAX_BATCH);
         ci->tcache_cap = clamp_u32((16u << 20) / size, 2 * ci->batch, 4096);
         ci->xfer_cap = clamp_u32((16u << 20) / size, 2 * ci->batch, 65536);

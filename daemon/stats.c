@@ -92,7 +92,7 @@ static size_t profile_rows(const tcm_server_t *srv, tcm_stat_row_t *rows, size_t
     row(rows, &n, max, "profile_sampled_bytes", "bytes those sampled allocations asked for",
         atomic_load(&sm->live_bytes), false);
     row(rows, &n, max, "profile_table_bytes", "bytes of the state segment the heap profile's tables have used "
-        "(samples and the processes they name)",
+        "(samples, and the records of the processes that allocated while sampling was on)",
         (uint64_t)atomic_load(&sm->hdr->samples_hw) * sizeof(tcm_sample_t) +
             (uint64_t)atomic_load(&sm->hdr->procs_hw) * sizeof(tcm_sample_proc_t), false);
     row(rows, &n, max, "profile_samples_taken", "samples this tcmd kept", atomic_load(&sm->taken), true);
