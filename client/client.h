@@ -75,11 +75,11 @@ typedef struct tcm_thread {
      * none); sample_owed, the bytes allocated since the last sample by a
      * thread whose small sample's run was not there yet, which the
      * allocation at the end of a shorter countdown (sample_retry, its
-     * interval) samples instead (0: none owed; tcache.c, "a sample waits
-     * for nobody") */
+     * interval, drawn around sample_retry_mean) samples instead (0: none
+     * owed; tcache.c, "a sample waits for nobody") */
     bool sample_armed;
     uint32_t sample_ahead;
-    uint64_t sample_owed, sample_retry;
+    uint64_t sample_owed, sample_retry, sample_retry_mean;
     uint8_t quiet_posted; /* bit j: its async slot j holds a request posted without ringing (tcmd is
                              rung before that one is waited for) */
     uint64_t sample_base, sample_mean, sample_ns, sample_drawn;

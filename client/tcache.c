@@ -1022,8 +1022,8 @@ static bool sample_due(tcm_thread_t *thr, size_t size)
  * thread's last sample, but on busy CPUs the scheduler may run it a slice
  * later (a millisecond and more), and a malloc must not wait that long for
  * the profile. So a sample whose run is not there yet is owed: the thread
- * counts down a shorter interval (around SAMPLE_RETRY_MEAN) and the
- * allocation at its end takes the sample once the run is there, standing
+ * counts down a shorter interval and the allocation at its end takes the
+ * sample once the run is there, standing
  * for every byte the thread allocated since its last sample, this one's
  * included. The profile stays unbiased where the mix of allocations does
  * not change within that time; where it does (a burst's end), an owed
@@ -1032,7 +1032,12 @@ static bool sample_due(tcm_thread_t *thr, size_t size)
  * default rates. With profile_rate 0, no bound on the profile's cost, a
  * sample is taken where it falls and waits for a run if need be (the
  * accuracy test's: at its 4 KiB interval, with a limit, a sample is owed
- * more often than not). */
+ * more often than not). The retries' interval starts around
+ * SAMPLE_RETRY_MEAN and doubles with each, up to the sample's own mean: a
+ * thread that allocates gigabytes a second had retried every few
+ * microseconds until the run came, each retry a slow-path malloc that takes
+ * the process's run-cache lock (hundreds a sample, tens of thousands a
+ * 64-thread run of the seed's; docs/BENCHMARKS.md, "The heap profile"). */
 #define SAMPLE_RETRY_MEAN (64u << 10)
 
 /* The countdown ran out at this allocation: the mean its sample is told
@@ -1052,11 +1057,14 @@ static uint64_t sample_point(tcm_thread_t *thr, size_t size, uint64_t *off)
         if (!*off)
             *off = tcm__large_marked(true);
         if (!*off && atomic_load_explicit(&tcm__proc.meta->profile_rate, memory_order_relaxed)) {
-            if (!thr->sample_owed)
+            if (!thr->sample_owed) {
                 thr->sample_owed = (uint64_t)((int64_t)thr->sample_drawn - tcm__hot.sample_left);
+                thr->sample_retry_mean = SAMPLE_RETRY_MEAN / 2;
+            }
             ring_ahead(thr);
-            uint64_t retry = thr->sample_mean < SAMPLE_RETRY_MEAN ? thr->sample_mean : SAMPLE_RETRY_MEAN;
-            tcm__hot.sample_left = (int64_t)(thr->sample_retry = tcm__sample_draw(thr, retry));
+            uint64_t retry = 2 * thr->sample_retry_mean;
+            thr->sample_retry_mean = retry < thr->sample_mean ? retry : thr->sample_mean;
+            tcm__hot.sample_left = (int64_t)(thr->sample_retry = tcm__sample_draw(thr, thr->sample_retry_mean));
             return 0;
         }
     }
