@@ -82,6 +82,9 @@ pid_t tt_fork(int (*fn)(void *), void *arg);
 int tt_wait(pid_t pid, int timeout_ms);
 /* Expect a normal exit with status 0. */
 void tt_wait_ok(pid_t pid, int timeout_ms);
+/* SIGTERM to tcmd (a child), again while it lives, and its raw status
+ * within timeout_ms (killed and aborted past it, as tt_wait). */
+int tt_terminate(pid_t pid, int timeout_ms);
 
 /* Events read from /proc instead of a sleep, polled for at most timeout_ms;
  * each returns whether it happened. Every thread of process pid sleeps in

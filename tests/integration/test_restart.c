@@ -164,8 +164,7 @@ static void test_upgrade(void)
     pid_t pids[2];
     wl_start(wl, 2, pids, 1000);
     for (int k = 0; k < 3; k++) {
-        CHECK_EQ(kill(d.pid, SIGTERM), 0);
-        int st = tt_daemon_wait_exit(&d, 10000);
+        int st = tt_terminate(d.pid, 10000);
         CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
         CHECK(tt_segment_exists(&d, "heap") && tt_segment_exists(&d, "meta") && tt_segment_exists(&d, "state"));
         CHECK_EQ(access(d.socket, F_OK), 0); /* new processes wait for the next tcmd */

@@ -142,8 +142,7 @@ static void wait_socket(const char *path, pid_t pid)
 
 static void stop_tcmd(pid_t pid)
 {
-    CHECK_EQ(kill(pid, SIGTERM), 0);
-    int st = tt_wait(pid, 60000); /* a sanitized tcmd on a box busy with other suites can take a while */
+    int st = tt_terminate(pid, 60000); /* a sanitized tcmd on a box busy with other suites can take a while */
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
