@@ -1036,8 +1036,8 @@ static bool sample_due(tcm_thread_t *thr, size_t size)
  * SAMPLE_RETRY_MEAN and doubles with each, up to the sample's own mean: a
  * thread that allocates gigabytes a second had retried every few
  * microseconds until the run came, each retry a slow-path malloc that takes
- * the process's run-cache lock (hundreds a sample, tens of thousands a
- * 64-thread run of the seed's; docs/BENCHMARKS.md, "The heap profile"). */
+ * the process's run-cache lock (counted in docs/BENCHMARKS.md, "The heap
+ * profile"). */
 #define SAMPLE_RETRY_MEAN (64u << 10)
 
 /* The countdown ran out at this allocation: the mean its sample is told
