@@ -1059,11 +1059,13 @@ static uint64_t sample_point(tcm_thread_t *thr, size_t size, uint64_t *off)
         if (!*off && atomic_load_explicit(&tcm__proc.meta->profile_rate, memory_order_relaxed)) {
             if (!thr->sample_owed) {
                 thr->sample_owed = (uint64_t)((int64_t)thr->sample_drawn - tcm__hot.sample_left);
-                thr->sample_retry_mean = SAMPLE_RETRY_MEAN / 2;
+                thr->sample_retry_mean = SAMPLE_RETRY_MEAN;
+            } else {
+                thr->sample_retry_mean *= 2;
             }
+            if (thr->sample_retry_mean > thr->sample_mean)
+                thr->sample_retry_mean = thr->sample_mean;
             ring_ahead(thr);
-            uint64_t retry = 2 * thr->sample_retry_mean;
-            thr->sample_retry_mean = retry < thr->sample_mean ? retry : thr->sample_mean;
             tcm__hot.sample_left = (int64_t)(thr->sample_retry = tcm__sample_draw(thr, thr->sample_retry_mean));
             return 0;
         }
@@ -1105,11 +1107,6 @@ static void profile_post(tcm_thread_t *thr, const sample_req_t *sample)
     tcm__slot_release(slot);
 }
 
-/* tcmd is told of a sampled allocation (a page run of its own, so that its
- * free reaches tcmd whoever frees it) with the stack above
- * tcm__malloc_slow's frame (cfa), and first of the process's code mappings
- * when it has none or they changed. A sample tcmd does not keep is only a
- * sample less. */
 /* The process's code mappings, when it has sent none as this client or
  * its objects changed: at a thread's first malloc while sampling is on
  * (posted quietly, served with that thread's first refill, so that tcmd
@@ -1122,6 +1119,11 @@ static void maps_post_if_due(tcm_thread_t *thr)
         profile_post(thr, NULL);
 }
 
+/* tcmd is told of a sampled allocation (a page run of its own, so that its
+ * free reaches tcmd whoever frees it) with the stack above
+ * tcm__malloc_slow's frame (cfa), and first of the process's code mappings
+ * when it has none or they changed. A sample tcmd does not keep is only a
+ * sample less. */
 TCM_NOINLINE static void sample_post(tcm_thread_t *thr, const sample_req_t *sample)
 {
     maps_post_if_due(thr);
