@@ -27,7 +27,7 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "common"))
-from tcmtest import count_in_file, free_port, wait_tcmd, wait_until  # noqa: E402
+from tcmtest import count_in_file, free_port, terminate, wait_tcmd, wait_until  # noqa: E402
 
 build = sys.argv[1]
 TCMD = os.path.join(build, "tcmd")
@@ -98,8 +98,8 @@ class Tcmd:
         self.p.wait()
 
     def stop(self):
-        self.p.terminate()
-        self.p.wait(timeout=20)
+        if terminate(self.p, 20) is None:
+            raise subprocess.TimeoutExpired(TCMD, 20)
 
 
 class Server:

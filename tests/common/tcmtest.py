@@ -49,6 +49,20 @@ def wait_tcmd(tcmctl, sock, seconds=10):
                       seconds, step=0.05)
 
 
+def terminate(p, timeout):
+    """SIGTERM to tcmd (a Popen), sent again every 3 s while it lives, and
+    its exit status within timeout seconds; None if it is still running
+    (tt_terminate in testutil.c says why: TSan can lose a SIGTERM)."""
+    deadline = time.time() + timeout
+    while True:
+        p.terminate()
+        try:
+            return p.wait(timeout=max(0.01, min(3, deadline - time.time())))
+        except subprocess.TimeoutExpired:
+            if time.time() >= deadline:
+                return None
+
+
 class Tcmd:
     """A private tcmd for one test case: its own directory, socket, heap name
     and log, so that no case sees what an earlier one configured. stop()
@@ -94,10 +108,8 @@ class Tcmd:
             return False
         checked = subprocess.run([self.tcmctl, "--socket", self.sock, "check"], capture_output=True,
                                  timeout=60).returncode == 0
-        self.p.terminate()
-        try:
-            rc = self.p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
+        rc = terminate(self.p, 20)
+        if rc is None:
             self.kill()
             return False
         clean = checked and rc == 0 and not os.path.exists(f"/dev/shm/tcm.{self.name}.heap")
