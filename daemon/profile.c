@@ -163,6 +163,14 @@ int tcm__sample_take_ht(tcm_server_t *srv, tcm_client_t *c, uint64_t run, uint64
     *recorded = false;
     uint32_t sp;
     int st = tcm__large_check_ht(h, run, &sp);
+    if (st == TCM_ST_DOUBLE_FREE || (st == TCM_ST_NOT_OBJECT && !(run & (TCM_PAGE_SIZE - 1)))) {
+        /* a page no run starts at now, free or in another span: freed
+         * already, as when another process took the object and its free
+         * came through its own ring first (the SAMPLE is posted without
+         * waking tcmd). Nothing of it is live, so nothing is kept. */
+        atomic_fetch_add_explicit(&s->refused, 1, memory_order_relaxed);
+        return TCM_ST_OK;
+    }
     if (st != TCM_ST_OK)
         return st;
     if (h->spans[sp].owner != c->rec->tag) { /* only a run the client itself allocated (one in its run

@@ -282,10 +282,22 @@ bool tt_daemon_alive(const tcm_test_daemon_t *d)
     return alive;
 }
 
+/* What tcmd said before a check fails: the test's output is all a CI
+ * run keeps. */
+static void log_tail(const tcm_test_daemon_t *d, const char *why)
+{
+    fprintf(stderr, "%s; tcmd's log (%s), its last lines:\n", why, d->log);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "tail -40 %s >&2", d->log);
+    (void)!system(cmd);
+}
+
 void tt_check_all_back(const tcm_test_daemon_t *d)
 {
     CHECK_EQ(tt_wait_stat(d, "clients_attached", 0, 5000), 0);
     CHECK_EQ(tt_stat(d, "bytes_clients"), 0);
+    if (tt_stat(d, "refused"))
+        log_tail(d, "refused requests");
     CHECK_EQ(tt_stat(d, "refused"), 0);
     CHECK_EQ(tt_stat(d, "clients_died"), 0);
     CHECK_EQ(tt_stat(d, "bytes_orphaned"), 0);
@@ -296,10 +308,8 @@ void tt_check_heap(const tcm_test_daemon_t *d)
     char out[2048];
     if (tt_tcmctl(d, "check", out, sizeof out) == 0)
         return;
-    fprintf(stderr, "tcmctl check: %s\ntcmd's log (%s), its last lines:\n", out, d->log);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "tail -40 %s >&2", d->log);
-    (void)!system(cmd);
+    fprintf(stderr, "tcmctl check: %s\n", out);
+    log_tail(d, "the check failed");
     abort();
 }
 

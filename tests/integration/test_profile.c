@@ -246,6 +246,34 @@ static int other(void *arg)
     return 0;
 }
 
+/* Another process frees a run whose SAMPLE its allocator has not had
+ * served yet (each free comes through its own process's ring). */
+static int freer(void *arg)
+{
+    tt_raw_t r;
+    tt_raw_attach(&r, ((const tcm_test_daemon_t *)arg)->socket);
+    r.slots[0].op = TCM_OP_FREE_PAGES, r.slots[0].arg = others_run;
+    CHECK_EQ(tt_raw_call(&r, 0), TCM_ST_OK);
+    return 0;
+}
+
+/* A sample that comes after its object's free is not kept, and is no
+ * refused request: the race is the allocator's, not a lie. */
+static void late_sample(const tcm_test_daemon_t *d, tt_raw_t *mine)
+{
+    tcm_slot_t *s = &mine->slots[0];
+    s->op = TCM_OP_ALLOC_PAGES, s->arg = 1, s->arg2 = 1, s->cls = TCM_ALLOC_SAMPLED;
+    CHECK_EQ(tt_raw_call(mine, 0), TCM_ST_OK);
+    others_run = s->result;
+    tt_wait_ok(tt_fork(freer, (void *)d), 10000);
+    uint64_t kept, refused = tt_stat(d, "refused"), not_kept = tt_stat(d, "profile_samples_refused");
+    CHECK_EQ(sample(mine, others_run, 100, 2, &kept), TCM_ST_OK);
+    CHECK_EQ(kept, 0u);
+    CHECK_EQ(tt_stat(d, "refused"), refused);
+    CHECK_EQ(tt_stat(d, "profile_samples_refused"), not_kept + 1);
+    printf("a sample after its object's free in another process: not kept, not refused\n");
+}
+
 static int forger(void *arg)
 {
     const tcm_test_daemon_t *d = arg;
@@ -269,6 +297,7 @@ static int forger(void *arg)
     s->op = TCM_OP_FREE_PAGES, s->arg = run;
     CHECK_EQ(tt_raw_call(&mine, 0), TCM_ST_OK);
     CHECK_EQ(tt_stat(d, "profile_samples"), live); /* its free drops it */
+    late_sample(d, &mine);
     printf("forgery: another's run, a run's inside, too many frames, too large a size: refused\n");
     fflush(stdout);
     return 0;
