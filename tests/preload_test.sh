@@ -104,7 +104,8 @@ fi
 
 # private: malloc's memory is not in tcmd's shared heap (which any client
 # maps), fork copies it on write and the child goes on allocating from it,
-# and a thousand programs leave nothing in tcmd's heap
+# a few objects of many sizes keep only their pages resident, and a
+# thousand programs leave nothing in tcmd's heap
 base=$(( $("$build/tcmctl" --json config get base | grep -o '"base":{"value":"[0-9a-fx]*"' | grep -o '0x[0-9a-f]*') ))
 size=$(stat bytes_reserved)
 read -r small large < <(LD_PRELOAD=$lib "$build/tests/tcm_preload_private" where)
@@ -118,6 +119,11 @@ if [[ $out == ok ]]; then
   ok "private: a fork child sees the heap as it was at the fork, keeps its writes, allocates from it"
 else
   fail "private fork: $out"
+fi
+if out=$(LD_PRELOAD=$lib "$build/tests/tcm_preload_private" sparse 2>&1); then
+  ok "private: $out (the pages of what it handed out, not whole spans)"
+else
+  fail "private sparse: $out"
 fi
 held=$(stat bytes_clients) committed=$(stat bytes_committed) clients=$(stat clients_total)
 for _ in $(seq 1000); do LD_PRELOAD=$lib ls /usr/bin > /dev/null; done
