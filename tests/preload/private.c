@@ -124,7 +124,7 @@ static long resident_kb(const void *p)
 
 /* Two objects of each of ~40 sizes up to 4 KiB: their spans are 64 KiB
  * each (2.5 MiB in all), their own pages and the records of the sizes'
- * spans and bins ~25 KiB a size. */
+ * spans and bins ~20 KiB a size. */
 static int sparse_case(void)
 {
     void *keep[128];
