@@ -122,8 +122,9 @@ class Server:
         raise Failed(f"tcm-kv did not start {workers} workers: " + open(self.log_path).read())
 
     def stop(self):
-        self.p.terminate()
-        check(self.p.wait(timeout=20) == 0, "tcm-kv exited badly on SIGTERM")
+        st = terminate(self.p, 20)
+        check(st is not None, "tcm-kv did not stop within 20 s of SIGTERM")
+        check(st == 0, "tcm-kv exited badly on SIGTERM")
 
     def info(self, section=""):
         c = Conn(self.port)

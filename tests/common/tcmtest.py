@@ -50,9 +50,9 @@ def wait_tcmd(tcmctl, sock, seconds=10):
 
 
 def terminate(p, timeout):
-    """SIGTERM to tcmd (a Popen), sent again every 3 s while it lives, and
-    its exit status within timeout seconds; None if it is still running
-    (tt_terminate in testutil.c says why: TSan can lose a SIGTERM)."""
+    """SIGTERM to tcmd or a server (a Popen), sent again every 3 s while it
+    lives, and its exit status within timeout seconds; None if it is still
+    running (tt_terminate in testutil.c says why: TSan can lose a SIGTERM)."""
     deadline = time.time() + timeout
     while True:
         p.terminate()
