@@ -28,12 +28,19 @@ int kv_run_threads(const kv_options_t *o, kv_shared_t *sh, int fd, volatile sig_
     static _Atomic int stop;
     pthread_t tids[KV_MAX_WORKERS];
     thread_arg_t args[KV_MAX_WORKERS];
+    /* blocked but while sigsuspend waits (a stop between the check and a
+     * pause() was lost), and so in every worker thread, which inherit it */
+    sigset_t waited, unblocked;
+    sigemptyset(&waited);
+    sigaddset(&waited, SIGTERM);
+    sigaddset(&waited, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &waited, &unblocked);
     for (int i = 0; i < o->workers; i++) {
         args[i] = (thread_arg_t){o, sh, i, dup(fd), &stop}; /* each loop closes its own */
         pthread_create(&tids[i], NULL, worker_thread, &args[i]);
     }
     while (!*stopping)
-        pause();
+        sigsuspend(&unblocked);
     atomic_store(&stop, 1);
     for (int i = 0; i < o->workers; i++)
         pthread_join(tids[i], NULL);
