@@ -191,7 +191,7 @@ uint32_t tcm__back_array(void **objs, uint32_t *backed, uint32_t want)
         return want;
     /* to the end of the page entry want - 1 is on: the arrays do not start
      * on a page, and a page's worth from the first entry backed two pages
-     * for each class a thread used (glibc_thread: 0.7 MB of its 12) */
+     * for each class a thread used (glibc_thread: 0.5 MB of its 12) */
     uintptr_t end = ((uintptr_t)(objs + want) + TCM_PAGE_SIZE - 1) & ~(uintptr_t)(TCM_PAGE_SIZE - 1);
     uint32_t to = (uint32_t)((end - (uintptr_t)objs) / sizeof(void *));
     if (tcm__populate(objs + *backed, (uint64_t)(to - *backed) * sizeof(void *)) == 0)

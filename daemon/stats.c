@@ -97,7 +97,8 @@ static size_t profile_rows(const tcm_server_t *srv, tcm_stat_row_t *rows, size_t
             (uint64_t)atomic_load(&sm->hdr->procs_hw) * sizeof(tcm_sample_proc_t), false);
     row(rows, &n, max, "profile_samples_taken", "samples this tcmd kept", atomic_load(&sm->taken), true);
     row(rows, &n, max, "profile_samples_refused", "samples not kept: their object freed before tcmd took them, not a "
-        "run the client allocated itself, its user held its share of the table (a quarter), or the table was full", atomic_load(&sm->refused), true);
+        "run the client allocated itself, its user held its share of the table (a quarter), or the table was full",
+        atomic_load(&sm->refused), true);
     return n;
 }
 
