@@ -89,7 +89,7 @@ static void map_pages(uint64_t first, uint64_t npages)
 
 /* The pages of the span [*first, +*np) that the objects offs[0..n) in it
  * are on. In a private heap, mapping the rest would allocate pages that
- * may never be used: a span of 64 KiB for each class a program uses a few
+ * may never be used: a whole span for each class a program uses a few
  * objects of (redis under the drop-in: 2.5 MB of its 27). */
 static void narrow_to_objects(const uint64_t *offs, uint32_t n, uint64_t size, uint64_t *first, uint64_t *np)
 {
