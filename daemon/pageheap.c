@@ -151,16 +151,26 @@ static void publish_free_stats(tcm_heap_t *h)
     TCM_STAT_SET(h->meta, bytes_pageheap_free, h->free_pages * TCM_PAGE_SIZE);
 }
 
+/* The huge ranges with a page below top: the counts of the ranges above
+ * are 0 (no free run was ever there), untouched in the private map, where
+ * a heap of 64 GiB has 128 KiB of them (a page of the drop-in's memory for
+ * every 64 MiB a program's heap reaches, not 34 for its first malloc). */
+static uint32_t ranges_below_top(const tcm_heap_t *h)
+{
+    uint64_t r = ((uint64_t)h->top + TCM_HUGE_PAGES - 1) / TCM_HUGE_PAGES;
+    return r < h->nranges ? (uint32_t)r : h->nranges;
+}
+
 void tcm__ph_init(tcm_heap_t *h)
 {
     memset(h->free_lists, 0, sizeof h->free_lists);
     memset(h->nonempty, 0, sizeof h->nonempty);
+    memset(h->huge_free, 0, ranges_below_top(h) * sizeof h->huge_free[0]); /* (top: the last heap's, if any) */
+    memset(h->huge_low, 0, ranges_below_top(h) * sizeof h->huge_low[0]);
     h->top = 1; /* page 0 is the doorbell page */
     h->unused_spans = 0;
     h->next_span_record = 1;
     h->free_pages = h->free_committed_pages = h->huge_free_pages = 0;
-    memset(h->huge_free, 0, h->nranges * sizeof h->huge_free[0]);
-    memset(h->huge_low, 0, h->nranges * sizeof h->huge_low[0]);
     h->transit_pages = 0;
     h->punch_first = h->punch_done = 0;
 }
@@ -676,7 +686,7 @@ void tcm__ph_huge_forget_ht(tcm_heap_t *h, uint32_t r)
 
 void tcm__ph_huge_sparse_ht(tcm_heap_t *h)
 {
-    for (uint32_t r = 0; r < h->nranges; r++)
+    for (uint32_t r = 0, n = ranges_below_top(h); r < n; r++)
         if (h->huge_low[r] >= HUGE_SPARSE_PAGES && (h->huge[r / 64] >> (r % 64) & 1)) {
             tcm__ph_huge_forget_ht(h, r);
             atomic_fetch_add_explicit(&h->huge_dissolved, 1, memory_order_relaxed);
@@ -685,7 +695,7 @@ void tcm__ph_huge_sparse_ht(tcm_heap_t *h)
 
 void tcm__ph_huge_step_ht(tcm_heap_t *h)
 {
-    memcpy(h->huge_low, h->huge_free, h->nranges * sizeof h->huge_low[0]);
+    memcpy(h->huge_low, h->huge_free, ranges_below_top(h) * sizeof h->huge_low[0]);
 }
 
 /* Range r (no free run crosses its edges: huge.c, range_in_use) is kept
