@@ -10,11 +10,17 @@
 
 /* Open addressing; an entry leaves when its count reaches 0, so the table
  * holds only users that hold something: cap is at least twice the most
- * things there can be at once. */
+ * things there can be at once. Its pages appear as entries are used: a
+ * table sized for every peer tcmd may have costs a page or two where one
+ * user holds everything (the drop-in's private heap). */
+typedef struct tcm_share {
+    uint32_t uid;
+    uint32_t count; /* 0: the entry is empty */
+} tcm_share_t;
+
 typedef struct tcm_shares {
-    uint32_t mask;     /* cap - 1 */
-    uint32_t *uid;
-    uint32_t *count;   /* 0: the entry is empty */
+    uint32_t mask; /* cap - 1 */
+    tcm_share_t *e;
 } tcm_shares_t;
 
 /* Where a uid's entry starts in a table of mask + 1 (a power of two). */
