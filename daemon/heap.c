@@ -11,20 +11,32 @@
 
 /* The record sets (the classes' object records and the tag blocks) and
  * the page heap's maps of huge ranges: their bitmaps and counts in one
- * private reservation, whose pages appear as they are touched. */
+ * private reservation, whose pages appear as they are touched. The
+ * classes' maps interleave (tcm_rec_set_t), the tag blocks' follow. */
+static uint64_t used_words(const tcm_rec_set_t *ss)
+{
+    return (ss->max + 63) / 64;
+}
+
+static uint64_t backed_words(const tcm_rec_set_t *ss)
+{
+    return ((uint64_t)ss->max * ss->rec_bytes / 4096 + 1 + 63) / 64;
+}
+
 static int reserve_private_maps(tcm_heap_t *h, uint8_t *sb)
 {
-    for (unsigned c = 1; c < TCM_NCLASSES; c++)
+    const uint32_t nclasses = TCM_NCLASSES - 1;
+    uint64_t uwords = 0, bwords = 0;
+    for (unsigned c = 1; c < TCM_NCLASSES; c++) {
         h->recs[c] = (tcm_rec_set_t){.off = h->sl.off_arena[c], .rec_bytes = h->sl.rec_bytes[c],
-                                       .max = h->sl.max_recs[c]};
-    h->tag_blocks = (tcm_rec_set_t){.off = h->sl.off_tag_blocks, .rec_bytes = TCM_TAG_BLOCK,
-                                     .max = h->sl.max_tag_blocks};
-    h->tag_block_base = sb + h->sl.off_tag_blocks;
-    uint64_t words = 0;
-    for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
-        tcm_rec_set_t *ss = c < TCM_NCLASSES ? &h->recs[c] : &h->tag_blocks;
-        words += (ss->max + 63) / 64 + ((uint64_t)ss->max * ss->rec_bytes / 4096 + 1 + 63) / 64;
+                                       .max = h->sl.max_recs[c], .stride = nclasses};
+        uwords = used_words(&h->recs[c]) > uwords ? used_words(&h->recs[c]) : uwords;
+        bwords = backed_words(&h->recs[c]) > bwords ? backed_words(&h->recs[c]) : bwords;
     }
+    h->tag_blocks = (tcm_rec_set_t){.off = h->sl.off_tag_blocks, .rec_bytes = TCM_TAG_BLOCK,
+                                     .max = h->sl.max_tag_blocks, .stride = 1};
+    h->tag_block_base = sb + h->sl.off_tag_blocks;
+    uint64_t words = (uwords + bwords) * nclasses + used_words(&h->tag_blocks) + backed_words(&h->tag_blocks);
     h->nranges = h->npages / TCM_HUGE_PAGES;
     /* and the page heap's map of huge ranges, its counts per range */
     uint64_t hwords = h->nranges / 64 + 1, cwords = (h->nranges + 3) / 4, swords = (h->nranges + 1) / 2;
@@ -39,13 +51,13 @@ static int reserve_private_maps(tcm_heap_t *h, uint8_t *sb)
     h->huge_low = (uint16_t *)(bits + hwords + cwords);
     h->huge_since = (uint32_t *)(bits + hwords + 2 * cwords);
     bits += hwords + 2 * cwords + swords;
-    for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
-        tcm_rec_set_t *ss = c < TCM_NCLASSES ? &h->recs[c] : &h->tag_blocks;
-        ss->used = bits;
-        bits += (ss->max + 63) / 64;
-        ss->backed = bits;
-        bits += ((uint64_t)ss->max * ss->rec_bytes / 4096 + 1 + 63) / 64;
+    for (unsigned c = 1; c < TCM_NCLASSES; c++) {
+        h->recs[c].used = bits + (c - 1);
+        h->recs[c].backed = bits + uwords * nclasses + (c - 1);
     }
+    bits += (uwords + bwords) * nclasses;
+    h->tag_blocks.used = bits;
+    h->tag_blocks.backed = bits + used_words(&h->tag_blocks);
     return 0;
 }
 

@@ -65,10 +65,15 @@ enum {
  * records, or the tag blocks. Which records are in use, and which of the
  * arena's 4 KiB pages this tcmd knows to be backed. Private to the heap
  * thread; rebuilt by the recovery pass from the span records and their
- * owner words (tcm__rec_claim_ht). */
+ * owner words (tcm__rec_claim_ht). The classes' maps are interleaved a
+ * word at a time (word w of a class's map is stride words after word
+ * w - 1), so that the first records of every class share a page: each
+ * map of its own cost every class two pages of the drop-in's private heap
+ * at its first span. */
 typedef struct tcm_rec_set {
-    uint64_t *used;       /* bit per record */
+    uint64_t *used;       /* bit per record (tcm__rec_word) */
     uint64_t *backed;     /* bit per arena page: fallocated by this tcmd, not punched since */
+    uint32_t stride;      /* words from one word of a map to the next */
     uint64_t off;         /* the arena's offset in the state segment */
     uint32_t rec_bytes, max;
     uint32_t lowest;      /* no free record below this one */
@@ -209,6 +214,17 @@ static inline void tcm__bit_set(uint64_t *bits, uint64_t i, bool on)
         bits[i / 64] |= 1ull << (i % 64);
     else
         bits[i / 64] &= ~(1ull << (i % 64));
+}
+
+/* Word w of a record set's map (its used or its backed bits). */
+static inline uint64_t *tcm__rec_word(const tcm_rec_set_t *ss, uint64_t *map, uint64_t w)
+{
+    return map + w * ss->stride;
+}
+
+static inline bool tcm__rec_bit(const tcm_rec_set_t *ss, const uint64_t *map, uint64_t i)
+{
+    return map[i / 64 * ss->stride] >> (i % 64) & 1;
 }
 
 /* Whether page p is in a range the page heap keeps whole. */

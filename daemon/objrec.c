@@ -22,7 +22,7 @@ static int record_commit(tcm_heap_t *h, tcm_rec_set_t *ss, uint32_t rec)
 {
     uint64_t lo = (uint64_t)rec * ss->rec_bytes, hi = lo + ss->rec_bytes;
     uint64_t plo = lo / ARENA_PAGE, phi = (hi - 1) / ARENA_PAGE, p = plo;
-    while (p <= phi && tcm__bit(ss->backed, p))
+    while (p <= phi && tcm__rec_bit(ss, ss->backed, p))
         p++;
     if (p > phi)
         return 0;
@@ -36,7 +36,7 @@ static int record_commit(tcm_heap_t *h, tcm_rec_set_t *ss, uint32_t rec)
         }
     }
     for (; p <= phi; p++)
-        ss->backed[p / 64] |= 1ull << (p % 64);
+        *tcm__rec_word(ss, ss->backed, p / 64) |= 1ull << (p % 64);
     return 0;
 }
 
@@ -44,12 +44,13 @@ uint32_t tcm__recs_take_ht(tcm_heap_t *h, tcm_rec_set_t *ss, uint32_t k, uint32_
 {
     uint32_t words = (ss->max + 63) / 64, w = ss->lowest / 64, got = 0;
     for (; got < k && w < words; w++) {
-        for (uint64_t avail = ~ss->used[w]; avail && got < k; avail &= avail - 1) {
+        uint64_t *word = tcm__rec_word(ss, ss->used, w);
+        for (uint64_t avail = ~*word; avail && got < k; avail &= avail - 1) {
             uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(avail);
             /* an arena has a record for everything the heap can hold */
             if (i >= ss->max || record_commit(h, ss, i) != 0)
                 return got;
-            ss->used[w] |= 1ull << (i % 64);
+            *word |= 1ull << (i % 64);
             ss->lowest = i + 1;
             ss->nused++;
             out[got++] = i;
@@ -65,8 +66,8 @@ int tcm__rec_take_ht(tcm_heap_t *h, tcm_rec_set_t *ss, uint32_t *rec)
 
 void tcm__rec_put_ht(tcm_rec_set_t *ss, uint32_t rec)
 {
-    TCM_ASSERT(rec < ss->max && tcm__bit(ss->used, rec));
-    ss->used[rec / 64] &= ~(1ull << (rec % 64));
+    TCM_ASSERT(rec < ss->max && tcm__rec_bit(ss, ss->used, rec));
+    *tcm__rec_word(ss, ss->used, rec / 64) &= ~(1ull << (rec % 64));
     ss->nused--;
     if (rec < ss->lowest)
         ss->lowest = rec;
@@ -88,8 +89,10 @@ void tcm__recs_reset_ht(tcm_heap_t *h)
     for (unsigned c = 1; c <= TCM_NCLASSES; c++) {
         tcm_rec_set_t *ss = record_set(h, c);
         uint64_t pages = (uint64_t)ss->max * ss->rec_bytes / ARENA_PAGE + 1;
-        memset(ss->used, 0, (ss->max + 63) / 64 * sizeof(uint64_t));
-        memset(ss->backed, 0, (pages + 63) / 64 * sizeof(uint64_t));
+        for (uint64_t w = 0; w < (ss->max + 63) / 64; w++)
+            *tcm__rec_word(ss, ss->used, w) = 0;
+        for (uint64_t w = 0; w < (pages + 63) / 64; w++)
+            *tcm__rec_word(ss, ss->backed, w) = 0;
         ss->lowest = ss->nused = 0;
         /* what the previous tcmd backed is unknown: the next trim looks at
          * the whole arena */
@@ -100,9 +103,9 @@ void tcm__recs_reset_ht(tcm_heap_t *h)
 
 bool tcm__rec_claim_ht(tcm_rec_set_t *ss, uint32_t rec)
 {
-    if (rec >= ss->max || tcm__bit(ss->used, rec))
+    if (rec >= ss->max || tcm__rec_bit(ss, ss->used, rec))
         return false;
-    ss->used[rec / 64] |= 1ull << (rec % 64);
+    *tcm__rec_word(ss, ss->used, rec / 64) |= 1ull << (rec % 64);
     ss->nused++;
     return true;
 }
@@ -132,10 +135,10 @@ static bool page_in_use(const tcm_rec_set_t *ss, uint64_t p)
         last = ss->max - 1;
     for (uint64_t i = first; i <= last; i++) {
         if (i % 64 == 0 && i + 63 <= last) { /* a whole word at once */
-            if (ss->used[i / 64])
+            if (*tcm__rec_word(ss, ss->used, i / 64))
                 return true;
             i += 63;
-        } else if (tcm__bit(ss->used, i)) {
+        } else if (tcm__rec_bit(ss, ss->used, i)) {
             return true;
         }
     }
@@ -146,8 +149,8 @@ static uint64_t punch(tcm_heap_t *h, tcm_rec_set_t *ss, uint64_t plo, uint64_t p
 {
     uint64_t backed = 0;
     for (uint64_t p = plo; p < phi; p++) {
-        backed += tcm__bit(ss->backed, p);
-        ss->backed[p / 64] &= ~(1ull << (p % 64));
+        backed += tcm__rec_bit(ss, ss->backed, p);
+        *tcm__rec_word(ss, ss->backed, p / 64) &= ~(1ull << (p % 64));
     }
     if (h->state_fd >= 0) {
         int err = tcm__release(h->state_fd, ss->off + plo * ARENA_PAGE, (phi - plo) * ARENA_PAGE);

@@ -58,7 +58,7 @@ static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
             continue;
         const tcm_class_info_t *ci = &h->classes[sp->cls];
         const tcm_rec_set_t *ss = &h->recs[sp->cls];
-        if (sp->rec >= ss->max || !(ss->used[sp->rec / 64] >> (sp->rec % 64) & 1))
+        if (sp->rec >= ss->max || !tcm__rec_bit(ss, ss->used, sp->rec))
             FAIL("span %u (class %u): its object record %u is out of range or not marked in use", s, sp->cls,
                  sp->rec);
         const uint64_t *map = tcm__span_bits(h, sp);
@@ -68,7 +68,7 @@ static bool check_central(tcm_heap_t *h, char *why, size_t whylen)
             uint32_t b = owners[w] & ~TCM_OWNER_BLOCK;
             if (!(owners[w] & TCM_OWNER_BLOCK))
                 continue;
-            if (b >= h->tag_blocks.max || !(h->tag_blocks.used[b / 64] >> (b % 64) & 1))
+            if (b >= h->tag_blocks.max || !tcm__rec_bit(&h->tag_blocks, h->tag_blocks.used, b))
                 FAIL("span %u (class %u): word %u names tag block %u, out of range or not marked in use", s, sp->cls,
                      w, b);
             tag_blocks++;
