@@ -75,8 +75,11 @@ static bool post(tcm_slot_t *slot, uint32_t slot_index, bool ring)
     slot->req_seq++;
     /* release: a recovering tcmd may read the slot without the ring */
     atomic_store_explicit(&slot->state, TCM_SLOT_POSTED, memory_order_release);
+    /* full: cannot happen in a channel of tcmd's (a cell for every slot);
+     * a private heap's ring has fewer (tcm__chan_layout), and what waits in
+     * it is served here */
     while (!tcm__ring_push(pr->ring, pr->lay.ring_cap, slot_index))
-        tcm__yield(); /* cannot happen: the ring has a cell for every slot */
+        pr->serve ? pr->serve() : tcm__yield();
     if (pr->serve) {
         pr->serve();
         return true;

@@ -139,7 +139,7 @@ static int map_segments(const Tcm__Welcome *w, tcm_handle_t *fds, char *err, siz
             return -EPROTO;
         }
 
-    tcm__chan_layout(&pr->lay, pr->classes, w->max_threads);
+    tcm__chan_layout(&pr->lay, pr->classes, w->max_threads, false);
     pr->chan = tcm__map(fds[FD_CHANNEL], pr->lay.size, NULL, true, err, errlen);
     if (!pr->chan)
         return -ENOMEM;
@@ -178,7 +178,7 @@ TCM_COLD int tcm__attach_private(uint8_t *heap, uint64_t heap_size, const tcm_me
     pr->meta = meta;
     pr->meta_size = meta_size;
     use_meta(pr);
-    tcm__chan_layout(&pr->lay, pr->classes, max_threads);
+    tcm__chan_layout(&pr->lay, pr->classes, max_threads, true);
     pr->chan = chan;
     if (use_channel(pr) != 0)
         return -ENOMEM;

@@ -188,7 +188,7 @@ static int attach_local(void)
     meta->magic = TCM_META_MAGIC;
     state->magic = TCM_STATE_MAGIC;
     configure(meta, size);
-    tcm__chan_layout(&srv->chan_layout, srv->h.classes, local_threads);
+    tcm__chan_layout(&srv->chan_layout, srv->h.classes, local_threads, true);
     tcm__holders_init(srv, true);
     int err = make_client();
     if (err)

@@ -109,13 +109,13 @@ static uint64_t align_up(uint64_t v, uint64_t a)
 }
 
 void tcm__chan_layout(tcm_chan_layout_t *l, const tcm_class_info_t tab[TCM_NCLASSES],
-                      uint32_t max_threads)
+                      uint32_t max_threads, bool served_inline)
 {
     l->max_threads = max_threads;
     /* one per thread cache, a shared spare, and each thread's async slots */
     l->nslots = max_threads + 1 + max_threads * TCM_ASYNC_SLOTS;
     l->ring_cap = 1;
-    while (l->ring_cap < l->nslots)
+    while (l->ring_cap < (served_inline ? max_threads + 1 : l->nslots))
         l->ring_cap <<= 1;
     l->off_ring = align_up(sizeof(tcm_chan_hdr_t), 4096);
     uint64_t off = l->off_ring + sizeof(tcm_ring_t) + (uint64_t)l->ring_cap * sizeof(tcm_ring_cell_t);

@@ -331,7 +331,7 @@ int tcm__segments_open(tcm_server_t *srv)
         srv->max_clients = srv->state->max_clients;
     }
     srv->dstats = &srv->state->dstats;
-    tcm__chan_layout(&srv->chan_layout, srv->h.classes, srv->max_threads);
+    tcm__chan_layout(&srv->chan_layout, srv->h.classes, srv->max_threads, false);
     srv->adopted = !fresh;
     if (fresh) {
         atomic_signal_fence(memory_order_seq_cst);

@@ -40,7 +40,7 @@ void tt_raw_attach(tt_raw_t *r, const char *socket)
     close(fd);
     tcm_class_info_t tab[TCM_NCLASSES];
     tcm__class_table_init(tab);
-    tcm__chan_layout(&r->lay, tab, w->max_threads);
+    tcm__chan_layout(&r->lay, tab, w->max_threads, false);
     fd = fds[2];
     r->chan = tcm__map(fd, r->lay.size, NULL, true, err, sizeof err);
     CHECK(r->chan);

@@ -80,7 +80,7 @@ static void reset(void)
     atomic_store(&srv.meta->config.page_cache_cap, 1u << 20); /* punches happen too */
     atomic_store(&srv.meta->config.heap_limit, HEAP);
     atomic_store(&srv.meta->profile_sample, 4096); /* SAMPLE and MAPS keep what passes their checks */
-    tcm__chan_layout(&srv.chan_layout, srv.h.classes, THREADS);
+    tcm__chan_layout(&srv.chan_layout, srv.h.classes, THREADS, false);
 
     memset(&client, 0, sizeof client);
     client.rec = (tcm_client_rec_t *)((uint8_t *)srv.state + sl.off_clients);

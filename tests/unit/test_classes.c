@@ -48,7 +48,7 @@ int main(void)
     CHECK_GE(tab[tcm__size_class(64)].tcache_cap, 2048);
 
     tcm_chan_layout_t l;
-    tcm__chan_layout(&l, tab, 16);
+    tcm__chan_layout(&l, tab, 16, false);
     CHECK_GE(l.ring_cap, l.nslots);
     CHECK_EQ(l.ring_cap & (l.ring_cap - 1), 0);
     CHECK_EQ(l.off_tcaches % 4096, 0);
