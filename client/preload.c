@@ -25,8 +25,10 @@
 
 static void *malloc_missed(size_t size);
 static void free_missed(void *p);
+static void outgrown_missed(void *p);
 #define TCM_MALLOC_SLOW malloc_missed
 #define TCM_FREE_SLOW free_missed
+#define TCM_FREE_OUTGROWN_SLOW outgrown_missed
 #include "tcache_inl.h"
 #include "tcm.h"
 
@@ -228,6 +230,15 @@ TCM_NOINLINE static void free_missed(void *p)
     sys_free(p);
 }
 
+/* realloc's free of a heap block it moved into a larger class, past the
+ * hit's (tcm__free_outgrown_fast) */
+TCM_NOINLINE static void outgrown_missed(void *p)
+{
+    tcm__in_library++;
+    tcm__free_outgrown(p);
+    tcm__in_library--;
+}
+
 /* ---- the malloc family */
 
 TCM_EXPORT void *malloc(size_t size)
@@ -288,7 +299,10 @@ TCM_EXPORT void *realloc(void *p, size_t size)
     if (!q)
         return NULL;
     memcpy(q, p, old < size ? old : size);
-    free(p);
+    if (size > old && in_heap(p))
+        tcm__free_outgrown_fast(p);
+    else
+        free(p);
     return q;
 }
 

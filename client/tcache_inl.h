@@ -18,6 +18,7 @@
 #ifndef TCM_MALLOC_SLOW
 #define TCM_MALLOC_SLOW tcm__malloc_slow
 #define TCM_FREE_SLOW tcm__free_slow
+#define TCM_FREE_OUTGROWN_SLOW tcm__free_outgrown
 #endif
 
 static inline void *tcm__malloc_fast(size_t size)
@@ -57,6 +58,28 @@ static inline void tcm__free_fast(void *p)
         }
     }
     TCM_FREE_SLOW(p);
+}
+
+/* realloc's free of the block it moved into a larger class: as free's hit
+ * while its bin holds less than a quiet class refills; at that mark, or
+ * for anything the hit would not take, tcm__free_outgrown (tcache.c) */
+static inline void tcm__free_outgrown_fast(void *p)
+{
+    uintptr_t off = (uintptr_t)p - atomic_load_explicit(&tcm__heap_base, memory_order_relaxed);
+    uintptr_t granule = off >> TCM_GRANULE_SHIFT | off << (64 - TCM_GRANULE_SHIFT);
+    if (tcm_likely(granule < atomic_load_explicit(&tcm__heap_granules, memory_order_relaxed))) {
+        const uint8_t *pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed);
+        unsigned cls = pc[granule >> (TCM_PAGE_SHIFT - TCM_GRANULE_SHIFT)];
+        tcm_bin_t *b = &tcm__hot.tc->bins[cls];
+        uint32_t n = b->count;
+        if (tcm_likely(n < b->max && cls < TCM_NCLASSES) &&
+            tcm_likely((uint64_t)(n + 1) * tcm__proc.classes[cls].size < TCM_OUTGROWN_BYTES)) {
+            b->objs[n] = p;
+            b->count = n + 1;
+            return;
+        }
+    }
+    TCM_FREE_OUTGROWN_SLOW(p);
 }
 
 #endif

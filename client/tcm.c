@@ -92,7 +92,10 @@ void *tcm_realloc(void *p, size_t size)
     if (!q)
         return NULL;
     memcpy(q, p, size < old ? size : old);
-    tcm__free_fast(p);
+    if (size > old)
+        tcm__free_outgrown_fast(p);
+    else
+        tcm__free_fast(p);
     return q;
 }
 

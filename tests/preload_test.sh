@@ -127,6 +127,11 @@ elif out=$(LD_PRELOAD=$lib "$build/tests/tcm_preload_private" sparse 2>&1); then
 else
   fail "private sparse: $out"
 fi
+if out=$(LD_PRELOAD=$lib "$build/tests/tcm_preload_private" grow 2>&1); then
+  ok "private: $out (a bin keeps little of a class realloc moved out of)"
+else
+  fail "private grow: $out"
+fi
 held=$(stat bytes_clients) committed=$(stat bytes_committed) clients=$(stat clients_total)
 for _ in $(seq 1000); do LD_PRELOAD=$lib ls /usr/bin > /dev/null; done
 "$build/tcmctl" release > /dev/null
