@@ -1307,16 +1307,6 @@ TCM_NOINLINE void tcm__free_slow(void *p)
     b->objs[b->count++] = p;
 }
 
-/* A block that realloc moved into a larger class: the program is growing
- * its objects out of this class, and a bin that keeps every block they
- * leave keeps the spans those sit in from emptying, and their pages from
- * the larger classes (realloc_grow, 1 000 buffers grown by realloc 3-8
- * bytes at a time, as redis grows its listpacks: every buffer passes
- * through each class, and the thread's bins ended holding 1 024 blocks of
- * each class it passed, 16 MB of a 29 MB peak). So once the bin holds
- * TCM_OUTGROWN_BYTES (outgrown_full), the whole bin goes back to tcmd (not
- * to the transfer tier: the spans are to empty, and any block left in a
- * bin keeps its span). tcm__free_outgrown_fast takes the rest. */
 /* Whether a bin of n blocks keeps no more that realloc moved out of: one
  * more would be TCM_OUTGROWN_BYTES, or past its room. (Not what the
  * class's next refill brings: where each block realloc moves out of a
@@ -1328,6 +1318,16 @@ static bool outgrown_full(const tcm_bin_t *b, unsigned cls, uint32_t n)
     return n && (n >= b->max || (uint64_t)(n + 1) * tcm__proc.classes[cls].size >= TCM_OUTGROWN_BYTES);
 }
 
+/* A block that realloc moved into a larger class: the program is growing
+ * its objects out of this class, and a bin that keeps every block they
+ * leave keeps the spans those sit in from emptying, and their pages from
+ * the larger classes (realloc_grow, 1 000 buffers grown by realloc 3-8
+ * bytes at a time, as redis grows its listpacks: every buffer passes
+ * through each class, and the thread's bins ended holding 1 024 blocks of
+ * each class it passed, 16 MB of a 29 MB peak). So once the bin holds
+ * TCM_OUTGROWN_BYTES (outgrown_full), the whole bin goes back to tcmd (not
+ * to the transfer tier: the spans are to empty, and any block left in a
+ * bin keeps its span). tcm__free_outgrown_fast takes the rest. */
 TCM_NOINLINE void tcm__free_outgrown(void *p)
 {
     tcm_thread_t *thr = tcm__tls_thread;

@@ -153,8 +153,8 @@ static int sparse_case(void)
  * bytes, as redis grows its listpacks: each passes through every class up
  * to 8 KiB, and the blocks it leaves behind are of classes the program has
  * outgrown. The thread's bins kept them all, up to its budget: 16 MiB
- * cached beside 8 MiB in use; a bin now keeps what a quiet class refills
- * and hands the rest back. */
+ * cached beside 8 MiB in use; a bin now keeps TCM_OUTGROWN_BYTES of them
+ * and hands the rest back (client/tcache.c, tcm__free_outgrown). */
 #define GROW_BUFFERS 1000
 #define GROW_CACHED_MAX_KB 4096
 
