@@ -111,10 +111,36 @@ void tt_daemon_start(tcm_test_daemon_t *d, const char *const *extra)
     tt_daemon_start_env(d, extra, NULL);
 }
 
+/* What the daemons a test started leave in /tmp where one was killed
+ * rather than stopped (its socket, its restart hint SOCKET.heap, its log):
+ * removed when the test exits normally (a failing one aborts and keeps
+ * them to read); a forked child's exit leaves its parent's alone. */
+static int daemons_started;
+static pid_t daemons_owner;
+
+static void remove_leftovers(void)
+{
+    static const char *const kinds[] = {"sock", "sock.heap", "log"};
+    if (getpid() != daemons_owner)
+        return;
+    for (int seq = 1; seq <= daemons_started; seq++)
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+            char path[96];
+            snprintf(path, sizeof path, "/tmp/tcmtest-%d-%d.%s", (int)daemons_owner, seq, kinds[k]);
+            unlink(path);
+        }
+}
+
 void tt_daemon_start_env(tcm_test_daemon_t *d, const char *const *extra, const char *const *env)
 {
     static int seq;
+    if (daemons_owner != getpid()) {
+        daemons_owner = getpid();
+        seq = 0;
+        atexit(remove_leftovers);
+    }
     seq++;
+    daemons_started = seq;
     snprintf(d->socket, sizeof d->socket, "/tmp/tcmtest-%d-%d.sock", (int)getpid(), seq);
     snprintf(d->name, sizeof d->name, "test%d-%d", (int)getpid(), seq);
     snprintf(d->log, sizeof d->log, "/tmp/tcmtest-%d-%d.log", (int)getpid(), seq);
