@@ -19,6 +19,7 @@
 #include "prim.h"
 #include "profile.h"
 #include "tcache.h"
+#include "tcache_inl.h" /* tcm__free_bin */
 #include "xfer.h"
 
 /* A class's first refill asks for this many (refill_first); each refill
@@ -1354,15 +1355,12 @@ static bool outgrown_full(const tcm_bin_t *b, unsigned cls, uint32_t n)
 TCM_NOINLINE void tcm__free_outgrown(void *p)
 {
     tcm_thread_t *thr = tcm__tls_thread;
-    uint64_t off = (uintptr_t)p - atomic_load_explicit(&tcm__heap_base, memory_order_relaxed);
-    unsigned cls = off < atomic_load_explicit(&tcm__heap_bytes, memory_order_relaxed)
-                       ? atomic_load_explicit(&tcm__page_class, memory_order_relaxed)[off >> TCM_PAGE_SHIFT]
-                       : 0;
-    if (!thr || thr->epoch != tcm__proc.epoch || !cls || cls >= TCM_NCLASSES || (off & (TCM_ALIGN - 1))) {
+    unsigned cls;
+    tcm_bin_t *b = tcm__free_bin(p, &cls);
+    if (!b || !thr || thr->epoch != tcm__proc.epoch || !cls || cls >= TCM_NCLASSES) {
         tcm__free_slow(p); /* a page run, a draining span's block, no cache: as any free */
         return;
     }
-    tcm_bin_t *b = &thr->tc->bins[cls];
     uint32_t n = b->count;
     if (outgrown_full(b, cls, n)) {
         release_objects(cls, b, 0, true, thr);

@@ -40,16 +40,27 @@ static inline void *tcm__malloc_fast(size_t size)
     return TCM_MALLOC_SLOW(size);
 }
 
-static inline void tcm__free_fast(void *p)
+/* The bin a free of p goes to (by its page's class: a page run's, a
+ * draining span's and a free page's never have room), or NULL for a
+ * pointer that is not the heap's. Rotating the offset right by 4 moves any
+ * misaligned low bits to the top, so one compare rejects both "outside the
+ * heap" and "not 16-byte aligned" (including NULL and frees before
+ * attaching). */
+static inline tcm_bin_t *tcm__free_bin(const void *p, unsigned *pc)
 {
-    /* Rotating the offset right by 4 moves any misaligned low bits to the
-     * top, so one compare rejects both "outside the heap" and "not 16-byte
-     * aligned" (including NULL and frees before attaching). */
     uintptr_t off = (uintptr_t)p - atomic_load_explicit(&tcm__heap_base, memory_order_relaxed);
     uintptr_t granule = off >> TCM_GRANULE_SHIFT | off << (64 - TCM_GRANULE_SHIFT);
-    if (tcm_likely(granule < atomic_load_explicit(&tcm__heap_granules, memory_order_relaxed))) {
-        const uint8_t *pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed);
-        tcm_bin_t *b = &tcm__hot.tc->bins[pc[granule >> (TCM_PAGE_SHIFT - TCM_GRANULE_SHIFT)]];
+    if (tcm_unlikely(granule >= atomic_load_explicit(&tcm__heap_granules, memory_order_relaxed)))
+        return NULL;
+    *pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed)[granule >> (TCM_PAGE_SHIFT - TCM_GRANULE_SHIFT)];
+    return &tcm__hot.tc->bins[*pc];
+}
+
+static inline void tcm__free_fast(void *p)
+{
+    unsigned pc;
+    tcm_bin_t *b = tcm__free_bin(p, &pc);
+    if (tcm_likely(b != NULL)) {
         uint32_t n = b->count;
         if (tcm_likely(n < b->max)) {
             b->objs[n] = p;
@@ -61,16 +72,13 @@ static inline void tcm__free_fast(void *p)
 }
 
 /* realloc's free of the block it moved into a larger class: as free's hit
- * while its bin holds less than a quiet class refills; at that mark, or
- * for anything the hit would not take, tcm__free_outgrown (tcache.c) */
+ * while its bin holds less than TCM_OUTGROWN_BYTES; at that mark, or for
+ * anything the hit would not take, tcm__free_outgrown (tcache.c) */
 static inline void tcm__free_outgrown_fast(void *p)
 {
-    uintptr_t off = (uintptr_t)p - atomic_load_explicit(&tcm__heap_base, memory_order_relaxed);
-    uintptr_t granule = off >> TCM_GRANULE_SHIFT | off << (64 - TCM_GRANULE_SHIFT);
-    if (tcm_likely(granule < atomic_load_explicit(&tcm__heap_granules, memory_order_relaxed))) {
-        const uint8_t *pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed);
-        unsigned cls = pc[granule >> (TCM_PAGE_SHIFT - TCM_GRANULE_SHIFT)];
-        tcm_bin_t *b = &tcm__hot.tc->bins[cls];
+    unsigned cls;
+    tcm_bin_t *b = tcm__free_bin(p, &cls);
+    if (tcm_likely(b != NULL)) {
         uint32_t n = b->count;
         if (tcm_likely(n < b->max && cls < TCM_NCLASSES) &&
             tcm_likely((uint64_t)(n + 1) * tcm__proc.classes[cls].size < TCM_OUTGROWN_BYTES)) {
