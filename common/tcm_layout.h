@@ -991,10 +991,10 @@ typedef struct tcm_chan_layout {
 
 /* served_inline: the channel of the drop-in's private heap, whose every
  * request is served by the thread that posts it before the post returns
- * (client/local.c): at most one waits in the ring per thread cache (and
- * the spare), so its ring has a cell for each of those rather than one for
- * every slot (the cells are all written when the ring is made: 128 KiB of
- * the process's memory at the default max_threads, 32 KiB so). */
+ * (client/local.c): about one waits in the ring per thread cache (and the
+ * spare), so its ring has a cell for each of those rather than one for
+ * every slot (the cells are all written when the ring is made, and are the
+ * process's own memory; client/channel.c's post serves a full one). */
 void tcm__chan_layout(tcm_chan_layout_t *l, const tcm_class_info_t tab[TCM_NCLASSES],
                       uint32_t max_threads, bool served_inline);
 /* Thread cache t's offset in the channel. */

@@ -152,9 +152,11 @@ static void publish_free_stats(tcm_heap_t *h)
 }
 
 /* The huge ranges with a page below top: the counts of the ranges above
- * are 0 (no free run was ever there), untouched in the private map, where
- * a heap of 64 GiB has 128 KiB of them (a page of the drop-in's memory for
- * every 64 MiB a program's heap reaches, not 34 for its first malloc). */
+ * are 0 (no free run was ever there) and stay untouched in the private
+ * map: two 16-bit counts a 2 MiB range, so two pages for every 4 GiB the
+ * heap reaches, where clearing them all wrote 32 pages of a drop-in
+ * process's memory (its default reservation) before its first malloc
+ * returned. */
 static uint32_t ranges_below_top(const tcm_heap_t *h)
 {
     uint64_t r = ((uint64_t)h->top + TCM_HUGE_PAGES - 1) / TCM_HUGE_PAGES;
