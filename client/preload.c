@@ -280,7 +280,8 @@ static size_t usable(const void *p)
     return sys_usable((void *)p);
 }
 
-TCM_EXPORT void *realloc(void *p, size_t size)
+/* everything but a small heap block's realloc served by tcm */
+TCM_NOINLINE static void *realloc_slow(void *p, size_t size)
 {
     if (!p)
         return malloc(size);
@@ -304,6 +305,25 @@ TCM_EXPORT void *realloc(void *p, size_t size)
     else
         free(p);
     return q;
+}
+
+TCM_NOINLINE static void *realloc_move(void *p, size_t size, size_t old)
+{
+    return tcm__realloc_move(p, size, old);
+}
+
+/* A string grown a few bytes at a time comes here tens of times a class:
+ * a small block that keeps its class returns before anything is saved. */
+TCM_EXPORT void *realloc(void *p, size_t size)
+{
+    unsigned cls = tcm__small_class_of(p);
+    if (tcm_likely(cls != 0) && tcm_likely(size != 0) && tcm_likely(served_by_tcm())) {
+        size_t old = tcm__proc.classes[cls].size;
+        if (tcm__realloc_keeps(old, size))
+            return p;
+        return realloc_move(p, size, old);
+    }
+    return realloc_slow(p, size);
 }
 
 TCM_EXPORT void *reallocarray(void *p, size_t n, size_t size)

@@ -56,6 +56,19 @@ static inline tcm_bin_t *tcm__free_bin(const void *p, unsigned *pc)
     return &tcm__hot.tc->bins[*pc];
 }
 
+/* The small class of the block p, or 0 for anything else (outside the
+ * heap, misaligned, a page run, a span tcmd is draining): realloc's hit
+ * reads it as free's hit reads its bin. */
+static inline unsigned tcm__small_class_of(const void *p)
+{
+    uintptr_t off = (uintptr_t)p - atomic_load_explicit(&tcm__heap_base, memory_order_relaxed);
+    uintptr_t granule = off >> TCM_GRANULE_SHIFT | off << (64 - TCM_GRANULE_SHIFT);
+    if (tcm_unlikely(granule >= atomic_load_explicit(&tcm__heap_granules, memory_order_relaxed)))
+        return 0;
+    unsigned pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed)[granule >> (TCM_PAGE_SHIFT - TCM_GRANULE_SHIFT)];
+    return pc < TCM_NCLASSES ? pc : 0;
+}
+
 static inline void tcm__free_fast(void *p)
 {
     unsigned pc;
@@ -88,6 +101,22 @@ static inline void tcm__free_outgrown_fast(void *p)
         }
     }
     TCM_FREE_OUTGROWN_SLOW(p);
+}
+
+/* realloc's move of a small heap block into another class, through the
+ * hit paths (old: its class's size); each library wraps it out of line,
+ * so that a realloc that keeps its block saves no registers */
+static inline void *tcm__realloc_move(void *p, size_t size, size_t old)
+{
+    void *q = tcm__malloc_fast(size);
+    if (!q)
+        return NULL;
+    memcpy(q, p, old < size ? old : size);
+    if (size > old)
+        tcm__free_outgrown_fast(p);
+    else
+        tcm__free_fast(p);
+    return q;
 }
 
 #endif

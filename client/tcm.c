@@ -75,7 +75,12 @@ size_t tcm_usable_size(const void *p)
     return (size_t)sp->npages << TCM_PAGE_SHIFT;
 }
 
-void *tcm_realloc(void *p, size_t size)
+TCM_NOINLINE static void *realloc_move(void *p, size_t size, size_t old)
+{
+    return tcm__realloc_move(p, size, old);
+}
+
+TCM_NOINLINE static void *realloc_slow(void *p, size_t size)
 {
     if (!p)
         return tcm__malloc_fast(size);
@@ -88,15 +93,20 @@ void *tcm_realloc(void *p, size_t size)
         tcm__fatal("tcm_realloc(): invalid pointer %p", p);
     if (tcm__realloc_keeps(old, size))
         return p;
-    void *q = tcm__malloc_fast(size);
-    if (!q)
-        return NULL;
-    memcpy(q, p, size < old ? size : old);
-    if (size > old)
-        tcm__free_outgrown_fast(p);
-    else
-        tcm__free_fast(p);
-    return q;
+    return realloc_move(p, size, old);
+}
+
+/* a small block that keeps its class returns before anything is saved */
+void *tcm_realloc(void *p, size_t size)
+{
+    unsigned cls = tcm__small_class_of(p);
+    if (tcm_likely(cls != 0) && tcm_likely(size != 0)) {
+        size_t old = tcm__proc.classes[cls].size;
+        if (tcm__realloc_keeps(old, size))
+            return p;
+        return realloc_move(p, size, old);
+    }
+    return realloc_slow(p, size);
 }
 
 void *tcm_aligned_alloc(size_t alignment, size_t size)

@@ -74,6 +74,20 @@ static void test_realloc(void)
     CHECK_EQ(memcmp(p, "abcde", 5), 0);
     CHECK_LT(tcm_usable_size(p), 64);
     CHECK(tcm_realloc(p, 0) == NULL); /* frees, like glibc */
+
+    /* a small block stays in its class until it needs less than half of it */
+    char *s = tcm_realloc(NULL, 100);
+    CHECK(s != NULL);
+    size_t cap = tcm_usable_size(s);
+    memset(s, 'x', cap);
+    CHECK(tcm_realloc(s, cap) == s);
+    CHECK(tcm_realloc(s, cap / 2 + 1) == s);
+    char *t = tcm_realloc(s, cap / 2);
+    CHECK(t != s);
+    CHECK_LT(tcm_usable_size(t), cap);
+    for (size_t i = 0; i < cap / 2; i++)
+        CHECK_EQ(t[i], 'x');
+    tcm_free(t);
 }
 
 static void test_aligned(void)

@@ -179,6 +179,15 @@ static int grow_case(void)
     long cached_kb = (long)((held - live) >> 10);
     printf("%d buffers grown by realloc to 8000 bytes: %" PRIu64 " KiB in use, %ld KiB cached\n", GROW_BUFFERS,
            live >> 10, cached_kb);
+    /* every move kept the bytes, and so does a shrink into a smaller class */
+    for (size_t len = 8000; len >= 8; len /= 3)
+        for (int i = 0; i < GROW_BUFFERS; i++) {
+            for (size_t k = 0; k < len; k++)
+                if (buf[i][k] != 0x5a)
+                    return fail("realloc lost a buffer's bytes");
+            if (!(buf[i] = realloc(buf[i], len / 3)))
+                return fail("realloc");
+        }
     for (int i = 0; i < GROW_BUFFERS; i++)
         free(buf[i]);
     return cached_kb < GROW_CACHED_MAX_KB ? 0 : fail("the blocks realloc moved out of stay cached");
