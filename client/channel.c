@@ -108,15 +108,17 @@ static int await_answer(tcm_slot_t *slot, bool rung)
     tcm_proc_t *pr = &tcm__proc;
     if (!rung && atomic_load_explicit(&slot->state, memory_order_relaxed) != TCM_SLOT_DONE)
         tcm__ring_bell(); /* a request posted quietly is waited for only once tcmd was told of it */
-    uint64_t start = tcm__now_ns();
-    for (unsigned i = 1;; i++) {
+    uint64_t start = 0; /* the clock is read once the answer was not there at once (a private heap's always is) */
+    for (unsigned i = 0;; i++) {
         if (atomic_load_explicit(&slot->state, memory_order_acquire) == TCM_SLOT_DONE) {
             DAEMON_ACQUIRE();
             resume_if_asked();
             return slot->status;
         }
+        if (i == 0)
+            start = tcm__now_ns();
         tcm__cpu_relax();
-        if (i % 64 == 0 && tcm__now_ns() - start > SPIN_NS)
+        if (i % 64 == 63 && tcm__now_ns() - start > SPIN_NS)
             break;
     }
     atomic_store_explicit(&slot->waiting, 1, memory_order_relaxed);

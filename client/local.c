@@ -185,6 +185,7 @@ static int attach_local(void)
         return -ENOMEM;
     srv->h.anon = heap;
     srv->dstats = &state->dstats;
+    srv->untimed = true;
     meta->magic = TCM_META_MAGIC;
     state->magic = TCM_STATE_MAGIC;
     configure(meta, size);

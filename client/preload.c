@@ -296,7 +296,7 @@ TCM_NOINLINE static void *realloc_slow(void *p, size_t size)
     size_t old = usable(p);
     if (in_heap(p) && tcm__realloc_keeps(old, size))
         return p;
-    void *q = malloc(size);
+    void *q = malloc(size > old && in_heap(p) ? tcm__realloc_headroom(size) : size);
     if (!q)
         return NULL;
     memcpy(q, p, old < size ? old : size);

@@ -103,12 +103,24 @@ static inline void tcm__free_outgrown_fast(void *p)
     TCM_FREE_OUTGROWN_SLOW(p);
 }
 
+/* The size realloc gives a small block it moves up: the next of four
+ * sizes a doubling (jemalloc's classes), not the next of tcm's (16 bytes
+ * apart up to 1 KiB, eight a doubling above), so that a buffer grown a few
+ * bytes at a time moves as often as under jemalloc. */
+static inline size_t tcm__realloc_headroom(size_t size)
+{
+    if (size <= 64 || size > TCM_MAX_SMALL)
+        return size;
+    size_t step = (size_t)1 << (61 - __builtin_clzll(size - 1)); /* a quarter of the power of two below */
+    return (size + step - 1) & ~(step - 1);
+}
+
 /* realloc's move of a small heap block into another class, through the
  * hit paths (old: its class's size); each library wraps it out of line,
  * so that a realloc that keeps its block saves no registers */
 static inline void *tcm__realloc_move(void *p, size_t size, size_t old)
 {
-    void *q = tcm__malloc_fast(size);
+    void *q = tcm__malloc_fast(size > old ? tcm__realloc_headroom(size) : size);
     if (!q)
         return NULL;
     memcpy(q, p, old < size ? old : size);
