@@ -86,7 +86,8 @@ void tcm__class_table_init(tcm_class_info_t tab[TCM_NCLASSES])
         ci->span_pages = pages;
         ci->span_objs = (uint32_t)((uint64_t)pages * TCM_PAGE_SIZE / size);
         /* Limits in bytes, not objects, so large classes are not starved:
-         * a batch moves up to 2 MiB (at most 512 objects), a thread bin may
+         * a batch moves up to TCM_BATCH_BYTES (at most TCM_MAX_BATCH
+         * objects; the drop-in's private heap less: tcm__class_batches), a thread bin may
          * grow to 16 MiB (a thread of a one- or two-thread process keeps 64
          * objects of the largest class, the seed's batch, without trading
          * half of them through the transfer tier), the transfer tier to
@@ -95,12 +96,22 @@ void tcm__class_table_init(tcm_class_info_t tab[TCM_NCLASSES])
          * small objects to tcmd and the next ones refilled from it;
          * docs/BENCHMARKS.md, test-stress); the byte budgets (per thread,
          * per process) bound the total. */
-        ci->batch = clamp_u32((2u << 20) / size, 4, TCM_MAX_BATCH);
+        ci->batch = clamp_u32(TCM_BATCH_BYTES / size, 4, TCM_MAX_BATCH);
         ci->tcache_cap = clamp_u32((16u << 20) / size, 2 * ci->batch, 4096);
         ci->xfer_cap = clamp_u32((16u << 20) / size, 2 * ci->batch, 65536);
         ci->recip = (uint32_t)(((1ull << 32) + size - 1) / size);
         ci->reserved = 0;
     }
+}
+
+/* Smaller batches only: the arrays' sizes (tcache_cap, xfer_cap: the
+ * channel layout) stay those the default batch gave. */
+void tcm__class_batches(tcm_class_info_t tab[TCM_NCLASSES], uint32_t bytes)
+{
+    if (bytes >= TCM_BATCH_BYTES)
+        return;
+    for (unsigned c = 1; c < TCM_NCLASSES; c++)
+        tab[c].batch = clamp_u32(bytes / tab[c].size, 4, TCM_MAX_BATCH);
 }
 
 static uint64_t align_up(uint64_t v, uint64_t a)

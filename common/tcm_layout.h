@@ -115,6 +115,7 @@
 _Static_assert(TCM_NCLASSES <= TCM_PAGE_CLASS_DRAIN && TCM_PAGE_CLASS_DRAIN + TCM_NCLASSES <= TCM_PAGE_CLASS_LARGE,
                "a page-class byte must say which of class, draining class and page run it is");
 #define TCM_MAX_BATCH 512u        /* objects per ring request */
+#define TCM_BATCH_BYTES (2u << 20) /* a class's batch (objects moved by one request), in bytes of objects */
 #define TCM_DECAY_STEPS 40u       /* decay_ms / this: how often thread caches give back what sat unused,
                                      and the shortest time a page heap window can be cut to */
 #define TCM_ASYNC_SLOTS 4u        /* per thread cache, besides its own slot: requests it does not wait for */
@@ -956,6 +957,10 @@ static inline unsigned tcm__size_class(size_t size) /* size <= TCM_MAX_SMALL */
 
 uint32_t tcm__class_size(unsigned cls);
 void tcm__class_table_init(tcm_class_info_t tab[TCM_NCLASSES]);
+/* Each class's batch at most `bytes` of objects (4 to TCM_MAX_BATCH), below
+ * the default's TCM_BATCH_BYTES: the drop-in's private heap, where a
+ * refill is a call, not a round trip to tcmd. */
+void tcm__class_batches(tcm_class_info_t tab[TCM_NCLASSES], uint32_t bytes);
 
 /* The size class of a page-class byte, draining or not; 0 for a free page
  * or a page run. */
