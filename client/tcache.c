@@ -457,6 +457,8 @@ static tcm_slot_t *fetched_ahead(tcm_thread_t *thr, unsigned cls, uint32_t *idx)
  * bins and fetched batches together stay within the budget. */
 static void fetch_ahead(tcm_thread_t *thr, unsigned cls)
 {
+    if (tcm__proc.serve) /* a private heap: answered as it is posted, the batch would only wait in its slot */
+        return;
     const tcm_class_info_t *ci = &tcm__proc.classes[cls];
     uint64_t quota = (thr->budget > thr->capacity ? thr->budget - thr->capacity : 0) / 2,
              ahead = thr->tc->ahead_bytes;
