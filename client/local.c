@@ -39,9 +39,9 @@
 /* A class's batch here, in bytes of objects (tcmd's: TCM_BATCH_BYTES). A
  * refill is a call under serve_lock, not a wake of tcmd, so a batch need
  * not amortise one; what a thread's bins hold beyond what its program
- * uses is at most the last batch of each class (rptest, two threads of
- * 16 B-8 KiB requests: peak RSS 19.3 -> 13.3 MB; churn's instructions the
- * same; 16 KiB: 12.2 MB, churn +22%: docs/BENCHMARKS.md). */
+ * uses is up to the last batch of each class. Smaller batches cost
+ * threads that come and go their refills (docs/BENCHMARKS.md, "Real
+ * programs under the drop-in"). */
 #define LOCAL_BATCH_BYTES (64u << 10)
 
 static tcm_server_t *srv;           /* the heap thread's view, in the process's memory */
