@@ -841,15 +841,25 @@ static tcm_thread_t *current_thread(void)
  * last one (note_event), so that a slow round trip to tcmd does not make a
  * tight loop look quiet. A 16th held larson between two processes ~1 MB
  * higher for ~1 100 fewer REFILLs a run. */
-static bool busy_class(const tcm_thread_t *thr, unsigned cls)
+static bool busy_at(const tcm_thread_t *thr, unsigned cls, uint64_t now)
 {
-    uint64_t since = tcm__now_ns() - thr->event_ns[cls], size = tcm__proc.classes[cls].size;
+    uint64_t since = now - thr->event_ns[cls], size = tcm__proc.classes[cls].size;
     return (since >> 12) * (size > 4096 ? size : 4096) < scavenge_interval_ns() / 32;
 }
 
-static void note_event(tcm_thread_t *thr, unsigned cls)
+static bool busy_class(const tcm_thread_t *thr, unsigned cls)
 {
-    thr->event_ns[cls] = tcm__now_ns();
+    return busy_at(thr, cls, tcm__now_ns());
+}
+
+/* The end of a miss or overflow that started at `now`. waited: it may have
+ * waited for tcmd, so the clock is read again; a private heap's never
+ * does (a refill there is a call), and the time already read stands for
+ * the end: a clock read is ~25 ns on a guest, and xmalloc's threads
+ * overflow hundreds of thousands of times a run. */
+static void note_event(tcm_thread_t *thr, unsigned cls, uint64_t now, bool waited)
+{
+    thr->event_ns[cls] = waited ? tcm__now_ns() : now;
 }
 
 /* A class of one-object spans (56 KiB and up) that is not busy keeps
@@ -874,7 +884,8 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
      * last refill lasted a whole scavenge interval asks for half as many,
      * and only one that used its last up quickly doubles (and fetches its
      * next batch ahead). */
-    bool quick = busy_class(thr, cls);
+    uint64_t now = tcm__now_ns();
+    bool quick = busy_at(thr, cls, now), waited = !tcm__proc.serve;
     uint32_t want = thr->refill[cls];
     if (!quick) {
         uint32_t size = tcm__proc.classes[cls].size, quiet = QUIET_BYTES / size ? QUIET_BYTES / size : 1;
@@ -894,7 +905,7 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
                 slow_start(thr, cls);
             if (quick && tcm__xfer_empty(cls)) /* still nothing from this process's other threads */
                 fetch_ahead(thr, cls);
-            note_event(thr, cls);
+            note_event(thr, cls, now, waited);
             return true;
         }
     }
@@ -923,7 +934,7 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
         if (quick)
             fetch_ahead(thr, cls);
     }
-    note_event(thr, cls);
+    note_event(thr, cls, now, waited);
     return got != 0;
 }
 
@@ -1303,14 +1314,15 @@ TCM_NOINLINE void tcm__free_slow(void *p)
         tcm__back_array(b->objs, &pr->caches[thr->index].backed[cls], b->count + 1) > b->count) {
         /* listed in the bin until the RETURN is posted, as any object
          * handed back: a death in between leaves it to reclaim */
-        note_event(thr, cls);
+        note_event(thr, cls, 0, true);
         b->objs[b->count++] = p;
         return_async(thr, cls, b, 1);
         return;
     }
     if (b->count >= b->max) {
         /* a bin grows with use, not with time: only one that overflows again soon */
-        if (busy_class(thr, cls))
+        uint64_t now = tcm__now_ns();
+        if (busy_at(thr, cls, now))
             grow(thr, cls, thr->refill[cls]);
         if (b->count >= b->max) {
             /* full and may not grow: hand a whole batch on */
@@ -1328,7 +1340,7 @@ TCM_NOINLINE void tcm__free_slow(void *p)
             if (thr->low[cls] > b->count)
                 thr->low[cls] = b->count;
         }
-        note_event(thr, cls);
+        note_event(thr, cls, now, !pr->serve); /* (a batch handed back may wait for a slot of tcmd's) */
     }
     b->objs[b->count++] = p;
 }
