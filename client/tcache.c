@@ -841,25 +841,20 @@ static tcm_thread_t *current_thread(void)
  * last one (note_event), so that a slow round trip to tcmd does not make a
  * tight loop look quiet. A 16th held larson between two processes ~1 MB
  * higher for ~1 100 fewer REFILLs a run. */
-static bool busy_at(const tcm_thread_t *thr, unsigned cls, uint64_t now)
+static bool busy_class(const tcm_thread_t *thr, unsigned cls, uint64_t now)
 {
     uint64_t since = now - thr->event_ns[cls], size = tcm__proc.classes[cls].size;
     return (since >> 12) * (size > 4096 ? size : 4096) < scavenge_interval_ns() / 32;
 }
 
-static bool busy_class(const tcm_thread_t *thr, unsigned cls)
+/* The end of a miss or overflow that started at `start`: the clock read
+ * again where it may have waited for tcmd; a private heap's never waits (a
+ * refill there is a call), and its start stands for its end (a clock read
+ * is ~25 ns on a guest, and xmalloc's threads overflow hundreds of
+ * thousands of times a run). */
+static void note_event(tcm_thread_t *thr, unsigned cls, uint64_t start)
 {
-    return busy_at(thr, cls, tcm__now_ns());
-}
-
-/* The end of a miss or overflow that started at `now`. waited: it may have
- * waited for tcmd, so the clock is read again; a private heap's never
- * does (a refill there is a call), and the time already read stands for
- * the end: a clock read is ~25 ns on a guest, and xmalloc's threads
- * overflow hundreds of thousands of times a run. */
-static void note_event(tcm_thread_t *thr, unsigned cls, uint64_t now, bool waited)
-{
-    thr->event_ns[cls] = waited ? tcm__now_ns() : now;
+    thr->event_ns[cls] = tcm__proc.serve ? start : tcm__now_ns();
 }
 
 /* A class of one-object spans (56 KiB and up) that is not busy keeps
@@ -871,12 +866,13 @@ static void note_event(tcm_thread_t *thr, unsigned cls, uint64_t now, bool waite
  * each per thread (larson between two processes: ~3.5 MB, the largest
  * part of its bins). A class used in a tight loop (the seed's 256 KiB x 64)
  * is busy and caches as any other. */
-static bool quiet_span_class(const tcm_thread_t *thr, unsigned cls)
+static bool quiet_span_class(const tcm_thread_t *thr, unsigned cls, uint64_t now)
 {
-    return tcm__proc.classes[cls].span_objs == 1 && !busy_class(thr, cls);
+    return tcm__proc.classes[cls].span_objs == 1 && !busy_class(thr, cls, now);
 }
 
-TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
+/* now: when the miss began */
+TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls, uint64_t now)
 {
     tcm_bin_t *b = &thr->tc->bins[cls];
     thr->low[cls] = 0; /* it missed: nothing it held was idle */
@@ -884,8 +880,7 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
      * last refill lasted a whole scavenge interval asks for half as many,
      * and only one that used its last up quickly doubles (and fetches its
      * next batch ahead). */
-    uint64_t now = tcm__now_ns();
-    bool quick = busy_at(thr, cls, now), waited = !tcm__proc.serve;
+    bool quick = busy_class(thr, cls, now);
     uint32_t want = thr->refill[cls];
     if (!quick) {
         uint32_t size = tcm__proc.classes[cls].size, quiet = QUIET_BYTES / size ? QUIET_BYTES / size : 1;
@@ -905,7 +900,7 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
                 slow_start(thr, cls);
             if (quick && tcm__xfer_empty(cls)) /* still nothing from this process's other threads */
                 fetch_ahead(thr, cls);
-            note_event(thr, cls, now, waited);
+            note_event(thr, cls, now);
             return true;
         }
     }
@@ -934,7 +929,7 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls)
         if (quick)
             fetch_ahead(thr, cls);
     }
-    note_event(thr, cls, now, waited);
+    note_event(thr, cls, now);
     return got != 0;
 }
 
@@ -1219,8 +1214,9 @@ TCM_NOINLINE void *tcm__malloc_slow(size_t size)
             thr->borrowed[cls]++;
             return p;
         }
-        bool quiet = quiet_span_class(thr, cls);
-        if (!refill(thr, cls)) {
+        uint64_t now = tcm__now_ns();
+        bool quiet = quiet_span_class(thr, cls, now);
+        if (!refill(thr, cls, now)) {
             errno = ENOMEM;
             return NULL;
         }
@@ -1310,19 +1306,19 @@ TCM_NOINLINE void tcm__free_slow(void *p)
     if (b->max == 0 && thr->refill[cls] == refill_first(cls) && pr->classes[cls].size < 2 * TCM_CACHELINE &&
         free_first(thr, cls, p))
         return;
-    if (b->count >= b->max && quiet_span_class(thr, cls) &&
-        tcm__back_array(b->objs, &pr->caches[thr->index].backed[cls], b->count + 1) > b->count) {
-        /* listed in the bin until the RETURN is posted, as any object
-         * handed back: a death in between leaves it to reclaim */
-        note_event(thr, cls, 0, true);
-        b->objs[b->count++] = p;
-        return_async(thr, cls, b, 1);
-        return;
-    }
     if (b->count >= b->max) {
-        /* a bin grows with use, not with time: only one that overflows again soon */
         uint64_t now = tcm__now_ns();
-        if (busy_at(thr, cls, now))
+        if (quiet_span_class(thr, cls, now) &&
+            tcm__back_array(b->objs, &pr->caches[thr->index].backed[cls], b->count + 1) > b->count) {
+            /* listed in the bin until the RETURN is posted, as any object
+             * handed back: a death in between leaves it to reclaim */
+            note_event(thr, cls, now);
+            b->objs[b->count++] = p;
+            return_async(thr, cls, b, 1);
+            return;
+        }
+        /* a bin grows with use, not with time: only one that overflows again soon */
+        if (busy_class(thr, cls, now))
             grow(thr, cls, thr->refill[cls]);
         if (b->count >= b->max) {
             /* full and may not grow: hand a whole batch on */
@@ -1340,7 +1336,7 @@ TCM_NOINLINE void tcm__free_slow(void *p)
             if (thr->low[cls] > b->count)
                 thr->low[cls] = b->count;
         }
-        note_event(thr, cls, now, !pr->serve); /* (a batch handed back may wait for a slot of tcmd's) */
+        note_event(thr, cls, now); /* (a batch handed back may wait for a slot of tcmd's) */
     }
     b->objs[b->count++] = p;
 }

@@ -40,33 +40,34 @@ static inline void *tcm__malloc_fast(size_t size)
     return TCM_MALLOC_SLOW(size);
 }
 
-/* The bin a free of p goes to (by its page's class: a page run's, a
- * draining span's and a free page's never have room), or NULL for a
- * pointer that is not the heap's. Rotating the offset right by 4 moves any
- * misaligned low bits to the top, so one compare rejects both "outside the
- * heap" and "not 16-byte aligned" (including NULL and frees before
- * attaching). */
-static inline tcm_bin_t *tcm__free_bin(const void *p, unsigned *pc)
+/* The page class of heap block p, or false for a pointer that is not the
+ * heap's. Rotating the offset right by 4 moves any misaligned low bits to
+ * the top, so one compare rejects both "outside the heap" and "not
+ * 16-byte aligned" (including NULL and frees before attaching). */
+static inline bool tcm__page_class_of(const void *p, unsigned *pc)
 {
     uintptr_t off = (uintptr_t)p - atomic_load_explicit(&tcm__heap_base, memory_order_relaxed);
     uintptr_t granule = off >> TCM_GRANULE_SHIFT | off << (64 - TCM_GRANULE_SHIFT);
     if (tcm_unlikely(granule >= atomic_load_explicit(&tcm__heap_granules, memory_order_relaxed)))
-        return NULL;
+        return false;
     *pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed)[granule >> (TCM_PAGE_SHIFT - TCM_GRANULE_SHIFT)];
-    return &tcm__hot.tc->bins[*pc];
+    return true;
+}
+
+/* The bin a free of p goes to (by its page's class: a page run's, a
+ * draining span's and a free page's never have room), or NULL for a
+ * pointer that is not the heap's. */
+static inline tcm_bin_t *tcm__free_bin(const void *p, unsigned *pc)
+{
+    return tcm__page_class_of(p, pc) ? &tcm__hot.tc->bins[*pc] : NULL;
 }
 
 /* The small class of the block p, or 0 for anything else (outside the
- * heap, misaligned, a page run, a span tcmd is draining): realloc's hit
- * reads it as free's hit reads its bin. */
+ * heap, misaligned, a page run, a span tcmd is draining). */
 static inline unsigned tcm__small_class_of(const void *p)
 {
-    uintptr_t off = (uintptr_t)p - atomic_load_explicit(&tcm__heap_base, memory_order_relaxed);
-    uintptr_t granule = off >> TCM_GRANULE_SHIFT | off << (64 - TCM_GRANULE_SHIFT);
-    if (tcm_unlikely(granule >= atomic_load_explicit(&tcm__heap_granules, memory_order_relaxed)))
-        return 0;
-    unsigned pc = atomic_load_explicit(&tcm__page_class, memory_order_relaxed)[granule >> (TCM_PAGE_SHIFT - TCM_GRANULE_SHIFT)];
-    return pc < TCM_NCLASSES ? pc : 0;
+    unsigned pc;
+    return tcm__page_class_of(p, &pc) && pc < TCM_NCLASSES ? pc : 0;
 }
 
 static inline void tcm__free_fast(void *p)

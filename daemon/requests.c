@@ -229,6 +229,13 @@ static void count_latency(tcm_server_t *srv, uint64_t dt)
     TCM_HT_ADD(srv->dstats->latency_sum_ns, dt);
 }
 
+/* What a request's time is read with: 0 for an untimed server (the
+ * drop-in's private heap), whose requests then all count as instant. */
+static uint64_t request_clock(const tcm_server_t *srv)
+{
+    return srv->untimed ? 0 : tcm__now_ns();
+}
+
 /* The entry at ring position pos names slot_index. frees_only: the client
  * is gone or evicted, so nothing is handed out to it. */
 /* Returns the nanoseconds it took (what a turn's shares are counted in). */
@@ -245,10 +252,10 @@ static uint64_t serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint
     /* read each request field once: the slot is client memory */
     uint32_t op = slot->op, cls = slot->cls, count = slot->count, req_seq = slot->req_seq;
     uint64_t arg = slot->arg, arg2 = slot->arg2;
-    uint64_t t0 = srv->untimed ? 0 : tcm__now_ns();
+    uint64_t t0 = request_clock(srv);
     if ((op == TCM_OP_ALLOC_PAGES || c->pages_cont.run) &&
         tcm__pages_step_ht(srv, c, pos, slot_index, req_seq, op, arg, arg2, frees_only))
-        return srv->untimed ? 0 : tcm__now_ns() - t0; /* a step of its commit: still posted, counted once it is served */
+        return request_clock(srv) - t0; /* a step of its commit: still posted, counted once it is served */
     TCM_HT_ADD(c->rec->requests, 1);
     TCM_STAT_ADD(srv->meta, requests, 1);
     if (op < TCM_OPS_COUNTED)
@@ -308,9 +315,7 @@ static uint64_t serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint
     /* after the commit: each is a transaction of its own */
     if (nemptied)
         tcm__central_release_spans_ht(&srv->h, emptied, nemptied);
-    if (srv->untimed)
-        return 0;
-    uint64_t dt = tcm__now_ns() - t0;
+    uint64_t dt = request_clock(srv) - t0;
     count_latency(srv, dt);
     return dt;
 }

@@ -196,7 +196,8 @@ struct tcm_server {
     /* heap thread */
     tcm_heap_t h;
     bool untimed;             /* the drop-in's private heap: one client serving itself, no turns to share
-                                 and no request latency to report, so no clock read a request */
+                                 and no request latency to report, so no clock read a request (each
+                                 counts as instant: requests.c, request_clock) */
     pthread_t heap_thread;
     bool heap_thread_started;
     _Atomic bool stop;

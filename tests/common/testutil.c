@@ -115,8 +115,14 @@ void tt_daemon_start(tcm_test_daemon_t *d, const char *const *extra)
  * rather than stopped (its socket, its restart hint SOCKET.heap, its log):
  * removed when the test exits normally (a failing one aborts and keeps
  * them to read); a forked child's exit leaves its parent's alone. */
-static int daemons_started;
+static int daemons_started; /* by this process: its daemons' sequence numbers */
 static pid_t daemons_owner;
+
+/* /tmp/tcmtest-PID-SEQ.KIND: daemon SEQ of test process PID */
+static void run_path(char *buf, size_t len, pid_t pid, int seq, const char *kind)
+{
+    snprintf(buf, len, "/tmp/tcmtest-%d-%d.%s", (int)pid, seq, kind);
+}
 
 static void remove_leftovers(void)
 {
@@ -126,24 +132,22 @@ static void remove_leftovers(void)
     for (int seq = 1; seq <= daemons_started; seq++)
         for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
             char path[96];
-            snprintf(path, sizeof path, "/tmp/tcmtest-%d-%d.%s", (int)daemons_owner, seq, kinds[k]);
+            run_path(path, sizeof path, daemons_owner, seq, kinds[k]);
             unlink(path);
         }
 }
 
 void tt_daemon_start_env(tcm_test_daemon_t *d, const char *const *extra, const char *const *env)
 {
-    static int seq;
     if (daemons_owner != getpid()) {
         daemons_owner = getpid();
-        seq = 0;
+        daemons_started = 0;
         atexit(remove_leftovers);
     }
-    seq++;
-    daemons_started = seq;
-    snprintf(d->socket, sizeof d->socket, "/tmp/tcmtest-%d-%d.sock", (int)getpid(), seq);
+    int seq = ++daemons_started;
+    run_path(d->socket, sizeof d->socket, getpid(), seq, "sock");
     snprintf(d->name, sizeof d->name, "test%d-%d", (int)getpid(), seq);
-    snprintf(d->log, sizeof d->log, "/tmp/tcmtest-%d-%d.log", (int)getpid(), seq);
+    run_path(d->log, sizeof d->log, getpid(), seq, "log");
     d->pid = spawn_daemon(d, extra, env);
     wait_listening(d);
 }
