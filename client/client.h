@@ -66,6 +66,15 @@ typedef struct tcm_thread {
     uint64_t event_ns[TCM_NCLASSES]; /* when each bin last missed or overflowed */
     uint32_t low[TCM_NCLASSES];  /* fewest objects each bin is known to have held since the last
                                     scavenge (0 once it missed; UINT32_MAX: never missed) */
+    /* a private heap's rooms (tcache.c, "a bin's room on a private heap"): the byte clock (what the
+     * thread allocated: clock_base before the countdown was last set to clock_from, and what it
+     * counted down since), its reading at each bin's last miss or overflow (shifted up one, the
+     * low bit set for a miss; 0: none) and the half sweeps in a row each class made (at
+     * SWEEPS_LIFT its room is not capped) */
+    uint64_t clock_base;
+    int64_t clock_from;
+    uint64_t turn_clock[TCM_NCLASSES];
+    uint8_t sweeps[TCM_NCLASSES];
     /* the heap profile (profile.c): tcm__hot.sample_left counts down from an
      * interval drawn around sample_mean once armed; sample_base is the
      * profile_sample it follows (sample_mean rises above it while samples
@@ -85,6 +94,14 @@ typedef struct tcm_thread {
     uint64_t sample_base, sample_mean, sample_ns, sample_drawn;
     uint64_t sample_rng;
 } tcm_thread_t;
+
+/* Set the heap profile's countdown, the byte clock kept in step. */
+static inline void tcm__countdown_set(tcm_thread_t *thr, int64_t left)
+{
+    thr->clock_base += (uint64_t)(thr->clock_from - tcm__hot.sample_left);
+    thr->clock_from = left;
+    tcm__hot.sample_left = left;
+}
 
 /* The calling thread's record, for the slow paths: NULL until tcache.c
  * registers the thread, and again once it has no cache (a shutdown, a fork

@@ -84,7 +84,7 @@ void tcm__sample_arm(tcm_thread_t *thr, bool sampled)
     }
     thr->sample_armed = true;
     if (!base) {
-        tcm__hot.sample_left = INT64_MAX;
+        tcm__countdown_set(thr, INT64_MAX);
         return;
     }
     if (!sampled && rate && !thr->sample_ns)
@@ -101,7 +101,7 @@ void tcm__sample_arm(tcm_thread_t *thr, bool sampled)
     } else if (!rate) {
         thr->sample_mean = base;
     }
-    tcm__hot.sample_left = (int64_t)(thr->sample_drawn = tcm__sample_draw(thr, thr->sample_mean));
+    tcm__countdown_set(thr, (int64_t)(thr->sample_drawn = tcm__sample_draw(thr, thr->sample_mean)));
 }
 
 void tcm__sample_done(tcm_thread_t *thr)

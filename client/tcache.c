@@ -523,12 +523,73 @@ static void set_room(tcm_thread_t *thr, unsigned cls, uint32_t max)
     b->max = max;
 }
 
+/* ---- a bin's room on a private heap ----
+ *
+ * Where a program's threads free each other's objects of many classes
+ * (xmalloc's ring of four), what a bin gives out and gets back differs by
+ * a random walk. A room that grows at each quick miss and overflow stays
+ * ahead of the walk, whose count wanders up by a refill each time it meets
+ * zero: xmalloc's threads' bins held 17 MB for 0.6 MB in use. On a
+ * private heap, where a refill or an overflow is a call rather than a wake
+ * of tcmd, a class's room stops at PRIVATE_ROOM_BYTES (at least
+ * ROOM_MIN_OBJECTS: a walk meets a room of fewer objects every few dozen
+ * steps); a refill then fills half of it and an overflow leaves half, so
+ * the walk pays a call each time it drifts half a room.
+ * A loop that allocates more of a class than that and then frees it all
+ * (the seed's 64 B x 2048) is no walk: it sweeps the bin from full to
+ * empty and back, each end met soon after the other, with little allocated
+ * in between (under SWEEP_SPAN times the room's bytes: a walk across half
+ * a room takes about the square of half a room in steps, and other
+ * classes' allocations in between; a one-way flow, a producer's or a
+ * consumer's, meets one end again and again). SWEEPS_LIFT such turns in a
+ * row lift the class's cap and its room grows as a tcmd client's does,
+ * until a scavenge finds that the bin never emptied through an interval. */
+#define PRIVATE_ROOM_BYTES (64u << 10)
+#define ROOM_MIN_OBJECTS 64u
+#define SWEEP_SPAN 8u
+#define SWEEPS_LIFT 4u
+
+static uint64_t byte_clock(const tcm_thread_t *thr)
+{
+    return thr->clock_base + (uint64_t)(thr->clock_from - tcm__hot.sample_left);
+}
+
+/* The most a bin of the class may hold: 0 for no cap beyond the class's. */
+static uint32_t room_cap(const tcm_thread_t *thr, unsigned cls)
+{
+    const tcm_class_info_t *ci = &tcm__proc.classes[cls];
+    if (!tcm__proc.serve || thr->sweeps[cls] >= SWEEPS_LIFT)
+        return 0;
+    uint32_t n = PRIVATE_ROOM_BYTES / ci->size;
+    n = n > ROOM_MIN_OBJECTS ? n : ROOM_MIN_OBJECTS;
+    return n < ci->tcache_cap ? n : 0;
+}
+
+/* A bin met an end of its room: it missed (empty) or overflowed (full). A
+ * sweep's half when it met the other end last and the thread allocated
+ * little since; a walk's or a one-way flow's otherwise (a producer's bins
+ * miss again and again, a consumer's overflow). */
+static void note_turn(tcm_thread_t *thr, unsigned cls, bool missed)
+{
+    uint32_t cap = room_cap(thr, cls);
+    uint64_t last = thr->turn_clock[cls], now = byte_clock(thr), room = thr->tc->bins[cls].max;
+    thr->turn_clock[cls] = now << 1 | missed;
+    if (!cap || room < cap || !last || (last & 1) == missed) /* (a small room's walk is as quick as a sweep) */
+        return;
+    if ((now - (last >> 1)) < SWEEP_SPAN * room * tcm__proc.classes[cls].size)
+        thr->sweeps[cls]++;
+    else
+        thr->sweeps[cls] = 0;
+}
+
 /* Let a bin hold `more` more objects if the thread's budget allows. */
 static void grow(tcm_thread_t *thr, unsigned cls, uint32_t more)
 {
     const tcm_class_info_t *ci = &tcm__proc.classes[cls];
     tcm_bin_t *b = &thr->tc->bins[cls];
-    uint32_t room = ci->tcache_cap - b->max;
+    uint32_t cap = room_cap(thr, cls);
+    cap = cap ? cap : ci->tcache_cap;
+    uint32_t room = cap > b->max ? cap - b->max : 0;
     if (more > room)
         more = room;
     uint64_t left = thr->budget > thr->capacity ? thr->budget - thr->capacity : 0;
@@ -621,6 +682,7 @@ TCM_COLD static void scavenge(tcm_thread_t *thr)
             if (max < 1)
                 max = 1; /* as grow() leaves it (a quiet class of one-object spans goes to 0 on its own) */
             set_room(thr, cls, max);
+            thr->sweeps[cls] = 0; /* it never emptied: no sweep */
         }
         thr->low[cls] = b->count;
     }
@@ -667,7 +729,7 @@ static void check_config(tcm_thread_t *thr)
     if (thr->sample_base != atomic_load_explicit(&tcm__proc.meta->profile_sample, memory_order_relaxed)) {
         thr->sample_armed = false; /* profile_sample changed: the next malloc draws from the new mean */
         thr->sample_owed = 0;
-        tcm__hot.sample_left = 0;
+        tcm__countdown_set(thr, 0);
     }
     settle_all(thr, false); /* what it asked for ahead goes back: the budget may be smaller */
     shrink_to_budget(thr);
@@ -887,9 +949,13 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls, uint64_t now)
         thr->refill[cls] = want / 2 > refill_first(cls) ? want / 2 : refill_first(cls);
         want = thr->refill[cls] < quiet ? thr->refill[cls] : quiet;
     }
+    uint32_t cap = room_cap(thr, cls);
+    if (cap && want > cap / 2)
+        want = cap / 2;
     grow(thr, cls, quick ? want : want > b->max ? want - b->max : 0);
     if (want > b->max)
         want = b->max;
+    note_turn(thr, cls, true);
     /* a batch of this class asked for ahead */
     uint32_t idx;
     tcm_slot_t *ahead = fetched_ahead(thr, cls, &idx);
@@ -1098,7 +1164,7 @@ static uint64_t sample_point(tcm_thread_t *thr, size_t size, uint64_t *off)
             if (thr->sample_retry_mean > thr->sample_mean)
                 thr->sample_retry_mean = thr->sample_mean;
             ring_ahead(thr);
-            tcm__hot.sample_left = (int64_t)(thr->sample_retry = tcm__sample_draw(thr, thr->sample_retry_mean));
+            tcm__countdown_set(thr, (int64_t)(thr->sample_retry = tcm__sample_draw(thr, thr->sample_retry_mean)));
             return 0;
         }
     }
@@ -1317,12 +1383,15 @@ TCM_NOINLINE void tcm__free_slow(void *p)
             return_async(thr, cls, b, 1);
             return;
         }
+        note_turn(thr, cls, false);
         /* a bin grows with use, not with time: only one that overflows again soon */
         if (busy_class(thr, cls, now))
             grow(thr, cls, thr->refill[cls]);
         if (b->count >= b->max) {
-            /* full and may not grow: hand a whole batch on */
+            /* full and may not grow: hand a whole batch on (a capped room: half of it) */
             uint32_t k = pr->classes[cls].batch < b->count ? pr->classes[cls].batch : b->count;
+            if (room_cap(thr, cls))
+                k = b->count - b->max / 2;
             release_objects(cls, b, b->count - k, false, thr);
             /* A working set the size of the bin's limit (the seed's 64
              * objects of 256 KiB in a 16 MiB budget) would otherwise cycle

@@ -104,8 +104,9 @@ fi
 
 # private: malloc's memory is not in tcmd's shared heap (which any client
 # maps), fork copies it on write and the child goes on allocating from it,
-# a few objects of many sizes keep only their pages resident, and a
-# thousand programs leave nothing in tcmd's heap
+# a few objects of many sizes keep only their pages resident, bins hold
+# what their use needs, and a thousand programs leave nothing in tcmd's
+# heap
 base=$(( $("$build/tcmctl" --json config get base | grep -o '"base":{"value":"[0-9a-fx]*"' | grep -o '0x[0-9a-f]*') ))
 size=$(stat bytes_reserved)
 read -r small large < <(LD_PRELOAD=$lib "$build/tests/tcm_preload_private" where)
@@ -131,6 +132,16 @@ if out=$(LD_PRELOAD=$lib "$build/tests/tcm_preload_private" grow 2>&1); then
   ok "private: $out (a bin keeps little of a class realloc moved out of)"
 else
   fail "private grow: $out"
+fi
+if out=$(LD_PRELOAD=$lib "$build/tests/tcm_preload_private" walk 2>&1); then
+  ok "private: $out (a bin's room stops where a random walk of its count does not need more)"
+else
+  fail "private walk: $out"
+fi
+if out=$(LD_PRELOAD=$lib "$build/tests/tcm_preload_private" sweep 2>&1); then
+  ok "private: $out (a class that sweeps its bin has its room grown past the cap)"
+else
+  fail "private sweep: $out"
 fi
 held=$(stat bytes_clients) committed=$(stat bytes_committed) clients=$(stat clients_total)
 for _ in $(seq 1000); do LD_PRELOAD=$lib ls /usr/bin > /dev/null; done
