@@ -543,7 +543,10 @@ static void set_room(tcm_thread_t *thr, unsigned cls, uint32_t max)
  * classes' allocations in between; a one-way flow, a producer's or a
  * consumer's, meets one end again and again). SWEEPS_LIFT such turns in a
  * row lift the class's cap and its room grows as a tcmd client's does,
- * until a scavenge finds that the bin never emptied through an interval. */
+ * until a turn is a walk's (a lifted room that is not swept: the 512-byte
+ * class of xmalloc's batch arrays, whose bursts passed for sweeps now and
+ * then) or a scavenge finds that the bin never emptied through an
+ * interval. */
 #define PRIVATE_ROOM_BYTES (64u << 10)
 #define ROOM_MIN_OBJECTS 64u
 #define SWEEP_SPAN 8u
@@ -555,31 +558,43 @@ static uint64_t byte_clock(const tcm_thread_t *thr)
 }
 
 /* The most a bin of the class may hold: 0 for no cap beyond the class's. */
-static uint32_t room_cap(const tcm_thread_t *thr, unsigned cls)
+/* A class's cap on a private heap, lifted or not; 0: none. */
+static uint32_t class_cap(unsigned cls)
 {
     const tcm_class_info_t *ci = &tcm__proc.classes[cls];
-    if (!tcm__proc.serve || thr->sweeps[cls] >= SWEEPS_LIFT)
+    if (!tcm__proc.serve)
         return 0;
     uint32_t n = PRIVATE_ROOM_BYTES / ci->size;
     n = n > ROOM_MIN_OBJECTS ? n : ROOM_MIN_OBJECTS;
     return n < ci->tcache_cap ? n : 0;
 }
 
+/* The most a bin of the class may hold now: 0 for no cap beyond the class's. */
+static uint32_t room_cap(const tcm_thread_t *thr, unsigned cls)
+{
+    return thr->sweeps[cls] >= SWEEPS_LIFT ? 0 : class_cap(cls);
+}
+
 /* A bin met an end of its room: it missed (empty) or overflowed (full). A
  * sweep's half when it met the other end last and the thread allocated
  * little since; a walk's or a one-way flow's otherwise (a producer's bins
- * miss again and again, a consumer's overflow). */
+ * miss again and again, a consumer's overflow), and a lifted class that
+ * walks is capped again. Before the bin's room or count moves. */
 static void note_turn(tcm_thread_t *thr, unsigned cls, bool missed)
 {
-    uint32_t cap = room_cap(thr, cls);
+    uint32_t cap = class_cap(cls);
     uint64_t last = thr->turn_clock[cls], now = byte_clock(thr), room = thr->tc->bins[cls].max;
     thr->turn_clock[cls] = now << 1 | missed;
     if (!cap || room < cap || !last || (last & 1) == missed) /* (a small room's walk is as quick as a sweep) */
         return;
-    if ((now - (last >> 1)) < SWEEP_SPAN * room * tcm__proc.classes[cls].size)
-        thr->sweeps[cls]++;
-    else
+    if ((now - (last >> 1)) < SWEEP_SPAN * room * tcm__proc.classes[cls].size) {
+        if (thr->sweeps[cls] < SWEEPS_LIFT)
+            thr->sweeps[cls]++;
+    } else {
+        if (thr->sweeps[cls] >= SWEEPS_LIFT && room > cap)
+            set_room(thr, cls, cap); /* (a full bin's overflow then leaves half of it) */
         thr->sweeps[cls] = 0;
+    }
 }
 
 /* Let a bin hold `more` more objects if the thread's budget allows. */
@@ -938,6 +953,7 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls, uint64_t now)
 {
     tcm_bin_t *b = &thr->tc->bins[cls];
     thr->low[cls] = 0; /* it missed: nothing it held was idle */
+    note_turn(thr, cls, true);
     /* What a refill brings waits in the bin until it is used: a class whose
      * last refill lasted a whole scavenge interval asks for half as many,
      * and only one that used its last up quickly doubles (and fetches its
@@ -955,7 +971,6 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls, uint64_t now)
     grow(thr, cls, quick ? want : want > b->max ? want - b->max : 0);
     if (want > b->max)
         want = b->max;
-    note_turn(thr, cls, true);
     /* a batch of this class asked for ahead */
     uint32_t idx;
     tcm_slot_t *ahead = fetched_ahead(thr, cls, &idx);
