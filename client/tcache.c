@@ -557,7 +557,6 @@ static uint64_t byte_clock(const tcm_thread_t *thr)
     return thr->clock_base + (uint64_t)(thr->clock_from - tcm__hot.sample_left);
 }
 
-/* The most a bin of the class may hold: 0 for no cap beyond the class's. */
 /* A class's cap on a private heap, lifted or not; 0: none. */
 static uint32_t class_cap(unsigned cls)
 {
