@@ -98,7 +98,7 @@ typedef struct tcm_thread {
 /* Set the heap profile's countdown, the byte clock kept in step. */
 static inline void tcm__countdown_set(tcm_thread_t *thr, int64_t left)
 {
-    thr->clock_base += (uint64_t)(thr->clock_from - tcm__hot.sample_left);
+    thr->clock_base += (uint64_t)thr->clock_from - (uint64_t)tcm__hot.sample_left; /* (past 0: wraps, in unsigned) */
     thr->clock_from = left;
     tcm__hot.sample_left = left;
 }

@@ -32,6 +32,18 @@ TCM_COLD uint64_t tcm__reconnect_timeout_ns(void)
  * conn_lock. */
 static bool wait_announced;
 
+/* Under conn_lock: a reconnect on another thread replaces the socket and
+ * its identity (sock_id), and an identity read half-written looked like a
+ * socket the application had closed, which own_sock then forgot
+ * (integration.restart under TSan). */
+bool tcm__daemon_gone_unlocked(void)
+{
+    pthread_mutex_lock(&tcm__proc.conn_lock);
+    bool gone = tcm__daemon_gone();
+    pthread_mutex_unlock(&tcm__proc.conn_lock);
+    return gone;
+}
+
 TCM_COLD int tcm__await_daemon(void)
 {
     tcm_proc_t *pr = &tcm__proc;

@@ -554,7 +554,7 @@ static void set_room(tcm_thread_t *thr, unsigned cls, uint32_t max)
 
 static uint64_t byte_clock(const tcm_thread_t *thr)
 {
-    return thr->clock_base + (uint64_t)(thr->clock_from - tcm__hot.sample_left);
+    return thr->clock_base + (uint64_t)thr->clock_from - (uint64_t)tcm__hot.sample_left;
 }
 
 /* A class's cap on a private heap, lifted or not; 0: none. */

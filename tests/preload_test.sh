@@ -121,28 +121,23 @@ if [[ $out == ok ]]; then
 else
   fail "private fork: $out"
 fi
+# private_case CASE WHY: tcm_preload_private CASE passes; its line and WHY reported
+private_case() {
+  local out
+  if out=$(LD_PRELOAD=$lib "$build/tests/tcm_preload_private" "$1" 2>&1); then
+    ok "private: $out ($2)"
+  else
+    fail "private $1: $out"
+  fi
+}
 if grep -q '\[always\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null; then
   ok "private sparse: not measured (transparent huge pages always: anonymous memory faults in 2 MiB at a time)"
-elif out=$(LD_PRELOAD=$lib "$build/tests/tcm_preload_private" sparse 2>&1); then
-  ok "private: $out (the pages of what it handed out, not whole spans)"
 else
-  fail "private sparse: $out"
+  private_case sparse "the pages of what it handed out, not whole spans"
 fi
-if out=$(LD_PRELOAD=$lib "$build/tests/tcm_preload_private" grow 2>&1); then
-  ok "private: $out (a bin keeps little of a class realloc moved out of)"
-else
-  fail "private grow: $out"
-fi
-if out=$(LD_PRELOAD=$lib "$build/tests/tcm_preload_private" walk 2>&1); then
-  ok "private: $out (a bin's room stops where a random walk of its count does not need more)"
-else
-  fail "private walk: $out"
-fi
-if out=$(LD_PRELOAD=$lib "$build/tests/tcm_preload_private" sweep 2>&1); then
-  ok "private: $out (a class that sweeps its bin has its room grown past the cap)"
-else
-  fail "private sweep: $out"
-fi
+private_case grow "a bin keeps little of a class realloc moved out of"
+private_case flow "a bin's room stops at its cap where frees flow one way"
+private_case sweep "a class that sweeps its bin has its room grown past the cap"
 held=$(stat bytes_clients) committed=$(stat bytes_committed) clients=$(stat clients_total)
 for _ in $(seq 1000); do LD_PRELOAD=$lib ls /usr/bin > /dev/null; done
 "$build/tcmctl" release > /dev/null
