@@ -216,8 +216,12 @@ TCM_COLD static int stat_from_daemon(const char *name, uint64_t *value)
     req.body_case = TCM__REQUEST__BODY_STATS;
     req.stats = &sr;
     tcm__in_library++; /* (the drop-in: what protobuf-c allocates is the system's) */
+    /* one asker at a time, and no reconnect swapping the socket meanwhile
+     * (attach_lock before conn_lock, as fork.c takes them) */
     pthread_mutex_lock(&tcm__proc.attach_lock);
+    pthread_mutex_lock(&tcm__proc.conn_lock);
     Tcm__Response *resp = tcm__ctlsock_ask(&req, STAT_WAIT_MS);
+    pthread_mutex_unlock(&tcm__proc.conn_lock);
     pthread_mutex_unlock(&tcm__proc.attach_lock);
     int rc = resp && resp->body_case == TCM__RESPONSE__BODY_STATS ? -ENOENT : -ENOTCONN;
     for (size_t i = 0; rc == -ENOENT && i < resp->stats->n_stat; i++) {
