@@ -129,7 +129,7 @@ static int await_answer(tcm_slot_t *slot, bool rung)
     bool away = false;
     while (atomic_load_explicit(&slot->state, memory_order_acquire) != TCM_SLOT_DONE) {
         int r = tcm__wait(&slot->state, TCM_SLOT_POSTED, away ? AWAY_SLICE_NS : WAIT_SLICE_NS);
-        if (r != -ETIMEDOUT || (!away && !tcm__daemon_gone_unlocked()))
+        if (r != -ETIMEDOUT || (!away && !tcm__daemon_gone()))
             continue;
         away = true;
         int a = tcm__await_daemon();

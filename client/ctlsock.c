@@ -98,7 +98,7 @@ Tcm__Response *tcm__ctlsock_ask(Tcm__Request *req, int timeout_ms)
     return tcm__frame_send(pr->sock, req) == 0 ? tcm__frame_recv(pr->sock, timeout_ms) : NULL;
 }
 
-bool tcm__daemon_gone(void)
+bool tcm__daemon_gone_locked(void)
 {
     int fd = own_sock();
     return fd < 0 || tcm__socket_hung_up(fd);

@@ -29,12 +29,14 @@ TCM_HIDDEN void tcm__ctlsock_close_fds(tcm_handle_t *fds, int n);
 /* Tell the daemon this is a deliberate detach (the next close is one). */
 TCM_HIDDEN void tcm__ctlsock_say_bye(void);
 /* One request on this process's control connection and its answer (NULL:
- * no connection of ours, or no answer in time). Under attach_lock: one
- * question at a time. */
+ * no connection of ours, or no answer in time). Under attach_lock (one
+ * question at a time) and conn_lock (no reconnect swapping the socket). */
 TCM_HIDDEN struct Tcm__Response *tcm__ctlsock_ask(struct Tcm__Request *req, int timeout_ms);
 /* Close our control socket, if the descriptor still is ours. */
 TCM_HIDDEN void tcm__ctlsock_close(void);
-/* Our control socket was hung up, or is not ours any more. */
-TCM_HIDDEN bool tcm__daemon_gone(void);
+/* Our control socket was hung up, or is not ours any more; under
+ * conn_lock (a reconnect rewrites the socket and its identity under it:
+ * tcm__daemon_gone, reconnect.h, takes it). */
+TCM_HIDDEN bool tcm__daemon_gone_locked(void);
 
 #endif

@@ -36,10 +36,10 @@ static bool wait_announced;
  * its identity (sock_id), and an identity read half-written looked like a
  * socket the application had closed, which own_sock then forgot
  * (integration.restart under TSan). */
-bool tcm__daemon_gone_unlocked(void)
+bool tcm__daemon_gone(void)
 {
     pthread_mutex_lock(&tcm__proc.conn_lock);
-    bool gone = tcm__daemon_gone();
+    bool gone = tcm__daemon_gone_locked();
     pthread_mutex_unlock(&tcm__proc.conn_lock);
     return gone;
 }
@@ -53,7 +53,7 @@ TCM_COLD int tcm__await_daemon(void)
         rc = -ENOTCONN;
         goto out;
     }
-    if (!tcm__daemon_gone()) { /* another thread reconnected */
+    if (!tcm__daemon_gone_locked()) { /* another thread reconnected */
         pr->outage_deadline_ns = 0;
         goto out;
     }

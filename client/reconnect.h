@@ -13,8 +13,8 @@ TCM_HIDDEN uint64_t tcm__reconnect_timeout_ns(void);
  * socket as the same client. 0 when connected (again), -EAGAIN while still
  * waiting, another -errno when this process must give up. */
 TCM_HIDDEN int tcm__await_daemon(void);
-/* Whether tcmd's socket hung up, asked by a thread that does not hold
- * conn_lock (a waiter whose answer is late). */
-TCM_HIDDEN bool tcm__daemon_gone_unlocked(void);
+/* Our control socket was hung up, or is not ours any more (takes
+ * conn_lock). */
+TCM_HIDDEN bool tcm__daemon_gone(void);
 
 #endif
