@@ -582,9 +582,11 @@ static uint32_t room_cap(const tcm_thread_t *thr, unsigned cls)
 static void note_turn(tcm_thread_t *thr, unsigned cls, bool missed)
 {
     uint32_t cap = class_cap(cls);
+    if (!cap)
+        return;
     uint64_t last = thr->turn_clock[cls], now = byte_clock(thr), room = thr->tc->bins[cls].max;
     thr->turn_clock[cls] = now << 1 | missed;
-    if (!cap || room < cap || !last || (last & 1) == missed) /* (a small room's walk is as quick as a sweep) */
+    if (room < cap || !last || (last & 1) == missed) /* (a small room's walk is as quick as a sweep) */
         return;
     if ((now - (last >> 1)) < SWEEP_SPAN * room * tcm__proc.classes[cls].size) {
         if (thr->sweeps[cls] < SWEEPS_LIFT)
