@@ -132,8 +132,8 @@ static void close_fds(void)
 }
 
 /* Attach, and make it hold a thread cache and a transfer tier with objects
- * in them, as any busy process does. */
-static void warm_up(void)
+ * of SIZE bytes in them, as any busy process does. */
+static void warm_up_with(size_t size)
 {
     if (tcm_init(NULL) != 0) {
         fprintf(stderr, "tcm-hostile: cannot attach\n");
@@ -141,10 +141,15 @@ static void warm_up(void)
     }
     void *p[1000];
     for (int i = 0; i < 1000; i++)
-        if (!(p[i] = tcm_malloc(64)))
+        if (!(p[i] = tcm_malloc(size)))
             die("tcm_malloc");
     for (int i = 0; i < 1000; i++)
         tcm_free(p[i]);
+}
+
+static void warm_up(void)
+{
+    warm_up_with(64);
 }
 
 static int close_fds_mode(void)
@@ -196,12 +201,21 @@ static int resize_mode(const char *mode)
     return 0;
 }
 
+#define GARBAGE_CLASS_BYTES 1024
+
 /* Client-writable fields, filled with garbage and maximum values. Only the
  * first caches' pages are written (writing all of them would cost this
  * process a channel of tmpfs); the counts claim every one of them. */
 static int garbage_mode(void)
 {
-    warm_up();
+    /* Counts past an array's entries make its reclaim free what the entries
+     * behind them still name: objects that were this client's and since went
+     * back to tcmd, or to whichever process allocated them next. That is a
+     * free of another process's object through its pointer, which a shared
+     * heap allows (DESIGN, "What a client can still do"); the objects here
+     * are of a class the tests' bystanders never use, so what such a free
+     * hits is nobody's but this client's. */
+    warm_up_with(GARBAGE_CLASS_BYTES);
     uint8_t *at;
     uint64_t size;
     open_channel(&at, &size);

@@ -96,7 +96,9 @@ static void pings_fast(const char *when)
     CHECK(t[9] < 10 * PING_MS);
 }
 
-/* ---- bystanders: a producer tags objects, a consumer checks and frees ---- */
+/* ---- bystanders: a producer tags objects, a consumer checks and frees ----
+ * Their classes (48-96 B) are none of tcm-hostile garbage's (1 KiB), whose
+ * inflated counts free whatever stale entries name. */
 
 typedef struct shared {
     _Atomic int stop;
