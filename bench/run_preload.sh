@@ -9,8 +9,9 @@
 # GNU time's: a preloaded time would add its fork to the figure). Workloads:
 # bench/preload/*.c, then real programs (redis-server driven by
 # redis-benchmark as mimalloc-bench drives it, memcached by memcaslap,
-# rocksdb's db_bench fillrandom,readrandom). Cells: the median and, in
-# brackets, the range of the runs.
+# rocksdb's db_bench fillrandom,readrandom, and as mimalloc-bench's z3, gs
+# and rbstress: z3, ghostscript and ruby on the inputs in bench/programs/).
+# Cells: the median and, in brackets, the range of the runs.
 #   bench/run_preload.sh [BUILD_DIR]      (default build-bench; RUNS=5;
 #   WORKLOADS="mstress churn" runs only those, PROGRAMS="redis" only those
 #   programs, PROGRAMS= none)
@@ -57,16 +58,27 @@ prog_memcached() {
   serve "$1" "memcaslap -s 127.0.0.1:$port -T 2 -c 64 -x 400000" -- \
     memcached -p "$port" -U 0 -t 2 -m 1024 -u root
 }
-prog_rocksdb() {
-  rm -rf "$work/rocksdb"
-  /usr/bin/time -f "%e %M" -o "$work/time.out" env LD_PRELOAD="$1" db_bench --benchmarks=fillrandom,readrandom \
-    --num=300000 --value_size=400 --compression_type=none --db="$work/rocksdb" > "$work/client.log" 2>&1 \
-    || { echo "db_bench failed" >&2; cat "$work/client.log" >&2; }
+# timed LIB CMD...: CMD under LIB, its wall time and peak RSS
+timed() {
+  local lib=$1
+  shift
+  /usr/bin/time -f "%e %M" -o "$work/time.out" env LD_PRELOAD="$lib" "$@" > "$work/client.log" 2>&1 \
+    || { echo "$1 failed" >&2; cat "$work/client.log" >&2; }
   cat "$work/time.out"
 }
+prog_rocksdb() {
+  rm -rf "$work/rocksdb"
+  timed "$1" db_bench --benchmarks=fillrandom,readrandom --num=300000 --value_size=400 --compression_type=none \
+    --db="$work/rocksdb"
+}
+prog_z3() { timed "$1" z3 -smt2 "$root/bench/programs/divide.smt2"; }
+prog_gs() {
+  timed "$1" gs -q -dBATCH -dNOPAUSE -dSAFER -sDEVICE=ppmraw -r150 -sOutputFile=/dev/null "$root/bench/programs/draw.ps"
+}
+prog_ruby() { timed "$1" ruby "$root/bench/programs/stress.rb"; }
 programs=()
-for p in ${PROGRAMS-redis memcached rocksdb}; do
-  command -v "$(case $p in redis) echo redis-server ;; memcached) echo memcaslap ;; rocksdb) echo db_bench ;; esac)" \
+for p in ${PROGRAMS-redis memcached rocksdb z3 gs ruby}; do
+  command -v "$(case $p in redis) echo redis-server ;; memcached) echo memcaslap ;; rocksdb) echo db_bench ;; *) echo "$p" ;; esac)" \
     > /dev/null || { echo "run_preload: $p is not installed (scripts/setup.sh installs it)" >&2; exit 1; }
   programs+=("$p")
 done

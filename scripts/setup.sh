@@ -20,7 +20,7 @@ PACKAGES=(
   python3-matplotlib                        # benchmark plots (bench/run_suite.sh)
   redis-tools redis-server                  # tcm-kv: its tests drive it with redis-cli and redis-benchmark; the reference server
   sqlite3 perl gzip                         # programs the LD_PRELOAD drop-in is tested on
-  rocksdb-tools memcached libmemcached-tools  # real programs the drop-in is measured on (db_bench, memcached + memcaslap: bench/run_preload.sh)
+  rocksdb-tools memcached libmemcached-tools z3 ghostscript ruby  # real programs the drop-in is measured on (bench/run_preload.sh)
   prometheus                                # promtool: the /metrics page is checked with it
   gcc-mingw-w64-x86-64 wine64               # the Windows backend: cross-built, its tests run under Wine
   lintian                                   # install.deb: the Debian packages have no lintian error nor warning
