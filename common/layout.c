@@ -91,16 +91,14 @@ void tcm__class_table_init(tcm_class_info_t tab[TCM_NCLASSES])
          * grow to 16 MiB (a thread of a one- or two-thread process keeps 64
          * objects of the largest class, the seed's batch, without trading
          * half of them through the transfer tier), the transfer tier to
-         * 16 MiB of one class (at most 262144 objects: at 8192, 128 KiB of
+         * 16 MiB of one class (at most 65536 objects: at 8192, 128 KiB of
          * 16-byte objects, threads that come and go handed most of their
-         * small objects to tcmd and the next ones refilled from it, and at
-         * 65536 still a few hundred round trips a run each way;
+         * small objects to tcmd and the next ones refilled from it;
          * docs/BENCHMARKS.md, test-stress); the byte budgets (per thread,
-         * per process) bound the total. An adopted heap keeps the table it
-         * was made with (the channels' layout follows it). */
+         * per process) bound the total. */
         ci->batch = clamp_u32(TCM_BATCH_BYTES / size, 4, TCM_MAX_BATCH);
         ci->tcache_cap = clamp_u32((16u << 20) / size, 2 * ci->batch, 4096);
-        ci->xfer_cap = clamp_u32((16u << 20) / size, 2 * ci->batch, 262144);
+        ci->xfer_cap = clamp_u32((16u << 20) / size, 2 * ci->batch, 65536);
         ci->recip = (uint32_t)(((1ull << 32) + size - 1) / size);
         ci->reserved = 0;
     }
