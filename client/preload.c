@@ -289,18 +289,20 @@ TCM_NOINLINE static void *realloc_slow(void *p, size_t size)
         free(p);
         return NULL;
     }
-    if (!in_heap(p) && !in_boot(p)) { /* the system's stays the system's */
+    bool heap = in_heap(p); /* else the bootstrap arena's */
+    if (!heap && !in_boot(p)) { /* the system's stays the system's */
         resolve();
         return sys_realloc(p, size);
     }
     size_t old = usable(p);
-    if (in_heap(p) && tcm__realloc_keeps(old, size))
+    if (heap && tcm__realloc_keeps(old, size))
         return p;
-    void *q = malloc(size > old && in_heap(p) ? tcm__realloc_headroom(size) : size);
+    bool grows = heap && size > old;
+    void *q = malloc(grows ? tcm__realloc_headroom(size) : size);
     if (!q)
         return NULL;
     memcpy(q, p, old < size ? old : size);
-    if (size > old && in_heap(p))
+    if (grows)
         tcm__free_outgrown_fast(p);
     else
         free(p);
