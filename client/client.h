@@ -95,7 +95,9 @@ typedef struct tcm_thread {
     uint64_t sample_rng;
 } tcm_thread_t;
 
-/* Set the heap profile's countdown, the byte clock kept in step. */
+/* Set the heap profile's countdown, the byte clock kept in step: every
+ * store to sample_left but the countdown's own subtracts (the hit path's,
+ * sample_due's) and a forgotten thread's (whose record goes) is this one. */
 static inline void tcm__countdown_set(tcm_thread_t *thr, int64_t left)
 {
     thr->clock_base += (uint64_t)thr->clock_from - (uint64_t)tcm__hot.sample_left; /* (past 0: wraps, in unsigned) */

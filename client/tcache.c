@@ -887,7 +887,7 @@ TCM_COLD static tcm_thread_t *thread_register(void)
     pthread_setspecific(pr->thread_key, thr);
     tcm__tls_thread = thr;
     tcm__hot.tc = tc;
-    tcm__hot.sample_left = 0; /* its first malloc arms the countdown (tcm__sample_arm) */
+    tcm__countdown_set(thr, 0); /* its first malloc arms the countdown (tcm__sample_arm) */
     return thr;
 }
 
