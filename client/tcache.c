@@ -389,24 +389,35 @@ static uint64_t sample_take_ahead(tcm_thread_t *thr)
     return off;
 }
 
-/* Every async slot of the thread settled. stash: fetched objects go into
- * its bins (only where no bin is being worked on); otherwise back to tcmd. */
-static void settle_all(tcm_thread_t *thr, bool stash)
-{
-    thr->sample_ahead = 0; /* its run goes back with its slot */
-    for (uint32_t j = 0; j < TCM_ASYNC_SLOTS; j++) {
-        uint32_t idx = async_index(thr, j);
-        if (atomic_load_explicit(&tcm__proc.slots[idx].state, memory_order_relaxed) != TCM_SLOT_IDLE)
-            settle_slot(&tcm__proc.slots[idx], idx, thr, stash ? thr : NULL);
-    }
-}
-
 /* A request whose settling touches no bin: one that gives memory back (a
  * RETURN or a FREE_PAGES) or the heap profile's SAMPLE or MAPS. */
 static bool touches_no_bin(const tcm_slot_t *slot)
 {
     return slot->op == TCM_OP_RETURN || slot->op == TCM_OP_FREE_PAGES || slot->op == TCM_OP_SAMPLE ||
            slot->op == TCM_OP_MAPS;
+}
+
+/* Every async slot of the thread settled. stash: fetched objects go into
+ * its bins (only where no bin is being worked on); otherwise back to tcmd.
+ * leave: those whose settling touches no bin stay posted (an exiting
+ * thread's: the next thread on its cache settles them when it needs the
+ * slot, tcm__flush_all at a shutdown), tcmd told of any posted quietly. */
+static void settle_all(tcm_thread_t *thr, bool stash, bool leave)
+{
+    bool untold = false;
+    thr->sample_ahead = 0; /* its run goes back with its slot */
+    for (uint32_t j = 0; j < TCM_ASYNC_SLOTS; j++) {
+        uint32_t idx = async_index(thr, j);
+        tcm_slot_t *slot = &tcm__proc.slots[idx];
+        if (atomic_load_explicit(&slot->state, memory_order_relaxed) == TCM_SLOT_IDLE)
+            continue;
+        if (leave && touches_no_bin(slot))
+            untold |= (thr->quiet_posted >> j) & 1;
+        else
+            settle_slot(slot, idx, thr, stash ? thr : NULL);
+    }
+    if (untold)
+        tcm__ring_bell();
 }
 
 /* An async slot for a new request: an IDLE one, else one whose settling
@@ -636,7 +647,7 @@ TCM_COLD static void shrink_to_budget(tcm_thread_t *thr)
     }
 }
 
-static void thread_flush(tcm_thread_t *thr, bool to_daemon);
+static void thread_flush(tcm_thread_t *thr, bool to_daemon, bool exiting);
 
 /* Each refill of a class asks for twice the last, up to its batch. */
 static void slow_start(tcm_thread_t *thr, unsigned cls)
@@ -735,7 +746,7 @@ static void check_config(tcm_thread_t *thr)
     uint32_t flush = atomic_load_explicit(&tcm__proc.chan_hdr->flush_gen, memory_order_relaxed);
     if (tcm_unlikely(flush != thr->flush_seen)) {
         thr->flush_seen = flush;
-        thread_flush(thr, true);
+        thread_flush(thr, true, false);
     }
     uint64_t gen = atomic_load_explicit(&tcm__proc.meta->config.gen, memory_order_acquire);
     if (tcm_likely(gen == thr->config_gen))
@@ -747,17 +758,19 @@ static void check_config(tcm_thread_t *thr)
         thr->sample_owed = 0;
         tcm__countdown_set(thr, 0);
     }
-    settle_all(thr, false); /* what it asked for ahead goes back: the budget may be smaller */
+    settle_all(thr, false, false); /* what it asked for ahead goes back: the budget may be smaller */
     shrink_to_budget(thr);
     tcm__xfer_trim(false);
 }
 
 /* What tcmd takes goes on the thread's async slots, a batch each (an
  * exiting thread of a process with many classes in use waited for a round
- * trip a class), and is waited for at the end, all in one wake or few. */
-TCM_COLD static void thread_flush(tcm_thread_t *thr, bool to_daemon)
+ * trip a class), and is waited for at the end, all in one wake or few;
+ * unless exiting: then nobody waits for it (settle_all's leave), and a
+ * thread that ends waits for tcmd only for what it asked for ahead. */
+TCM_COLD static void thread_flush(tcm_thread_t *thr, bool to_daemon, bool exiting)
 {
-    settle_all(thr, true);
+    settle_all(thr, true, exiting);
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         tcm_bin_t *b = &thr->tc->bins[cls];
         if (b->count)
@@ -767,7 +780,7 @@ TCM_COLD static void thread_flush(tcm_thread_t *thr, bool to_daemon)
     }
     thr->capacity = 0;
     flush_drains(thr, thr);
-    settle_all(thr, false);
+    settle_all(thr, false, exiting);
 }
 
 /* The heap is at its limit: give back everything this thread and the
@@ -775,7 +788,7 @@ TCM_COLD static void thread_flush(tcm_thread_t *thr, bool to_daemon)
 TCM_COLD static void flush_for_nomem(void)
 {
     if (tcm__tls_thread)
-        thread_flush(tcm__tls_thread, true);
+        thread_flush(tcm__tls_thread, true, false);
     tcm__xfer_trim(true);
 }
 
@@ -802,7 +815,7 @@ TCM_COLD static void thread_exit(void *arg)
          * most one thread is left. Trimmed through this thread's slot, so
          * before its index is given to a new thread. */
         bool bg = atomic_load_explicit(&pr->bg_running, memory_order_relaxed);
-        thread_flush(thr, !bg);
+        thread_flush(thr, !bg, true);
         if (atomic_fetch_sub(&pr->nthreads, 1) <= 2 && !bg)
             tcm__xfer_trim(true);
         thr->tc->in_use = 0;
@@ -865,7 +878,15 @@ TCM_COLD static tcm_thread_t *thread_register(void)
     pr->caches[idx].header_backed = true;
     memset(tc->bins, 0, sizeof tc->bins);
     tc->ahead_bytes = 0;
-    atomic_store(&tc->dropped, 0);
+    /* what the last thread on this cache gave back and left posted (settle_all's
+     * leave) stays as it was: dropped from its bins, and settled by this thread
+     * when it needs the slot, waking tcmd if it was posted quietly */
+    uint8_t left_posted = 0;
+    for (uint32_t j = 0; j < TCM_ASYNC_SLOTS; j++)
+        if (atomic_load_explicit(&async[j].state, memory_order_relaxed) != TCM_SLOT_IDLE)
+            left_posted |= (uint8_t)(1u << j);
+    atomic_fetch_and(&tc->dropped, left_posted);
+    thr->quiet_posted = left_posted;
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
         tc->bins[cls].objs = (void **)((uint8_t *)tc + pr->lay.bin_objs_off[cls]);
         tc->bins[TCM_PAGE_CLASS_DRAIN + cls].objs = (void **)((uint8_t *)tc + pr->lay.drain_objs_off[cls]);
@@ -1475,13 +1496,16 @@ TCM_COLD void tcm__flush_all(void)
 {
     tcm_proc_t *pr = &tcm__proc;
     for (uint32_t i = 0; i < pr->lay.max_threads; i++) {
-        if (!pr->caches[i].used)
+        /* a cache no thread uses may still have what its last one left posted */
+        if (!pr->caches[i].header_backed)
             continue;
         for (uint32_t j = 0; j < TCM_ASYNC_SLOTS; j++) {
             uint32_t a = tcm__async_slot(&pr->lay, i, j);
             if (atomic_load_explicit(&pr->slots[a].state, memory_order_relaxed) != TCM_SLOT_IDLE)
                 settle_slot(&pr->slots[a], a, NULL, NULL);
         }
+        if (!pr->caches[i].used)
+            continue;
         tcm_tcache_t *tc = thread_tcache(i);
         for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
             tcm_bin_t *b = &tc->bins[cls], *d = &tc->bins[TCM_PAGE_CLASS_DRAIN + cls];

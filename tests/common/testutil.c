@@ -553,40 +553,6 @@ bool tt_stop(pid_t pid, int timeout_ms)
     return false;
 }
 
-/* The syscall thread tid of this process is blocked in, from
- * /proc/self/task/TID/syscall ("running" or the number first); -1 if none,
- * THREAD_GONE once it has exited. */
-enum { THREAD_GONE = -2 };
-
-static long blocked_syscall(pid_t tid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return errno == ENOENT ? THREAD_GONE : -1;
-    bool got = fgets(line, sizeof line, f) != NULL;
-    fclose(f);
-    char *end;
-    long nr = got ? strtol(line, &end, 10) : -1;
-    return got && end != line ? nr : -1;
-}
-
-bool tt_wait_thread_in_futex(pid_t tid, int timeout_ms)
-{
-    char name[16];
-    snprintf(name, sizeof name, "%d", (int)tid);
-    for (int t = 0; t <= timeout_ms; t += 2) {
-        long nr = blocked_syscall(tid);
-        if (nr == SYS_futex && thread_state(getpid(), name) == 'S')
-            return true;
-        if (nr == THREAD_GONE)
-            return false; /* it will never wait again */
-        sleep_ms(2);
-    }
-    return false;
-}
-
 const char *tt_path(const char *name, char *buf, size_t len)
 {
     snprintf(buf, len, "%s/%s", TESTS_BIN_DIR, name);

@@ -94,10 +94,6 @@ bool tt_wait_threads_asleep(pid_t pid, int timeout_ms);
  * takes effect after kill returns, and until then tcmd's heap thread may
  * still serve. On timeout pid is resumed and false returned. */
 bool tt_stop(pid_t pid, int timeout_ms);
-/* Thread tid of this process sleeps in a futex wait (a call waiting for
- * tcmd's answer: the client's slots have no other way to wait); false at
- * once if it has exited. */
-bool tt_wait_thread_in_futex(pid_t tid, int timeout_ms);
 
 #include "cases.h"
 

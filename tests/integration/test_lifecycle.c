@@ -518,11 +518,12 @@ static void test_sigkill(void)
 }
 
 /* A batch an exiting thread left in its process's transfer tier, taken by
- * another thread and freed by another process, while the exiting thread
- * waits for tcmd to take the rest of its bin: a SIGKILL then must not make
- * tcmd reclaim what the other process now caches. tcmd is stopped (SIGSTOP)
- * to hold the exiting thread in that wait. The state is made, then seen
- * before the case goes on, and the case fails if it is not:
+ * another thread and freed by another process, while the rest of its bin
+ * waits for tcmd in a RETURN the thread posted and did not wait for: a
+ * SIGKILL then must not make tcmd reclaim what the other process now
+ * caches. tcmd is stopped (SIGSTOP) so that the RETURN stays posted. The
+ * state is made, then seen before the case goes on, and the case fails if
+ * it is not:
  * - no decay (decay_ms 0): every class counts as busy, so bins only grow
  *   and no scavenge empties one on a clock; the thread's bin keeps all of
  *   the HANDOFF_OBJS objects it freed;
@@ -530,9 +531,10 @@ static void test_sigkill(void)
  *   nothing of its refills; then a 16K one, which the thread sees (and
  *   gives back the batches it asked for ahead) in a slow path while tcmd
  *   runs;
- * - at its exit the tier takes the top 16 of its bin and the rest goes to
- *   stopped tcmd: the thread sleeps in that call (seen in /proc), and what
- *   the other thread takes from the tier is what it freed last. */
+ * - at its exit the tier takes the top 16 of its bin and the rest is posted
+ *   to stopped tcmd: the thread ends without waiting for it (joined while
+ *   tcmd is stopped), and what the other thread takes from the tier is what
+ *   it freed last. */
 #define HANDOFF_OBJS 200 /* what the exiting thread caches: far more than a 16K tier takes */
 #define HANDOFF_TAKEN 8  /* what another thread then takes from the tier */
 
@@ -540,7 +542,6 @@ enum { HO_FILLED = 1, HO_BUDGET_SET, HO_SEEN, HO_EXIT, HO_TAKEN };
 
 typedef struct handoff {
     _Atomic int phase; /* the last of the HO_ steps done */
-    _Atomic pid_t tid; /* the exiting thread's */
     void *mine[HANDOFF_OBJS]; /* what the exiting thread allocated and freed */
     void *objs[HANDOFF_TAKEN];
 } handoff_t;
@@ -565,7 +566,6 @@ static void *handoff_thread(void *arg)
      * order, and removing a name no root has is a round trip that changes
      * nothing */
     CHECK_EQ(tcm_root_set("lifecycle.no.such.root", NULL), 0);
-    atomic_store(&ho->tid, gettid());
     handoff_step(HO_FILLED, HO_BUDGET_SET);
     /* a slow path of another class: the new budget is seen, and a bin no
      * 16K tier takes */
@@ -591,9 +591,9 @@ static int handoff_child(void *arg)
     pthread_create(&t, NULL, handoff_thread, NULL);
     while (atomic_load(&ho->phase) < HO_EXIT)
         usleep(1000);
-    /* the state this case is about: the thread in its exit, 16 objects in
-     * the tier, waiting for tcmd to take the rest */
-    CHECK(tt_wait_thread_in_futex(atomic_load(&ho->tid), 10000));
+    /* the state this case is about: the thread gone, 16 objects in the
+     * tier, the rest posted for tcmd to take */
+    pthread_join(t, NULL);
     for (int i = 0; i < HANDOFF_TAKEN; i++) { /* from the transfer tier: no daemon needed */
         CHECK((ho->objs[i] = tcm_malloc(1000)) != NULL);
         CHECK(handed_off(ho->objs[i]));
