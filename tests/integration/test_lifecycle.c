@@ -483,6 +483,56 @@ static void test_sigkill_returned_again(void)
     tt_check_heap(&d);
 }
 
+/* The same when the objects went back at a thread's exit: what an exiting
+ * thread gives back stays posted on its cache's slots, answered and not
+ * settled, while the next thread on that cache takes the same objects
+ * back from tcmd; none of that thread's caches is skipped either (it kept
+ * the slots' dropped bits). No transfer tier (xfer_budget 0), so that the
+ * exit's bin goes to tcmd. */
+static void *exit_returning(void *arg)
+{
+    (void)arg;
+    fill_returned_again(); /* bins full, then refilled: its exit posts them to tcmd */
+    return NULL;
+}
+
+static void *refill_after_exit(void *arg)
+{
+    /* a few refills, none asked for ahead: the slots its predecessor left
+     * stay unsettled until the kill */
+    for (int i = 0; i < 100; i++)
+        CHECK(tcm_malloc(64) != NULL);
+    __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
+    for (;;)
+        pause();
+    return NULL;
+}
+
+static void fill_after_exit(void)
+{
+    static int ready;
+    pthread_t t;
+    tcm_free(tcm_malloc(64)); /* the main thread takes cache 0: the two below cache 1, in turn */
+    pthread_create(&t, NULL, exit_returning, NULL);
+    pthread_join(t, NULL);
+    pthread_create(&t, NULL, refill_after_exit, &ready);
+    while (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE))
+        usleep(1000);
+}
+
+static void test_sigkill_returned_after_exit(void)
+{
+    char out[256];
+    uint64_t held = 0, cached = 0;
+    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 0", out, sizeof out), 0);
+    pid_t pid = fork_filled(fill_after_exit, &held, &cached);
+    CHECK_GE(cached, 100u * 64);
+    uint64_t back = kill_filled(pid, &held, &cached);
+    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 64M", out, sizeof out), 0);
+    CHECK_EQ(back, cached);
+    tt_check_heap(&d);
+}
+
 static void fill_caches(void)
 {
     /* thread bins and the transfer tier */
@@ -833,6 +883,7 @@ int main(int argc, char **argv)
         {"sigkill", test_sigkill},
         {"sigkill in flight", test_sigkill_in_flight},
         {"sigkill returned again", test_sigkill_returned_again},
+        {"sigkill returned after an exit", test_sigkill_returned_after_exit},
         {"sigkill tier handoff", test_sigkill_tier_handoff},
         {"main thread exits, no pidfds", test_leader_exits_no_pidfd},
     };
