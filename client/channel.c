@@ -194,10 +194,11 @@ uint32_t tcm__back_array(void **objs, uint32_t *backed, uint32_t want)
 {
     if (want <= *backed)
         return want;
-    /* to the end of the page entry want - 1 is on: the arrays do not start
-     * on a page, and a page's worth from the first entry backed two pages
-     * for each class a thread used (glibc_thread: 0.5 MB of its 12) */
-    uintptr_t end = ((uintptr_t)(objs + want) + TCM_PAGE_SIZE - 1) & ~(uintptr_t)(TCM_PAGE_SIZE - 1);
+    /* to the end of the OS page entry want - 1 is on: the arrays do not
+     * start on a page, and a page's worth from the first entry backed two
+     * pages for each class a thread used (glibc_thread: 0.5 MB of its 12);
+     * the heap's 8 KiB page, two of the OS's, did the same */
+    uintptr_t page = tcm__os_page_size(), end = ((uintptr_t)(objs + want) + page - 1) & ~(page - 1);
     uint32_t to = (uint32_t)((end - (uintptr_t)objs) / sizeof(void *));
     if (tcm__populate(objs + *backed, (uint64_t)(to - *backed) * sizeof(void *)) == 0)
         *backed = to;
