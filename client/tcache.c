@@ -609,6 +609,30 @@ static void note_turn(tcm_thread_t *thr, unsigned cls, bool missed)
     }
 }
 
+/* The first `want` entries of a bin's array made writable; returns how
+ * many are (fewer only when /dev/shm is full). A private heap's bin starts
+ * in its class's few entries of the thread's first arrays (lay.first_off)
+ * and moves to its own array, where the layout puts it, once it needs
+ * more: a class a thread uses now and then costs it a sixteenth of a page,
+ * not a page (64 threads that touch 64 classes each: 24 MB -> 17). */
+static uint32_t bin_backed(tcm_thread_t *thr, unsigned cls, uint32_t want)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    tcm_bin_t *b = &thr->tc->bins[cls];
+    void **own = (void **)((uint8_t *)thr->tc + pr->lay.bin_objs_off[cls]);
+    uint32_t *backed = &pr->caches[thr->index].backed[cls];
+    if (b->objs == own)
+        return tcm__back_array(own, backed, want);
+    if (want <= TCM_FIRST_BIN)
+        return want;
+    uint32_t n = tcm__back_array(own, backed, want);
+    if (n < b->count)
+        return TCM_FIRST_BIN;
+    memcpy(own, b->objs, b->count * sizeof *own);
+    b->objs = own;
+    return n;
+}
+
 /* Let a bin hold `more` more objects if the thread's budget allows. */
 static void grow(tcm_thread_t *thr, unsigned cls, uint32_t more)
 {
@@ -624,7 +648,7 @@ static void grow(tcm_thread_t *thr, unsigned cls, uint32_t more)
         more = (uint32_t)(left / ci->size);
     if (b->max == 0 && more == 0)
         more = 1; /* every class may hold at least one object */
-    set_room(thr, cls, tcm__back_array(b->objs, &tcm__proc.caches[thr->index].backed[cls], b->max + more));
+    set_room(thr, cls, bin_backed(thr, cls, b->max + more));
 }
 
 /* Halve bins until the thread fits its (new) budget. */
@@ -888,7 +912,8 @@ TCM_COLD static tcm_thread_t *thread_register(void)
     atomic_fetch_and(&tc->dropped, left_posted);
     thr->quiet_posted = left_posted;
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-        tc->bins[cls].objs = (void **)((uint8_t *)tc + pr->lay.bin_objs_off[cls]);
+        tc->bins[cls].objs = (void **)((uint8_t *)tc + (pr->lay.first_off ? pr->lay.first_off + cls * TCM_FIRST_BIN * sizeof(void *)
+                                                                          : pr->lay.bin_objs_off[cls]));
         tc->bins[TCM_PAGE_CLASS_DRAIN + cls].objs = (void **)((uint8_t *)tc + pr->lay.drain_objs_off[cls]);
     }
     tc->index = idx;
@@ -1411,8 +1436,7 @@ TCM_NOINLINE void tcm__free_slow(void *p)
         return;
     if (b->count >= b->max) {
         uint64_t now = tcm__now_ns();
-        if (quiet_span_class(thr, cls, now) &&
-            tcm__back_array(b->objs, &pr->caches[thr->index].backed[cls], b->count + 1) > b->count) {
+        if (quiet_span_class(thr, cls, now) && bin_backed(thr, cls, b->count + 1) > b->count) {
             /* listed in the bin until the RETURN is posted, as any object
              * handed back: a death in between leaves it to reclaim */
             note_event(thr, cls, now);

@@ -146,6 +146,11 @@ void tcm__chan_layout(tcm_chan_layout_t *l, const tcm_class_info_t tab[TCM_NCLAS
         stride += (uint64_t)(c ? tcm__drain_cap(&tab[c]) : 0) * sizeof(void *);
     }
     l->drain_bytes = (uint32_t)(stride - l->drain_off);
+    l->first_off = 0;
+    if (served_inline) { /* tcmd reads a shared channel's bins where bin_objs_off puts them */
+        l->first_off = (uint32_t)stride;
+        stride += (uint64_t)TCM_NCLASSES * TCM_FIRST_BIN * sizeof(void *);
+    }
     l->tcache_stride = align_up(stride, 4096);
     l->off_tcaches = align_up(off, 4096);
     off = l->off_tcaches + (uint64_t)max_threads * l->tcache_stride;

@@ -992,7 +992,16 @@ typedef struct tcm_chan_layout {
      * drain_objs_off[c]), together in [drain_off, drain_off + drain_bytes) */
     uint32_t drain_objs_off[TCM_NCLASSES];
     uint32_t drain_off, drain_bytes;
+    /* a private heap's only (0 in tcmd's channels): each tcache's first
+     * arrays, TCM_FIRST_BIN entries a class, where a bin starts before it
+     * moves to its own (client/tcache.c, bin_backed) */
+    uint32_t first_off;
 } tcm_chan_layout_t;
+
+/* Entries of a private heap's bin before it moves to its own array: the
+ * first arrays of 16 classes share a page, where each class's own array
+ * takes a page of a thread for a bin of a few objects. */
+#define TCM_FIRST_BIN 32u
 
 /* served_inline: the channel of the drop-in's private heap, whose every
  * request is served by the thread that posts it before the post returns

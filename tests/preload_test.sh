@@ -131,9 +131,10 @@ private_case() {
   fi
 }
 if grep -q '\[always\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null; then
-  ok "private sparse: not measured (transparent huge pages always: anonymous memory faults in 2 MiB at a time)"
+  ok "private sparse, threads: not measured (transparent huge pages always: anonymous memory faults in 2 MiB at a time)"
 else
   private_case sparse "the pages of what it handed out, not whole spans"
+  private_case threads "a thread's bins of a few objects share pages"
 fi
 private_case grow "a bin keeps little of a class realloc moved out of"
 private_case flow "a bin's room stops at its cap where frees flow one way"
