@@ -35,6 +35,21 @@ static tcm_tcache_t *thread_tcache(uint32_t idx)
     return (tcm_tcache_t *)(tcm__proc.chan + tcm__tcache_off(&tcm__proc.lay, idx));
 }
 
+/* Class cls's own array in thread cache tc, where the layout puts it (and
+ * where tcmd reads a shared channel's bins). */
+static void **own_array(tcm_tcache_t *tc, unsigned cls)
+{
+    return (void **)((uint8_t *)tc + tcm__proc.lay.bin_objs_off[cls]);
+}
+
+/* Where a new thread's bin of class cls starts: a private heap's in its
+ * entries of the first arrays (lay.first_off), else its own array. */
+static void **start_array(tcm_tcache_t *tc, unsigned cls)
+{
+    uint32_t first = tcm__proc.lay.first_off;
+    return first ? (void **)((uint8_t *)tc + first) + (size_t)cls * TCM_FIRST_BIN : own_array(tc, cls);
+}
+
 static uint64_t thread_budget(void)
 {
     uint64_t total = atomic_load_explicit(&tcm__proc.meta->config.tcache_budget, memory_order_relaxed);
@@ -611,22 +626,20 @@ static void note_turn(tcm_thread_t *thr, unsigned cls, bool missed)
 
 /* The first `want` entries of a bin's array made writable; returns how
  * many are (fewer only when /dev/shm is full). A private heap's bin starts
- * in its class's few entries of the thread's first arrays (lay.first_off)
- * and moves to its own array, where the layout puts it, once it needs
- * more: a class a thread uses now and then costs it a sixteenth of a page,
- * not a page (64 threads that touch 64 classes each: 24 MB -> 17). */
+ * in the first arrays (start_array) and moves to its own once it needs
+ * more than they hold: a class a thread uses now and then shares a page
+ * with other classes rather than taking one of its own. */
 static uint32_t bin_backed(tcm_thread_t *thr, unsigned cls, uint32_t want)
 {
-    tcm_proc_t *pr = &tcm__proc;
     tcm_bin_t *b = &thr->tc->bins[cls];
-    void **own = (void **)((uint8_t *)thr->tc + pr->lay.bin_objs_off[cls]);
-    uint32_t *backed = &pr->caches[thr->index].backed[cls];
+    void **own = own_array(thr->tc, cls);
+    uint32_t *backed = &tcm__proc.caches[thr->index].backed[cls];
     if (b->objs == own)
         return tcm__back_array(own, backed, want);
     if (want <= TCM_FIRST_BIN)
         return want;
     uint32_t n = tcm__back_array(own, backed, want);
-    if (n < b->count)
+    if (n <= TCM_FIRST_BIN) /* backing failed: moving would gain no room */
         return TCM_FIRST_BIN;
     memcpy(own, b->objs, b->count * sizeof *own);
     b->objs = own;
@@ -912,8 +925,7 @@ TCM_COLD static tcm_thread_t *thread_register(void)
     atomic_fetch_and(&tc->dropped, left_posted);
     thr->quiet_posted = left_posted;
     for (unsigned cls = 1; cls < TCM_NCLASSES; cls++) {
-        tc->bins[cls].objs = (void **)((uint8_t *)tc + (pr->lay.first_off ? pr->lay.first_off + cls * TCM_FIRST_BIN * sizeof(void *)
-                                                                          : pr->lay.bin_objs_off[cls]));
+        tc->bins[cls].objs = start_array(tc, cls);
         tc->bins[TCM_PAGE_CLASS_DRAIN + cls].objs = (void **)((uint8_t *)tc + pr->lay.drain_objs_off[cls]);
     }
     tc->index = idx;

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "rss.h"
 #include "tcm.h"
 #include "tcm_layout.h"
 #include "testutil.h"
@@ -176,16 +177,9 @@ static long file_size(const char *path)
 
 static uint64_t rss_kib(pid_t pid)
 {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL);
-    uint64_t kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmRSS:", 6))
-            kib = strtoull(line + 6, NULL, 10);
-    fclose(f);
-    return kib;
+    long kb = tt_rss_kb(pid);
+    CHECK(kb >= 0);
+    return (uint64_t)kb;
 }
 
 static void run_lifetimes(uint64_t from, uint64_t n)

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "rss.h"
 #include "tcm.h"
 #include "tcm.pb-c.h"
 #include "testutil.h"
@@ -48,15 +49,8 @@ static double now_ms(void)
 
 static long rss_kb(pid_t pid)
 {
-    char path[64], line[128];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    CHECK(f != NULL);
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld", &kb) == 1)
-            break;
-    fclose(f);
+    long kb = tt_rss_kb(pid);
+    CHECK(kb >= 0);
     return kb;
 }
 

@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "tcm.h"
+#include "tcm_layout.h"
 #include "testutil.h"
 
 static tcm_test_daemon_t d;
@@ -229,7 +230,7 @@ static void test_sigkill_sharing_refills(void)
         CHECK_EQ(tt_stat(&d, "refused"), refused);
     }
     CHECK_EQ(tt_tcmctl(&d, "config set tcache_budget 32M", out, sizeof out), 0);
-    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 64M", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget " TCM_DEFAULT_XFER_BUDGET, out, sizeof out), 0);
 }
 
 /* Process exit without tcm_shutdown: the daemon reclaims everything the
@@ -528,7 +529,7 @@ static void test_sigkill_returned_after_exit(void)
     pid_t pid = fork_filled(fill_after_exit, &held, &cached);
     CHECK_GE(cached, 100u * 64);
     uint64_t back = kill_filled(pid, &held, &cached);
-    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 64M", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget " TCM_DEFAULT_XFER_BUDGET, out, sizeof out), 0);
     CHECK_EQ(back, cached);
     tt_check_heap(&d);
 }
@@ -699,7 +700,7 @@ static void test_sigkill_tier_handoff(void)
     tt_check_heap(&d); /* before: "a thread cache ... holds ...: object is already free" */
     CHECK_EQ(tt_stat(&d, "refused"), refused);
     munmap(ho, sizeof *ho);
-    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget 64M", out, sizeof out), 0);
+    CHECK_EQ(tt_tcmctl(&d, "config set xfer_budget " TCM_DEFAULT_XFER_BUDGET, out, sizeof out), 0);
     CHECK_EQ(tt_tcmctl(&d, "config set decay_ms 10000", out, sizeof out), 0);
 }
 

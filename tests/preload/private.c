@@ -34,6 +34,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "rss.h"
+
 #define N 4096
 
 /* The mapping of /proc/self/maps that holds p: its start and end. */
@@ -272,21 +274,6 @@ static int sweep_case(void)
     return after - before <= SWEEP_REQUESTS_MAX ? 0 : fail("a loop larger than a bin's room goes on refilling");
 }
 
-/* The process's resident kilobytes (VmRSS). */
-static long process_rss_kb(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f)
-        return -1;
-    char line[256];
-    long kb = -1;
-    while (kb < 0 && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld kB", &kb) != 1)
-            kb = -1;
-    fclose(f);
-    return kb;
-}
-
 /* THREAD_COUNT threads, alive together, each having used two objects of
  * each of ~40 sizes up to 4 KiB: what each costs the process, its objects
  * (~100 KiB) and stack included. Each class's bin in its own array took a
@@ -323,12 +310,12 @@ static int threads_case(void)
     pthread_barrier_init(&threads_used, NULL, THREAD_COUNT + 1);
     pthread_barrier_init(&threads_measured, NULL, THREAD_COUNT + 1);
     free(malloc(16)); /* the heap made, the main thread's cache too */
-    long before = process_rss_kb();
+    long before = tt_rss_kb(0);
     for (int i = 0; i < THREAD_COUNT; i++)
         if (pthread_create(&t[i], &attr, thread_body, NULL) != 0)
             return fail("pthread_create");
     pthread_barrier_wait(&threads_used);
-    long each = (process_rss_kb() - before) / THREAD_COUNT;
+    long each = (tt_rss_kb(0) - before) / THREAD_COUNT;
     pthread_barrier_wait(&threads_measured);
     for (int i = 0; i < THREAD_COUNT; i++)
         pthread_join(t[i], NULL);
