@@ -22,7 +22,7 @@ static void *bg_main(void *arg)
 {
     tcm_proc_t *pr = &tcm__proc;
     (void)arg;
-    tcm__in_library = 1; /* for the thread's whole life */
+    tcm__library_enter(); /* for the thread's whole life */
     tcm__profile_warm();
     uint64_t last_used = tcm__now_ns(), seen_gen = atomic_load(&pr->meta->config.gen);
     uint32_t seen_flush = atomic_load(&pr->chan_hdr->flush_gen);

@@ -44,7 +44,8 @@ extern TCM_HIDDEN TCM_TLS tcm_tls_hot_t tcm__hot;
 /* Non-zero while this thread runs the library's own code that may call
  * malloc (its background thread, a thread's exit, the exit handler, the
  * drop-in's slow paths): libtcm-malloc.so serves those from the system
- * malloc, so the library never re-enters itself. */
+ * malloc, so the library never re-enters itself. Entered and left through
+ * tcm__library_enter/leave (below). */
 extern TCM_HIDDEN TCM_TLS unsigned tcm__in_library;
 extern TCM_HIDDEN tcm_tcache_t tcm__empty_tcache;
 
@@ -117,6 +118,35 @@ static inline void tcm__thread_forget(void)
     tcm__hot.tc = &tcm__empty_tcache;
     tcm__hot.sample_left = 0;
     tcm__tls_thread = NULL;
+}
+
+/* The cache the calling thread's hot path uses: its own, or in the
+ * drop-in, while it runs the library's code, the empty one. So the
+ * drop-in's malloc needs no test of its own for the library's allocations:
+ * they miss, and its slow path sends them to the system malloc (and frees
+ * of heap blocks there take the slow path's). libtcm's hot path serves the
+ * application alone, whatever tcm__in_library says. */
+static inline void tcm__hot_cache_set(void)
+{
+#ifdef TCM_DROPIN
+    if (tcm__in_library) {
+        tcm__hot.tc = &tcm__empty_tcache;
+        return;
+    }
+#endif
+    tcm__hot.tc = tcm__tls_thread ? tcm__tls_thread->tc : &tcm__empty_tcache;
+}
+
+static inline void tcm__library_enter(void)
+{
+    if (tcm__in_library++ == 0)
+        tcm__hot_cache_set();
+}
+
+static inline void tcm__library_leave(void)
+{
+    if (--tcm__in_library == 0)
+        tcm__hot_cache_set();
 }
 
 /* What this process keeps of each thread cache in its channel, whichever

@@ -8,6 +8,7 @@
 #define TCM_DROPIN_NAMES_H
 
 #define TCM_API __attribute__((visibility("hidden")))
+#define TCM_DROPIN 1 /* the library's own allocations are the system malloc's (client.h) */
 #define TCM_DROPIN_NAMES(X)                                                                        \
     X(init) X(shutdown) X(malloc) X(calloc) X(realloc) X(aligned_alloc) X(free) X(free_sized)         \
     X(usable_size) X(to_offset) X(from_offset) X(root_set) X(root_create) X(root_replace) X(root_get) \

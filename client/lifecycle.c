@@ -22,7 +22,7 @@
 
 TCM_COLD static void at_exit(void)
 {
-    tcm__in_library++; /* never decremented: the process is going */
+    tcm__library_enter(); /* never left: the process is going */
     /* the kernel closes the socket; the daemon reclaims every cache. A tcmd
      * that replaced the one we knew should hear the Bye too. */
     if (!atomic_load(&tcm__proc.attached) || tcm__proc.pid != tcm__pid() || tcm__proc.serve)

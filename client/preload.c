@@ -130,7 +130,7 @@ TCM_COLD static void read_settings_once(void)
  * system malloc, as libtcm's own code does). */
 TCM_COLD static void resolve_api_once(void)
 {
-    tcm__in_library++;
+    tcm__library_enter();
 #define TCM_NEXT_RESOLVE(f)                                                                        \
     if (!shares)                                                                                   \
         api.f = (__typeof__(api.f))tcm__next_symbol("tcm_" #f);                                    \
@@ -138,7 +138,7 @@ TCM_COLD static void resolve_api_once(void)
         api.f = tcm__own_##f;
     TCM_DROPIN_NAMES(TCM_NEXT_RESOLVE)
 #undef TCM_NEXT_RESOLVE
-    tcm__in_library--;
+    tcm__library_leave();
 }
 
 /* The settings, read at the first allocation tcm serves or refuses: the
@@ -166,7 +166,8 @@ TCM_NOINLINE static void *system_alloc(size_t size, size_t align)
 
 /* tcm could not serve: without a heap (a private one that could not be
  * made, tcmd not there or lost for good) the rest of the process uses the
- * system malloc; a full heap only this once. */
+ * system malloc (a thread's bins serve what they hold first); a full heap
+ * only this once. */
 TCM_COLD static void *after_refusal(size_t size, size_t align)
 {
     if (!fallback) {
@@ -197,13 +198,17 @@ static inline bool in_heap(const void *p)
            atomic_load_explicit(&tcm__heap_bytes, memory_order_relaxed);
 }
 
-/* tcm's slow paths, with the library's own allocations sent elsewhere */
+/* tcm's slow paths, with the library's own allocations sent elsewhere:
+ * malloc's hit path leaves those to its miss (client.h,
+ * tcm__hot_cache_set), and every allocation once tcm cannot serve */
 TCM_NOINLINE static void *tcm_slow(size_t size, size_t align)
 {
+    if (!served_by_tcm())
+        return system_alloc(size, align);
     read_settings();
-    tcm__in_library++;
+    tcm__library_enter();
     void *p = align > 16 ? tcm_aligned_alloc(align, size) : tcm__malloc_slow(size);
-    tcm__in_library--;
+    tcm__library_leave();
     return p ? p : after_refusal(size, align);
 }
 
@@ -219,9 +224,9 @@ static void *malloc_missed(size_t size)
 TCM_NOINLINE static void free_missed(void *p)
 {
     if (in_heap(p)) {
-        tcm__in_library++;
+        tcm__library_enter();
         tcm__free_slow(p); /* a misaligned one: tcm's "invalid pointer" */
-        tcm__in_library--;
+        tcm__library_leave();
         return;
     }
     if (!p || in_boot(p))
@@ -234,18 +239,20 @@ TCM_NOINLINE static void free_missed(void *p)
  * hit's (tcm__free_outgrown_fast) */
 TCM_NOINLINE static void outgrown_missed(void *p)
 {
-    tcm__in_library++;
+    tcm__library_enter();
     tcm__free_outgrown(p);
-    tcm__in_library--;
+    tcm__library_leave();
 }
 
 /* ---- the malloc family */
 
+/* Its hit needs no test of served_by_tcm(): a thread in the library's own
+ * code sees the empty cache, and so does one not registered, which every
+ * thread is while tcm cannot serve (a thread that was keeps what its bins
+ * hold: heap blocks, still mapped) */
 TCM_EXPORT void *malloc(size_t size)
 {
-    if (tcm_likely(served_by_tcm()))
-        return tcm__malloc_fast(size);
-    return system_alloc(size, 0);
+    return tcm__malloc_fast(size);
 }
 
 TCM_EXPORT void free(void *p)
@@ -315,11 +322,14 @@ TCM_NOINLINE static void *realloc_move(void *p, size_t size, size_t old)
 }
 
 /* A string grown a few bytes at a time comes here tens of times a class:
- * a small block that keeps its class returns before anything is saved. */
+ * a small block that keeps its class returns before anything is saved.
+ * (One that moves does so through malloc's and free's hit paths, which
+ * send the library's own calls and everything tcm cannot serve to their
+ * misses: no test of served_by_tcm() here either.) */
 TCM_EXPORT void *realloc(void *p, size_t size)
 {
     unsigned cls = tcm__small_class_of(p);
-    if (tcm_likely(cls != 0) && tcm_likely(size != 0) && tcm_likely(served_by_tcm())) {
+    if (tcm_likely(cls != 0) && tcm_likely(size != 0)) {
         size_t old = tcm__proc.classes[cls].size;
         if (tcm__realloc_keeps(old, size))
             return p;

@@ -19,7 +19,7 @@
 #include "prim.h"
 #include "profile.h"
 #include "tcache.h"
-#include "tcache_inl.h" /* tcm__free_bin */
+#include "tcache_inl.h" /* tcm__page_class_of */
 #include "xfer.h"
 
 /* A class's first refill asks for this many (refill_first); each refill
@@ -842,7 +842,7 @@ TCM_COLD static void thread_exit(void *arg)
 {
     tcm_thread_t *thr = arg;
     tcm_proc_t *pr = &tcm__proc;
-    tcm__in_library++;
+    tcm__library_enter();
     if (thr->epoch == pr->epoch && atomic_load(&pr->attached)) {
         /* into the transfer tier, where the next thread finds it without a
          * round trip (threads that come and go); the background thread
@@ -861,7 +861,7 @@ TCM_COLD static void thread_exit(void *arg)
     if (tcm__tls_thread == thr)
         tcm__thread_forget();
     free(thr);
-    tcm__in_library--;
+    tcm__library_leave();
 }
 
 /* The key whose destructor flushes an exiting thread's cache, made when
@@ -944,7 +944,7 @@ TCM_COLD static tcm_thread_t *thread_register(void)
     pthread_once(&thread_key_once, thread_key_create);
     pthread_setspecific(pr->thread_key, thr);
     tcm__tls_thread = thr;
-    tcm__hot.tc = tc;
+    tcm__hot_cache_set();
     tcm__countdown_set(thr, 0); /* its first malloc arms the countdown (tcm__sample_arm) */
     return thr;
 }
@@ -1508,11 +1508,11 @@ TCM_NOINLINE void tcm__free_outgrown(void *p)
 {
     tcm_thread_t *thr = tcm__tls_thread;
     unsigned cls;
-    tcm_bin_t *b = tcm__free_bin(p, &cls);
-    if (!b || !thr || thr->epoch != tcm__proc.epoch || !cls || cls >= TCM_NCLASSES) {
+    if (!thr || thr->epoch != tcm__proc.epoch || !tcm__page_class_of(p, &cls) || !cls || cls >= TCM_NCLASSES) {
         tcm__free_slow(p); /* a page run, a draining span's block, no cache: as any free */
         return;
     }
+    tcm_bin_t *b = &thr->tc->bins[cls]; /* (the drop-in calls this in the library: not tcm__hot's) */
     uint32_t n = b->count;
     if (outgrown_full(b, cls, n)) {
         release_objects(cls, b, 0, true, thr);

@@ -215,7 +215,7 @@ TCM_COLD static int stat_from_daemon(const char *name, uint64_t *value)
     Tcm__StatsRequest sr = TCM__STATS_REQUEST__INIT;
     req.body_case = TCM__REQUEST__BODY_STATS;
     req.stats = &sr;
-    tcm__in_library++; /* (the drop-in: what protobuf-c allocates is the system's) */
+    tcm__library_enter(); /* (the drop-in: what protobuf-c allocates is the system's) */
     /* one asker at a time, and no reconnect swapping the socket meanwhile
      * (attach_lock before conn_lock, as fork.c takes them) */
     pthread_mutex_lock(&tcm__proc.attach_lock);
@@ -233,7 +233,7 @@ TCM_COLD static int stat_from_daemon(const char *name, uint64_t *value)
     }
     if (resp)
         tcm__response__free_unpacked(resp, NULL);
-    tcm__in_library--;
+    tcm__library_leave();
     return rc;
 }
 
