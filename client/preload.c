@@ -271,7 +271,7 @@ TCM_EXPORT void *calloc(size_t n, size_t size)
         resolve();
         return sys_calloc ? sys_calloc(n, size) : boot_alloc(total, 0); /* the region is zero */
     }
-    void *p = malloc(total);
+    void *p = tcm__malloc_fast(total); /* (malloc's hit inlined: no call of it) */
     if (p) /* a reused object, or the system's when tcm refused */
         memset(p, 0, total);
     return p;
