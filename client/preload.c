@@ -350,11 +350,7 @@ TCM_EXPORT void *reallocarray(void *p, size_t n, size_t size)
 
 static void *aligned(size_t align, size_t size)
 {
-    if (align <= 16)
-        return malloc(size);
-    if (!served_by_tcm())
-        return system_alloc(size, align);
-    return tcm_slow(size, align);
+    return align <= 16 ? malloc(size) : tcm_slow(size, align);
 }
 
 TCM_EXPORT int posix_memalign(void **out, size_t align, size_t size)
