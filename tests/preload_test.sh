@@ -86,6 +86,16 @@ same_shared "perl text" "perl -ne 'chomp; \$h{\$_ % 997} .= \$_ . q(,); END { pr
 same_shared "300 threads" "$build/tests/tcm_preload_threads"
 same_shared "C++ containers" "$build/tests/tcm_preload_cxx"
 
+# the library's own allocations go to the system malloc, on a thread tcm
+# serves too: a counting system malloc after the drop-in sees tcm_stat's
+# (protobuf-c decoding tcmd's answer) and none of the program's
+if out=$(TCM_MALLOC_FORK=shared LD_PRELOAD="$lib $build/tests/libtcm-test-sysmalloc.so" \
+         "$build/tests/tcm_preload_inlib" 2>&1) && [[ $out == ok ]]; then
+  ok "the library's own allocations are the system malloc's, the program's tcm's"
+else
+  fail "the library's own allocations: $out"
+fi
+
 # the heap profile at a 1-byte interval: every allocation is sampled (a page
 # run of its own, its stack unwound, tcmd told) under the drop-in, and
 # nothing the unwinder does comes back into it
