@@ -75,8 +75,12 @@ void *allocate(std::size_t size, std::size_t align, bool nothrow)
 
 } // namespace
 
-TCM_EXPORT void *operator new(std::size_t n) { return allocate(n, 0, false); }
-TCM_EXPORT void *operator new[](std::size_t n) { return allocate(n, 0, false); }
+// new and new[]: malloc's hit, jumped to (preload.c); this file's rules
+// once malloc refuses
+void *tcm__new_missed(std::size_t n) { return allocate(n, 0, false); }
+
+TCM_EXPORT void *operator new(std::size_t n) { return tcm__preload_new(n); }
+TCM_EXPORT void *operator new[](std::size_t n) { return tcm__preload_new(n); }
 TCM_EXPORT void *operator new(std::size_t n, const std::nothrow_t &) noexcept { return allocate(n, 0, true); }
 TCM_EXPORT void *operator new[](std::size_t n, const std::nothrow_t &) noexcept { return allocate(n, 0, true); }
 TCM_EXPORT void *operator new(std::size_t n, std::align_val_t a) { return allocate(n, (std::size_t)a, false); }
@@ -90,15 +94,15 @@ TCM_EXPORT void *operator new[](std::size_t n, std::align_val_t a, const std::no
     return allocate(n, (std::size_t)a, true);
 }
 
-TCM_EXPORT void operator delete(void *p) noexcept { std::free(p); }
-TCM_EXPORT void operator delete[](void *p) noexcept { std::free(p); }
-TCM_EXPORT void operator delete(void *p, std::size_t) noexcept { std::free(p); }
-TCM_EXPORT void operator delete[](void *p, std::size_t) noexcept { std::free(p); }
-TCM_EXPORT void operator delete(void *p, const std::nothrow_t &) noexcept { std::free(p); }
-TCM_EXPORT void operator delete[](void *p, const std::nothrow_t &) noexcept { std::free(p); }
-TCM_EXPORT void operator delete(void *p, std::align_val_t) noexcept { std::free(p); }
-TCM_EXPORT void operator delete[](void *p, std::align_val_t) noexcept { std::free(p); }
-TCM_EXPORT void operator delete(void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-TCM_EXPORT void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-TCM_EXPORT void operator delete(void *p, std::align_val_t, const std::nothrow_t &) noexcept { std::free(p); }
-TCM_EXPORT void operator delete[](void *p, std::align_val_t, const std::nothrow_t &) noexcept { std::free(p); }
+TCM_EXPORT void operator delete(void *p) noexcept { tcm__preload_free(p); }
+TCM_EXPORT void operator delete[](void *p) noexcept { tcm__preload_free(p); }
+TCM_EXPORT void operator delete(void *p, std::size_t) noexcept { tcm__preload_free(p); }
+TCM_EXPORT void operator delete[](void *p, std::size_t) noexcept { tcm__preload_free(p); }
+TCM_EXPORT void operator delete(void *p, const std::nothrow_t &) noexcept { tcm__preload_free(p); }
+TCM_EXPORT void operator delete[](void *p, const std::nothrow_t &) noexcept { tcm__preload_free(p); }
+TCM_EXPORT void operator delete(void *p, std::align_val_t) noexcept { tcm__preload_free(p); }
+TCM_EXPORT void operator delete[](void *p, std::align_val_t) noexcept { tcm__preload_free(p); }
+TCM_EXPORT void operator delete(void *p, std::size_t, std::align_val_t) noexcept { tcm__preload_free(p); }
+TCM_EXPORT void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { tcm__preload_free(p); }
+TCM_EXPORT void operator delete(void *p, std::align_val_t, const std::nothrow_t &) noexcept { tcm__preload_free(p); }
+TCM_EXPORT void operator delete[](void *p, std::align_val_t, const std::nothrow_t &) noexcept { tcm__preload_free(p); }

@@ -21,7 +21,9 @@
 #define TCM_FREE_OUTGROWN_SLOW tcm__free_outgrown
 #endif
 
-static inline void *tcm__malloc_fast(size_t size)
+/* malloc's hit, and miss(size) for everything else (a constant: inlined,
+ * a direct call) */
+static inline void *tcm__malloc_hit_or(size_t size, void *(*miss)(size_t))
 {
     unsigned cls;
     if (tcm_likely(size <= 1024))
@@ -29,7 +31,7 @@ static inline void *tcm__malloc_fast(size_t size)
     else if (size <= TCM_MAX_SMALL)
         cls = tcm__size_class(size);
     else
-        return TCM_MALLOC_SLOW(size);
+        return miss(size);
     tcm_bin_t *b = &tcm__hot.tc->bins[cls];
     uint32_t n = b->count;
     /* the heap profile's countdown: one subtract and branch (profile.c) */
@@ -37,7 +39,12 @@ static inline void *tcm__malloc_fast(size_t size)
         b->count = n - 1;
         return b->objs[n - 1];
     }
-    return TCM_MALLOC_SLOW(size);
+    return miss(size);
+}
+
+static inline void *tcm__malloc_fast(size_t size)
+{
+    return tcm__malloc_hit_or(size, TCM_MALLOC_SLOW);
 }
 
 /* The page class of heap block p, or false for a pointer that is not the
