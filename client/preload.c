@@ -367,9 +367,29 @@ TCM_EXPORT void *reallocarray(void *p, size_t n, size_t size)
     return realloc(p, total);
 }
 
+/* What a class of size cs is aligned to, up to a page (tcm__aligned_class) */
+static size_t class_alignment(size_t cs)
+{
+    size_t a = cs & -cs;
+    return a < TCM_PAGE_SIZE ? a : TCM_PAGE_SIZE;
+}
+
+/* The miss of an aligned allocation a class serves: as malloc's, but the
+ * system's fallback keeps the alignment */
+TCM_NOINLINE static void *class_missed(size_t cs)
+{
+    return tcm_slow(cs, class_alignment(cs));
+}
+
+/* An alignment a class gives takes malloc's hit for that class (as
+ * tcm_aligned_alloc does, which the drop-in calls only inside the library,
+ * where the hit path sees the empty cache); a larger one, a page run. */
 static void *aligned(size_t align, size_t size)
 {
-    return align <= 16 ? malloc(size) : tcm_slow(size, align);
+    if (align <= 16)
+        return malloc(size);
+    size_t cs = tcm__aligned_class(align, size);
+    return cs ? tcm__malloc_hit_or(cs, class_missed) : tcm_slow(size, align);
 }
 
 TCM_EXPORT int posix_memalign(void **out, size_t align, size_t size)

@@ -111,6 +111,21 @@ static inline void tcm__free_outgrown_fast(void *p)
     TCM_FREE_OUTGROWN_SLOW(p);
 }
 
+/* The size of the smallest class of at least size bytes whose objects are
+ * aligned to alignment (spans start on pages, and objects sit at
+ * multiples of their size), or 0: none (a page run serves it). */
+static inline size_t tcm__aligned_class(size_t alignment, size_t size)
+{
+    if (size > TCM_MAX_SMALL || alignment > TCM_PAGE_SIZE)
+        return 0;
+    for (unsigned c = tcm__size_class(size ? size : 1); c < TCM_NCLASSES; c++) {
+        uint32_t cs = tcm__class_size(c);
+        if (cs % alignment == 0)
+            return cs;
+    }
+    return 0;
+}
+
 /* The size realloc gives a small block it moves up: the next of four
  * sizes a doubling (jemalloc's classes), not the next of tcm's (16 bytes
  * apart up to 1 KiB, eight a doubling above), so that a buffer grown a few

@@ -117,16 +117,8 @@ void *tcm_aligned_alloc(size_t alignment, size_t size)
     }
     if (alignment <= TCM_ALIGN)
         return tcm__malloc_fast(size);
-    if (size <= TCM_MAX_SMALL && alignment <= TCM_PAGE_SIZE) {
-        /* spans start on pages and objects sit at multiples of their size,
-         * so a class whose size is a multiple of the alignment is aligned */
-        for (unsigned c = tcm__size_class(size ? size : 1); c < TCM_NCLASSES; c++) {
-            uint32_t cs = tcm__class_size(c);
-            if (cs % alignment == 0)
-                return tcm__malloc_fast(cs);
-        }
-    }
-    return tcm__large_alloc(size ? size : 1, alignment);
+    size_t cs = tcm__aligned_class(alignment, size);
+    return cs ? tcm__malloc_fast(cs) : tcm__large_alloc(size ? size : 1, alignment);
 }
 
 uint64_t tcm_to_offset(const void *p)

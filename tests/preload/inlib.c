@@ -8,8 +8,8 @@
  * never allocated (no cache) every one goes to the system malloc, and on
  * one whose bins of every size up to 1 KiB hold objects they must too,
  * as many, where a hit path that took them would serve some. The
- * program's own malloc is tcm's (none counted). Prints "ok", or the
- * counts. */
+ * program's own malloc, aligned_alloc and posix_memalign are tcm's (none
+ * counted). Prints "ok", or the counts. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -58,6 +58,14 @@ int main(void)
     unsigned long before = system_allocations();
     void *volatile p = malloc(48); /* (volatile: the compiler may not drop the pair) */
     free(p);
+    /* aligned ones too: a class whose size is a multiple of the alignment */
+    void *volatile a = aligned_alloc(64, 64), *b = NULL;
+    if (posix_memalign(&b, 256, 300) || (uintptr_t)a % 64 || (uintptr_t)b % 256) {
+        printf("misaligned: %p %p\n", a, b);
+        return 1;
+    }
+    free(a);
+    free(b);
     unsigned long program = system_allocations() - before;
     int rc;
     unsigned long served = stat_allocations(&rc);
@@ -67,7 +75,7 @@ int main(void)
         return 1;
     }
     if (rc != 0 || cold_rc != 0 || program != 0 || cold == 0 || served != cold) {
-        printf("tcm_stat: %d and %d; system allocations: the program's malloc %lu, tcm_stat's %lu on a thread with "
+        printf("tcm_stat: %d and %d; system allocations: the program's %lu, tcm_stat's %lu on a thread with "
                "a cache and %lu on one without\n",
                rc, cold_rc, program, served, cold);
         return 1;
