@@ -31,7 +31,9 @@ extern TCM_HIDDEN _Atomic uint64_t tcm__heap_granules; /* heap_bytes >> 4 */
 extern TCM_HIDDEN const uint8_t *_Atomic tcm__page_class;
 
 /* The calling thread's cache; &tcm__empty_tcache (every bin count 0 and
- * max 0) until the thread registers, so the hot path needs no NULL test. */
+ * max 0) until the thread registers, so the hot path needs no NULL test
+ * (and in the drop-in while the thread runs the library's own code:
+ * tcm__hot_cache_set). */
 /* With the heap profile's countdown beside it (one TLS block: the hit path
  * reaches both from one address): the bytes this thread may still allocate
  * before the one it samples (profile.c; the hit path subtracts each

@@ -262,22 +262,15 @@ TCM_EXPORT void free(void *p)
 
 /* C++'s operators jump here (preload_new.cpp), not to malloc and free: a
  * call of the exported ones from within the library would cost a call and
- * the PLT's jump more than a C program's malloc pays. */
-TCM_NOINLINE static void *new_missed(size_t size)
-{
-    void *p = tcm_slow(size, 0);
-    return p ? p : tcm__new_missed(size);
-}
-
+ * the PLT's jump more than a C program's malloc pays. new's miss is C++'s
+ * loop (the new_handler, std::bad_alloc), which calls malloc; delete is
+ * free, bound inside the library. */
 void *tcm__preload_new(size_t size)
 {
-    return tcm__malloc_hit_or(size, new_missed);
+    return tcm__malloc_hit_or(size, tcm__new_missed);
 }
 
-void tcm__preload_free(void *p)
-{
-    tcm__free_fast(p);
-}
+void tcm__preload_free(void *p) __attribute__((alias("free"), nothrow, leaf)); /* (free's, from <stdlib.h>) */
 
 TCM_EXPORT void *calloc(size_t n, size_t size)
 {

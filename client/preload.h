@@ -9,12 +9,12 @@
 extern "C" {
 #endif
 
-/* operator new and new[]: malloc's hit inline, its miss past it, and
- * where malloc refuses, tcm__new_missed (preload_new.cpp: the new_handler,
+/* operator new and new[]: malloc's hit inline, and for everything else
+ * tcm__new_missed (preload_new.cpp: malloc, the new_handler,
  * std::bad_alloc) */
 __attribute__((visibility("hidden"))) void *tcm__preload_new(size_t size);
 __attribute__((visibility("hidden"))) void *tcm__new_missed(size_t size);
-/* operator delete's every form: free's hit inline */
+/* operator delete's every form: free, bound inside the library */
 __attribute__((visibility("hidden"))) void tcm__preload_free(void *p);
 /* aligned_alloc's path for an alignment above 16, as the drop-in serves it */
 __attribute__((visibility("hidden"))) void *tcm__preload_aligned(size_t align, size_t size);

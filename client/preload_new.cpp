@@ -75,8 +75,8 @@ void *allocate(std::size_t size, std::size_t align, bool nothrow)
 
 } // namespace
 
-// new and new[]: malloc's hit, jumped to (preload.c); this file's rules
-// once malloc refuses
+// new and new[]: malloc's hit, jumped to (preload.c); what it does not
+// serve comes here
 void *tcm__new_missed(std::size_t n) { return allocate(n, 0, false); }
 
 TCM_EXPORT void *operator new(std::size_t n) { return tcm__preload_new(n); }
