@@ -223,6 +223,9 @@ typedef struct tcm_proc {
                                    cache since the background thread last looked */
     pthread_mutex_t large_lock; /* the page-run cache in chan_hdr (large.c), under run_cache */
     _Atomic uint64_t large_bytes;
+    _Atomic bool sample_runs_single; /* tcmd answered a stock of sample runs with one unmarked run (it
+                                        predates them): one run an ask from then on */
+    _Atomic uint32_t sample_stock;   /* how many runs the process's last stock asked for (tcache.c) */
     /* the same table's sizes and offsets, private and dense (the first
      * chan_hdr->large_count are valid): what the searches read */
     uint32_t large_np[TCM_LARGE_CACHE];

@@ -75,22 +75,35 @@ TCM_NOINLINE uint64_t tcm__large_take(uint32_t npages)
     return off;
 }
 
-TCM_NOINLINE uint64_t tcm__large_marked(bool take)
+/* Entry i is a run tcmd marked for a sample (under large_lock). */
+static bool marked(const tcm_proc_t *pr, uint32_t i)
+{
+    const tcm_span_t *sp = &pr->spans[pr->page_span[pr->large_off[i] >> TCM_PAGE_SHIFT]];
+    return pr->large_np[i] == 1 &&
+           atomic_load_explicit((const _Atomic uint32_t *)&sp->sample, memory_order_relaxed) == TCM_SAMPLE_AWAITED;
+}
+
+TCM_NOINLINE uint64_t tcm__large_marked(void)
 {
     tcm_proc_t *pr = &tcm__proc;
-    tcm_chan_hdr_t *hdr = pr->chan_hdr;
     uint64_t off = 0;
     pthread_mutex_lock(&pr->large_lock);
-    uint32_t n = hdr->large_count;
-    for (uint32_t i = 0; i < n && !off; i++) {
-        const tcm_span_t *sp = &pr->spans[pr->page_span[pr->large_off[i] >> TCM_PAGE_SHIFT]];
-        if (pr->large_np[i] != 1 ||
-            atomic_load_explicit((const _Atomic uint32_t *)&sp->sample, memory_order_relaxed) != TCM_SAMPLE_AWAITED)
-            continue;
-        off = take ? take_entry(i) : pr->large_off[i];
-    }
+    for (uint32_t i = 0, n = pr->chan_hdr->large_count; i < n && !off; i++)
+        if (marked(pr, i))
+            off = take_entry(i);
     pthread_mutex_unlock(&pr->large_lock);
     return off;
+}
+
+TCM_NOINLINE uint32_t tcm__large_marked_count(void)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    uint32_t k = 0;
+    pthread_mutex_lock(&pr->large_lock);
+    for (uint32_t i = 0, n = pr->chan_hdr->large_count; i < n; i++)
+        k += marked(pr, i);
+    pthread_mutex_unlock(&pr->large_lock);
+    return k;
 }
 
 TCM_NOINLINE bool tcm__large_keep(uint64_t off, uint32_t npages)

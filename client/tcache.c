@@ -268,6 +268,28 @@ static uint32_t stash_fetched(tcm_thread_t *thr, unsigned cls, const tcm_slot_t 
     return k;
 }
 
+/* The runs an ALLOC_PAGES asked for ahead of small samples brought, from
+ * the first'th on, into the process's page-run cache, where the next
+ * sample of any thread takes one (tcm__large_marked), or back to tcmd when
+ * it is full; a run marked a sample's goes back to tcmd from whoever frees
+ * it. Done before the slot goes IDLE: a death in between leaves a run in
+ * both, and reclaim frees it from the first and skips it in the second. */
+static void stock_runs(const tcm_slot_t *slot, uint32_t first)
+{
+    uint32_t n = slot->cls == TCM_ALLOC_SAMPLE_RUNS ? slot->nresult : 1;
+    if (n == 0) { /* a tcmd that predates stocks: one unmarked run */
+        atomic_store_explicit(&tcm__proc.sample_runs_single, true, memory_order_relaxed);
+        n = 1;
+    }
+    n = n < TCM_SAMPLE_RUNS_MAX ? n : TCM_SAMPLE_RUNS_MAX;
+    for (uint32_t i = first; i < n; i++) {
+        uint64_t off = slot->cls == TCM_ALLOC_SAMPLE_RUNS && slot->nresult ? slot->offs[i] : slot->result;
+        tcm__check_given_run(off, 1);
+        if (!tcm__large_keep(off, 1))
+            tcm__free_pages(off);
+    }
+}
+
 /* Wait for a request posted on an async slot of thread owner (NULL: not
  * known), take its answer in and leave the slot IDLE. into: the thread
  * whose bin may take a batch fetched ahead (NULL: it goes back to tcmd, on
@@ -302,14 +324,8 @@ static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *owner, tcm
         tcm__fatal_refused(st, cls);
     if (slot->op == TCM_OP_FREE_PAGES)
         tcm__free_pages_answered((uint64_t)slot->arg, st);
-    if (slot->op == TCM_OP_ALLOC_PAGES && st == TCM_ST_OK) {
-        /* a run asked for ahead of a sample that did not come: the run cache
-         * has it (a thread's exit waits for no round trip), or tcmd; a
-         * run marked a sample's goes back to tcmd from whoever frees it */
-        tcm__check_given_run(slot->result, 1);
-        if (!tcm__large_keep(slot->result, 1))
-            tcm__free_pages(slot->result);
-    }
+    if (slot->op == TCM_OP_ALLOC_PAGES && st == TCM_ST_OK)
+        stock_runs(slot, 0); /* runs asked for ahead of samples that did not come */
 }
 
 static uint32_t async_index(const tcm_thread_t *thr, uint32_t j)
@@ -341,30 +357,44 @@ static bool post_quietly(tcm_thread_t *thr, tcm_slot_t *slot, uint32_t idx)
  * A sample's run is a round trip to tcmd, and one that waits for its heap
  * thread to be woken and scheduled (100 us and more on a busy 2-CPU guest,
  * against ~1 us of unwinding). So a thread asks for its next small
- * sample's run ahead: at its first malloc without waking tcmd, just before
- * its first refill, which tcmd serves with it; and after each sample,
- * waking tcmd (ring), which serves it with what the sample posted quietly
- * (its SAMPLE, and a sampled run freed since the last): a wake a sample.
- * (Asked for quietly, to be served by whatever wakes tcmd next, it mostly
- * was not there for the next sample, which then rang: no fewer wakes, and
- * every sample owed; measured, no faster.) A sample that finds its run
- * not answered yet is owed (below). The answer waits on one of the
- * thread's async slots (a process that dies first leaves a run answered
- * and never taken, which reclaim frees). A thread that leaves first puts
- * the run in the process's page-run cache, where the next sample of any
- * thread takes it (threads that come and go ask for none while one is
- * there). */
+ * sample's run ahead: one at its first malloc without waking tcmd, just
+ * before its first refill, which tcmd serves with it; and after a sample
+ * that left the process one or none, a stock (two runs, then twice the
+ * process's last stock up to TCM_SAMPLE_RUNS_MAX: a process that samples
+ * once holds a page more, not eight), waking tcmd (ring), which serves it
+ * with what the samples posted quietly
+ * (their SAMPLEs, the sampled runs freed since) while the run left serves
+ * the next sample: a wake for that many samples, where one a sample cost
+ * the seed's short cases most of what sampling cost them
+ * (docs/BENCHMARKS.md, "The heap profile"). (Asked for quietly,
+ * to be served by whatever wakes tcmd next, a run mostly was not there for
+ * the next sample, which then rang: no fewer wakes, and every sample owed;
+ * measured, no faster.) A sample that finds its run not answered yet is
+ * owed (below). The answer waits on one of the thread's async slots (a
+ * process that dies first leaves runs answered and never taken, which
+ * reclaim frees); the first run goes to the sample, the rest to the
+ * process's page-run cache (stock_runs), where the next sample of any
+ * thread takes one, as it does a run asked for by a thread that left
+ * (threads that come and go ask for none while one is there). */
 
 static void sample_ask_ahead(tcm_thread_t *thr, bool ring)
 {
     uint32_t idx;
     tcm_slot_t *slot;
-    if (thr->sample_ahead || tcm__large_marked(false) || !(slot = async_take(thr, &idx)))
+    if (thr->sample_ahead || tcm__large_marked_count() > (ring ? 1u : 0u) || !(slot = async_take(thr, &idx)))
         return;
+    bool stock = ring && !atomic_load_explicit(&tcm__proc.sample_runs_single, memory_order_relaxed);
+    uint32_t count = 1;
+    if (stock) { /* 2, then twice the last, up to the most */
+        count = 2 * atomic_load_explicit(&tcm__proc.sample_stock, memory_order_relaxed);
+        count = count < 2 ? 2 : count < TCM_SAMPLE_RUNS_MAX ? count : TCM_SAMPLE_RUNS_MAX;
+        atomic_store_explicit(&tcm__proc.sample_stock, count, memory_order_relaxed);
+    }
     slot->op = TCM_OP_ALLOC_PAGES;
     slot->arg = 1;
     slot->arg2 = 1;
-    slot->cls = TCM_ALLOC_SAMPLED;
+    slot->cls = stock ? TCM_ALLOC_SAMPLE_RUNS : TCM_ALLOC_SAMPLED;
+    slot->count = count;
     if (ring ? tcm__post(slot, idx) : post_quietly(thr, slot, idx))
         thr->sample_ahead = idx;
 }
@@ -396,11 +426,15 @@ static uint64_t sample_take_ahead(tcm_thread_t *thr)
     thr->sample_ahead = 0;
     thr->quiet_posted &= (uint8_t)~(1u << (idx - async_index(thr, 0)));
     int st = tcm__await(slot); /* (answered: it rings nothing) */
-    uint64_t off = slot->result;
+    uint64_t off = 0;
+    if (st == TCM_ST_OK && slot->cls == TCM_ALLOC_SAMPLE_RUNS && !slot->nresult) {
+        stock_runs(slot, 0); /* not a sample's (a tcmd before stocks): the run cache has it */
+    } else if (st == TCM_ST_OK) {
+        off = slot->cls == TCM_ALLOC_SAMPLE_RUNS ? slot->offs[0] : slot->result;
+        tcm__check_given_run(off, 1);
+        stock_runs(slot, 1);
+    }
     atomic_store_explicit(&slot->state, TCM_SLOT_IDLE, memory_order_relaxed);
-    if (st != TCM_ST_OK)
-        return 0;
-    tcm__check_given_run(off, 1);
     return off;
 }
 
@@ -460,6 +494,23 @@ static tcm_slot_t *async_take(tcm_thread_t *thr, uint32_t *idx)
     thr->async_next = (ret - async_index(thr, 0) + 1) % TCM_ASYNC_SLOTS;
     *idx = ret;
     return slot;
+}
+
+/* How many of the thread's async slots a request that touches no bin can
+ * take without waiting: idle, or answered (a run asked for ahead of a
+ * sample included, which the sample takes). A stock lets a thread take
+ * samples while tcmd does not run, each posting its SAMPLE and the FREE_PAGES
+ * of its run quietly: a sample taken without two of them would wait for
+ * tcmd (DESIGN, "a sample waits for nobody"). */
+static uint32_t async_ready(const tcm_thread_t *thr)
+{
+    uint32_t k = 0;
+    for (uint32_t j = 0; j < TCM_ASYNC_SLOTS; j++) {
+        const tcm_slot_t *slot = &tcm__proc.slots[async_index(thr, j)];
+        uint32_t state = atomic_load_explicit(&slot->state, memory_order_relaxed);
+        k += state == TCM_SLOT_IDLE || (state == TCM_SLOT_DONE && (touches_no_bin(slot) || slot->op == TCM_OP_ALLOC_PAGES));
+    }
+    return k;
 }
 
 /* The async slot holding a batch of class cls asked for ahead, or NULL. */
@@ -1225,10 +1276,16 @@ static uint64_t sample_point(tcm_thread_t *thr, size_t size, uint64_t *off)
         mean = tcm__sample_mean_for(thr->sample_owed, size);
     }
     if (size <= TCM_PAGE_SIZE) {
-        *off = sample_take_ahead(thr);
-        if (!*off)
-            *off = tcm__large_marked(true);
-        if (!*off && atomic_load_explicit(&tcm__proc.meta->profile_rate, memory_order_relaxed)) {
+        /* under a rate a sample waits for nothing: its SAMPLE, and the
+         * FREE_PAGES of its run, must have async slots ready */
+        bool rate = atomic_load_explicit(&tcm__proc.meta->profile_rate, memory_order_relaxed) != 0;
+        *off = 0;
+        if (!rate || async_ready(thr) >= 2) {
+            *off = sample_take_ahead(thr);
+            if (!*off)
+                *off = tcm__large_marked();
+        }
+        if (!*off && rate) {
             if (!thr->sample_owed) {
                 thr->sample_owed = (uint64_t)((int64_t)thr->sample_drawn - tcm__hot.sample_left);
                 thr->sample_retry_mean = SAMPLE_RETRY_MEAN;

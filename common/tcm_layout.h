@@ -444,7 +444,7 @@ enum tcm_op {
     TCM_OP_REFILL = 1,      /* cls, count -> offs[nresult] */
     TCM_OP_RETURN = 2,      /* cls, count, offs[count] -> result = refused */
     TCM_OP_ALLOC_PAGES = 3, /* arg = npages, arg2 = alignment pages, cls = TCM_ALLOC_SAMPLED or 0 -> result =
-                               offset */
+                               offset; cls = TCM_ALLOC_SAMPLE_RUNS: below */
     TCM_OP_FREE_PAGES = 4,  /* arg = offset */
     TCM_OP_ROOT_SET = 5,    /* name in offs bytes, arg = offset or UINT64_MAX to delete, cls = enum
                                tcm_root_mode, arg2 = (REPLACE) the offset expected, UINT64_MAX: none */
@@ -477,6 +477,15 @@ static inline uint64_t tcm__sample_interval(uint32_t packed)
  * takes the SAMPLE (posted without waking it) reaches tcmd, not the run
  * cache; the SAMPLE replaces the mark. */
 #define TCM_ALLOC_SAMPLED 1u
+/* ALLOC_PAGES' cls for a stock of sample runs: count (1 to
+ * TCM_SAMPLE_RUNS_MAX) one-page runs, arg = 1, arg2 = 1, each marked as
+ * TCM_ALLOC_SAMPLED marks its run -> offs[nresult] (fewer than count only
+ * where the heap or the client's quota has no more), result = offs[0]. An
+ * addition a client sends only while meta.profile_sample is set (as the
+ * profile's ops): what a tcmd that never had it answers is one unmarked
+ * run and nresult 0, which the client takes as that. */
+#define TCM_ALLOC_SAMPLE_RUNS 2u
+#define TCM_SAMPLE_RUNS_MAX 8u
 #define TCM_SAMPLE_AWAITED UINT32_MAX
 _Static_assert(TCM_SAMPLES < TCM_SAMPLE_AWAITED, "the awaited mark is no sample's 1 + index");
 #define TCM_NOPS 8u

@@ -27,6 +27,7 @@
     X(commit, "request intent cleared, ring cell not yet freed (requests.h)")                     \
     X(answered, "answer written to the client's slot (requests.c)")                               \
     X(release, "a free run punched, its record not yet marked released (pageheap.c)")             \
+    X(sample_run, "a run of a stock of sample runs made and logged, the next not cut (requests.c)")  \
     X(pages_step, "a step of an ALLOC_PAGES run committed, the run in transit (continuation.c)")   \
     X(reclaim, "between batches of a dead client's cache (reclaim.c)")                            \
     X(reclaim_run, "an unread ALLOC_PAGES answer's run freed, not yet credited (reclaim.c)")      \

@@ -222,12 +222,28 @@ static uint64_t reclaim_runs(tcm_server_t *srv, const skip_set_t *skip, const tc
     return got;
 }
 
+/* A run of the dead client's that no cache of its lists: freed only when
+ * it is still an allocated run of this client's starting there; anything
+ * else -- a corrupt slot, a run that a reclaim interrupted by a crash
+ * already freed, one the client also listed in its run cache -- is skipped
+ * quietly. Returns 1 if freed. */
+static uint64_t reclaim_unread_run(tcm_server_t *srv, tcm_client_t *c, uint64_t off)
+{
+    uint32_t s, owner;
+    uint64_t bytes;
+    if (tcm__large_check_ht(&srv->h, off, &s) != TCM_ST_OK || srv->h.spans[s].owner != c->rec->tag ||
+        tcm__large_free_ht(&srv->h, off, &bytes, &owner) != TCM_ST_OK)
+        return 0;
+    TCM_CRASH_POINT(reclaim_run);
+    tcm__credit_ht(srv, (uint16_t)owner, bytes);
+    TCM_STAT_ADD(srv->meta, bytes_clients, -bytes);
+    return 1;
+}
+
 /* Page runs answered to an ALLOC_PAGES the client never took: the client
- * reads the offset and makes the slot IDLE before the allocation returns,
- * so a slot still DONE holds a run nobody has seen (the rule of a REFILL
- * answer). Each is freed only when it is still an allocated run of this
- * client's starting there; anything else -- a corrupt slot, a run that a
- * reclaim interrupted by a crash already freed -- is skipped quietly. */
+ * reads the answer and makes the slot IDLE before the allocation returns
+ * (a stock of sample runs: once they are in its run cache), so a slot
+ * still DONE holds runs nobody has seen (the rule of a REFILL answer). */
 static uint64_t reclaim_unread_runs(tcm_server_t *srv, tcm_client_t *c)
 {
     uint64_t got = 0;
@@ -236,21 +252,16 @@ static uint64_t reclaim_unread_runs(tcm_server_t *srv, tcm_client_t *c)
             continue;
         const tcm_slot_t *slot = &c->slots[i];
         /* read each field once: the channel is client memory */
-        uint32_t op = slot->op;
+        uint32_t op = slot->op, cls = slot->cls, n = slot->nresult;
         int status = slot->status;
-        uint64_t off = slot->result;
-        uint32_t s;
-        if (atomic_load(&slot->state) != TCM_SLOT_DONE || op != TCM_OP_ALLOC_PAGES || status != TCM_ST_OK ||
-            tcm__large_check_ht(&srv->h, off, &s) != TCM_ST_OK || srv->h.spans[s].owner != c->rec->tag)
+        if (atomic_load(&slot->state) != TCM_SLOT_DONE || op != TCM_OP_ALLOC_PAGES || status != TCM_ST_OK)
             continue;
-        uint64_t bytes;
-        uint32_t owner;
-        if (tcm__large_free_ht(&srv->h, off, &bytes, &owner) != TCM_ST_OK)
+        if (cls != TCM_ALLOC_SAMPLE_RUNS || n == 0) {
+            got += reclaim_unread_run(srv, c, slot->result);
             continue;
-        TCM_CRASH_POINT(reclaim_run);
-        tcm__credit_ht(srv, (uint16_t)owner, bytes);
-        TCM_STAT_ADD(srv->meta, bytes_clients, -bytes);
-        got++;
+        }
+        for (uint32_t j = 0; j < n && j < TCM_SAMPLE_RUNS_MAX; j++)
+            got += reclaim_unread_run(srv, c, slot->offs[j]);
     }
     return got;
 }

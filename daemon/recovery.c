@@ -154,6 +154,29 @@ static bool pages_made(const tcm_heap_t *h, const tcm_req_intent_t *ri)
            h->spans[s].owner == ri->owner;
 }
 
+/* A stock of sample runs (TCM_ALLOC_SAMPLE_RUNS, requests.c): the runs
+ * it logged, and the one being cut when the crash came if it was made,
+ * each marked a sample's as the request marks it (a crash may have come
+ * before the mark); a logged entry that names no run of the client's is
+ * dropped. Returns how many are left in ri->offs. */
+static uint32_t sample_runs_made(tcm_heap_t *h, tcm_req_intent_t *ri)
+{
+    uint32_t n = 0, s;
+    for (uint32_t i = 0; i < ri->n && i < TCM_SAMPLE_RUNS_MAX; i++)
+        if (tcm__large_check_ht(h, ri->offs[i], &s) == TCM_ST_OK && h->spans[s].owner == ri->owner)
+            ri->offs[n++] = ri->offs[i];
+    uint64_t cut = tcm__page_off(ri->first);
+    if (n < TCM_SAMPLE_RUNS_MAX && pages_made(h, ri) && (n == 0 || ri->offs[n - 1] != cut))
+        ri->offs[n++] = cut;
+    ri->n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        tcm__large_check_ht(h, ri->offs[i], &s);
+        if (!h->spans[s].sample)
+            h->spans[s].sample = TCM_SAMPLE_AWAITED;
+    }
+    return n;
+}
+
 static bool intent_sane(tcm_server_t *srv, const tcm_req_intent_t *ri, tcm_client_t **c)
 {
     const tcm_heap_t *h = &srv->h;
@@ -193,8 +216,9 @@ static void resolve_request_intent(tcm_server_t *srv, report_t *r)
         return;
     }
     bool answered = !(atomic_load(&slot->state) == TCM_SLOT_POSTED && slot->req_seq == ri->req_seq);
+    bool stock = ri->op == TCM_OP_ALLOC_PAGES && ri->cls == TCM_ALLOC_SAMPLE_RUNS;
     if (phase == TCM_INTENT_PICKED || (ri->op == TCM_OP_REFILL && ri->n == 0) ||
-        (ri->op == TCM_OP_ALLOC_PAGES && !pages_made(h, ri))) {
+        (ri->op == TCM_OP_ALLOC_PAGES && (stock ? sample_runs_made(h, ri) == 0 : !pages_made(h, ri)))) {
         if (answered) {
             tcm__req_commit_ht(srv, c, ri->pos);
         } else {
@@ -235,7 +259,11 @@ static void resolve_request_intent(tcm_server_t *srv, report_t *r)
         break;
     }
     case TCM_OP_ALLOC_PAGES: /* made: the page intent (resolved before) finished its mapping */
-        if (!answered) {
+        if (stock && !answered) {
+            memcpy(slot->offs, ri->offs, ri->n * sizeof ri->offs[0]);
+            slot->nresult = ri->n;
+            slot->result = ri->offs[0];
+        } else if (!answered) {
             slot->result = tcm__page_off(ri->first);
             if (ri->cls == TCM_ALLOC_SAMPLED && !h->spans[h->page_span[ri->first]].sample)
                 h->spans[h->page_span[ri->first]].sample = TCM_SAMPLE_AWAITED; /* killed before its mark */

@@ -172,6 +172,50 @@ static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, 
     return TCM_ST_OK;
 }
 
+/* A stock of one-page runs for the client's next small samples
+ * (TCM_ALLOC_SAMPLE_RUNS), so that one wake serves several samples. Each
+ * run is made as op_alloc_pages makes one, and logged in ri->offs before
+ * the next is cut, so that a recovery answers with the runs made. */
+static int op_sample_runs(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, uint64_t npages,
+                          uint64_t align_pages, uint32_t count)
+{
+    if (npages != 1 || align_pages != 1 || count == 0 || count > TCM_SAMPLE_RUNS_MAX)
+        return TCM_ST_BAD_COUNT;
+    uint64_t room = tcm__quota_room_ht(srv, c) >> TCM_PAGE_SHIFT;
+    if (!room) {
+        slot->result = tcm__quota_refuse_ht(srv, c, TCM_PAGE_SIZE);
+        return TCM_ST_NOMEM;
+    }
+    count = count < room ? count : (uint32_t)room;
+    tcm_req_intent_t *ri = &srv->state->req;
+    ri->first = 0;
+    ri->n = 0;
+    ri->owner = c->rec->tag;
+    tcm__req_set_phase(ri, TCM_INTENT_APPLYING);
+    int st = TCM_ST_OK;
+    uint32_t n = 0;
+    while (n < count && (st = tcm__large_alloc_ht(&srv->h, 1, 1, c->rec->tag, &ri->first)) == TCM_ST_OK) {
+        TCM_PERSIST_STORE(srv->h.spans[srv->h.page_span[ri->first]].sample, TCM_SAMPLE_AWAITED);
+        TCM_PERSIST_STORE(ri->offs[n], tcm__page_off(ri->first));
+        TCM_PERSIST_STORE(ri->n, n + 1); /* logged: ri->first may be cut again */
+        TCM_CRASH_POINT(sample_run);
+        slot->offs[n] = ri->offs[n];
+        n++;
+        TCM_PERSIST_STORE(ri->first, 0);
+    }
+    if (!n) {
+        if (st == TCM_ST_NOMEM)
+            slot->result = tcm__heap_full_ht(srv, c);
+        return st;
+    }
+    slot->nresult = n;
+    slot->result = slot->offs[0];
+    TCM_HT_ADD(c->rec->bytes_out, (uint64_t)n << TCM_PAGE_SHIFT);
+    tcm__quota_charge_ht(srv, c, (uint64_t)n << TCM_PAGE_SHIFT);
+    TCM_STAT_ADD(srv->meta, bytes_clients, (uint64_t)n << TCM_PAGE_SHIFT);
+    return TCM_ST_OK;
+}
+
 static int op_free_pages(tcm_server_t *srv, tcm_client_t *c, uint64_t off)
 {
     tcm_heap_t *h = &srv->h;
@@ -286,7 +330,9 @@ static uint64_t serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint
         st = op_return(srv, c, slot, cls, count, emptied, &nemptied);
         break;
     case TCM_OP_ALLOC_PAGES:
-        st = frees_only ? TCM_ST_NOMEM : op_alloc_pages(srv, c, slot, arg, arg2, cls == TCM_ALLOC_SAMPLED);
+        st = frees_only                       ? TCM_ST_NOMEM
+             : cls == TCM_ALLOC_SAMPLE_RUNS ? op_sample_runs(srv, c, slot, arg, arg2, count)
+                                            : op_alloc_pages(srv, c, slot, arg, arg2, cls == TCM_ALLOC_SAMPLED);
         break;
     case TCM_OP_FREE_PAGES:
         st = op_free_pages(srv, c, arg);

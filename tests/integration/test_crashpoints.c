@@ -105,6 +105,8 @@ static const point_t points[TCM_CRASH_COUNT] = {
     [TCM_CRASH_client_create] = {3, trigger_attach},
     /* a dead client's page run: its own repair case */
     [TCM_CRASH_reclaim_run] = {.elsewhere = "test_crashrepair"},
+    /* a stock of sample runs: asked for only after a sample */
+    [TCM_CRASH_sample_run] = {.elsewhere = "test_crashrepair"},
     /* a run committed in steps: the workload's runs take one step */
     [TCM_CRASH_pages_step] = {.elsewhere = "test_crashrepair"},
     /* needs a heap of the previous state layout */

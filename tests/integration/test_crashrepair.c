@@ -6,6 +6,9 @@
  *   - a page run answered to a client that dies before it takes the answer
  *     (ALLOC_PAGES slot left DONE): reclaimed, whether the client dies under
  *     a running tcmd, while no tcmd runs, or the reclaim itself is killed;
+ *   - a stock of sample runs (TCM_ALLOC_SAMPLE_RUNS) answered and never
+ *     taken, and one whose tcmd is killed between two of its runs (the next
+ *     one answers with the runs made);
  *   - a page run committed in steps across turns (DESIGN.md,
  *     "Continuations"): the client killed between two steps (the run goes
  *     back free, the whole-heap check passes meanwhile and after), tcmd
@@ -131,18 +134,30 @@ static void test_root_data(void)
 
 /* ---- a page run answered but never taken ---- */
 
-/* Attach, ask for a page run, wait for the answer and stop there (SIGSTOP)
- * before taking it; the parent kills it. */
+/* What a raw client asks for: a run of RUN_PAGES, or a stock of sample
+ * runs (TCM_ALLOC_SAMPLE_RUNS), of which it expects `made`. */
+typedef struct ask {
+    uint32_t cls, count, made;
+} ask_t;
+static const ask_t one_run = {0, 0, 1};
+static const ask_t full_stock = {TCM_ALLOC_SAMPLE_RUNS, TCM_SAMPLE_RUNS_MAX, TCM_SAMPLE_RUNS_MAX};
+#define STOCK_CUT 3 /* the stock's run after which tcmd is killed */
+static const ask_t cut_stock = {TCM_ALLOC_SAMPLE_RUNS, TCM_SAMPLE_RUNS_MAX, STOCK_CUT};
+
+/* Attach, ask, wait for the answer and stop there (SIGSTOP) before taking
+ * it; the parent kills it. */
 static int unread_run(void *arg)
 {
-    (void)arg;
+    const ask_t *ask = arg;
     tt_raw_t r;
     tt_raw_attach(&r, d.socket);
     uint32_t idx = r.lay.max_threads; /* the spare slot, backed at attach */
     tcm_slot_t *s = &r.slots[idx];
     s->op = TCM_OP_ALLOC_PAGES;
-    s->arg = RUN_PAGES;
+    s->arg = ask->cls ? 1 : RUN_PAGES;
     s->arg2 = 1;
+    s->cls = ask->cls;
+    s->count = ask->count;
     s->req_seq = 1;
     atomic_store(&s->state, TCM_SLOT_POSTED);
     CHECK(tcm__ring_push(r.ring, r.lay.ring_cap, idx));
@@ -150,14 +165,24 @@ static int unread_run(void *arg)
     while (atomic_load(&s->state) != TCM_SLOT_DONE) /* no waiting flag: tcmd does not wake it, hence slices */
         tcm__wait(&s->state, TCM_SLOT_POSTED, 1000000);
     CHECK_EQ(s->status, TCM_ST_OK);
+    if (ask->cls) { /* that many runs of a page, each its own (the parent counts their bytes) */
+        CHECK_EQ(s->nresult, ask->made);
+        CHECK_EQ(s->result, s->offs[0]);
+        for (uint32_t i = 0; i < s->nresult; i++) {
+            uint64_t off = s->offs[i];
+            CHECK(off && off % TCM_PAGE_SIZE == 0);
+            for (uint32_t j = 0; j < i; j++)
+                CHECK(s->offs[j] != off);
+        }
+    }
     raise(SIGSTOP); /* answered, not taken: the slot stays DONE */
     return 0;
 }
 
 /* The client is stopped with its answer unread. */
-static pid_t stopped_client(void)
+static pid_t stopped_client(const ask_t *ask)
 {
-    pid_t pid = tt_fork(unread_run, NULL);
+    pid_t pid = tt_fork(unread_run, (void *)ask);
     int st;
     CHECK_EQ(waitpid(pid, &st, WUNTRACED), pid);
     CHECK(WIFSTOPPED(st));
@@ -193,7 +218,7 @@ static void all_back(void)
 static void test_unread_run_live(void)
 {
     tt_daemon_start(&d, NULL);
-    pid_t pid = stopped_client();
+    pid_t pid = stopped_client(&one_run);
     CHECK_EQ(tt_stat(&d, "bytes_clients"), (uint64_t)RUN_PAGES * TCM_PAGE_SIZE); /* handed out */
     kill_client(pid);
     all_back();
@@ -204,7 +229,7 @@ static void test_unread_run_live(void)
 static void test_unread_run_gap(void)
 {
     start_armed("answered:1"); /* the raw client's request is the first */
-    pid_t pid = stopped_client();
+    pid_t pid = stopped_client(&one_run);
     int st = tt_daemon_wait_exit(&d, 60000);
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     kill_client(pid);
@@ -219,10 +244,40 @@ static void test_unread_run_gap(void)
 static void test_unread_run_reclaim_killed(void)
 {
     start_armed("reclaim_run:1");
-    pid_t pid = stopped_client();
+    pid_t pid = stopped_client(&one_run);
     kill_client(pid);
     killed_and_restarted();
     log_has("validator: consistent");
+    all_back();
+}
+
+/* A stock of sample runs answered, the client killed before taking it:
+ * every run of it reclaimed */
+static void test_unread_stock_live(void)
+{
+    tt_daemon_start(&d, NULL);
+    pid_t pid = stopped_client(&full_stock);
+    CHECK_EQ(tt_stat(&d, "bytes_clients"), (uint64_t)TCM_SAMPLE_RUNS_MAX * TCM_PAGE_SIZE);
+    kill_client(pid);
+    all_back();
+}
+
+/* tcmd killed between two runs of a stock: the next one answers the
+ * request with the runs made, and reclaims them with the client */
+static void test_stock_cut(void)
+{
+    char spec[32];
+    snprintf(spec, sizeof spec, "sample_run:%d", STOCK_CUT);
+    start_armed(spec);
+    pid_t pid = tt_fork(unread_run, (void *)&cut_stock);
+    int st = tt_daemon_wait_exit(&d, 60000);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    tt_daemon_restart(&d, NULL, NULL);
+    CHECK_EQ(waitpid(pid, &st, WUNTRACED), pid); /* the client checked the answer, then stopped */
+    CHECK(WIFSTOPPED(st));
+    log_has("validator: consistent");
+    CHECK_EQ(tt_stat(&d, "bytes_clients"), (uint64_t)STOCK_CUT * TCM_PAGE_SIZE);
+    kill_client(pid);
     all_back();
 }
 
@@ -371,6 +426,8 @@ int main(void)
         {"page run answered, client killed before taking it", test_unread_run_live},
         {"page run answered, tcmd killed, client dead in the gap", test_unread_run_gap},
         {"reclaim of an unread page run killed", test_unread_run_reclaim_killed},
+        {"stock of sample runs answered, client killed before taking it", test_unread_stock_live},
+        {"stock of sample runs, tcmd killed between two of its runs", test_stock_cut},
         {"page run in transit, client killed between two steps", test_steps_client_killed},
         {"page run in transit, tcmd killed between two steps", test_steps_tcmd_killed},
         {"state migration killed between its stores", test_migration_killed},

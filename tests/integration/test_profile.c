@@ -394,10 +394,18 @@ static void churn_once(const tcm_test_daemon_t *d, const char *name, const char 
     tt_wait_ok(f, 30000);
 }
 
+/* The small churn's runs come in stocks (TCM_ALLOC_SAMPLE_RUNS): a wake of
+ * tcmd serves several samples, not one (a single run asked for after each
+ * sample read as many ALLOC_PAGES as samples). */
 static void check_churn(const tcm_test_daemon_t *d)
 {
     char out[4096];
+    uint64_t asks = tt_stat(d, "requests_alloc_pages"), taken = tt_stat(d, "profile_samples_taken");
     churn_once(d, "churn", "1", churner, 12, 1990);
+    asks = tt_stat(d, "requests_alloc_pages") - asks;
+    taken = tt_stat(d, "profile_samples_taken") - taken;
+    printf("churn: %llu page-run requests for %llu samples\n", (unsigned long long)asks, (unsigned long long)taken);
+    CHECK_LE(asks * 4, taken);
     churn_once(d, "large churn", "1536K", large_churner, 21, 100);
     atomic_store(phase, 13); /* the later cases' phases count on from the churn's */
     CHECK_EQ(tt_tcmctl(d, "config set profile_sample " INTERVAL, out, sizeof out), 0);
