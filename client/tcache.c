@@ -1279,11 +1279,15 @@ static uint64_t sample_point(tcm_thread_t *thr, size_t size, uint64_t *off)
         /* under a rate a sample waits for nothing: its SAMPLE, and the
          * FREE_PAGES of its run, must have async slots ready */
         bool rate = atomic_load_explicit(&tcm__proc.meta->profile_rate, memory_order_relaxed) != 0;
+        bool ready = !rate || async_ready(thr) >= 2;
         *off = 0;
-        if (!rate || async_ready(thr) >= 2) {
+        if (ready) {
             *off = sample_take_ahead(thr);
             if (!*off)
                 *off = tcm__large_marked();
+        } else if (thr->quiet_posted) { /* owed to quiet posts: tcmd takes them now */
+            thr->quiet_posted = 0;
+            tcm__ring_bell();
         }
         if (!*off && rate) {
             if (!thr->sample_owed) {
