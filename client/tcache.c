@@ -383,13 +383,19 @@ static void sample_ask_ahead(tcm_thread_t *thr, bool ring)
     tcm_slot_t *slot;
     if (thr->sample_ahead || tcm__large_marked_count() > (ring ? 1u : 0u) || !(slot = async_take(thr, &idx)))
         return;
-    bool stock = ring && !atomic_load_explicit(&tcm__proc.sample_runs_single, memory_order_relaxed);
     uint32_t count = 1;
-    if (stock) { /* 2, then twice the last, up to the most */
+    if (ring && !atomic_load_explicit(&tcm__proc.sample_runs_single, memory_order_relaxed)) {
+        /* 2, then twice the last, up to the most, and no more than the run
+         * cache has room for beside the one the sample takes */
         count = 2 * atomic_load_explicit(&tcm__proc.sample_stock, memory_order_relaxed);
         count = count < 2 ? 2 : count < TCM_SAMPLE_RUNS_MAX ? count : TCM_SAMPLE_RUNS_MAX;
         atomic_store_explicit(&tcm__proc.sample_stock, count, memory_order_relaxed);
+        uint64_t budget = atomic_load_explicit(&tcm__proc.meta->config.run_cache, memory_order_relaxed),
+                 used = atomic_load_explicit(&tcm__proc.large_bytes, memory_order_relaxed),
+                 room = budget > used ? (budget - used) >> TCM_PAGE_SHIFT : 0;
+        count = room + 1 < count ? (uint32_t)room + 1 : count;
     }
+    bool stock = count > 1;
     slot->op = TCM_OP_ALLOC_PAGES;
     slot->arg = 1;
     slot->arg2 = 1;
