@@ -360,13 +360,13 @@ static bool post_quietly(tcm_thread_t *thr, tcm_slot_t *slot, uint32_t idx)
  * sample's run ahead: one at its first malloc without waking tcmd, just
  * before its first refill, which tcmd serves with it; and after a sample
  * that left the process one or none, a stock (two runs, then twice the
- * process's last stock up to TCM_SAMPLE_RUNS_MAX: a process that samples
- * once holds a page more, not eight), waking tcmd (ring), which serves it
- * with what the samples posted quietly
- * (their SAMPLEs, the sampled runs freed since) while the run left serves
- * the next sample: a wake for that many samples, where one a sample cost
- * the seed's short cases most of what sampling cost them
- * (docs/BENCHMARKS.md, "The heap profile"). (Asked for quietly,
+ * process's last stock, up to TCM_SAMPLE_RUNS_MAX and the run cache's
+ * room: a process that samples once holds a page more, not eight),
+ * waking tcmd (ring), which serves it with what the samples posted
+ * quietly (their SAMPLEs, the sampled runs freed since) while the run left
+ * serves the next sample: a wake for up to that many samples, not one
+ * each (a process that keeps sampling wakes tcmd a third as often for it:
+ * docs/BENCHMARKS.md, "The heap profile"). (Asked for quietly,
  * to be served by whatever wakes tcmd next, a run mostly was not there for
  * the next sample, which then rang: no fewer wakes, and every sample owed;
  * measured, no faster.) A sample that finds its run not answered yet is
