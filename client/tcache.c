@@ -514,7 +514,8 @@ static uint32_t async_ready(const tcm_thread_t *thr)
     for (uint32_t j = 0; j < TCM_ASYNC_SLOTS; j++) {
         const tcm_slot_t *slot = &tcm__proc.slots[async_index(thr, j)];
         uint32_t state = atomic_load_explicit(&slot->state, memory_order_relaxed);
-        k += state == TCM_SLOT_IDLE || (state == TCM_SLOT_DONE && (touches_no_bin(slot) || slot->op == TCM_OP_ALLOC_PAGES));
+        k += state == TCM_SLOT_IDLE ||
+             (state == TCM_SLOT_DONE && (touches_no_bin(slot) || slot->op == TCM_OP_ALLOC_PAGES));
     }
     return k;
 }
