@@ -1,7 +1,8 @@
 /* Untrusted input never hurts the daemon: garbage, truncated and oversized
  * control frames, hundreds of idle connections, and a client that writes
- * garbage into its own ring and slots. Each bad request is refused with an
- * error code and counted; good objects next to bad ones are not lost. */
+ * garbage into its own ring and slots (stocks of sample runs included).
+ * Each bad request is refused with an error code and counted; good objects
+ * next to bad ones are not lost. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -156,6 +157,15 @@ static void test_ring_garbage(void)
     CHECK_EQ(tt_raw_call(&r, 0), TCM_ST_BAD_OFFSET);
     s->op = TCM_OP_ALLOC_PAGES, s->arg = 1ull << 40, s->arg2 = 1;
     CHECK_EQ(tt_raw_call(&r, 0), TCM_ST_NOMEM);
+    /* a stock of sample runs: too many, none, runs of two pages */
+    s->cls = TCM_ALLOC_SAMPLE_RUNS, s->arg = 1, s->count = TCM_SAMPLE_RUNS_MAX + 1;
+    CHECK_EQ(tt_raw_call(&r, 0), TCM_ST_BAD_COUNT);
+    s->count = 0;
+    CHECK_EQ(tt_raw_call(&r, 0), TCM_ST_BAD_COUNT);
+    s->arg = 2, s->count = 2;
+    CHECK_EQ(tt_raw_call(&r, 0), TCM_ST_BAD_COUNT);
+    CHECK_EQ(tt_stat(&d, "bytes_clients"), 0); /* nothing handed out */
+    s->cls = 0;
     s->op = TCM_OP_ROOT_SET, s->arg = 4096;
     memset(s->offs, 'x', sizeof s->offs); /* name without a terminator */
     CHECK_EQ(tt_raw_call(&r, 0), TCM_ST_BAD_NAME);
@@ -190,7 +200,7 @@ static void test_ring_garbage(void)
     uint64_t head = atomic_load(&r.ring->head);
     atomic_store(&r.ring->cells[head & (r.lay.ring_cap - 1)].seq, head + 12345);
     tcm__bell_ring((_Atomic uint32_t *)&r.meta->heap_sleeping, r.bell);
-    CHECK_GE(tt_stat(&d, "refused"), refused0 + 8 + 4);
+    CHECK_GE(tt_stat(&d, "refused"), refused0 + 11 + 4);
     tt_wait_ok(tt_fork(other_client, NULL), 20000); /* another client is served as usual */
     ping_ok();
     close(r.sock); /* the daemon reclaims the raw client */
