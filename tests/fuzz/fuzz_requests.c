@@ -119,8 +119,10 @@ static void harvest(void)
         if (s->status == TCM_ST_OK && s->op == TCM_OP_REFILL)
             for (uint32_t k = 0; k < s->nresult && k < TCM_MAX_BATCH && npool < POOL; k++)
                 pool[npool++] = s->offs[k];
-        if (s->status == TCM_ST_OK && s->op == TCM_OP_ALLOC_PAGES && npool < POOL)
-            pool[npool++] = s->result;
+        bool stock = s->cls == TCM_ALLOC_SAMPLE_RUNS && s->nresult; /* its runs in offs */
+        if (s->status == TCM_ST_OK && s->op == TCM_OP_ALLOC_PAGES)
+            for (uint32_t k = 0; k < (stock ? s->nresult : 1) && k < TCM_SAMPLE_RUNS_MAX && npool < POOL; k++)
+                pool[npool++] = stock ? s->offs[k] : s->result;
         atomic_store(&s->state, TCM_SLOT_IDLE);
     }
 }
@@ -182,6 +184,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     s->offs[k] = pick_offset(r[14] + (uint8_t)k, raw * (k + 1) + k);
             if (s->op == TCM_OP_ALLOC_PAGES)
                 s->arg = 1 + raw % 300;
+            if (s->op == TCM_OP_ALLOC_PAGES && cls == TCM_ALLOC_SAMPLE_RUNS) { /* mostly well formed */
+                s->arg = raw % 4 ? 1 : 2;
+                s->arg2 = r[3] % 4 ? 1 : r[3] >> 4;
+                s->count = count % (TCM_SAMPLE_RUNS_MAX + 2);
+            }
             if (s->op == TCM_OP_FREE_PAGES)
                 s->arg = pick_offset(r[14], raw);
             if (s->op == TCM_OP_ROOT_SET) {
