@@ -59,6 +59,7 @@ static uint64_t thread_budget(void)
 }
 
 static tcm_slot_t *async_take(tcm_thread_t *thr, uint32_t *idx);
+static uint32_t async_ready(const tcm_thread_t *thr);
 static uint32_t async_index(const tcm_thread_t *thr, uint32_t j);
 static bool post_quietly(tcm_thread_t *thr, tcm_slot_t *slot, uint32_t idx);
 static void maps_post_if_due(tcm_thread_t *thr);
@@ -381,7 +382,10 @@ static void sample_ask_ahead(tcm_thread_t *thr, bool ring)
 {
     uint32_t idx;
     tcm_slot_t *slot;
-    if (thr->sample_ahead || tcm__large_marked_count() > (ring ? 1u : 0u) || !(slot = async_take(thr, &idx)))
+    /* (an ask waits for no slot, and leaves one for the free of the run a
+     * sample just took: async_ready) */
+    if (thr->sample_ahead || tcm__large_marked_count() > (ring ? 1u : 0u) || async_ready(thr) < 2 ||
+        !(slot = async_take(thr, &idx)))
         return;
     uint32_t count = 1;
     if (ring && !atomic_load_explicit(&tcm__proc.sample_runs_single, memory_order_relaxed)) {
