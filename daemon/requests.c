@@ -330,9 +330,12 @@ static uint64_t serve_one(tcm_server_t *srv, tcm_client_t *c, uint64_t pos, uint
         st = op_return(srv, c, slot, cls, count, emptied, &nemptied);
         break;
     case TCM_OP_ALLOC_PAGES:
-        st = frees_only                       ? TCM_ST_NOMEM
-             : cls == TCM_ALLOC_SAMPLE_RUNS ? op_sample_runs(srv, c, slot, arg, arg2, count)
-                                            : op_alloc_pages(srv, c, slot, arg, arg2, cls == TCM_ALLOC_SAMPLED);
+        if (frees_only)
+            st = TCM_ST_NOMEM;
+        else if (cls == TCM_ALLOC_SAMPLE_RUNS)
+            st = op_sample_runs(srv, c, slot, arg, arg2, count);
+        else
+            st = op_alloc_pages(srv, c, slot, arg, arg2, cls == TCM_ALLOC_SAMPLED);
         break;
     case TCM_OP_FREE_PAGES:
         st = op_free_pages(srv, c, arg);
