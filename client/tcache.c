@@ -1345,6 +1345,10 @@ static void profile_post(tcm_thread_t *thr, const sample_req_t *sample)
         tcm__maps_fill(slot);
     if (!own) {
         post_quietly(thr, slot, idx);
+        if (sample && thr->quiet_posted && async_ready(thr) < 2) { /* the next sample's slots: tcmd frees them now */
+            thr->quiet_posted = 0;
+            tcm__ring_bell();
+        }
         return;
     }
     tcm__call(slot, idx);
