@@ -366,7 +366,7 @@ static bool post_quietly(tcm_thread_t *thr, tcm_slot_t *slot, uint32_t idx)
  * waking tcmd (ring), which serves it with what the samples posted
  * quietly (their SAMPLEs, the sampled runs freed since) while the run left
  * serves the next sample: a wake for up to that many samples, not one
- * each (a process that keeps sampling wakes tcmd a third as often for it:
+ * each (a process that keeps sampling wakes tcmd less than half as often:
  * docs/BENCHMARKS.md, "The heap profile"). (Asked for quietly,
  * to be served by whatever wakes tcmd next, a run mostly was not there for
  * the next sample, which then rang: no fewer wakes, and every sample owed;
