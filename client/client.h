@@ -83,8 +83,8 @@ typedef struct tcm_thread {
      * profile_sample it follows (sample_mean rises above it while samples
      * come too fast); sample_ns, when the last sample was taken;
      * sample_drawn, the interval counted down since; sample_ahead, the
-     * async slot of the run asked for ahead for its next small sample (0:
-     * none); sample_owed, the bytes allocated since the last sample by a
+     * async slot of the run or runs asked for ahead of its next small
+     * samples (0: none); sample_owed, the bytes allocated since the last sample by a
      * thread whose small sample's run was not there yet, which the
      * allocation at the end of a shorter countdown (sample_retry, its
      * interval, drawn around sample_retry_mean) samples instead (0: none
@@ -223,9 +223,7 @@ typedef struct tcm_proc {
                                    cache since the background thread last looked */
     pthread_mutex_t large_lock; /* the page-run cache in chan_hdr (large.c), under run_cache */
     _Atomic uint64_t large_bytes;
-    _Atomic bool sample_runs_single; /* tcmd answered a stock of sample runs with one unmarked run (it
-                                        predates them): one run an ask from then on */
-    _Atomic uint32_t sample_stock;   /* how many runs the process's last stock asked for (tcache.c) */
+    _Atomic uint32_t sample_stock; /* how many runs the process's last stock asked for (tcache.c) */
     /* the same table's sizes and offsets, private and dense (the first
      * chan_hdr->large_count are valid): what the searches read */
     uint32_t large_np[TCM_LARGE_CACHE];

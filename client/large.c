@@ -106,11 +106,30 @@ TCM_NOINLINE uint32_t tcm__large_marked_count(void)
     return k;
 }
 
+/* How many more runs of npages the cache keeps: its entries and
+ * run_cache (under large_lock). */
+static uint32_t room(const tcm_proc_t *pr, uint32_t npages)
+{
+    uint64_t budget = atomic_load_explicit(&pr->meta->config.run_cache, memory_order_relaxed),
+             used = atomic_load_explicit(&pr->large_bytes, memory_order_relaxed),
+             runs = budget > used ? (budget - used) / run_bytes(npages) : 0,
+             entries = TCM_LARGE_CACHE - pr->chan_hdr->large_count;
+    return (uint32_t)(runs < entries ? runs : entries);
+}
+
+TCM_NOINLINE uint32_t tcm__large_room(uint32_t npages)
+{
+    tcm_proc_t *pr = &tcm__proc;
+    pthread_mutex_lock(&pr->large_lock);
+    uint32_t k = room(pr, npages);
+    pthread_mutex_unlock(&pr->large_lock);
+    return k;
+}
+
 TCM_NOINLINE bool tcm__large_keep(uint64_t off, uint32_t npages)
 {
     tcm_proc_t *pr = &tcm__proc;
     tcm_chan_hdr_t *hdr = pr->chan_hdr;
-    uint64_t budget = atomic_load_explicit(&pr->meta->config.run_cache, memory_order_relaxed);
     pthread_mutex_lock(&pr->large_lock);
     uint32_t n = hdr->large_count;
     bool twice = false;
@@ -120,8 +139,7 @@ TCM_NOINLINE bool tcm__large_keep(uint64_t off, uint32_t npages)
         pthread_mutex_unlock(&pr->large_lock);
         tcm__fatal("tcm_free(): double free of page run %p", (void *)(pr->heap + off));
     }
-    bool kept = n < TCM_LARGE_CACHE &&
-                atomic_load_explicit(&pr->large_bytes, memory_order_relaxed) + run_bytes(npages) <= budget;
+    bool kept = room(pr, npages) > 0;
     if (kept) {
         put_entry(n, off, npages);
         hdr->large_count = n + 1; /* after the entry: tcmd reads count, then entries */

@@ -17,6 +17,8 @@ TCM_HIDDEN bool tcm__large_keep(uint64_t off, uint32_t npages); /* false: give i
 TCM_HIDDEN uint64_t tcm__large_marked(void);
 /* How many such runs the cache holds. */
 TCM_HIDDEN uint32_t tcm__large_marked_count(void);
+/* How many more runs of npages it would keep (its entries, run_cache). */
+TCM_HIDDEN uint32_t tcm__large_room(uint32_t npages);
 TCM_HIDDEN void tcm__large_trim(uint64_t keep_bytes); /* cached runs back to tcmd, down to keep_bytes */
 TCM_HIDDEN void tcm__free_pages(uint64_t off);
 /* What tcmd answered to a FREE_PAGES of off: fatal on a refusal. */

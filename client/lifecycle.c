@@ -52,7 +52,6 @@ static void use_meta(tcm_proc_t *pr)
     pr->roots = (const tcm_root_t *)(mb + pr->meta->off_roots);
     pr->bell = (tcm_bell_t *)pr->heap;
     pr->heap_id = pr->meta->heap_id;
-    atomic_store(&pr->sample_runs_single, false); /* this tcmd is asked anew */
 }
 
 /* The channel is mapped at pr->chan for lay: the rest of it, and this

@@ -277,17 +277,13 @@ static uint32_t stash_fetched(tcm_thread_t *thr, unsigned cls, const tcm_slot_t 
  * both, and reclaim frees it from the first and skips it in the second. */
 static void stock_runs(const tcm_slot_t *slot, uint32_t first)
 {
-    uint32_t n = slot->cls == TCM_ALLOC_SAMPLE_RUNS ? slot->nresult : 1;
-    if (n == 0) { /* a tcmd that predates stocks: one unmarked run */
-        atomic_store_explicit(&tcm__proc.sample_runs_single, true, memory_order_relaxed);
-        n = 1;
-    }
-    n = n < TCM_SAMPLE_RUNS_MAX ? n : TCM_SAMPLE_RUNS_MAX;
+    bool stock = slot->cls == TCM_ALLOC_SAMPLE_RUNS;
+    const uint64_t *runs = stock ? slot->offs : &slot->result;
+    uint32_t n = !stock ? 1 : slot->nresult < TCM_SAMPLE_RUNS_MAX ? slot->nresult : TCM_SAMPLE_RUNS_MAX;
     for (uint32_t i = first; i < n; i++) {
-        uint64_t off = slot->cls == TCM_ALLOC_SAMPLE_RUNS && slot->nresult ? slot->offs[i] : slot->result;
-        tcm__check_given_run(off, 1);
-        if (!tcm__large_keep(off, 1))
-            tcm__free_pages(off);
+        tcm__check_given_run(runs[i], 1);
+        if (!tcm__large_keep(runs[i], 1))
+            tcm__free_pages(runs[i]);
     }
 }
 
@@ -353,6 +349,16 @@ static bool post_quietly(tcm_thread_t *thr, tcm_slot_t *slot, uint32_t idx)
     return true;
 }
 
+/* tcmd is told of the thread's quiet posts, if any, so that it takes them
+ * (and frees their slots) now, not at its next turn. */
+static void ring_quiet(tcm_thread_t *thr)
+{
+    if (!thr->quiet_posted)
+        return;
+    thr->quiet_posted = 0;
+    tcm__ring_bell();
+}
+
 /* ---- the run of the next small sample, asked for ahead ----
  *
  * A sample's run is a round trip to tcmd, and one that waits for its heap
@@ -388,16 +394,14 @@ static void sample_ask_ahead(tcm_thread_t *thr, bool ring)
         !(slot = async_take(thr, &idx)))
         return;
     uint32_t count = 1;
-    if (ring && !atomic_load_explicit(&tcm__proc.sample_runs_single, memory_order_relaxed)) {
+    if (ring) {
         /* 2, then twice the last, up to the most, and no more than the run
-         * cache has room for beside the one the sample takes */
+         * cache keeps beside the one the sample takes */
         count = 2 * atomic_load_explicit(&tcm__proc.sample_stock, memory_order_relaxed);
         count = count < 2 ? 2 : count < TCM_SAMPLE_RUNS_MAX ? count : TCM_SAMPLE_RUNS_MAX;
         atomic_store_explicit(&tcm__proc.sample_stock, count, memory_order_relaxed);
-        uint64_t budget = atomic_load_explicit(&tcm__proc.meta->config.run_cache, memory_order_relaxed),
-                 used = atomic_load_explicit(&tcm__proc.large_bytes, memory_order_relaxed),
-                 room = budget > used ? (budget - used) >> TCM_PAGE_SHIFT : 0;
-        count = room + 1 < count ? (uint32_t)room + 1 : count;
+        uint32_t room = tcm__large_room(1);
+        count = room + 1 < count ? room + 1 : count;
     }
     bool stock = count > 1;
     slot->op = TCM_OP_ALLOC_PAGES;
@@ -437,10 +441,8 @@ static uint64_t sample_take_ahead(tcm_thread_t *thr)
     thr->quiet_posted &= (uint8_t)~(1u << (idx - async_index(thr, 0)));
     int st = tcm__await(slot); /* (answered: it rings nothing) */
     uint64_t off = 0;
-    if (st == TCM_ST_OK && slot->cls == TCM_ALLOC_SAMPLE_RUNS && !slot->nresult) {
-        stock_runs(slot, 0); /* not a sample's (a tcmd before stocks): the run cache has it */
-    } else if (st == TCM_ST_OK) {
-        off = slot->cls == TCM_ALLOC_SAMPLE_RUNS ? slot->offs[0] : slot->result;
+    if (st == TCM_ST_OK) { /* (a stock's runs in offs, the first also in result) */
+        off = slot->result;
         tcm__check_given_run(off, 1);
         stock_runs(slot, 1);
     }
@@ -1296,9 +1298,8 @@ static uint64_t sample_point(tcm_thread_t *thr, size_t size, uint64_t *off)
             *off = sample_take_ahead(thr);
             if (!*off)
                 *off = tcm__large_marked();
-        } else if (thr->quiet_posted) { /* owed to quiet posts: tcmd takes them now */
-            thr->quiet_posted = 0;
-            tcm__ring_bell();
+        } else {
+            ring_quiet(thr); /* owed to quiet posts */
         }
         if (!*off && rate) {
             if (!thr->sample_owed) {
@@ -1345,10 +1346,8 @@ static void profile_post(tcm_thread_t *thr, const sample_req_t *sample)
         tcm__maps_fill(slot);
     if (!own) {
         post_quietly(thr, slot, idx);
-        if (sample && thr->quiet_posted && async_ready(thr) < 2) { /* the next sample's slots: tcmd frees them now */
-            thr->quiet_posted = 0;
-            tcm__ring_bell();
-        }
+        if (sample && async_ready(thr) < 2)
+            ring_quiet(thr); /* the next sample's slots */
         return;
     }
     tcm__call(slot, idx);

@@ -481,9 +481,8 @@ static inline uint64_t tcm__sample_interval(uint32_t packed)
  * TCM_SAMPLE_RUNS_MAX) one-page runs, arg = 1, arg2 = 1, each marked as
  * TCM_ALLOC_SAMPLED marks its run -> offs[nresult] (fewer than count only
  * where the heap or the client's quota has no more), result = offs[0]. An
- * addition a client sends only while meta.profile_sample is set (as the
- * profile's ops): what a tcmd that never had it answers is one unmarked
- * run and nresult 0, which the client takes as that. */
+ * addition a client sends only while meta.profile_sample is set, as the
+ * profile's ops: every tcmd that sets it serves it. */
 #define TCM_ALLOC_SAMPLE_RUNS 2u
 #define TCM_SAMPLE_RUNS_MAX 8u
 #define TCM_SAMPLE_AWAITED UINT32_MAX

@@ -162,18 +162,20 @@ static bool pages_made(const tcm_heap_t *h, const tcm_req_intent_t *ri)
 static uint32_t sample_runs_made(tcm_heap_t *h, tcm_req_intent_t *ri)
 {
     uint32_t n = 0, s;
-    for (uint32_t i = 0; i < ri->n && i < TCM_SAMPLE_RUNS_MAX; i++)
-        if (tcm__large_check_ht(h, ri->offs[i], &s) == TCM_ST_OK && h->spans[s].owner == ri->owner)
-            ri->offs[n++] = ri->offs[i];
     uint64_t cut = tcm__page_off(ri->first);
-    if (n < TCM_SAMPLE_RUNS_MAX && pages_made(h, ri) && (n == 0 || ri->offs[n - 1] != cut))
-        ri->offs[n++] = cut;
-    ri->n = n;
-    for (uint32_t i = 0; i < n; i++) {
-        tcm__large_check_ht(h, ri->offs[i], &s);
-        if (!h->spans[s].sample)
-            h->spans[s].sample = TCM_SAMPLE_AWAITED;
+    bool cut_logged = false;
+    for (uint32_t i = 0; i < ri->n && i < TCM_SAMPLE_RUNS_MAX; i++) {
+        if (tcm__large_check_ht(h, ri->offs[i], &s) != TCM_ST_OK || h->spans[s].owner != ri->owner)
+            continue;
+        cut_logged |= ri->offs[i] == cut;
+        h->spans[s].sample = h->spans[s].sample ? h->spans[s].sample : TCM_SAMPLE_AWAITED;
+        ri->offs[n++] = ri->offs[i];
     }
+    if (n < TCM_SAMPLE_RUNS_MAX && !cut_logged && pages_made(h, ri)) {
+        h->spans[h->page_span[ri->first]].sample = TCM_SAMPLE_AWAITED; /* made, not logged: marked or not */
+        ri->offs[n++] = cut;
+    }
+    ri->n = n;
     return n;
 }
 

@@ -143,6 +143,22 @@ static int op_return(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, unsig
     return st;
 }
 
+/* The run starting at page first is a sample's: marked before the client
+ * has it (TCM_ALLOC_SAMPLED; a crash before the store: the recovery marks
+ * it as it answers). */
+static void mark_awaited(tcm_heap_t *h, uint32_t first)
+{
+    TCM_PERSIST_STORE(h->spans[h->page_span[first]].sample, TCM_SAMPLE_AWAITED);
+}
+
+/* npages handed out to client c: its count, its quota, the stats. */
+static void hand_out_pages(tcm_server_t *srv, tcm_client_t *c, uint64_t npages)
+{
+    TCM_HT_ADD(c->rec->bytes_out, npages << TCM_PAGE_SHIFT);
+    tcm__quota_charge_ht(srv, c, npages << TCM_PAGE_SHIFT);
+    TCM_STAT_ADD(srv->meta, bytes_clients, npages << TCM_PAGE_SHIFT);
+}
+
 /* A page run is made and freed the one way every span is, under the page
  * intent (tcm__large_alloc_ht, tcm__large_free_ht); the request intent
  * says which run the answer names, for a recovery to answer it. */
@@ -164,11 +180,9 @@ static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, 
     if (st != TCM_ST_OK)
         return st;
     slot->result = tcm__page_off(ri->first);
-    if (sampled) /* (a crash before this store: the recovery marks it as it answers) */
-        TCM_PERSIST_STORE(srv->h.spans[srv->h.page_span[ri->first]].sample, TCM_SAMPLE_AWAITED);
-    TCM_HT_ADD(c->rec->bytes_out, npages << TCM_PAGE_SHIFT);
-    tcm__quota_charge_ht(srv, c, npages << TCM_PAGE_SHIFT);
-    TCM_STAT_ADD(srv->meta, bytes_clients, npages << TCM_PAGE_SHIFT);
+    if (sampled)
+        mark_awaited(&srv->h, ri->first);
+    hand_out_pages(srv, c, npages);
     return TCM_ST_OK;
 }
 
@@ -195,7 +209,7 @@ static int op_sample_runs(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, 
     int st = TCM_ST_OK;
     uint32_t n = 0;
     while (n < count && (st = tcm__large_alloc_ht(&srv->h, 1, 1, c->rec->tag, &ri->first)) == TCM_ST_OK) {
-        TCM_PERSIST_STORE(srv->h.spans[srv->h.page_span[ri->first]].sample, TCM_SAMPLE_AWAITED);
+        mark_awaited(&srv->h, ri->first);
         TCM_PERSIST_STORE(ri->offs[n], tcm__page_off(ri->first));
         TCM_PERSIST_STORE(ri->n, n + 1); /* logged: ri->first may be cut again */
         TCM_CRASH_POINT(sample_run);
@@ -210,9 +224,7 @@ static int op_sample_runs(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, 
     }
     slot->nresult = n;
     slot->result = slot->offs[0];
-    TCM_HT_ADD(c->rec->bytes_out, (uint64_t)n << TCM_PAGE_SHIFT);
-    tcm__quota_charge_ht(srv, c, (uint64_t)n << TCM_PAGE_SHIFT);
-    TCM_STAT_ADD(srv->meta, bytes_clients, (uint64_t)n << TCM_PAGE_SHIFT);
+    hand_out_pages(srv, c, n);
     return TCM_ST_OK;
 }
 
