@@ -364,37 +364,36 @@ static void ring_quiet(tcm_thread_t *thr)
  * A sample's run is a round trip to tcmd, and one that waits for its heap
  * thread to be woken and scheduled (100 us and more on a busy 2-CPU guest,
  * against ~1 us of unwinding). So a thread asks for its next small
- * sample's run ahead: one at its first malloc without waking tcmd, just
- * before its first refill, which tcmd serves with it; and after a sample
- * that left the process one or none, a stock (two runs, then twice the
- * process's last stock, up to TCM_SAMPLE_RUNS_MAX and the run cache's
- * room: a process that samples once holds a page more, not eight),
- * waking tcmd (ring), which serves it with what the samples posted
- * quietly (their SAMPLEs, the sampled runs freed since) while the run left
- * serves the next sample: a wake for up to that many samples, not one
- * each (a process that keeps sampling wakes tcmd less than half as often:
- * docs/BENCHMARKS.md, "The heap profile"). (Asked for quietly,
- * to be served by whatever wakes tcmd next, a run mostly was not there for
- * the next sample, which then rang: no fewer wakes, and every sample owed;
- * measured, no faster.) A sample that finds its run not answered yet is
- * owed (below). The answer waits on one of the thread's async slots (a
- * process that dies first leaves runs answered and never taken, which
- * reclaim frees); the first run goes to the sample, the rest to the
- * process's page-run cache (stock_runs), where the next sample of any
- * thread takes one, as it does a run asked for by a thread that left
- * (threads that come and go ask for none while one is there). */
-
-static void sample_ask_ahead(tcm_thread_t *thr, bool ring)
+ * sample's run ahead: one at its first malloc, just before its first
+ * refill, which tcmd serves with it; and after a sample that left the
+ * process one or none, a stock (two runs, then twice the process's last
+ * stock, up to TCM_SAMPLE_RUNS_MAX and the run cache's room: a process
+ * that samples once holds a page more, not eight): a wake of tcmd for up
+ * to that many samples, not one each (a process that keeps sampling wakes
+ * tcmd less than half as often: docs/BENCHMARKS.md, "The heap profile").
+ * Under a rate both go without waking tcmd, which serves them at its next
+ * turn, whoever causes it: a ring costs the sampling thread 15-70 us on
+ * this 2-CPU guest (the heap thread, woken, takes its CPU), most of what
+ * a short process's first sample cost; a sample that finds its run not
+ * answered yet is owed (below) and rings (ring_ahead). With no rate a
+ * sample waits for its run if need be, so the stock rings. The answer
+ * waits on one of the thread's async slots (a process that dies first
+ * leaves runs answered and never taken, which reclaim frees); the first
+ * run goes to the sample, the rest to the process's page-run cache
+ * (stock_runs), where the next sample of any thread takes one, as it
+ * does a run asked for by a thread that left (threads that come and go
+ * ask for none while one is there). */
+static void sample_ask_ahead(tcm_thread_t *thr, bool stock, bool ring)
 {
     uint32_t idx;
     tcm_slot_t *slot;
     /* (an ask waits for no slot, and leaves one for the free of the run a
      * sample just took: async_ready) */
-    if (thr->sample_ahead || tcm__large_marked_count() > (ring ? 1u : 0u) || async_ready(thr) < 2 ||
+    if (thr->sample_ahead || tcm__large_marked_count() > (stock ? 1u : 0u) || async_ready(thr) < 2 ||
         !(slot = async_take(thr, &idx)))
         return;
     uint32_t count = 1;
-    if (ring) {
+    if (stock) {
         /* 2, then twice the last, up to the most, and no more than the run
          * cache keeps beside the one the sample takes */
         count = 2 * atomic_load_explicit(&tcm__proc.sample_stock, memory_order_relaxed);
@@ -403,23 +402,22 @@ static void sample_ask_ahead(tcm_thread_t *thr, bool ring)
         uint32_t room = tcm__large_room(1);
         count = room + 1 < count ? room + 1 : count;
     }
-    bool stock = count > 1;
     slot->op = TCM_OP_ALLOC_PAGES;
     slot->arg = 1;
     slot->arg2 = 1;
-    slot->cls = stock ? TCM_ALLOC_SAMPLE_RUNS : TCM_ALLOC_SAMPLED;
+    slot->cls = count > 1 ? TCM_ALLOC_SAMPLE_RUNS : TCM_ALLOC_SAMPLED;
     slot->count = count;
     if (ring ? tcm__post(slot, idx) : post_quietly(thr, slot, idx))
         thr->sample_ahead = idx;
 }
 
 /* A sample is owed for want of the run asked for ahead: tcmd is told of
- * the ask, once, if it went quietly (a thread's first; asked for again if
- * it could not be asked for at all). */
+ * the ask, once, if it went quietly (under a rate every ask does; asked
+ * for again if it could not be asked for at all). */
 static void ring_ahead(tcm_thread_t *thr)
 {
     if (!thr->sample_ahead) {
-        sample_ask_ahead(thr, true);
+        sample_ask_ahead(thr, true, true);
         return;
     }
     uint8_t bit = (uint8_t)(1u << (thr->sample_ahead - async_index(thr, 0)));
@@ -1246,7 +1244,7 @@ static bool sample_due(tcm_thread_t *thr, size_t size)
     tcm__sample_arm(thr, false);
     if (tcm__hot.sample_left != INT64_MAX) { /* sampling: a thread's first malloc */
         maps_post_if_due(thr);
-        sample_ask_ahead(thr, false);
+        sample_ask_ahead(thr, false, false);
     }
     return false;
 }
@@ -1408,7 +1406,7 @@ TCM_NOINLINE void *tcm__malloc_slow(size_t size)
      * docs/BENCHMARKS.md, "The heap profile") */
     if (off || (mean && alloc_pages(size ? size : 1, 0, true, &off, &asked) == TCM_ST_OK)) {
         sample_post(thr, &(sample_req_t){off, mean, size, (uintptr_t)__builtin_dwarf_cfa(), false});
-        sample_ask_ahead(thr, true);
+        sample_ask_ahead(thr, true, !atomic_load_explicit(&tcm__proc.meta->profile_rate, memory_order_relaxed));
         return tcm__proc.heap + off;
     }
     unsigned cls = tcm__size_class(size);
