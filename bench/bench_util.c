@@ -27,8 +27,8 @@
 #endif
 
 static const bench_alloc_t allocs[] = {
-    {"tcm", tcm_malloc, tcm_free},
-    {BENCH_SYSTEM_NAME, malloc, free},
+    {"tcm", tcm_malloc, tcm_free, tcm_calloc},
+    {BENCH_SYSTEM_NAME, malloc, free, calloc},
 };
 
 const bench_alloc_t *bench_allocs(size_t *n)

@@ -19,6 +19,7 @@ typedef struct {
     const char *name;
     void *(*alloc)(size_t);
     void (*release)(void *);
+    void *(*zalloc)(size_t, size_t); /* calloc */
 } bench_alloc_t;
 
 /* The allocators of this binary: "tcm" and BENCH_SYSTEM_NAME. */

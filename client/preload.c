@@ -272,6 +272,21 @@ void *tcm__preload_new(size_t size)
 
 void tcm__preload_free(void *p) __attribute__((alias("free"), nothrow, leaf)); /* (free's, from <stdlib.h>) */
 
+/* calloc of a page run: tcm clears only what may not read zero
+ * (tcm__calloc_large); the system's block after a refusal is cleared here */
+TCM_NOINLINE static void *calloc_large(size_t size)
+{
+    read_settings();
+    tcm__library_enter();
+    void *p = tcm__calloc_large(size);
+    tcm__library_leave();
+    if (p)
+        return p;
+    if ((p = after_refusal(size, 0)))
+        memset(p, 0, size);
+    return p;
+}
+
 TCM_EXPORT void *calloc(size_t n, size_t size)
 {
     size_t total;
@@ -283,6 +298,8 @@ TCM_EXPORT void *calloc(size_t n, size_t size)
         resolve();
         return sys_calloc ? sys_calloc(n, size) : boot_alloc(total, 0); /* the region is zero */
     }
+    if (total > TCM_MAX_SMALL)
+        return calloc_large(total);
     void *p = tcm__malloc_fast(total); /* (malloc's hit inlined: no call of it) */
     if (p) /* a reused object, or the system's when tcm refused */
         memset(p, 0, total);

@@ -1135,7 +1135,9 @@ TCM_NOINLINE static bool refill(tcm_thread_t *thr, unsigned cls, uint64_t now)
     return got != 0;
 }
 
-static int alloc_pages(size_t size, size_t align, bool sampled, uint64_t *off, uint64_t *asked)
+/* A run of its own from tcmd; *zeroed (where not NULL): tcmd says its
+ * pages read zero (TCM_RUN_ZEROED). */
+static int alloc_pages(size_t size, size_t align, bool sampled, uint64_t *off, uint64_t *asked, bool *zeroed)
 {
     uint32_t idx;
     uint64_t npages = (size + TCM_PAGE_SIZE - 1) >> TCM_PAGE_SHIFT;
@@ -1144,9 +1146,12 @@ static int alloc_pages(size_t size, size_t align, bool sampled, uint64_t *off, u
     slot->arg = npages;
     slot->arg2 = align > TCM_PAGE_SIZE ? align >> TCM_PAGE_SHIFT : 1;
     slot->cls = sampled ? TCM_ALLOC_SAMPLED : 0;
+    slot->nresult = 0; /* (what an answer that does not say leaves) */
     int st = tcm__call(slot, idx);
     *off = slot->result;
     *asked = st == TCM_ST_NOMEM ? slot->result : 0;
+    if (zeroed)
+        *zeroed = st == TCM_ST_OK && slot->nresult == TCM_RUN_ZEROED;
     tcm__slot_release(slot);
     if (st == TCM_ST_OK) {
         tcm__check_given_run(*off, npages);
@@ -1155,13 +1160,14 @@ static int alloc_pages(size_t size, size_t align, bool sampled, uint64_t *off, u
     return st;
 }
 
-/* A page run from the run cache (*cached set) or tcmd; sampled: one from
- * tcmd is marked as a sample's (TCM_ALLOC_SAMPLED), one from the cache is
- * not (the caller's SAMPLE, waited for, marks it). */
-static void *large_alloc(size_t size, size_t align, bool sampled, bool *cached)
+/* A page run from the run cache (*cached set) or tcmd (*zeroed: its pages
+ * read zero); sampled: one from tcmd is marked as a sample's
+ * (TCM_ALLOC_SAMPLED), one from the cache is not (the caller's SAMPLE,
+ * waited for, marks it). */
+static void *large_alloc(size_t size, size_t align, bool sampled, bool *cached, bool *zeroed)
 {
     uint64_t off;
-    *cached = false;
+    *cached = *zeroed = false;
     if (tcm__ensure_attached() != 0 || size > tcm__proc.heap_size) {
         errno = ENOMEM;
         return NULL;
@@ -1171,13 +1177,13 @@ static void *large_alloc(size_t size, size_t align, bool sampled, bool *cached)
         return tcm__proc.heap + off;
     }
     uint64_t asked;
-    int st = alloc_pages(size, align, sampled, &off, &asked);
+    int st = alloc_pages(size, align, sampled, &off, &asked, zeroed);
     if (st == TCM_ST_NOMEM && !tcm__proc.daemon_lost) {
         flush_for_nomem();
-        st = alloc_pages(size, align, sampled, &off, &asked);
+        st = alloc_pages(size, align, sampled, &off, &asked, zeroed);
         for (uint64_t ns = 1000000; st == TCM_ST_NOMEM && asked && ns <= NOMEM_WAIT_NS; ns *= 2) {
             tcm__sleep_ns(ns);
-            st = alloc_pages(size, align, sampled, &off, &asked);
+            st = alloc_pages(size, align, sampled, &off, &asked, zeroed);
         }
     }
     if (st != TCM_ST_OK) {
@@ -1189,8 +1195,8 @@ static void *large_alloc(size_t size, size_t align, bool sampled, bool *cached)
 
 TCM_NOINLINE void *tcm__large_alloc(size_t size, size_t align)
 {
-    bool cached;
-    return large_alloc(size, align, false, &cached);
+    bool cached, zeroed;
+    return large_alloc(size, align, false, &cached, &zeroed);
 }
 
 /* How far every object of a class is aligned: objects sit at multiples of
@@ -1376,6 +1382,61 @@ TCM_NOINLINE static void sample_post(tcm_thread_t *thr, const sample_req_t *samp
     tcm__sample_done(thr);
 }
 
+/* A run for an allocation above TCM_MAX_SMALL, the heap profile's sample
+ * where mean is set (its stack from the frame whose CFA is cfa up); a
+ * sampled one gets a run of its own as any, from the run cache (marked by
+ * a SAMPLE waited for: a round trip, where a fresh run of megabytes would
+ * cost its commit and faults too, milliseconds) or a fresh one. *zeroed:
+ * its pages read zero. */
+static void *large_for(tcm_thread_t *thr, size_t size, uint64_t mean, uintptr_t cfa, bool *zeroed)
+{
+    bool cached;
+    void *p = large_alloc(size, 0, mean != 0, &cached, zeroed);
+    if (p && mean)
+        sample_post(thr, &(sample_req_t){(uint64_t)((uint8_t *)p - tcm__proc.heap), mean, size, cfa, cached});
+    return p;
+}
+
+/* A run whose pages may not read zero, cleared. On a private heap, whose
+ * pages are the process's own, a run of CLEAR_DISCARD_BYTES or more that
+ * is mostly not resident (its last user touched it sparsely, or it was
+ * swapped out) is given back to the kernel instead, whose zeroes come as
+ * the program touches them: a table used sparsely maps what it uses, as
+ * the system malloc's fresh mapping or jemalloc's purge does; one mostly
+ * resident is cleared, as a memset costs a fifth of the fault a page
+ * that a program using it densely again would take (docs/BENCHMARKS.md,
+ * "calloc of page runs"). (A page only read maps the zero page, which
+ * counts as resident: a run read all over is cleared.) A shared heap's
+ * pages hold their data wherever they are mapped: cleared. */
+#define CLEAR_DISCARD_BYTES (1u << 20)
+static void clear_run(void *p, size_t size)
+{
+    size_t run = (size + TCM_PAGE_SIZE - 1) & ~(size_t)(TCM_PAGE_SIZE - 1);
+    if (tcm__proc.serve && size >= CLEAR_DISCARD_BYTES && tcm__released_reads_zero()) {
+        int64_t resident = tcm__resident_bytes(p, run);
+        if (resident >= 0 && (uint64_t)resident < run / 2 && tcm__discard(p, run) == 0)
+            return;
+    }
+    memset(p, 0, size);
+}
+
+/* calloc of a page run: cleared only where its pages may not read zero
+ * (one from the run cache, or one tcmd does not say is zero), so that a
+ * calloc of megabytes touches no page the program does not, as with the
+ * system's fresh mappings. */
+TCM_NOINLINE void *tcm__calloc_large(size_t size)
+{
+    tcm_thread_t *thr = atomic_load_explicit(&tcm__proc.attached, memory_order_acquire) ? current_thread() : NULL;
+    uint64_t mean = 0, off;
+    if (thr && tcm_unlikely(sample_due(thr, size)))
+        mean = sample_point(thr, size, &off);
+    bool zeroed;
+    void *p = large_for(thr, size, mean, (uintptr_t)__builtin_dwarf_cfa(), &zeroed);
+    if (p && !zeroed)
+        clear_run(p, size);
+    return p;
+}
+
 TCM_NOINLINE void *tcm__malloc_slow(size_t size)
 {
     /* the thread's record, once: a small allocation registers it (which
@@ -1389,22 +1450,15 @@ TCM_NOINLINE void *tcm__malloc_slow(size_t size)
         mean = sample_point(thr, size, &off);
     /* a sampled allocation gets a run of its own, marked by tcmd as a
      * sample's, whatever its size: a small one the run asked for ahead, or
-     * a fresh one (TCM_ALLOC_SAMPLED); a large one from the run cache as
-     * any, marked by a SAMPLE waited for (a round trip, where a fresh run
-     * of megabytes would cost its commit and faults too: milliseconds), or
-     * a fresh one */
+     * a fresh one (TCM_ALLOC_SAMPLED); a large one as large_for says */
     if (size > TCM_MAX_SMALL) {
-        bool cached;
-        void *p = large_alloc(size, 0, mean != 0, &cached);
-        if (p && mean)
-            sample_post(thr, &(sample_req_t){(uint64_t)((uint8_t *)p - tcm__proc.heap), mean, size,
-                                             (uintptr_t)__builtin_dwarf_cfa(), cached});
-        return p;
+        bool zeroed;
+        return large_for(thr, size, mean, (uintptr_t)__builtin_dwarf_cfa(), &zeroed);
     }
     /* (a small sample's page faults in where it is touched: mapping it
      * ahead, a system call, and then its first write cost more;
      * docs/BENCHMARKS.md, "The heap profile") */
-    if (off || (mean && alloc_pages(size ? size : 1, 0, true, &off, &asked) == TCM_ST_OK)) {
+    if (off || (mean && alloc_pages(size ? size : 1, 0, true, &off, &asked, NULL) == TCM_ST_OK)) {
         sample_post(thr, &(sample_req_t){off, mean, size, (uintptr_t)__builtin_dwarf_cfa(), false});
         sample_ask_ahead(thr, true, !atomic_load_explicit(&tcm__proc.meta->profile_rate, memory_order_relaxed));
         return tcm__proc.heap + off;

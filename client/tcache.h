@@ -18,6 +18,7 @@ TCM_HIDDEN void tcm__free_slow(void *p);
 TCM_HIDDEN void tcm__free_outgrown(void *p);
 #define TCM_OUTGROWN_BYTES 65536u
 TCM_HIDDEN void *tcm__large_alloc(size_t size, size_t align);
+TCM_HIDDEN void *tcm__calloc_large(size_t size); /* size above TCM_MAX_SMALL; zeroed */
 TCM_HIDDEN void tcm__flush_all(void);
 
 #endif

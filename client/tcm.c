@@ -46,6 +46,8 @@ void *tcm_calloc(size_t n, size_t size)
         errno = ENOMEM;
         return NULL;
     }
+    if (total > TCM_MAX_SMALL)
+        return tcm__calloc_large(total);
     void *p = tcm__malloc_fast(total);
     if (p)
         memset(p, 0, total);

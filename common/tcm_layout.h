@@ -213,6 +213,8 @@ typedef struct tcm_span {
         uint32_t scan;  /* SMALL: first word of its object bits that may have a free bit */
         uint32_t sample;/* LARGE: 1 + its heap-profile sample's index, TCM_SAMPLE_AWAITED, 0 none (a
                            client frees such a run to tcmd, never to its run cache) */
+        uint32_t zeroed;/* FREE, or cut and not yet mapped: 1 when every page reads zero (above the old
+                           top, or punched whole since it was last handed out); 0: not known */
     };
 } tcm_span_t;
 TCM_SHARED_SIZE(tcm_span_t, 32);
@@ -444,7 +446,7 @@ enum tcm_op {
     TCM_OP_REFILL = 1,      /* cls, count -> offs[nresult] */
     TCM_OP_RETURN = 2,      /* cls, count, offs[count] -> result = refused */
     TCM_OP_ALLOC_PAGES = 3, /* arg = npages, arg2 = alignment pages, cls = TCM_ALLOC_SAMPLED or 0 -> result =
-                               offset; cls = TCM_ALLOC_SAMPLE_RUNS: below */
+                               offset, nresult = TCM_RUN_ZEROED or 0; cls = TCM_ALLOC_SAMPLE_RUNS: below */
     TCM_OP_FREE_PAGES = 4,  /* arg = offset */
     TCM_OP_ROOT_SET = 5,    /* name in offs bytes, arg = offset or UINT64_MAX to delete, cls = enum
                                tcm_root_mode, arg2 = (REPLACE) the offset expected, UINT64_MAX: none */
@@ -485,6 +487,11 @@ static inline uint64_t tcm__sample_interval(uint32_t packed)
  * profile's ops: every tcmd that sets it serves it. */
 #define TCM_ALLOC_SAMPLE_RUNS 2u
 #define TCM_SAMPLE_RUNS_MAX 8u
+/* ALLOC_PAGES' nresult for a run of cls 0 or TCM_ALLOC_SAMPLED whose
+ * pages all read zero (tcm_span_t.zeroed), so that a calloc leaves them
+ * untouched; 0: not known (a tcmd of 0.2.0 answers every request with
+ * nresult 0, and a recovery answers so). */
+#define TCM_RUN_ZEROED 1u
 #define TCM_SAMPLE_AWAITED UINT32_MAX
 _Static_assert(TCM_SAMPLES < TCM_SAMPLE_AWAITED, "the awaited mark is no sample's 1 + index");
 #define TCM_NOPS 8u

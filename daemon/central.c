@@ -705,7 +705,8 @@ int tcm__large_alloc_ht(tcm_heap_t *h, uint64_t npages, uint64_t align_pages, ui
     /* logged before the run is mapped: a recovery that finds the run
      * there, mapped and owner's, knows it was made */
     TCM_PERSIST_STORE(*first, h->spans[s].first);
-    h->spans[s].sample = 0; /* the record's last use may have left a small span's scan hint there */
+    h->cut_zeroed = h->spans[s].zeroed != 0;
+    h->spans[s].sample = 0; /* (its free run's zeroed, or a small span's scan hint) */
     map_logged(h, s, TCM_SPAN_LARGE, 0, owner);
     return TCM_ST_OK;
 }
@@ -714,6 +715,7 @@ int tcm__large_map_taken_ht(tcm_heap_t *h, uint32_t s, uint32_t owner, uint32_t 
 {
     tcm__ph_transit_end_ht(h, s);
     TCM_PERSIST_STORE(*first, h->spans[s].first); /* logged before the run is mapped, as above */
+    h->cut_zeroed = h->spans[s].zeroed != 0;
     h->spans[s].sample = 0;
     map_logged(h, s, TCM_SPAN_LARGE, 0, owner);
     return TCM_ST_OK;

@@ -133,6 +133,7 @@ typedef struct tcm_heap {
     _Atomic uint64_t huge_ranges, huge_collapses, huge_failures, huge_splits, huge_dissolved;
     _Atomic int huge_errno;        /* the last collapse's error (0: it worked) */
     bool punch_split;              /* the punching in progress may split huge ranges (pressure) */
+    bool cut_zeroed;               /* the last page run made reads zero (its span's zeroed) */
     uint64_t last_change_ns;       /* when pages were last cut or freed (decay starts from it) */
     uint64_t cache_low_pages;      /* fewest free committed pages since window_ns: what nobody needed */
     uint64_t window_ns;            /* when the decay window began */

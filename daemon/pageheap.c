@@ -273,6 +273,7 @@ static void split_front(tcm_heap_t *h, uint32_t s, uint32_t n)
     rp->first = sp->first + n;
     rp->npages = sp->npages - n;
     rp->committed = sp->committed;
+    rp->zeroed = sp->zeroed;
     sp->npages = n;
     TCM_CRASH_POINT(split);
     insert_coalesced(h, r);
@@ -319,6 +320,7 @@ static uint32_t take_run(tcm_heap_t *h, uint32_t unit, uint32_t max_units, uint6
         h->spans[s].first = h->top;
         h->spans[s].npages = want;
         h->spans[s].committed = 0;
+        h->spans[s].zeroed = 1; /* never handed out */
         h->top += want;
         /* after commit_meta: pages below top have backed metadata */
         atomic_store_explicit(&h->state->top, h->top, memory_order_relaxed);
@@ -555,6 +557,7 @@ static void insert_coalesced(tcm_heap_t *h, uint32_t s)
             h->spans[r].first = e;
             h->spans[r].npages = sp->first + sp->npages - e;
             h->spans[r].committed = sp->committed;
+            h->spans[r].zeroed = sp->zeroed;
             sp->npages = e - sp->first;
             insert_merged(h, s);
             s = r;
@@ -574,6 +577,7 @@ static void insert_merged(tcm_heap_t *h, uint32_t s)
             h->page_span[h->spans[l].first + h->spans[l].npages - 1] = 0;
             sp->first = h->spans[l].first;
             sp->npages += h->spans[l].npages;
+            sp->zeroed = sp->zeroed && h->spans[l].zeroed;
             tcm__span_delete_ht(h, l);
             cursor_merged(h, sp->first, sp->npages);
             TCM_CRASH_POINT(coalesce);
@@ -587,6 +591,7 @@ static void insert_merged(tcm_heap_t *h, uint32_t s)
             free_remove(h, r);
             h->page_span[end] = 0;
             sp->npages += h->spans[r].npages;
+            sp->zeroed = sp->zeroed && h->spans[r].zeroed;
             tcm__span_delete_ht(h, r);
             cursor_merged(h, sp->first, sp->npages);
         }
@@ -630,6 +635,7 @@ void tcm__ph_insert_free_runs_ht(tcm_heap_t *h, const uint32_t *runs, uint32_t n
         }
         cur = s;
         sp->committed = 1;
+        sp->zeroed = 0; /* (its union held a scan hint or a sample) */
     }
     insert_coalesced(h, cur);
     TCM_STAT_ADD(h->meta, bytes_spans, -tcm__page_off((uint32_t)pages));
@@ -748,6 +754,7 @@ static uint64_t release_span(tcm_heap_t *h, uint32_t s)
         return 0;
     }
     TCM_CRASH_POINT(release);
+    sp->zeroed = tcm__released_reads_zero(); /* punched whole */
     if (!sp->committed)
         return 0;
     uint64_t bytes = tcm__page_off(sp->npages);
@@ -867,6 +874,7 @@ static int punch_backed_piece(tcm_heap_t *h, uint32_t s, uint32_t max_pages)
     h->spans[r].first = first;
     h->spans[r].npages = max_pages;
     h->spans[r].committed = 0;
+    h->spans[r].zeroed = tcm__released_reads_zero();
     insert_coalesced(h, r);
     return 0;
 }
@@ -1136,6 +1144,10 @@ static bool validate_walk(tcm_heap_t *h, char *why, size_t whylen)
         if (sp->state == TCM_SPAN_FREE) {
             if (!sp->on_list) {
                 snprintf(why, whylen, "free span %u at page %u is on no list", s, p);
+                return false;
+            }
+            if (sp->zeroed > 1) { /* what a span's last use left in its union, taken for a zero run */
+                snprintf(why, whylen, "free span %u at page %u has zeroed %u", s, p, sp->zeroed);
                 return false;
             }
             for (uint32_t q = p; q < p + sp->npages; q++)

@@ -267,6 +267,7 @@ static void resolve_request_intent(tcm_server_t *srv, report_t *r)
             slot->result = ri->offs[0];
         } else if (!answered) {
             slot->result = tcm__page_off(ri->first);
+            slot->nresult = 0; /* whether it reads zero is not known now */
             if (ri->cls == TCM_ALLOC_SAMPLED && !h->spans[h->page_span[ri->first]].sample)
                 h->spans[h->page_span[ri->first]].sample = TCM_SAMPLE_AWAITED; /* killed before its mark */
         }

@@ -180,6 +180,7 @@ static int op_alloc_pages(tcm_server_t *srv, tcm_client_t *c, tcm_slot_t *slot, 
     if (st != TCM_ST_OK)
         return st;
     slot->result = tcm__page_off(ri->first);
+    slot->nresult = srv->h.cut_zeroed ? TCM_RUN_ZEROED : 0;
     if (sampled)
         mark_awaited(&srv->h, ri->first);
     hand_out_pages(srv, c, npages);

@@ -51,9 +51,13 @@ void *tcm__reserve(uint64_t size);
  * /dev/shm is ENOMEM rather than SIGBUS; release so tmpfs really frees. */
 int tcm__commit(tcm_handle_t fd, uint64_t off, uint64_t len);
 int tcm__release(tcm_handle_t fd, uint64_t off, uint64_t len);
-/* The pages of [addr, addr + len) of a private mapping go back to the OS
- * (they read as zeros when next touched). 0 or -errno. */
+/* The pages of [addr, addr + len) of a private mapping go back to the OS.
+ * 0 or -errno. */
 int tcm__discard(void *addr, uint64_t len);
+/* Whether pages tcm__release or tcm__discard gave back read zero when next
+ * touched (a hole punched in tmpfs, MADV_DONTNEED on private memory); not
+ * where the system may keep their old contents (Windows' MEM_RESET). */
+bool tcm__released_reads_zero(void);
 /* Back [addr, addr + len) of a shared mapping now: -ENOMEM on a full
  * /dev/shm instead of a SIGBUS at the first write. */
 int tcm__populate(void *addr, uint64_t len);

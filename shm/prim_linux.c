@@ -244,6 +244,11 @@ int tcm__discard(void *addr, uint64_t len)
     return madvise(addr, (size_t)len, MADV_DONTNEED) == 0 ? 0 : -errno;
 }
 
+bool tcm__released_reads_zero(void)
+{
+    return true;
+}
+
 int64_t tcm__backed_bytes(tcm_handle_t fd)
 {
     struct stat st;

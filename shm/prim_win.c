@@ -430,6 +430,11 @@ int tcm__release(tcm_handle_t fd, uint64_t off, uint64_t len)
     return (int)on_range(fd, off, len, RESET);
 }
 
+bool tcm__released_reads_zero(void)
+{
+    return false; /* MEM_RESET keeps a page's contents until the system needs it */
+}
+
 int tcm__collapse(void *addr, uint64_t len)
 {
     (void)addr;

@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "tcm.h"
+#include "rss.h"
 #include "testutil.h"
 
 static tcm_test_daemon_t d;
@@ -57,6 +58,54 @@ static void test_calloc_zeroes_reused(void)
             CHECK_EQ(q[i], 0);
         tcm_free(q);
     }
+}
+
+/* calloc of a page run: one tcmd says reads zero (fresh, or punched since
+ * it was last used) is not written, so the process maps none of it until
+ * it uses it; one that comes back written (the run cache, tcmd's backed
+ * free runs) is cleared. */
+static bool all_zero(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return false;
+    return true;
+}
+
+static void test_calloc_large(void)
+{
+    const size_t n = 32u << 20;
+    char out[256];
+    CHECK_EQ(tt_tcmctl(&d, "release", out, sizeof out), 0); /* every free page punched: any run reads zero */
+    long before = tt_rss_kb(0);
+    unsigned char *p = tcm_calloc(1, n);
+    CHECK(p != NULL);
+    CHECK_LT(tt_rss_kb(0) - before, 4096); /* a memset had mapped 32 MiB */
+    CHECK(all_zero(p, n));
+    memset(p, 0xa5, n);
+    tcm_free(p); /* into the run cache */
+    unsigned char *q = tcm_calloc(n / 4096, 4096);
+    CHECK(q == p);
+    CHECK(all_zero(q, n));
+    memset(q, 0xa5, n);
+    CHECK_EQ(tt_tcmctl(&d, "config set run_cache 0", out, sizeof out), 0);
+    uint64_t freed = tt_stat(&d, "requests_free_pages");
+    tcm_free(q); /* to tcmd: a backed free run, written */
+    CHECK_EQ(tt_wait_stat(&d, "requests_free_pages", freed + 1, 5000), freed + 1);
+    q = tcm_calloc(1, n);
+    CHECK(q == p);
+    CHECK(all_zero(q, n));
+    memset(q, 0xa5, n);
+    tcm_free(q);
+    CHECK_EQ(tt_wait_stat(&d, "requests_free_pages", freed + 2, 5000), freed + 2);
+    CHECK_EQ(tt_tcmctl(&d, "release", out, sizeof out), 0); /* punched: zero again, and unmapped here */
+    before = tt_rss_kb(0);
+    q = tcm_calloc(1, n);
+    CHECK(q != NULL);
+    CHECK_LT(tt_rss_kb(0) - before, 4096);
+    CHECK(all_zero(q, n));
+    tcm_free(q);
+    CHECK_EQ(tt_tcmctl(&d, "config set run_cache 128M", out, sizeof out), 0);
 }
 
 static void test_realloc(void)
@@ -383,6 +432,7 @@ int main(void)
         {"basics", test_basics},
         {"tcm_stat serves every figure", test_stat_every_figure},
         {"calloc zeroes reused memory", test_calloc_zeroes_reused},
+        {"calloc of a page run writes only what may not read zero", test_calloc_large},
         {"realloc", test_realloc},
         {"aligned", test_aligned},
         {"offsets and roots", test_offsets_and_roots},

@@ -21,7 +21,11 @@
  *                               without refills (SWEEP_REQUESTS_MAX)
  *   tcm_preload_private threads threads that each use a few objects of
  *                               ~40 sizes cost the process little memory
- *                               each (THREAD_MAX_KB) */
+ *                               each (THREAD_MAX_KB)
+ *   tcm_preload_private calloc  a calloc of fresh pages, or of pages freed
+ *                               sparsely written, maps none of them
+ *                               (CALLOC_TOUCH_MAX_KB); one of pages that
+ *                               come back written reads zero too */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -323,8 +327,67 @@ static int threads_case(void)
     return before >= 0 && each < THREAD_MAX_KB ? 0 : fail("a thread's cache costs a page a class it used");
 }
 
+/* calloc of a page run: one of pages never used or given back since
+ * (their zeroes are the kernel's) is not written, as with the system
+ * malloc's fresh mappings; one reused from the process's own frees is. */
+#define CALLOC_BYTES (64u << 20)
+#define CALLOC_TOUCH_MAX_KB 4096
+
+static bool all_zero(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return false;
+    return true;
+}
+
+static int calloc_case(void)
+{
+    long before = tt_rss_kb(0);
+    unsigned char *p = calloc(1, CALLOC_BYTES);
+    long touched = tt_rss_kb(0) - before;
+    if (!p)
+        return fail("calloc");
+    if (touched > CALLOC_TOUCH_MAX_KB) {
+        fprintf(stderr, "tcm_preload_private: a calloc of %u MiB of fresh pages mapped %ld KiB\n",
+                CALLOC_BYTES >> 20, touched);
+        return 1;
+    }
+    /* written sparsely (read only there: a read of the rest would map the
+     * zero page, which counts as resident), freed, asked for again: given
+     * back rather than cleared */
+    for (size_t o = 0; o < CALLOC_BYTES; o += 64 * 4096) {
+        if (p[o + 100])
+            return fail("a fresh calloc is not zero");
+        p[o + 100] = 0xa5;
+    }
+    free(p);
+    before = tt_rss_kb(0);
+    if (!(p = calloc(1, CALLOC_BYTES)))
+        return fail("calloc");
+    long sparse = tt_rss_kb(0) - before;
+    if (sparse > CALLOC_TOUCH_MAX_KB) {
+        fprintf(stderr, "tcm_preload_private: a calloc of pages freed sparsely written mapped %ld KiB\n", sparse);
+        return 1;
+    }
+    if (!all_zero(p, CALLOC_BYTES))
+        return fail("a calloc of pages freed sparsely written is not zero");
+    for (int i = 0; i < 4; i++) { /* written, freed, asked for again: cleared */
+        memset(p, 0xa5, CALLOC_BYTES);
+        free(p);
+        if (!(p = calloc(CALLOC_BYTES / 4096, 4096)) || !all_zero(p, CALLOC_BYTES))
+            return fail("a calloc of pages freed written is not zero");
+    }
+    free(p);
+    printf("a calloc of %u MiB mapped %ld KiB of fresh pages, %ld KiB of pages freed sparsely written\n",
+           CALLOC_BYTES >> 20, touched, sparse);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "calloc") == 0)
+        return calloc_case();
     if (argc == 2 && strcmp(argv[1], "threads") == 0)
         return threads_case();
     if (argc == 2 && strcmp(argv[1], "flow") == 0)
@@ -345,6 +408,6 @@ int main(int argc, char **argv)
     }
     if (argc == 2 && strcmp(argv[1], "fork") == 0)
         return fork_case();
-    fprintf(stderr, "usage: tcm_preload_private where|fork|sparse|grow|flow|sweep|threads\n");
+    fprintf(stderr, "usage: tcm_preload_private where|fork|sparse|grow|flow|sweep|threads|calloc\n");
     return 2;
 }

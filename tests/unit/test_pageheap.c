@@ -787,6 +787,81 @@ static void test_sparse(void)
     validate();
 }
 
+/* Which runs read zero (tcm_span_t.zeroed, answered as TCM_RUN_ZEROED):
+ * one cut above top, or from pages punched whole since they were last
+ * handed out; not one freed and cut again backed, nor any a recovery
+ * rebuilt, nor a merge of a zeroed run with such a one. The pages are read
+ * to agree. */
+static bool pages_zero(const uint8_t *p, uint64_t npages)
+{
+    for (uint64_t i = 0; i < npages * TCM_PAGE_SIZE; i++)
+        if (p[i])
+            return false;
+    return true;
+}
+
+static void test_zeroed(void)
+{
+    uint64_t a, b, c, d, bytes;
+    uint32_t owner;
+    bool zero = tcm__released_reads_zero();
+    char err[200];
+    uint8_t *view = tcm__map(heap_fd, HEAP, NULL, true, err, sizeof err);
+    CHECK(view != NULL);
+    CHECK_EQ(large_alloc(8, 1, 1, &a), TCM_ST_OK);
+    CHECK(h.cut_zeroed); /* above top */
+    CHECK(pages_zero(view + a, 8));
+    CHECK_EQ(large_alloc(8, 1, 1, &b), TCM_ST_OK);
+    CHECK_EQ(large_alloc(8, 1, 1, &d), TCM_ST_OK); /* keeps a and b off the top */
+    memset(view + a, 0xa5, 8 * TCM_PAGE_SIZE);
+    memset(view + b, 0xa5, 8 * TCM_PAGE_SIZE);
+    CHECK_EQ(tcm__large_free_ht(&h, a, &bytes, &owner), TCM_ST_OK);
+    CHECK_EQ(large_alloc(8, 1, 1, &c), TCM_ST_OK);
+    CHECK_EQ(c, a);
+    CHECK(!h.cut_zeroed); /* freed, still backed: what it held is there */
+    CHECK_EQ(view[c + 8 * TCM_PAGE_SIZE - 1], 0xa5);
+    CHECK_EQ(tcm__large_free_ht(&h, c, &bytes, &owner), TCM_ST_OK);
+    tcm__ph_release_ht(&h, 0); /* a punched whole */
+    validate();
+    CHECK_EQ(large_alloc(4, 1, 1, &c), TCM_ST_OK);
+    CHECK_EQ(c, a);
+    CHECK_EQ(h.cut_zeroed, zero); /* a cut of it too */
+    if (zero)
+        CHECK(pages_zero(view + c, 4));
+    /* a recovery knows only what is backed */
+    CHECK_EQ(tcm__ph_rebuild_ht(&h), 0);
+    CHECK_EQ(tcm__central_rebuild_ht(&h), 0);
+    validate();
+    uint32_t rest = h.page_span[(a >> TCM_PAGE_SHIFT) + 4];
+    CHECK_EQ(h.spans[rest].npages, 4);
+    CHECK(!h.spans[rest].zeroed);
+    /* b punched whole (the backed runs only) joins it: nor is the merge */
+    CHECK_EQ(tcm__large_free_ht(&h, b, &bytes, &owner), TCM_ST_OK);
+    tcm__ph_release_ht(&h, 1);
+    validate();
+    rest = h.page_span[(a >> TCM_PAGE_SHIFT) + 4];
+    CHECK_EQ(h.spans[rest].npages, 12);
+    CHECK(!h.spans[rest].zeroed);
+    CHECK_EQ(large_alloc(12, 1, 1, &c), TCM_ST_OK);
+    CHECK_EQ(c, a + 4 * TCM_PAGE_SIZE);
+    CHECK(!h.cut_zeroed);
+    /* a whole release (tcmctl release) punches the released runs too */
+    memset(view + c, 0xa5, 12 * TCM_PAGE_SIZE);
+    CHECK_EQ(tcm__large_free_ht(&h, c, &bytes, &owner), TCM_ST_OK);
+    CHECK_EQ(tcm__ph_rebuild_ht(&h), 0);
+    CHECK_EQ(tcm__central_rebuild_ht(&h), 0);
+    CHECK(!h.spans[h.page_span[c >> TCM_PAGE_SHIFT]].zeroed);
+    tcm__ph_release_ht(&h, 0);
+    validate();
+    CHECK_EQ(large_alloc(12, 1, 1, &c), TCM_ST_OK);
+    CHECK_EQ(c, a + 4 * TCM_PAGE_SIZE);
+    CHECK_EQ(h.cut_zeroed, zero);
+    if (zero)
+        CHECK(pages_zero(view + c, 12));
+    (void)d;
+    tcm__unmap(view, HEAP);
+}
+
 #define ON_A_NEW_HEAP(name) \
     static void case_##name(void) \
     { \
@@ -807,6 +882,7 @@ ON_A_NEW_HEAP(roots)
 ON_A_NEW_HEAP(steps)
 ON_A_NEW_HEAP(huge)
 ON_A_NEW_HEAP(sparse)
+ON_A_NEW_HEAP(zeroed)
 
 int main(void)
 {
@@ -814,6 +890,7 @@ int main(void)
         {"runs", case_runs}, {"objects", case_objects}, {"batch", case_batch}, {"kept", case_kept}, {"cut", case_cut}, {"random", case_random}, {"release", case_release},
         {"backed first", case_backed_first}, {"limit across states", case_limit_across_states},
         {"limit", case_limit}, {"roots", case_roots}, {"steps", case_steps}, {"huge ranges", case_huge}, {"sparse ranges", case_sparse},
+        {"zeroed runs", case_zeroed},
     };
     return tt_run_cases("pageheap", cases, sizeof cases / sizeof cases[0], 60000) != 0;
 }
