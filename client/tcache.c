@@ -1382,14 +1382,19 @@ TCM_NOINLINE static void sample_post(tcm_thread_t *thr, const sample_req_t *samp
     tcm__sample_done(thr);
 }
 
-/* A run for an allocation above TCM_MAX_SMALL, the heap profile's sample
- * where mean is set (its stack from the frame whose CFA is cfa up); a
- * sampled one gets a run of its own as any, from the run cache (marked by
- * a SAMPLE waited for: a round trip, where a fresh run of megabytes would
- * cost its commit and faults too, milliseconds) or a fresh one. *zeroed:
- * its pages read zero. */
-static void *large_for(tcm_thread_t *thr, size_t size, uint64_t mean, uintptr_t cfa, bool *zeroed)
+/* A run for an allocation above TCM_MAX_SMALL (an attached process's
+ * thread counts it down for the heap profile: the allocation of a process
+ * not yet attached tries attaching itself, not twice). A sampled one gets
+ * a run of its own as any, from the run cache (marked by a SAMPLE waited
+ * for: a round trip, where a fresh run of megabytes would cost its commit
+ * and faults too, milliseconds) or a fresh one, and its stack is told from
+ * the frame whose CFA is cfa up. *zeroed: its pages read zero. */
+static void *large_for(size_t size, uintptr_t cfa, bool *zeroed)
 {
+    tcm_thread_t *thr = atomic_load_explicit(&tcm__proc.attached, memory_order_acquire) ? current_thread() : NULL;
+    uint64_t mean = 0, off;
+    if (thr && tcm_unlikely(sample_due(thr, size)))
+        mean = sample_point(thr, size, &off);
     bool cached;
     void *p = large_alloc(size, 0, mean != 0, &cached, zeroed);
     if (p && mean)
@@ -1426,12 +1431,8 @@ static void clear_run(void *p, size_t size)
  * system's fresh mappings. */
 TCM_NOINLINE void *tcm__calloc_large(size_t size)
 {
-    tcm_thread_t *thr = atomic_load_explicit(&tcm__proc.attached, memory_order_acquire) ? current_thread() : NULL;
-    uint64_t mean = 0, off;
-    if (thr && tcm_unlikely(sample_due(thr, size)))
-        mean = sample_point(thr, size, &off);
     bool zeroed;
-    void *p = large_for(thr, size, mean, (uintptr_t)__builtin_dwarf_cfa(), &zeroed);
+    void *p = large_for(size, (uintptr_t)__builtin_dwarf_cfa(), &zeroed);
     if (p && !zeroed)
         clear_run(p, size);
     return p;
@@ -1439,25 +1440,21 @@ TCM_NOINLINE void *tcm__calloc_large(size_t size)
 
 TCM_NOINLINE void *tcm__malloc_slow(size_t size)
 {
+    if (size > TCM_MAX_SMALL) {
+        bool zeroed;
+        return large_for(size, (uintptr_t)__builtin_dwarf_cfa(), &zeroed);
+    }
     /* the thread's record, once: a small allocation registers it (which
-     * attaches), a page run only in an attached process (its allocation
-     * tries attaching itself: not twice) */
-    tcm_thread_t *thr = size <= TCM_MAX_SMALL || atomic_load_explicit(&tcm__proc.attached, memory_order_acquire)
-                            ? current_thread()
-                            : NULL;
+     * attaches) */
+    tcm_thread_t *thr = current_thread();
     uint64_t mean = 0, off = 0, asked; /* mean: the sample's weight (what its interval was drawn around) */
     if (thr && tcm_unlikely(sample_due(thr, size)))
         mean = sample_point(thr, size, &off);
     /* a sampled allocation gets a run of its own, marked by tcmd as a
-     * sample's, whatever its size: a small one the run asked for ahead, or
-     * a fresh one (TCM_ALLOC_SAMPLED); a large one as large_for says */
-    if (size > TCM_MAX_SMALL) {
-        bool zeroed;
-        return large_for(thr, size, mean, (uintptr_t)__builtin_dwarf_cfa(), &zeroed);
-    }
-    /* (a small sample's page faults in where it is touched: mapping it
-     * ahead, a system call, and then its first write cost more;
-     * docs/BENCHMARKS.md, "The heap profile") */
+     * sample's: the run asked for ahead, or a fresh one (TCM_ALLOC_SAMPLED);
+     * its page faults in where it is touched (mapping it ahead, a system
+     * call, and then its first write cost more; docs/BENCHMARKS.md, "The
+     * heap profile") */
     if (off || (mean && alloc_pages(size ? size : 1, 0, true, &off, &asked, NULL) == TCM_ST_OK)) {
         sample_post(thr, &(sample_req_t){off, mean, size, (uintptr_t)__builtin_dwarf_cfa(), false});
         sample_ask_ahead(thr, true, !atomic_load_explicit(&tcm__proc.meta->profile_rate, memory_order_relaxed));

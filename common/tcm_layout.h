@@ -224,7 +224,7 @@ TCM_SHARED_OFFSET(tcm_span_t, nfree, 16); TCM_SHARED_OFFSET(tcm_span_t, owner, 2
 TCM_SHARED_OFFSET(tcm_span_t, rec, 20); TCM_SHARED_OFFSET(tcm_span_t, state, 24);
 TCM_SHARED_OFFSET(tcm_span_t, cls, 25); TCM_SHARED_OFFSET(tcm_span_t, committed, 26);
 TCM_SHARED_OFFSET(tcm_span_t, on_list, 27); TCM_SHARED_OFFSET(tcm_span_t, scan, 28);
-TCM_SHARED_OFFSET(tcm_span_t, sample, 28);
+TCM_SHARED_OFFSET(tcm_span_t, sample, 28); TCM_SHARED_OFFSET(tcm_span_t, zeroed, 28);
 
 /* Runtime settings. W: the main thread, at start and on config set and
  * SIGHUP (tcm__config_publish: every value, then gen bumped; seq_cst);
