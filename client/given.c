@@ -87,27 +87,11 @@ static void map_pages(uint64_t first, uint64_t npages)
         atomic_fetch_or_explicit(&m[p / 64], 1ull << (p % 64), memory_order_relaxed);
 }
 
-/* The pages of the span [*first, +*np) that the objects offs[0..n) in it
- * are on. In a private heap, mapping the rest would allocate pages that
- * may never be used: a whole span for each class a program uses a few
- * objects of (redis under the drop-in: 2.5 MB of its 27). */
-static void narrow_to_objects(const uint64_t *offs, uint32_t n, uint64_t size, uint64_t *first, uint64_t *np)
-{
-    uint64_t lo = UINT64_MAX, hi = 0, end = *first + *np;
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t p = offs[i] >> TCM_PAGE_SHIFT, last = (offs[i] + size - 1) >> TCM_PAGE_SHIFT;
-        if (p < *first || p >= end)
-            continue;
-        lo = p < lo ? p : lo;
-        hi = last > hi ? last : hi;
-    }
-    *first = lo;
-    *np = (hi < end ? hi : end - 1) + 1 - lo;
-}
-
-void tcm__map_given(unsigned cls, const uint64_t *offs, uint32_t n)
+void tcm__map_given(const uint64_t *offs, uint32_t n)
 {
     const tcm_proc_t *pr = &tcm__proc;
+    if (pr->serve) /* a private heap (given.h) */
+        return;
     for (uint32_t i = 0; i < n; i++) {
         uint64_t page = offs[i] >> TCM_PAGE_SHIFT;
         if (page_mapped(page))
@@ -118,8 +102,6 @@ void tcm__map_given(unsigned cls, const uint64_t *offs, uint32_t n)
         uint64_t first = sp->first, np = sp->npages;
         if (first > page || page - first >= np || np > TCM_MAP_SPAN_PAGES)
             first = page, np = 1;
-        else if (pr->serve) /* a private heap */
-            narrow_to_objects(offs + i, n - i, pr->classes[cls].size, &first, &np);
         map_pages(first, np);
     }
 }
@@ -129,6 +111,6 @@ void tcm__map_given_run(uint64_t off, uint64_t npages)
     uint64_t first = off >> TCM_PAGE_SHIFT;
     /* one larger than this may be touched here and there only: mapping
      * all of it could cost more than the faults it saves */
-    if (npages <= TCM_MAP_RUN_PAGES && !page_mapped(first))
+    if (!tcm__proc.serve && npages <= TCM_MAP_RUN_PAGES && !page_mapped(first)) /* (given.h) */
         map_pages(first, npages);
 }

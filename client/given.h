@@ -14,15 +14,17 @@
 TCM_HIDDEN void tcm__check_given(unsigned cls, const uint64_t *offs, uint32_t n);
 TCM_HIDDEN void tcm__check_given_run(uint64_t off, uint64_t npages);
 /* Map into this process, in one call per span, the pages of what tcmd
- * just handed out (checked): the spans of n objects of class cls, or a
- * page run. The pages are committed already (tcmd commits a span whole
- * before it hands out any of it, and it stays so while an object of it is
- * out), so this maps them and commits nothing: it saves a fault per page
- * (a few microseconds each, far more in a VM) for the price of a walk of
- * the page table. A private heap (the drop-in's) commits nothing ahead:
- * its pages are the process's anonymous memory, allocated where first
- * written, so there only the pages the objects are on are mapped. */
-TCM_HIDDEN void tcm__map_given(unsigned cls, const uint64_t *offs, uint32_t n);
+ * just handed out (checked): the spans of n objects, or a page run. The
+ * pages are committed already (tcmd commits a span whole before it hands
+ * out any of it, and it stays so while an object of it is out), so this
+ * maps them and commits nothing: it saves a fault per page (a few
+ * microseconds each, far more in a VM) for the price of a walk of the page
+ * table. A private heap (the drop-in's) maps nothing ahead: its pages are
+ * the process's anonymous memory, which a call backs no faster than the
+ * faults do, and what it backs the program may never touch (a batch's
+ * last objects, the middle of a large block; docs/BENCHMARKS.md, "A
+ * private heap maps nothing ahead"). */
+TCM_HIDDEN void tcm__map_given(const uint64_t *offs, uint32_t n);
 TCM_HIDDEN void tcm__map_given_run(uint64_t off, uint64_t npages);
 /* A page-map byte that is neither free, a size class nor the page-run
  * marker (tcmd writes no other): fatal, naming the pointer and the byte,

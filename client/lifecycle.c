@@ -83,7 +83,8 @@ static void go_live(tcm_proc_t *pr)
     atomic_store(&tcm__heap_bytes, pr->heap_size);
     atomic_store(&tcm__heap_granules, pr->heap_size >> TCM_GRANULE_SHIFT);
     atomic_store(&pr->attached, true);
-    tcm__bg_start();
+    if (!pr->serve) /* a private heap's starts once it has memory to give back (local.c) */
+        tcm__bg_start();
 }
 
 /* Map the segments of a Welcome from the descriptors that came with it

@@ -4,7 +4,7 @@
  * central lists (daemon/) laid out in private anonymous mappings, served in
  * the process itself. A thread that posts a request on the channel takes
  * serve_lock and runs the heap thread's code on it before tcm__post
- * returns; the background thread runs the decay. Everything above
+ * returns; the background thread, once the heap has grown, runs the decay. Everything above
  * (thread caches, transfer tier) is libtcm's, unchanged; it has no
  * page-run cache (configure).
  * Exit gives it all back with the process's memory, and fork is the
@@ -44,10 +44,18 @@
  * programs under the drop-in"). */
 #define LOCAL_BATCH_BYTES (64u << 10)
 
+/* The background thread (background.c: the decay's ticks, the transfer
+ * tier's trim) starts once the page heap's top passes this: a program
+ * whose heap stays smaller (most programs a script runs) pays for no
+ * thread, whose start and exit cost it more than its whole heap's setup
+ * (docs/BENCHMARKS.md, "A short program's start"), and keeps at most this
+ * much that a thread would have given back. A fork child's starts at its
+ * first request if the parent's heap had passed it. */
+#define BG_AFTER_BYTES (4u << 20)
+
 static tcm_server_t *srv;           /* the heap thread's view, in the process's memory */
 static tcm_client_t client;         /* the one client: this process */
 static pthread_mutex_t serve_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic bool restart_bg;     /* a fork child: its background thread starts at its next request */
 static uint32_t local_threads;      /* thread caches: tcmd's default max_threads */
 
 static void serve(void)
@@ -55,10 +63,11 @@ static void serve(void)
     pthread_mutex_lock(&serve_lock);
     tcm__serve_client_ht(srv, &client, false);
     tcm__decay_window_ht(srv, tcm__now_ns());
+    bool big = (uint64_t)srv->h.top << TCM_PAGE_SHIFT >= BG_AFTER_BYTES;
     pthread_mutex_unlock(&serve_lock);
-    if (tcm_unlikely(atomic_load_explicit(&restart_bg, memory_order_relaxed)) &&
+    if (tcm_unlikely(big && !atomic_load_explicit(&tcm__proc.bg_running, memory_order_relaxed)) &&
         pthread_mutex_trylock(&tcm__proc.attach_lock) == 0) {
-        if (atomic_exchange(&restart_bg, false) && !tcm__proc.bg_running)
+        if (!tcm__proc.bg_running)
             tcm__bg_start();
         pthread_mutex_unlock(&tcm__proc.attach_lock);
     }
@@ -87,7 +96,6 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     pthread_mutex_unlock(&serve_lock);
-    atomic_store(&restart_bg, true);
 }
 
 static uint64_t setting(const char *text)

@@ -239,7 +239,7 @@ static uint32_t take_from_daemon(tcm_thread_t *thr, unsigned cls, void **dst, ui
     }
     uint32_t got = slot->nresult < want + share ? slot->nresult : want + share;
     tcm__check_given(cls, slot->offs, got);
-    tcm__map_given(cls, slot->offs, got);
+    tcm__map_given(slot->offs, got);
     uint32_t n = got < want ? got : want;
     for (uint32_t i = 0; i < n; i++)
         dst[i] = tcm__proc.heap + slot->offs[i];
@@ -308,7 +308,7 @@ static void settle_slot(tcm_slot_t *slot, uint32_t idx, tcm_thread_t *owner, tcm
             n = n < TCM_MAX_BATCH ? n : TCM_MAX_BATCH;
             tcm__check_given(cls, slot->offs, n);
             if (into)
-                tcm__map_given(cls, slot->offs, n);
+                tcm__map_given(slot->offs, n);
             uint32_t k = into ? stash_fetched(into, cls, slot, n) : 0;
             if (k < n) { /* no room: back to tcmd */
                 memmove(slot->offs, slot->offs + k, (n - k) * sizeof slot->offs[0]);

@@ -166,7 +166,7 @@ TCM_NOINLINE void *tcm__xfer_alloc(unsigned cls)
         if (want && tcm__call(slot, idx) == TCM_ST_OK) {
             uint32_t n = slot->nresult < want ? slot->nresult : want;
             tcm__check_given(cls, slot->offs, n);
-            tcm__map_given(cls, slot->offs, n);
+            tcm__map_given(slot->offs, n);
             for (uint32_t i = 0; i < n; i++)
                 xfer_objs(cls)[i] = pr->heap + slot->offs[i];
             x->count = n; /* before the slot is released: a reclaim finds them in one place or both */

@@ -150,6 +150,7 @@ private_case grow "a bin keeps little of a class realloc moved out of"
 private_case flow "a bin's room stops at its cap where frees flow one way"
 private_case sweep "a class that sweeps its bin has its room grown past the cap"
 private_case calloc "fresh pages are the kernel's zeroes: not written"
+private_case start "a small heap's program pays for no thread; a block's pages map as written"
 held=$(stat bytes_clients) committed=$(stat bytes_committed) clients=$(stat clients_total)
 for _ in $(seq 1000); do LD_PRELOAD=$lib ls /usr/bin > /dev/null; done
 "$build/tcmctl" release > /dev/null

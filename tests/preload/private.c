@@ -25,8 +25,15 @@
  *   tcm_preload_private calloc  a calloc of fresh pages, or of pages freed
  *                               sparsely written, maps none of them
  *                               (CALLOC_TOUCH_MAX_KB); one of pages that
- *                               come back written reads zero too */
+ *                               come back written reads zero too
+ *   tcm_preload_private start   a program with a small heap has no thread
+ *                               of the library's, and a block it writes a
+ *                               byte of maps that byte's page, not the
+ *                               block (START_TOUCH_MAX_KB); one whose heap
+ *                               grows past BG_AFTER_BYTES (client/local.c)
+ *                               has the background thread */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -384,8 +391,57 @@ static int calloc_case(void)
     return 0;
 }
 
+/* The process's threads (its /proc/self/task entries). */
+static int threads_now(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    if (!d)
+        return -1;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* A block of 2 MiB mapped whole when handed out was 2 MiB more resident;
+ * the page written, the span records and the heap's growth are a few. */
+#define START_TOUCH_MAX_KB 256
+
+static void *volatile kept;
+
+static int start_case(void)
+{
+    void *small[8];
+    for (int i = 0; i < 8; i++)
+        small[i] = malloc(16u << i);
+    if (threads_now() != 1)
+        return fail("a program of a few small blocks has a thread it did not make");
+    long before = resident_kb(small[0]);
+    char *block = malloc(2u << 20);
+    block[4096] = 1;
+    long grew = resident_kb(small[0]) - before;
+    int alone = threads_now();
+    char *big = malloc(8u << 20); /* the heap's top past BG_AFTER_BYTES: the background thread starts */
+    big[0] = 1;
+    int with_big = threads_now();
+    kept = big; /* (else the compiler may drop the mallocs of blocks never read) */
+    kept = block;
+    printf("a 2 MiB block written at one byte: %ld KiB more resident; threads %d, then %d with 10 MiB\n", grew,
+           alone, with_big);
+    free(big);
+    free(block);
+    for (int i = 0; i < 8; i++)
+        free(small[i]);
+    if (before < 0 || grew >= START_TOUCH_MAX_KB)
+        return fail("a block was mapped whole when handed out");
+    return alone == 1 && with_big == 2 ? 0 : fail("the background thread did not start with the heap's growth alone");
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "start") == 0)
+        return start_case();
     if (argc == 2 && strcmp(argv[1], "calloc") == 0)
         return calloc_case();
     if (argc == 2 && strcmp(argv[1], "threads") == 0)
@@ -408,6 +464,6 @@ int main(int argc, char **argv)
     }
     if (argc == 2 && strcmp(argv[1], "fork") == 0)
         return fork_case();
-    fprintf(stderr, "usage: tcm_preload_private where|fork|sparse|grow|flow|sweep|threads|calloc\n");
+    fprintf(stderr, "usage: tcm_preload_private where|fork|sparse|grow|flow|sweep|threads|calloc|start\n");
     return 2;
 }
