@@ -913,7 +913,9 @@ TCM_COLD static void thread_exit(void *arg)
          * their memory pinned: to the daemon, and the tier too once at
          * most one thread is left. Trimmed through this thread's slot, so
          * before its index is given to a new thread. */
-        bool bg = atomic_load_explicit(&pr->bg_running, memory_order_relaxed);
+        /* (a private heap's starts only once its heap passes BG_AFTER_BYTES,
+         * local.c: until then the tier pins at most that much) */
+        bool bg = atomic_load_explicit(&pr->bg_running, memory_order_relaxed) || pr->serve;
         thread_flush(thr, !bg, true);
         if (atomic_fetch_sub(&pr->nthreads, 1) <= 2 && !bg)
             tcm__xfer_trim(true);
