@@ -231,7 +231,8 @@ typedef struct tcm_proc {
     /* Heap pages (TCM_PAGE_SIZE) this process has mapped in one call
      * (tcm__map_given): a bit per page, set racily by any thread. A bit
      * may outlive its mapping (tcmd punched the page out since): that page
-     * then faults in as it would have anyway. NULL: no map (calloc failed). */
+     * then faults in as it would have anyway. NULL: no map (a private heap,
+     * which maps nothing ahead, or calloc failed). */
     _Atomic uint64_t *mapped;
     /* the heap profile: the mean a thread's last sample set as it kept to
      * profile_rate (profile.c), where a new thread starts */

@@ -68,7 +68,7 @@ static int use_channel(tcm_proc_t *pr)
      * pages are not mapped in the child), a heap mapped before may be
      * another: none of it is known mapped now */
     free((void *)pr->mapped);
-    pr->mapped = calloc((pr->heap_size >> TCM_PAGE_SHIFT) / 64 + 1, sizeof *pr->mapped);
+    pr->mapped = pr->serve ? NULL : calloc((pr->heap_size >> TCM_PAGE_SHIFT) / 64 + 1, sizeof *pr->mapped);
     return pr->caches ? 0 : -ENOMEM;
 }
 
@@ -181,12 +181,12 @@ TCM_COLD int tcm__attach_private(uint8_t *heap, uint64_t heap_size, const tcm_me
     use_meta(pr);
     tcm__chan_layout(&pr->lay, pr->classes, max_threads, true);
     pr->chan = chan;
+    pr->serve = serve;
+    pr->tick = tick;
     if (use_channel(pr) != 0)
         return -ENOMEM;
     pr->client_id = pr->chan_hdr->client_id;
     pr->sock = -1;
-    pr->serve = serve;
-    pr->tick = tick;
     go_live(pr);
     return 0;
 }
