@@ -22,8 +22,8 @@ TCM_HIDDEN void tcm__check_given_run(uint64_t off, uint64_t npages);
  * table. A private heap (the drop-in's) maps nothing ahead: its pages are
  * the process's anonymous memory, which a call backs no faster than the
  * faults do, and what it backs the program may never touch (a batch's
- * last objects, the middle of a large block; docs/BENCHMARKS.md, "A
- * private heap maps nothing ahead"). */
+ * last objects, the middle of a large block; docs/BENCHMARKS.md, "Real
+ * programs under the drop-in"). */
 TCM_HIDDEN void tcm__map_given(const uint64_t *offs, uint32_t n);
 TCM_HIDDEN void tcm__map_given_run(uint64_t off, uint64_t npages);
 /* A page-map byte that is neither free, a size class nor the page-run

@@ -47,10 +47,10 @@
 /* The background thread (background.c: the decay's ticks, the transfer
  * tier's trim) starts once the page heap's top passes this: a program
  * whose heap stays smaller (most programs a script runs) pays for no
- * thread, whose start and exit cost it more than its whole heap's setup
- * (docs/BENCHMARKS.md, "A short program's start"), and keeps at most this
- * much that a thread would have given back. A fork child's starts at its
- * first request if the parent's heap had passed it. */
+ * thread, whose start and exit were half of what the drop-in added to
+ * such a program (docs/BENCHMARKS.md, "Real programs under the drop-in"),
+ * and keeps at most this much that a thread would have given back. A fork
+ * child's starts at its first request if the parent's heap had passed it. */
 #define BG_AFTER_BYTES (4u << 20)
 
 static tcm_server_t *srv;           /* the heap thread's view, in the process's memory */
