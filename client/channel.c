@@ -187,12 +187,17 @@ void tcm__slot_release(tcm_slot_t *slot)
         pthread_mutex_unlock(&tcm__proc.spare_lock);
 }
 
+int tcm__back(void *addr, uint64_t len)
+{
+    return tcm__proc.serve ? 0 : tcm__populate(addr, len);
+}
+
 /* Back the first `want` entries of an object array in the channel before
  * they are written; returns how many are backed (fewer only when /dev/shm
  * is full). */
 uint32_t tcm__back_array(void **objs, uint32_t *backed, uint32_t want)
 {
-    if (want <= *backed)
+    if (want <= *backed || tcm__proc.serve)
         return want;
     /* to the end of the OS page entry want - 1 is on: the arrays do not
      * start on a page, and a page's worth from the first entry backed two

@@ -49,6 +49,11 @@ TCM_HIDDEN void tcm__return_done(tcm_slot_t *slot, int status, unsigned cls);
 /* Back the first `want` entries of an object array in the channel before
  * they are written; returns how many are backed (fewer only when /dev/shm
  * is full). */
+/* Back [addr, +len) of the channel before it is written: on tcmd's a full
+ * /dev/shm is then an error here rather than a SIGBUS at the write. A
+ * private heap's channel is the process's anonymous memory, backed as
+ * written: nothing to do (as tcm__back_array). 0 or -errno. */
+TCM_HIDDEN int tcm__back(void *addr, uint64_t len);
 TCM_HIDDEN uint32_t tcm__back_array(void **objs, uint32_t *backed, uint32_t want);
 TCM_HIDDEN void tcm__fatal_refused(int st, unsigned cls) __attribute__((noreturn));
 

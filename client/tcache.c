@@ -186,7 +186,7 @@ TCM_NOINLINE static void drain_free(tcm_thread_t *thr, unsigned cls, void *p)
     tcm_cache_rec_t *rec = &pr->caches[thr->index];
     uint32_t cap = tcm__drain_cap(&pr->classes[cls]);
     if (!rec->drain_backed && cap &&
-        tcm__populate((uint8_t *)thr->tc + pr->lay.drain_off, pr->lay.drain_bytes) == 0)
+        tcm__back((uint8_t *)thr->tc + pr->lay.drain_off, pr->lay.drain_bytes) == 0)
         rec->drain_backed = true;
     if (!rec->drain_backed || !cap) { /* /dev/shm is full: one at a time */
         tcm__return_objects(cls, &p, 1, NULL);
@@ -970,8 +970,8 @@ TCM_COLD static tcm_thread_t *thread_register(void)
      * not when the channel was made (most of --max-threads is never used) */
     tcm_slot_t *async = &pr->slots[tcm__async_slot(&pr->lay, idx, 0)];
     if (!pr->caches[idx].header_backed &&
-        (tcm__populate(&pr->slots[idx], sizeof pr->slots[idx]) != 0 ||
-         tcm__populate(async, TCM_ASYNC_SLOTS * sizeof *async) != 0 || tcm__populate(tc, sizeof *tc) != 0)) {
+        (tcm__back(&pr->slots[idx], sizeof pr->slots[idx]) != 0 ||
+         tcm__back(async, TCM_ASYNC_SLOTS * sizeof *async) != 0 || tcm__back(tc, sizeof *tc) != 0)) {
         free(thr);
         cache_release(idx);
         return NULL; /* /dev/shm is full: run without a cache */
