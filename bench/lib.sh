@@ -2,6 +2,15 @@
 # Release build with the other mallocs' variants, waiting for a quiet box,
 # and CPU accounting to tell how much someone else ran during a case.
 
+# preload_allocs BUILD: sets `allocs` to the drop-in drivers' list, NAME:LIB
+# (glibc's LIB empty: no preload), tcm's drop-in from BUILD and Debian's
+# jemalloc, tcmalloc and mimalloc.
+preload_allocs() {
+    local d=/usr/lib/x86_64-linux-gnu
+    allocs=(glibc: "tcm:$1/libtcm-malloc.so" "jemalloc:$d/libjemalloc.so.2" "tcmalloc:$d/libtcmalloc_minimal.so.4"
+            "mimalloc:$d/libmimalloc.so.2")
+}
+
 # bench_configure ROOT BUILD: configure a Release tree; sets `variants` to
 # the other mallocs (jemalloc tcmalloc mimalloc) this box has.
 bench_configure() {

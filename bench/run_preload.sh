@@ -21,10 +21,8 @@ build=${1:-$root/build-bench}
 runs=${RUNS:-5}
 source "$root/tests/common/lib.sh"
 scratch preload-bench
-D=/usr/lib/x86_64-linux-gnu
-allocs=(glibc: "tcm:$build/libtcm-malloc.so" "jemalloc:$D/libjemalloc.so.2" "tcmalloc:$D/libtcmalloc_minimal.so.4"
-        "mimalloc:$D/libmimalloc.so.2")
 source "$root/bench/lib.sh"
+preload_allocs "$build"
 build_preload_workloads "$root" "$work"
 
 # Real programs (Debian's packages; scripts/setup.sh installs them). A

@@ -12,9 +12,8 @@ build=${1:-$root/build-bench}
 n=${N:-200} rounds=${ROUNDS:-5}
 source "$root/tests/common/lib.sh"
 scratch start-bench
-D=/usr/lib/x86_64-linux-gnu
-allocs=(glibc: "tcm:$build/libtcm-malloc.so" "jemalloc:$D/libjemalloc.so.2" "tcmalloc:$D/libtcmalloc_minimal.so.4"
-        "mimalloc:$D/libmimalloc.so.2")
+source "$root/bench/lib.sh"
+preload_allocs "$build"
 cc -O2 -o "$work/short" "$root/bench/start/short.c"
 declare -A times
 for _ in $(seq "$rounds"); do
