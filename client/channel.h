@@ -46,14 +46,14 @@ TCM_HIDDEN tcm_slot_t *tcm__return_fill(unsigned cls, void *const *objs, uint32_
  * point leaves every object listed at least once. */
 TCM_HIDDEN tcm_slot_t *tcm__return_post(unsigned cls, void *const *objs, uint32_t k, int *status);
 TCM_HIDDEN void tcm__return_done(tcm_slot_t *slot, int status, unsigned cls);
-/* Back the first `want` entries of an object array in the channel before
- * they are written; returns how many are backed (fewer only when /dev/shm
- * is full). */
 /* Back [addr, +len) of the channel before it is written: on tcmd's a full
  * /dev/shm is then an error here rather than a SIGBUS at the write. A
  * private heap's channel is the process's anonymous memory, backed as
- * written: nothing to do (as tcm__back_array). 0 or -errno. */
+ * written: nothing to do (nor in tcm__back_array). 0 or -errno. */
 TCM_HIDDEN int tcm__back(void *addr, uint64_t len);
+/* Back the first `want` entries of an object array in the channel before
+ * they are written; returns how many are backed (fewer only when /dev/shm
+ * is full). */
 TCM_HIDDEN uint32_t tcm__back_array(void **objs, uint32_t *backed, uint32_t want);
 TCM_HIDDEN void tcm__fatal_refused(int st, unsigned cls) __attribute__((noreturn));
 

@@ -4,9 +4,9 @@
  * central lists (daemon/) laid out in private anonymous mappings, served in
  * the process itself. A thread that posts a request on the channel takes
  * serve_lock and runs the heap thread's code on it before tcm__post
- * returns; the background thread, once the heap has grown, runs the decay. Everything above
- * (thread caches, transfer tier) is libtcm's, unchanged; it has no
- * page-run cache (configure).
+ * returns; the background thread, once the heap has grown, runs the decay.
+ * Everything above (thread caches, transfer tier) is libtcm's, unchanged;
+ * it has no page-run cache (configure).
  * Exit gives it all back with the process's memory, and fork is the
  * kernel's copy-on-write: the child's copy is its own. */
 #define _GNU_SOURCE
