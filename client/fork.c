@@ -46,11 +46,9 @@ TCM_COLD static void fork_parent(void)
     if (tcm__proc.serve)
         cache_locks(false);
     pthread_mutex_unlock(&tcm__proc.conn_lock);
-    /* under attach_lock: a private heap's thread that posted meanwhile may
-     * have started it (local.c) */
-    if (bg_was_running && !tcm__proc.bg_running)
-        tcm__bg_start();
     pthread_mutex_unlock(&tcm__proc.attach_lock);
+    if (bg_was_running)
+        tcm__bg_start();
 }
 
 /* The forking thread's cache is the parent's. Its record is not freed

@@ -90,7 +90,7 @@ static void map_pages(uint64_t first, uint64_t npages)
 void tcm__map_given(const uint64_t *offs, uint32_t n)
 {
     const tcm_proc_t *pr = &tcm__proc;
-    if (pr->serve) /* a private heap (given.h) */
+    if (!pr->mapped) /* a private heap's (given.h), or none was made */
         return;
     for (uint32_t i = 0; i < n; i++) {
         uint64_t page = offs[i] >> TCM_PAGE_SHIFT;
@@ -111,6 +111,6 @@ void tcm__map_given_run(uint64_t off, uint64_t npages)
     uint64_t first = off >> TCM_PAGE_SHIFT;
     /* one larger than this may be touched here and there only: mapping
      * all of it could cost more than the faults it saves */
-    if (!tcm__proc.serve && npages <= TCM_MAP_RUN_PAGES && !page_mapped(first)) /* (given.h) */
+    if (npages <= TCM_MAP_RUN_PAGES && !page_mapped(first))
         map_pages(first, npages);
 }

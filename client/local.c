@@ -56,6 +56,7 @@
 static tcm_server_t *srv;           /* the heap thread's view, in the process's memory */
 static tcm_client_t client;         /* the one client: this process */
 static pthread_mutex_t serve_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic bool bg_tried;       /* this process started its background thread once (or failed to) */
 static uint32_t local_threads;      /* thread caches: tcmd's default max_threads */
 
 static void serve(void)
@@ -65,9 +66,11 @@ static void serve(void)
     tcm__decay_window_ht(srv, tcm__now_ns());
     bool big = (uint64_t)srv->h.top << TCM_PAGE_SHIFT >= BG_AFTER_BYTES;
     pthread_mutex_unlock(&serve_lock);
-    if (tcm_unlikely(big && !atomic_load_explicit(&tcm__proc.bg_running, memory_order_relaxed)) &&
+    /* once: a process that cannot make a thread would otherwise try at
+     * every request */
+    if (tcm_unlikely(big && !atomic_load_explicit(&bg_tried, memory_order_relaxed)) &&
         pthread_mutex_trylock(&tcm__proc.attach_lock) == 0) {
-        if (!tcm__proc.bg_running)
+        if (!atomic_exchange(&bg_tried, true) && !tcm__proc.bg_running)
             tcm__bg_start();
         pthread_mutex_unlock(&tcm__proc.attach_lock);
     }
@@ -96,6 +99,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     pthread_mutex_unlock(&serve_lock);
+    atomic_store(&bg_tried, false); /* the parent's thread is not the child's */
 }
 
 static uint64_t setting(const char *text)

@@ -140,12 +140,8 @@ private_case() {
     fail "private $1: $out"
   fi
 }
-if grep -q '\[always\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null; then
-  ok "private sparse, threads: not measured (transparent huge pages always: anonymous memory faults in 2 MiB at a time)"
-else
-  private_case sparse "the pages of what it handed out, not whole spans"
-  private_case threads "a thread's bins of a few objects share pages"
-fi
+private_case sparse "the pages of what it handed out, not whole spans"
+private_case threads "a thread's bins of a few objects share pages"
 private_case grow "a bin keeps little of a class realloc moved out of"
 private_case flow "a bin's room stops at its cap where frees flow one way"
 private_case sweep "a class that sweeps its bin has its room grown past the cap"
